@@ -1,0 +1,7 @@
+// c = a + b, one element per thread. block_size_x arrives as a define (-Dblock_size_x=...).
+extern "C" __global__ void vector_add(float *c, const float *a, const float *b, int n) {
+    int i = blockIdx.x * block_size_x + threadIdx.x;
+    if (i < n) {
+        c[i] = a[i] + b[i];
+    }
+}

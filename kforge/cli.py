@@ -1,0 +1,137 @@
+"""The `kforge` command line."""
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+
+from kforge.render import describe, events_table, jobs_table
+from kforge.specfile import SpecError, load_spec
+from shared import runtime
+from shared.events import BaselineFailed, Event
+from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
+from shared.projections import job_id_of
+
+app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+console = Console(highlight=False)
+
+
+def _runtime() -> runtime.Runtime:
+    import kforge.worker  # noqa: F401  (embedded mode runs every service's tasks in this process)
+
+    return runtime.current()
+
+
+def _resolve(rt: runtime.Runtime, job: str) -> str:
+    """Accept a unique prefix of a job id, as git accepts one of a commit."""
+    matches = [job_id_of(s) for s in rt.store.stream_ids(f"job-{job}")]
+    if len(matches) == 1:
+        return matches[0]
+    reason = "no job starts with" if not matches else f"{len(matches)} jobs start with"
+    console.print(f"[red]{reason} {job!r}[/red]: `kforge jobs` lists them")
+    raise typer.Exit(2)
+
+
+@app.command()
+def tune(
+    kernel: Annotated[Path, typer.Argument(help="CUDA source file holding the kernel")],
+    spec: Annotated[Path | None, typer.Option("--spec", help="YAML spec; default: KERNEL with .yaml")] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to follow the job before returning")] = 3600,
+) -> None:
+    """Submit KERNEL and follow the job until it finishes."""
+    try:
+        kernel_spec = load_spec(kernel, spec)
+    except SpecError as exc:
+        console.print(f"[red]invalid submission[/red] ({exc.where}):")
+        for error in exc.errors:
+            console.print(f"  [bold]{error.field or '(spec)'}[/bold]: {error.message}")
+        raise typer.Exit(2) from None
+    rt = _runtime()
+    mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
+    job_id = submit_job(rt.store, rt.bus, kernel_spec)
+    console.print(f"job [bold]{job_id}[/bold] submitted, {mode}")
+
+    def show(event: Event) -> None:
+        console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {describe(event)}")
+        if isinstance(event, BaselineFailed) and event.log:
+            console.print(Panel(event.log, title="NVRTC log", border_style="red"))
+
+    with console.status("working…"):
+        view = follow_job(rt.store, job_id, show, timeout_s=timeout)
+    if view.status == "completed":
+        console.print(f"[green]completed[/green]: {view.summary}")
+        return
+    if view.status == "failed":
+        console.print(f"[red]failed[/red] at {view.failed_stage}: {view.failure}")
+        if view.failed_stage == "device":
+            console.print("kforge measures on an NVIDIA GPU: run this on a machine with one and its driver.")
+        raise typer.Exit(1)
+    console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
+    raise typer.Exit(3)
+
+
+@app.command()
+def jobs() -> None:
+    """List jobs, oldest first."""
+    console.print(jobs_table(list_jobs(_runtime().store)))
+
+
+@app.command()
+def show(job: Annotated[str, typer.Argument(help="job id or a unique prefix")]) -> None:
+    """Show one job."""
+    rt = _runtime()
+    view = get_job(rt.store, _resolve(rt, job))
+    console.print(jobs_table([view]))
+    if view.summary:
+        console.print(view.summary)
+    if view.failure:
+        console.print(f"[red]{view.failed_stage}[/red]: {view.failure}")
+
+
+@app.command()
+def events(job: Annotated[str, typer.Argument(help="job id or a unique prefix")],
+           as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False) -> None:
+    """List a job's events in order."""
+    rt = _runtime()
+    stored = job_events(rt.store, _resolve(rt, job))
+    if as_json:
+        for event in stored:
+            typer.echo(json.dumps(event.model_dump(mode="json")))
+    else:
+        console.print(events_table(stored))
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the HTTP gateway (OpenAPI docs at /docs)."""
+    import uvicorn
+
+    from services.gateway.app import create_app
+
+    uvicorn.run(create_app(_runtime), host=host, port=port)
+
+
+@app.command()
+def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. planner or benchmark.0")] = "planner",
+           concurrency: int = 1) -> None:
+    """Run a Celery worker (needs REDIS_URL). A benchmark.<gpu> worker sees only that GPU."""
+    names = [q.strip() for q in queues.split(",") if q.strip()]
+    gpus = [q.removeprefix("benchmark.") for q in names if q.startswith("benchmark.")]
+    if len(gpus) > 1:
+        console.print("[red]--queues[/red]: one benchmark.<gpu> queue per worker, so each worker owns one GPU")
+        raise typer.Exit(2)
+    if not os.environ.get("REDIS_URL"):
+        console.print("[red]REDIS_URL is not set[/red]: workers serve a Redis broker; embedded mode needs none")
+        raise typer.Exit(2)
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # before CUDA initialises anywhere in this process
+    from kforge.worker import app as celery
+
+    # A GPU worker runs one task at a time in its own process, so a poisoned CUDA context dies with it.
+    pool = ["--pool", "prefork", "--concurrency", "1", "--max-tasks-per-child", "50"] if gpus else \
+        ["--pool", "threads", "--concurrency", str(concurrency)]
+    celery.worker_main(["worker", "-Q", ",".join(names), "--loglevel", "INFO", "-n", f"{names[0]}@%h", *pool])

@@ -1,0 +1,62 @@
+"""Read a kernel submission from a .cu file plus a YAML spec, with errors that name the field and the fix."""
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from shared.errors import FieldError, field_errors
+from shared.spec import KernelSpec
+
+
+class SpecError(Exception):
+    def __init__(self, where: str, errors: list[FieldError]):
+        super().__init__(f"{where}: " + "; ".join(map(str, errors)))
+        self.where, self.errors = where, errors
+
+
+def spec_path_for(kernel: Path) -> Path | None:
+    for suffix in (".yaml", ".yml"):
+        if (candidate := kernel.with_suffix(suffix)).exists():
+            return candidate
+    return None
+
+
+def load_spec(kernel: Path | None, spec: Path | None) -> KernelSpec:
+    """The spec from `spec` (default: the .yaml beside `kernel`), with its source read from `kernel`,
+    or from the spec's `source_file` (relative to the spec) when no kernel file is given."""
+    if spec is None:
+        spec = spec_path_for(kernel) if kernel else None
+        if spec is None:
+            raise SpecError(str(kernel), [FieldError("--spec", f"no spec given and none beside {kernel}: pass "
+                                                     f"--spec SPEC.yaml or create {kernel.with_suffix('.yaml')}")])
+    data = _read_yaml(spec)
+    source_file = data.pop("source_file", None)
+    if kernel is not None:
+        data["source"] = _read_text(kernel, "KERNEL")
+    elif source_file is not None:
+        data["source"] = _read_text(spec.parent / str(source_file), "source_file")
+    try:
+        return KernelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(str(spec), field_errors(exc.errors())) from None
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(str(path), [FieldError("--spec", f"{path} does not exist")]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(str(path), [FieldError("", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}")]) from None
+    if not isinstance(data, dict):
+        raise SpecError(str(path), [FieldError("", "the spec must be a mapping of fields (kernel_name: ..., args: ...)")])
+    return data
+
+
+def _read_text(path: Path, field: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise SpecError(str(path), [FieldError(field, f"cannot read {path}: {exc.strerror}")]) from None

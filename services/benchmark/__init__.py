@@ -1,0 +1,1 @@
+"""Benchmark: compiles kernels with NVRTC and times them on the GPU its worker is pinned to."""

@@ -1,0 +1,88 @@
+"""NVRTC compilation through cuda-python's bindings: works with no GPU present and returns the full log.
+
+(cuda.core's Program reports compile errors by loading the driver library, which fails on GPU-less
+machines, so the bindings are used directly.)
+"""
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+from cuda.bindings import nvrtc
+
+from shared.spec import ParamValue
+
+
+class CompileError(RuntimeError):
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    cubin: bytes
+    lowered_name: str
+    arch: str
+    log: str
+    compile_ms: float
+    cache_key: str
+
+
+def nvrtc_version() -> str:
+    _, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"
+
+
+def compile_options(defines: dict[str, ParamValue], options: list[str], arch: str) -> list[str]:
+    """Tune parameters become -D defines, as Kernel Tuner injects them."""
+    return [f"--gpu-architecture={arch}", *(f"-D{k}={v}" for k, v in sorted(defines.items())),
+            *(options if any(o.startswith("--std") or o.startswith("-std") for o in options) else [*options, "--std=c++17"])]
+
+
+def cache_key(source: str, kernel_name: str, flags: list[str]) -> str:
+    """Content address of a compilation: same source, name, flags and NVRTC version give the same cubin."""
+    blob = json.dumps([source, kernel_name, flags, nvrtc_version()])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def compile_kernel(source: str, kernel_name: str, defines: dict[str, ParamValue], options: list[str],
+                   arch: str) -> CompiledKernel:
+    flags = compile_options(defines, options, arch)
+    started = time.perf_counter()
+    program = _checked(nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel_name}.cu".encode(), 0, [], []))
+    try:
+        # The name expression lets C++ (mangled, templated) kernels be found, not only extern "C" ones.
+        _checked(nvrtc.nvrtcAddNameExpression(program, kernel_name.encode()))
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(flags), [f.encode() for f in flags])
+        log = _log(program)
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC could not compile {kernel_name} for {arch}: {_error_name(result)}", log)
+        size = _checked(nvrtc.nvrtcGetCUBINSize(program))
+        cubin = b" " * size
+        _checked(nvrtc.nvrtcGetCUBIN(program, cubin))
+        lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    return CompiledKernel(cubin=cubin, lowered_name=lowered, arch=arch, log=log, compile_ms=elapsed_ms,
+                          cache_key=cache_key(source, kernel_name, flags))
+
+
+def _log(program) -> str:
+    size = _checked(nvrtc.nvrtcGetProgramLogSize(program))
+    buffer = b" " * size
+    _checked(nvrtc.nvrtcGetProgramLog(program, buffer))
+    return buffer.rstrip(b"\x00 ").decode(errors="replace")
+
+
+def _error_name(result) -> str:
+    return nvrtc.nvrtcGetErrorString(result)[1].decode()
+
+
+def _checked(returned):
+    """cuda-python returns (status, *values): raise on a bad status, else unwrap the value."""
+    status, *values = returned
+    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"NVRTC call failed: {_error_name(status)}", "")
+    return values[0] if len(values) == 1 else None

@@ -1,0 +1,15 @@
+"""Celery entry point of a benchmark worker. The worker serves queue benchmark.<gpu> and sees only
+that GPU (CUDA_VISIBLE_DEVICES), so inside it the device is always index 0."""
+from uuid import UUID
+
+from services.benchmark import handlers
+from shared import runtime
+from shared.bus import celery_app
+from shared.contracts import MeasureBaseline
+
+
+@celery_app.task(name=MeasureBaseline.task)
+def measure_baseline(job_id: str, request_id: str) -> None:
+    rt = runtime.current()
+    handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), device_index=0,
+                              default_arch=rt.settings.default_arch)

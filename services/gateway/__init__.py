@@ -1,0 +1,1 @@
+"""Gateway: the HTTP API (FastAPI) for submitting jobs and reading them back."""

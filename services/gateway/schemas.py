@@ -1,0 +1,58 @@
+"""API schemas, kept apart from events so the wire format can evolve on its own."""
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from shared.projections import JobView
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+    status_url: str
+    events_url: str
+
+
+class JobPublic(BaseModel):
+    job_id: str
+    kernel_name: str | None
+    strategy: str | None
+    status: str
+    submitted_at: datetime | None
+    updated_at: datetime | None
+    baseline_ms: float | None
+    device: str | None
+    replay: bool
+    summary: str | None
+    failed_stage: str | None
+    failure: str | None
+    events: int
+
+    @classmethod
+    def of(cls, view: JobView) -> "JobPublic":
+        return cls(job_id=view.job_id, kernel_name=view.spec.kernel_name if view.spec else None,
+                   strategy=view.spec.strategy.name if view.spec else None, status=view.status,
+                   submitted_at=view.submitted_at, updated_at=view.updated_at, baseline_ms=view.baseline_ms,
+                   device=view.device, replay=view.replay, summary=view.summary, failed_stage=view.failed_stage,
+                   failure=view.failure, events=len(view.event_types))
+
+
+class EventPublic(BaseModel):
+    type: str
+    version: int
+    event_id: str
+    stream_id: str
+    stream_version: int
+    position: int
+    occurred_at: datetime
+    payload: dict[str, Any]
+
+
+class FieldErrorPublic(BaseModel):
+    field: str
+    message: str
+
+
+class ValidationProblem(BaseModel):
+    detail: str
+    errors: list[FieldErrorPublic]

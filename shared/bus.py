@@ -1,0 +1,85 @@
+"""The bus: one Celery app; services address each other's tasks by name (shared.contracts).
+
+Two ways to carry a message:
+- CeleryBus sends it to Redis, to the worker serving its queue (`planner`, `benchmark.0`, ...).
+- InProcessBus (embedded mode, no REDIS_URL) runs the same Celery task in this process, on one
+  background thread in arrival order: one process then runs a whole job, and the CLI shows progress
+  from the event store exactly as it does when real workers do the work.
+Handlers are idempotent, which is what makes acks_late with reject-on-worker-loss safe: a message
+redelivered after a crash appends nothing twice (deterministic event ids, expected versions).
+"""
+import logging
+import queue
+import threading
+from typing import Protocol
+
+from celery import Celery
+
+from shared.contracts import PLANNER_QUEUE, Message
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Tasks register on this app when their service's tasks module is imported; it opens no connection
+# until configured and used.
+celery_app = Celery("kforge")
+
+# Longer than the longest benchmark task, so Redis does not hand a running task to a second worker.
+VISIBILITY_TIMEOUT_S = 6 * 3600
+
+
+def configure_celery(app: Celery, settings: Settings) -> Celery:
+    app.conf.update(
+        broker_url=settings.redis_url or "memory://",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=PLANNER_QUEUE,
+        task_routes={"planner.*": {"queue": PLANNER_QUEUE}},
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+class Bus(Protocol):
+    def dispatch(self, message: Message) -> None: ...
+
+
+class CeleryBus:
+    def __init__(self, app: Celery):
+        self.app = app
+
+    def dispatch(self, message: Message) -> None:
+        self.app.send_task(message.task, kwargs=message.kwargs, queue=message.queue, task_id=message.message_id)
+
+
+class InProcessBus:
+    def __init__(self, app: Celery):
+        self.app = app
+        self._queue: queue.Queue[Message] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="kforge-inprocess-worker", daemon=True)
+        self._thread.start()
+
+    def dispatch(self, message: Message) -> None:
+        self._queue.put(message)
+
+    def wait_idle(self) -> None:
+        """Block until every dispatched message, and every message those dispatched, has run."""
+        self._queue.join()
+
+    def _work(self) -> None:
+        while True:
+            message = self._queue.get()
+            try:
+                result = self.app.tasks[message.task].apply(kwargs=message.kwargs, task_id=message.message_id)
+                if result.failed():
+                    log.error("task %s (%s) failed:\n%s", message.task, message.message_id, result.traceback)
+            except Exception:  # a broken task must not stop the worker thread
+                log.exception("task %s (%s) could not run", message.task, message.message_id)
+            finally:
+                self._queue.task_done()

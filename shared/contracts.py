@@ -1,0 +1,47 @@
+"""What services send each other over the bus: task names, queues and message arguments.
+
+A task is addressed by name, so a service can send work to another without importing it. Messages
+carry ids and positions, never arrays or objects: the receiver reads what it needs from the store.
+"""
+from typing import Any
+from uuid import UUID, uuid4
+
+from pydantic import BaseModel, ConfigDict
+
+PLANNER_QUEUE = "planner"
+GENERATOR_QUEUE = "generator"
+VERIFIER_QUEUE = "verifier"
+
+
+def benchmark_queue(gpu: str) -> str:
+    """Each GPU has its own queue, served by one worker pinned to that GPU."""
+    return f"benchmark.{gpu}"
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    task: str
+    queue: str
+    kwargs: dict[str, Any]
+    message_id: str  # becomes the Celery task id, so a duplicate dispatch is recognisable
+
+
+class PlannerCatchUp:
+    """Ask the planner to react to every event it has not processed yet."""
+
+    task = "planner.catch_up"
+
+    @classmethod
+    def message(cls, reason: str) -> Message:
+        return Message(task=cls.task, queue=PLANNER_QUEUE, kwargs={"reason": reason}, message_id=str(uuid4()))
+
+
+class MeasureBaseline:
+    """Ask a benchmark worker to compile and time the submitted kernel of a job."""
+
+    task = "benchmark.measure_baseline"
+
+    @classmethod
+    def message(cls, queue: str, job_id: str, request_id: UUID) -> Message:
+        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id)},
+                       message_id=str(request_id))

@@ -1,0 +1,187 @@
+"""Every event kforge records, in one place.
+
+An event is an immutable fact named in the past tense. The envelope (`event_id`, `stream_id`,
+`stream_version`, `position`, `occurred_at`) is common; the rest of a class's fields are its payload.
+`type` and `version` are class-level: the version is the payload's schema version, and an older stored
+payload is upcast on read, one version step at a time, by the registry's upcasters. An event type this
+build does not know, or a newer version of one, is refused with a clear error rather than guessed at.
+"""
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+from uuid import UUID, NAMESPACE_URL, uuid4, uuid5
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from shared.spec import KernelSpec, ParamValue
+
+ENVELOPE = ("event_id", "stream_id", "stream_version", "position", "occurred_at")
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    schema_version: ClassVar[int] = 1
+
+    event_id: UUID = Field(default_factory=uuid4)
+    stream_id: str
+    stream_version: int | None = Field(None, description="1-based index in its stream, set by the store")
+    position: int | None = Field(None, description="global order, set by the store")
+    occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def type(self) -> str:
+        return type(self).__name__
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def version(self) -> int:
+        return self.schema_version
+
+    def payload(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={*ENVELOPE, "type", "version"})
+
+
+def derived_id(*parts: object) -> UUID:
+    """A deterministic event id: a redelivered message recomputes the same ids, so the store's
+    idempotency on event_id turns its second append into a no-op."""
+    return uuid5(NAMESPACE_URL, "kforge:" + "/".join(str(p) for p in parts))
+
+
+# --- jobs -------------------------------------------------------------------------------------------
+class JobSubmitted(Event):
+    spec: KernelSpec
+    submitted_by: str = "cli"
+
+
+class JobCompleted(Event):
+    summary: str
+
+
+class JobFailed(Event):
+    stage: str
+    reason: str
+
+
+# --- baseline ---------------------------------------------------------------------------------------
+class BaselineRequested(Event):
+    queue: str
+    params: dict[str, ParamValue]
+
+
+class KernelCompiled(Event):
+    request_id: UUID
+    arch: str
+    compile_ms: float
+    cache_key: str
+    log: str = ""
+
+
+class BaselineMeasured(Event):
+    request_id: UUID
+    device: str
+    params: dict[str, ParamValue]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    samples_ms: list[float]
+    median_ms: float
+    replay: bool = False
+
+
+class BaselineFailed(Event):
+    request_id: UUID
+    stage: str  # compile | device | launch
+    reason: str
+    log: str = ""
+
+
+# --- optimisation steps -----------------------------------------------------------------------------
+class StepPlanned(Event):
+    step_id: str
+    description: str
+    strategy: str
+
+
+class CandidateGenerated(Event):
+    step_id: str
+    candidate_id: str
+    source: str
+    tune_params: dict[str, list[ParamValue]]
+    provider: str
+
+
+class CandidateVerified(Event):
+    candidate_id: str
+    trials: int
+    max_abs_error: float
+
+
+class CandidateRejected(Event):
+    candidate_id: str
+    reason: str
+    detail: str = ""
+
+
+class TuningCompleted(Event):
+    candidate_id: str
+    best_params: dict[str, ParamValue]
+    best_time_ms: float
+    configs_evaluated: int
+
+
+class StepAccepted(Event):
+    step_id: str
+    candidate_id: str
+    old_time_ms: float
+    new_time_ms: float
+
+
+class StepDiscarded(Event):
+    step_id: str
+    reason: str
+
+
+# --- decoding, with explicit handling of unknown and newer events -------------------------------------
+class UnknownEventType(LookupError):
+    pass
+
+
+class EventFromNewerVersion(LookupError):
+    pass
+
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class EventRegistry:
+    """Maps stored (type, version, payload) back to event objects."""
+
+    def __init__(self, types: Iterable[type[Event]], upcasters: dict[tuple[str, int], Upcaster] | None = None):
+        self.types = {t.__name__: t for t in types}
+        self.upcasters = upcasters or {}
+
+    def decode(self, type_name: str, version: int, payload: dict[str, Any], envelope: dict[str, Any]) -> Event:
+        cls = self.types.get(type_name)
+        if cls is None:
+            raise UnknownEventType(
+                f"stored event {envelope.get('event_id')} has type {type_name!r}, which this kforge does not know; "
+                "it was written by a newer or different kforge: upgrade this one"
+            )
+        if version > cls.schema_version:
+            raise EventFromNewerVersion(
+                f"stored {type_name} is version {version} but this kforge reads up to version {cls.schema_version}; "
+                "upgrade kforge"
+            )
+        while version < cls.schema_version:
+            step = self.upcasters.get((type_name, version))
+            if step is None:
+                raise EventFromNewerVersion(f"no upcaster for {type_name} from version {version}")
+            payload, version = step(payload), version + 1
+        return cls.model_validate({**payload, **envelope})
+
+
+EVENTS = EventRegistry(
+    [JobSubmitted, JobCompleted, JobFailed, BaselineRequested, KernelCompiled, BaselineMeasured, BaselineFailed,
+     StepPlanned, CandidateGenerated, CandidateVerified, CandidateRejected, TuningCompleted, StepAccepted,
+     StepDiscarded]
+)

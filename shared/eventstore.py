@@ -1,0 +1,209 @@
+"""The append-only event store: SQLite by default, PostgreSQL through DATABASE_URL.
+
+Guarantees, checked by one contract suite against both databases:
+- append with an expected stream version: a stale writer gets ConcurrencyConflict, never an overwrite;
+- append is idempotent on event_id: appending the same events again returns the stored ones;
+- every event gets a global position, and positions become visible in order. Appends take one
+  database-wide lock for the length of their transaction (BEGIN IMMEDIATE on SQLite, an advisory
+  transaction lock on PostgreSQL). Without it a reader following `read_all(after=p)` could pass a
+  position whose transaction commits later and never see that event.
+- consumers (the planner) record how far they have processed in the same transaction as the events
+  they append, so a restarted consumer resumes exactly where it stopped.
+"""
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC
+
+from sqlalchemy import (JSON, BigInteger, Column, DateTime, Integer, MetaData, String, Table, UniqueConstraint,
+                        create_engine, event, func, insert, select, text)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+
+from shared.events import EVENTS, Event, EventRegistry
+
+metadata = MetaData()
+events_table = Table(
+    "kforge_events", metadata,
+    Column("position", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("event_id", String(36), nullable=False, unique=True),
+    Column("stream_id", String(200), nullable=False),
+    Column("stream_version", Integer, nullable=False),
+    Column("type", String(100), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("occurred_at", DateTime(timezone=True), nullable=False),
+    Column("payload", JSON, nullable=False),
+    UniqueConstraint("stream_id", "stream_version", name="uq_kforge_events_stream_version"),
+)
+tracking_table = Table(
+    "kforge_tracking", metadata,
+    Column("consumer", String(100), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+)
+_APPEND_LOCK_KEY = 0x6B666F7267  # "kforge": the PostgreSQL advisory lock serialising appends
+
+
+class ConcurrencyConflict(RuntimeError):
+    """The stream moved on since the writer read it: reload, decide again, retry."""
+
+
+class EventStore:
+    def __init__(self, url: str, registry: EventRegistry = EVENTS):
+        self.url = url
+        self.registry = registry
+        self.engine = _engine(url)
+        metadata.create_all(self.engine)
+
+    # --- writing ---------------------------------------------------------------------------------
+    def append(self, stream_id: str, events: Sequence[Event], expected_version: int | None) -> list[Event]:
+        """Append `events` to `stream_id` if it is at `expected_version` (None: any version).
+
+        Returns the events as stored, with stream_version and position set."""
+        try:
+            with self._transaction() as conn:
+                return self._append(conn, stream_id, events, expected_version)
+        except IntegrityError as exc:
+            raise ConcurrencyConflict(f"stream {stream_id}: concurrent append ({exc.orig})") from None
+
+    def _append(self, conn: Connection, stream_id: str, events: Sequence[Event], expected: int | None) -> list[Event]:
+        if not events:
+            return []
+        if any(e.stream_id != stream_id for e in events):
+            raise ValueError(f"every event appended to {stream_id} must carry stream_id={stream_id}")
+        ids = [str(e.event_id) for e in events]
+        stored = conn.execute(select(events_table).where(events_table.c.event_id.in_(ids))).all()
+        if len(stored) == len(ids):
+            return [self._decode(row) for row in sorted(stored, key=lambda r: r.position)]
+        if stored:
+            raise ConcurrencyConflict(f"stream {stream_id}: {len(stored)} of {len(ids)} events were already stored")
+        current = self._version(conn, stream_id)
+        if expected is not None and current != expected:
+            raise ConcurrencyConflict(f"stream {stream_id} is at version {current}, the writer expected {expected}")
+        recorded = []
+        for offset, e in enumerate(events, start=1):
+            position = conn.execute(
+                insert(events_table).values(
+                    event_id=str(e.event_id), stream_id=stream_id, stream_version=current + offset, type=e.type,
+                    version=e.version, occurred_at=e.occurred_at, payload=e.payload(),
+                ).returning(events_table.c.position)
+            ).scalar_one()
+            recorded.append(e.model_copy(update={"stream_version": current + offset, "position": position}))
+        return recorded
+
+    # --- reading ---------------------------------------------------------------------------------
+    def read_stream(self, stream_id: str, up_to_position: int | None = None) -> list[Event]:
+        query = select(events_table).where(events_table.c.stream_id == stream_id)
+        if up_to_position is not None:
+            query = query.where(events_table.c.position <= up_to_position)
+        with self.engine.connect() as conn:
+            return [self._decode(r) for r in conn.execute(query.order_by(events_table.c.stream_version))]
+
+    def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Event]:
+        """Events of every stream in global order, for catch-up subscriptions."""
+        query = (select(events_table).where(events_table.c.position > after_position)
+                 .order_by(events_table.c.position).limit(limit))
+        with self.engine.connect() as conn:
+            return [self._decode(r) for r in conn.execute(query)]
+
+    def stream_version(self, stream_id: str) -> int:
+        with self.engine.connect() as conn:
+            return self._version(conn, stream_id)
+
+    def stream_ids(self, prefix: str = "") -> list[str]:
+        """Streams whose id starts with `prefix`, oldest first."""
+        query = (select(events_table.c.stream_id).where(events_table.c.stream_id.startswith(prefix, autoescape=True))
+                 .group_by(events_table.c.stream_id).order_by(func.min(events_table.c.position)))
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    # --- consumers ---------------------------------------------------------------------------------
+    @contextmanager
+    def consuming(self, consumer: str) -> Iterator["Consumption"]:
+        """One transaction in which `consumer` alone takes its next event, appends its reaction and
+        advances its tracking position; all of it commits, or none of it."""
+        try:
+            with self._transaction() as conn:
+                yield Consumption(self, conn, consumer)
+        except IntegrityError as exc:
+            raise ConcurrencyConflict(f"consumer {consumer}: concurrent update ({exc.orig})") from None
+
+    def tracked_position(self, consumer: str) -> int:
+        with self.engine.connect() as conn:
+            return conn.execute(select(tracking_table.c.position).where(tracking_table.c.consumer == consumer)
+                                ).scalar_one_or_none() or 0
+
+    # --- plumbing ----------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK_KEY})
+            yield conn
+
+    @staticmethod
+    def _version(conn: Connection, stream_id: str) -> int:
+        return conn.execute(select(func.max(events_table.c.stream_version))
+                            .where(events_table.c.stream_id == stream_id)).scalar_one() or 0
+
+    def _decode(self, row) -> Event:
+        occurred = row.occurred_at if row.occurred_at.tzinfo else row.occurred_at.replace(tzinfo=UTC)
+        envelope = {"event_id": row.event_id, "stream_id": row.stream_id, "stream_version": row.stream_version,
+                    "position": row.position, "occurred_at": occurred}
+        return self.registry.decode(row.type, row.version, dict(row.payload), envelope)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+class Consumption:
+    """A consumer's view inside its transaction (see EventStore.consuming)."""
+
+    def __init__(self, store: EventStore, conn: Connection, consumer: str):
+        self._store, self._conn, self.consumer = store, conn, consumer
+        self.position = conn.execute(
+            select(tracking_table.c.position).where(tracking_table.c.consumer == consumer).with_for_update()
+        ).scalar_one_or_none()
+
+    def next_event(self) -> Event | None:
+        row = self._conn.execute(select(events_table).where(events_table.c.position > (self.position or 0))
+                                 .order_by(events_table.c.position).limit(1)).first()
+        return self._store._decode(row) if row else None
+
+    def read_stream(self, stream_id: str, up_to_position: int | None = None) -> list[Event]:
+        query = select(events_table).where(events_table.c.stream_id == stream_id)
+        if up_to_position is not None:
+            query = query.where(events_table.c.position <= up_to_position)
+        rows = self._conn.execute(query.order_by(events_table.c.stream_version))
+        return [self._store._decode(r) for r in rows]
+
+    def append(self, stream_id: str, events: Sequence[Event], expected_version: int | None) -> list[Event]:
+        return self._store._append(self._conn, stream_id, events, expected_version)
+
+    def advance(self, position: int) -> None:
+        if self.position is None:
+            self._conn.execute(insert(tracking_table).values(consumer=self.consumer, position=position))
+        else:
+            self._conn.execute(tracking_table.update().where(tracking_table.c.consumer == self.consumer)
+                               .values(position=position))
+        self.position = position
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_connect(dbapi_conn, _record):
+        # Let SQLAlchemy, not pysqlite, open transactions, so that BEGIN IMMEDIATE below takes the write
+        # lock at the start: that lock is what orders positions and serialises consumers on SQLite.
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute("PRAGMA busy_timeout=30000")
+
+    @event.listens_for(engine, "begin")
+    def _sqlite_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

@@ -1,0 +1,70 @@
+"""Safe arithmetic over problem-size variables and tunable parameters.
+
+Spec fields such as an argument's shape (`[n, m]`), a scalar's value (`n`) or a grid divisor
+(`block_size_x * tile_x`) are expressions. They arrive over HTTP, so they are parsed with `ast` and
+only arithmetic on known names is evaluated: never `eval` on user text.
+"""
+import ast
+import math
+import operator
+from collections.abc import Mapping
+
+Number = int | float
+
+_BINARY = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_FUNCTIONS = {"min": min, "max": max, "ceil": math.ceil, "floor": math.floor, "int": int}
+
+
+class ExpressionError(ValueError):
+    """An expression that is not plain arithmetic, or that names something unknown."""
+
+
+def names_in(expression: str | Number) -> set[str]:
+    """The variable names an expression refers to (functions excluded)."""
+    if not isinstance(expression, str):
+        return set()
+    tree = _parse(expression)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in _FUNCTIONS}
+
+
+def evaluate(expression: str | Number, variables: Mapping[str, Number]) -> Number:
+    """Evaluate `expression` with `variables`; a bare number is returned as it is."""
+    if isinstance(expression, bool):
+        raise ExpressionError(f"{expression!r} is a boolean, not a number")
+    if isinstance(expression, int | float):
+        return expression
+    return _eval(_parse(expression).body, variables, expression)
+
+
+def _parse(expression: str) -> ast.Expression:
+    try:
+        return ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExpressionError(f"{expression!r} is not a valid expression ({exc.msg})") from None
+
+
+def _eval(node: ast.AST, variables: Mapping[str, Number], text: str) -> Number:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in variables:
+            known = ", ".join(sorted(variables)) or "none"
+            raise ExpressionError(f"{text!r} uses {node.id!r}, which is not defined (known names: {known})")
+        return variables[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left, variables, text), _eval(node.right, variables, text)
+        try:
+            return _BINARY[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise ExpressionError(f"{text!r} divides by zero") from None
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand, variables, text))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
+        return _FUNCTIONS[node.func.id](*(_eval(a, variables, text) for a in node.args))
+    raise ExpressionError(
+        f"{text!r} is not plain arithmetic: use numbers, names, + - * / // % ** and {', '.join(_FUNCTIONS)}()"
+    )

@@ -1,0 +1,94 @@
+"""Read models rebuilt from events by pure folds: `project(events)` = fold of `evolve` over them."""
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from functools import singledispatch
+from uuid import UUID
+
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobCompleted, JobFailed,
+                           JobSubmitted, KernelCompiled)
+from shared.spec import KernelSpec
+
+TERMINAL = ("completed", "failed")
+
+
+@dataclass(frozen=True)
+class JobView:
+    job_id: str
+    spec: KernelSpec | None = None
+    status: str = "unknown"  # submitted | benchmarking | completed | failed
+    submitted_at: datetime | None = None
+    updated_at: datetime | None = None
+    version: int = 0
+    baseline_request: UUID | None = None
+    compile_ms: float | None = None
+    baseline_ms: float | None = None
+    baseline_samples_ms: tuple[float, ...] = ()
+    device: str | None = None
+    replay: bool = False
+    summary: str | None = None
+    failed_stage: str | None = None
+    failure: str | None = None
+    event_types: tuple[str, ...] = field(default=())
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+def job_stream(job_id: str) -> str:
+    return f"job-{job_id}"
+
+
+def job_id_of(stream_id: str) -> str:
+    return stream_id.removeprefix("job-")
+
+
+def project_job(events: Iterable[Event], job_id: str | None = None) -> JobView:
+    view = JobView(job_id=job_id or "")
+    for event in events:
+        view = replace(evolve(event, view), version=event.stream_version or view.version + 1,
+                       updated_at=event.occurred_at, event_types=(*view.event_types, event.type))
+    return view
+
+
+@singledispatch
+def evolve(event: Event, view: JobView) -> JobView:
+    return view  # events that do not change the job summary
+
+
+@evolve.register
+def _(event: JobSubmitted, view: JobView) -> JobView:
+    return replace(view, job_id=job_id_of(event.stream_id), spec=event.spec, status="submitted",
+                   submitted_at=event.occurred_at)
+
+
+@evolve.register
+def _(event: BaselineRequested, view: JobView) -> JobView:
+    return replace(view, status="benchmarking", baseline_request=event.event_id)
+
+
+@evolve.register
+def _(event: KernelCompiled, view: JobView) -> JobView:
+    return replace(view, compile_ms=event.compile_ms)
+
+
+@evolve.register
+def _(event: BaselineMeasured, view: JobView) -> JobView:
+    return replace(view, baseline_ms=event.median_ms, baseline_samples_ms=tuple(event.samples_ms),
+                   device=event.device, replay=event.replay)
+
+
+@evolve.register
+def _(event: BaselineFailed, view: JobView) -> JobView:
+    return replace(view, failed_stage=event.stage, failure=event.reason)
+
+
+@evolve.register
+def _(event: JobCompleted, view: JobView) -> JobView:
+    return replace(view, status="completed", summary=event.summary)
+
+
+@evolve.register
+def _(event: JobFailed, view: JobView) -> JobView:
+    return replace(view, status="failed", failed_stage=event.stage, failure=event.reason)

@@ -1,0 +1,34 @@
+"""Settings from the environment. With none set, kforge runs embedded: one process, SQLite under
+KFORGE_HOME, Celery tasks executed in-process. REDIS_URL and DATABASE_URL switch to separate services."""
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    home: Path = Field(Path.home() / ".kforge", validation_alias="KFORGE_HOME")
+    database_url_override: str | None = Field(None, validation_alias="DATABASE_URL")
+    redis_url: str | None = Field(None, validation_alias="REDIS_URL")
+    gpus: list[str] = Field(["0"], validation_alias="KFORGE_GPUS", description="GPU ids with a benchmark worker")
+    default_arch: str = Field("sm_90", validation_alias="KFORGE_DEFAULT_ARCH",
+                              description="NVRTC target when no device is present to ask")
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return [g.strip() for g in value.split(",") if g.strip()] if isinstance(value, str) else value
+
+    @cached_property
+    def database_url(self) -> str:
+        if self.database_url_override:
+            return self.database_url_override
+        self.home.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.home / 'kforge.db'}"
+
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None

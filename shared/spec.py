@@ -1,0 +1,209 @@
+"""The kernel submission: what the user sends, validated so that every error names the field and the fix.
+
+Launch geometry follows Kernel Tuner's conventions, which kforge's users already know:
+`problem_size` is up to three expressions, the thread block comes from the parameters named in
+`block_size_names` (256, 1, 1 when absent) and the grid is `ceil(problem_size[i] / prod(grid_div_i))`,
+where `grid_div_x` defaults to `[block_size_x]` (likewise y and z).
+"""
+import math
+import re
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+
+from shared.expressions import ExpressionError, Number, evaluate, names_in
+
+DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+DEFAULT_BLOCK = {"block_size_x": 256, "block_size_y": 1, "block_size_z": 1}
+Expression = int | str
+ParamValue = int | float | str
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArgSpec(_Strict):
+    """One kernel argument, in the order of the kernel's signature."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER)]
+    dtype: str
+    shape: list[Expression] | None = Field(None, description="array extent per dimension, in size variables")
+    role: Literal["in", "out", "inout", "scalar"] | None = Field(None, description="default: in for arrays")
+    value: Expression | float | None = Field(None, description="a scalar argument's value")
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, dtype: str) -> str:
+        if dtype not in DTYPES:
+            raise ValueError(f"{dtype!r} is not a dtype kforge knows: use one of {', '.join(DTYPES)}")
+        return dtype
+
+    @model_validator(mode="after")
+    def _array_or_scalar(self) -> "ArgSpec":
+        if self.shape is not None and self.value is not None:
+            raise ValueError(f"argument {self.name!r} has both shape and value: arrays take shape, scalars take value")
+        if self.shape is None and self.value is None:
+            raise ValueError(f"argument {self.name!r} needs a shape (arrays, e.g. shape: [n]) or a value (scalars)")
+        if self.shape is not None and self.role == "scalar":
+            raise ValueError(f"argument {self.name!r} has a shape, so its role is in, out or inout, not scalar")
+        if self.value is not None and self.role not in (None, "scalar"):
+            raise ValueError(f"argument {self.name!r} has a value, so it is a scalar: drop role or set role: scalar")
+        return self
+
+    @property
+    def is_array(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def effective_role(self) -> str:
+        return self.role or ("in" if self.is_array else "scalar")
+
+    @property
+    def is_output(self) -> bool:
+        return self.effective_role in ("out", "inout")
+
+
+class BenchmarkSpec(_Strict):
+    iterations: Annotated[int, Field(ge=1, le=1000)] = 7
+    warmup: Annotated[int, Field(ge=0, le=100)] = 1
+    seed: int = 0
+    arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$")] = Field(
+        None, description="NVRTC target, e.g. sm_90; default: the benchmark device's own"
+    )
+
+
+class StrategySpec(_Strict):
+    # Only strategies whose whole path exists are accepted; others arrive with the planner's strategies.
+    name: Literal["baseline"] = "baseline"
+
+
+class KernelSpec(_Strict):
+    """A kernel submission: source, signature, problem size and how to launch it."""
+
+    kernel_name: Annotated[str, Field(pattern=IDENTIFIER)]
+    source: Annotated[str, Field(min_length=1, description="CUDA C++ source holding the kernel")]
+    args: Annotated[list[ArgSpec], Field(min_length=1)]
+    sizes: dict[str, int] = Field(default_factory=dict, description="problem-size variables, e.g. {n: 1048576}")
+    problem_size: list[Expression] | None = Field(None, description="Kernel Tuner's problem_size; default: sizes")
+    grid_div_x: list[Expression] | None = None
+    grid_div_y: list[Expression] | None = None
+    grid_div_z: list[Expression] | None = None
+    block_size_names: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCK))
+    params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the submitted kernel")
+    tune_params: dict[str, list[ParamValue]] = Field(default_factory=dict)
+    restrictions: list[str] = Field(default_factory=list)
+    compiler_options: list[str] = Field(default_factory=list)
+    benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
+    strategy: StrategySpec = Field(default_factory=StrategySpec)
+    webhook_url: HttpUrl | None = None
+
+    @field_validator("sizes")
+    @classmethod
+    def _positive_sizes(cls, sizes: dict[str, int]) -> dict[str, int]:
+        for name, value in sizes.items():
+            if not re.match(IDENTIFIER, name):
+                raise ValueError(f"size variable {name!r} is not an identifier: use letters, digits and _")
+            if value <= 0:
+                raise ValueError(f"size {name} = {value} must be positive")
+        return sizes
+
+    @field_validator("problem_size")
+    @classmethod
+    def _up_to_three(cls, dims: list[Expression] | None) -> list[Expression] | None:
+        if dims is not None and not 1 <= len(dims) <= 3:
+            raise ValueError(f"problem_size has {len(dims)} dimensions: give 1 to 3, as in Kernel Tuner")
+        return dims
+
+    @field_validator("block_size_names")
+    @classmethod
+    def _block_names(cls, names: list[str]) -> list[str]:
+        if not 1 <= len(names) <= 3:
+            raise ValueError("block_size_names takes 1 to 3 names (x, y, z)")
+        return names
+
+    @field_validator("compiler_options")
+    @classmethod
+    def _no_arch_override(cls, options: list[str]) -> list[str]:
+        for option in options:
+            if option.startswith(("-arch", "--gpu-architecture")):
+                raise ValueError(f"{option!r}: set the target with benchmark.arch (e.g. sm_90), not a compiler option")
+        return options
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "KernelSpec":
+        names = [a.name for a in self.args]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"args: names must be unique, repeated: {', '.join(duplicates)}")
+        if not any(a.is_output for a in self.args):
+            raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
+        _check_kernel_defined(self.source, self.kernel_name)
+        self._check_names()
+        return self
+
+    def _check_names(self) -> None:
+        sizes, params = set(self.sizes), set(self.params) | set(self.tune_params) | set(self.block_size_names)
+        checks: list[tuple[str, Expression | float, set[str]]] = [
+            (f"args[{i}].shape", dim, sizes) for i, a in enumerate(self.args) for dim in a.shape or []
+        ]
+        checks += [(f"args[{i}].value", a.value, sizes | params) for i, a in enumerate(self.args) if a.value is not None]
+        checks += [("problem_size", dim, sizes) for dim in self.problem_size or []]
+        for axis in "xyz":
+            checks += [(f"grid_div_{axis}", d, sizes | params) for d in getattr(self, f"grid_div_{axis}") or []]
+        for field, expression, known in checks:
+            try:
+                unknown = names_in(expression) - known
+            except ExpressionError as exc:
+                raise ValueError(f"{field}: {exc}") from None
+            if unknown:
+                raise ValueError(
+                    f"{field}: {expression!r} uses {', '.join(sorted(unknown))}; define it under sizes "
+                    f"(known: {', '.join(sorted(known)) or 'none'})"
+                )
+        if self.problem_size is None and not 1 <= len(self.sizes) <= 3:
+            raise ValueError("problem_size: give it explicitly (e.g. problem_size: [n]) when sizes has more than 3 names")
+
+    # --- derived, used by every service the same way ---
+    @property
+    def output_args(self) -> list[ArgSpec]:
+        return [a for a in self.args if a.is_output]
+
+    def baseline_params(self) -> dict[str, ParamValue]:
+        """The submitted kernel's defines: its `params`, plus Kernel Tuner's default block size."""
+        defaults = {name: DEFAULT_BLOCK.get(name, 1) for name in self.block_size_names}
+        return {**defaults, **self.params}
+
+    def launch_geometry(self, params: dict[str, ParamValue]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(grid, block) for a configuration, in Kernel Tuner's conventions."""
+        env: dict[str, Number] = {**self.sizes, **{k: v for k, v in params.items() if isinstance(v, int | float)}}
+        block = [1, 1, 1]
+        for i, name in enumerate(self.block_size_names):
+            block[i] = int(env.get(name, DEFAULT_BLOCK.get(name, 1)))
+        dims = self.problem_size if self.problem_size is not None else list(self.sizes)
+        grid = [1, 1, 1]
+        for i, dim in enumerate(dims):
+            divisors = getattr(self, f"grid_div_{'xyz'[i]}")
+            if divisors is None:
+                divisors = [self.block_size_names[i]] if i < len(self.block_size_names) else [1]
+            div = math.prod(evaluate(d, env) for d in divisors)
+            grid[i] = math.ceil(evaluate(dim, env) / div)
+        return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
+
+    def shape_of(self, arg: ArgSpec) -> tuple[int, ...]:
+        return tuple(int(evaluate(dim, self.sizes)) for dim in arg.shape or [])
+
+    def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
+        env = {**self.sizes, **{k: v for k, v in params.items() if isinstance(v, int | float)}}
+        return np.dtype(arg.dtype).type(evaluate(arg.value, env))
+
+
+def _check_kernel_defined(source: str, kernel_name: str) -> None:
+    """Catch a misspelt kernel_name before anything compiles: list the kernels the source does define."""
+    kernels = re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?\w[\w:<>\s\*]*?\b(\w+)\s*\(", source)
+    if kernels and kernel_name not in kernels:
+        raise ValueError(f"kernel_name: {kernel_name!r} is not defined in source; it defines {', '.join(kernels)}")
+    if not kernels:
+        raise ValueError("source: no __global__ function found; the source must define the kernel named by kernel_name")
