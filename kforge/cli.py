@@ -117,6 +117,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
 
 @app.command()
 def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. planner or benchmark.0")] = "planner",
+           device: Annotated[str | None, typer.Option(help="CUDA device a benchmark worker uses; default: the "
+                                                      "queue's GPU id (in a container given one GPU, pass 0)")] = None,
            concurrency: int = 1) -> None:
     """Run a Celery worker (needs REDIS_URL). A benchmark.<gpu> worker sees only that GPU."""
     names = [q.strip() for q in queues.split(",") if q.strip()]
@@ -128,7 +130,7 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
         console.print("[red]REDIS_URL is not set[/red]: workers serve a Redis broker; embedded mode needs none")
         raise typer.Exit(2)
     if gpus:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]  # before CUDA initialises anywhere in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = device or gpus[0]  # before CUDA initialises in this process
     from kforge.worker import app as celery
 
     # A GPU worker runs one task at a time in its own process, so a poisoned CUDA context dies with it.

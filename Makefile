@@ -1,0 +1,34 @@
+# kforge: `make install` then `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: install test test-unit test-integration test-gpu serve clean
+
+install: $(BIN)/kforge
+
+$(BIN)/kforge: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+# The whole suite: unit, SQLite and PostgreSQL store contracts, the bus over Redis with real workers.
+# GPU tests are skipped here without a device; run `make test-gpu` on a GPU machine.
+test: install
+	$(BIN)/pytest -q
+
+test-unit: install
+	$(BIN)/pytest -q tests/unit
+
+test-integration: install
+	$(BIN)/pytest -q tests/integration
+
+test-gpu: install
+	$(BIN)/pytest -q -m gpu
+
+serve: install
+	$(BIN)/kforge serve
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,74 @@
+"""Fixtures shared by every test: real databases and brokers on loopback, and the GPU gate."""
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+POSTGRES_ADMIN_URL = os.environ.get("KFORGE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_TEST_URL = os.environ.get("KFORGE_TEST_REDIS", "redis://127.0.0.1:6379/14")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _has_gpu() -> bool:
+    from services.benchmark.gpu import NoCudaDevice, probe
+
+    try:
+        probe(0)
+        return True
+    except NoCudaDevice:
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs a CUDA device: run on the GPU machine")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'events.db'}"
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database per test, dropped afterwards."""
+    name = f"kforge_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request) -> str:
+    """Parametrises a test over both databases the event store supports."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_TEST_URL)
+    client.flushdb()
+    yield REDIS_TEST_URL
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def vector_add_spec():
+    from kforge.specfile import load_spec
+
+    return load_spec(EXAMPLES / "vector_add.cu", EXAMPLES / "vector_add.yaml")
