@@ -5,12 +5,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.panel import Panel
 
 from kforge.render import describe, events_table, jobs_table
 from kforge.specfile import SpecError, load_spec
 from shared import runtime
+from shared.errors import field_errors
 from shared.events import BaselineFailed, Event
 from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
 from shared.projections import job_id_of
@@ -21,14 +23,20 @@ console = Console(highlight=False)
 
 
 def _runtime() -> runtime.Runtime:
-    import kforge.worker  # noqa: F401  (embedded mode runs every service's tasks in this process)
+    try:
+        import kforge.worker  # noqa: F401  (embedded mode runs every service's tasks in this process)
 
-    return runtime.current()
+        return runtime.current()
+    except ValidationError as exc:
+        console.print("[red]invalid setting[/red] in the environment:")
+        for error in field_errors(exc.errors()):
+            console.print(f"  [bold]{error.field}[/bold]: {error.message}")
+        raise typer.Exit(2) from None
 
 
 def _resolve(rt: runtime.Runtime, job: str) -> str:
     """Accept a unique prefix of a job id, as git accepts one of a commit."""
-    matches = [job_id_of(s) for s in rt.store.stream_ids(f"job-{job}")]
+    matches = [job_id_of(s) for s in rt.store.stream_ids(f"job-{job}")] if job else []
     if len(matches) == 1:
         return matches[0]
     reason = "no job starts with" if not matches else f"{len(matches)} jobs start with"
@@ -129,7 +137,11 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
     if not os.environ.get("REDIS_URL"):
         console.print("[red]REDIS_URL is not set[/red]: workers serve a Redis broker; embedded mode needs none")
         raise typer.Exit(2)
+    if device is not None and not gpus:
+        console.print("[red]--device[/red] applies to benchmark.<gpu> workers only: drop it or add the queue")
+        raise typer.Exit(2)
     if gpus:
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # GPU ids mean what nvidia-smi shows
         os.environ["CUDA_VISIBLE_DEVICES"] = device or gpus[0]  # before CUDA initialises in this process
     from kforge.worker import app as celery
 

@@ -24,6 +24,8 @@ def spec_path_for(kernel: Path) -> Path | None:
 def load_spec(kernel: Path | None, spec: Path | None) -> KernelSpec:
     """The spec from `spec` (default: the .yaml beside `kernel`), with its source read from `kernel`,
     or from the spec's `source_file` (relative to the spec) when no kernel file is given."""
+    if kernel is not None and not kernel.is_file():
+        raise SpecError(str(kernel), [FieldError("KERNEL", f"{kernel} does not exist: give the path of a .cu file")])
     if spec is None:
         spec = spec_path_for(kernel) if kernel else None
         if spec is None:

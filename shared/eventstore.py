@@ -83,7 +83,7 @@ class EventStore:
             position = conn.execute(
                 insert(events_table).values(
                     event_id=str(e.event_id), stream_id=stream_id, stream_version=current + offset, type=e.type,
-                    version=e.version, occurred_at=e.occurred_at, payload=e.payload(),
+                    version=e.version, occurred_at=e.occurred_at.astimezone(UTC), payload=e.payload(),
                 ).returning(events_table.c.position)
             ).scalar_one()
             recorded.append(e.model_copy(update={"stream_version": current + offset, "position": position}))
@@ -134,7 +134,7 @@ class EventStore:
     # --- plumbing ----------------------------------------------------------------------------------
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
+        with self.engine.connect() as conn, conn.execution_options(kforge_write=True).begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK_KEY})
             yield conn
@@ -196,14 +196,15 @@ def _engine(url: str) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _sqlite_connect(dbapi_conn, _record):
-        # Let SQLAlchemy, not pysqlite, open transactions, so that BEGIN IMMEDIATE below takes the write
-        # lock at the start: that lock is what orders positions and serialises consumers on SQLite.
+        # Let SQLAlchemy, not pysqlite, open transactions, so that a writer's BEGIN IMMEDIATE below takes
+        # the write lock at the start: that lock orders positions and serialises consumers on SQLite.
         dbapi_conn.isolation_level = None
         dbapi_conn.execute("PRAGMA journal_mode=WAL")
         dbapi_conn.execute("PRAGMA busy_timeout=30000")
 
     @event.listens_for(engine, "begin")
     def _sqlite_begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Readers take no lock (WAL gives them a snapshot); writers take the write lock up front.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("kforge_write") else "BEGIN")
 
     return engine

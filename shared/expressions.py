@@ -17,6 +17,7 @@ _BINARY = {
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _FUNCTIONS = {"min": min, "max": max, "ceil": math.ceil, "floor": math.floor, "int": int}
+_MAX_EXPONENT = 64  # sizes are at most 2**64; a bigger power is a typo or an attempt to stall a worker
 
 
 class ExpressionError(ValueError):
@@ -57,14 +58,27 @@ def _eval(node: ast.AST, variables: Mapping[str, Number], text: str) -> Number:
         return variables[node.id]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _eval(node.left, variables, text), _eval(node.right, variables, text)
-        try:
-            return _BINARY[type(node.op)](left, right)
-        except ZeroDivisionError:
-            raise ExpressionError(f"{text!r} divides by zero") from None
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+            raise ExpressionError(f"{text!r} raises to the power {right}; exponents are limited to {_MAX_EXPONENT}")
+        return _real(text, lambda: _BINARY[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand, variables, text))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
-        return _FUNCTIONS[node.func.id](*(_eval(a, variables, text) for a in node.args))
+        values = [_eval(a, variables, text) for a in node.args]
+        return _real(text, lambda: _FUNCTIONS[node.func.id](*values))
     raise ExpressionError(
         f"{text!r} is not plain arithmetic: use numbers, names, + - * / // % ** and {', '.join(_FUNCTIONS)}()"
     )
+
+
+def _real(text: str, compute) -> Number:
+    """Run one arithmetic step; its failures become ExpressionErrors that quote the expression."""
+    try:
+        result = compute()
+    except ZeroDivisionError:
+        raise ExpressionError(f"{text!r} divides by zero") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ExpressionError(f"{text!r} cannot be evaluated: {exc}") from None
+    if not isinstance(result, int | float):
+        raise ExpressionError(f"{text!r} is not a real number")
+    return result

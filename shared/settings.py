@@ -4,7 +4,9 @@ from functools import cached_property
 from pathlib import Path
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -13,7 +15,7 @@ class Settings(BaseSettings):
     home: Path = Field(Path.home() / ".kforge", validation_alias="KFORGE_HOME")
     database_url_override: str | None = Field(None, validation_alias="DATABASE_URL")
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
-    gpus: list[str] = Field(["0"], validation_alias="KFORGE_GPUS", description="GPU ids with a benchmark worker")
+    gpus: Annotated[list[str], NoDecode] = Field(["0"], validation_alias="KFORGE_GPUS", description="GPU ids with a benchmark worker")
     default_arch: str = Field("sm_90", validation_alias="KFORGE_DEFAULT_ARCH",
                               description="NVRTC target when no device is present to ask")
 

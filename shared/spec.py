@@ -178,10 +178,12 @@ class KernelSpec(_Strict):
 
     def launch_geometry(self, params: dict[str, ParamValue]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(grid, block) for a configuration, in Kernel Tuner's conventions."""
-        env: dict[str, Number] = {**self.sizes, **{k: v for k, v in params.items() if isinstance(v, int | float)}}
+        defaults = {name: DEFAULT_BLOCK.get(name, 1) for name in self.block_size_names}
+        numeric = {k: v for k, v in params.items() if isinstance(v, int | float)}
+        env: dict[str, Number] = {**defaults, **self.sizes, **numeric}
         block = [1, 1, 1]
         for i, name in enumerate(self.block_size_names):
-            block[i] = int(env.get(name, DEFAULT_BLOCK.get(name, 1)))
+            block[i] = int(env[name])
         dims = self.problem_size if self.problem_size is not None else list(self.sizes)
         grid = [1, 1, 1]
         for i, dim in enumerate(dims):
@@ -202,7 +204,8 @@ class KernelSpec(_Strict):
 
 def _check_kernel_defined(source: str, kernel_name: str) -> None:
     """Catch a misspelt kernel_name before anything compiles: list the kernels the source does define."""
-    kernels = re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?\w[\w:<>\s\*]*?\b(\w+)\s*\(", source)
+    declarations = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
+    kernels = re.findall(r"__global__\s+[^;{}()]*?\b(\w+)\s*\(", declarations)
     if kernels and kernel_name not in kernels:
         raise ValueError(f"kernel_name: {kernel_name!r} is not defined in source; it defines {', '.join(kernels)}")
     if not kernels:

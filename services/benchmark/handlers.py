@@ -9,7 +9,7 @@ from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobSubmitted, KernelCompiled,
                            derived_id)
-from shared.eventstore import EventStore
+from shared.eventstore import ConcurrencyConflict, EventStore
 from shared.inputs import make_arrays
 from shared.projections import job_stream
 
@@ -22,7 +22,14 @@ def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
         submitted = next(e for e in history if isinstance(e, JobSubmitted))
         request = next(e for e in history if isinstance(e, BaselineRequested) and e.event_id == request_id)
         outcome = _measure(stream, submitted, request, device_index, default_arch)
-        store.append(stream, outcome, expected_version=None)  # ids derive from the request: a repeat is a no-op
+        try:
+            # Ids derive from the request, so the same outcome appended twice is a no-op.
+            store.append(stream, outcome, expected_version=history[-1].stream_version)
+        except ConcurrencyConflict:
+            # The stream moved while we measured. If another worker answered this request, its answer
+            # stands; otherwise the task is retried and measures again against the new stream.
+            if not _already_answered(store.read_stream(stream), request_id):
+                raise
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} baseline answered"))
 
 

@@ -6,9 +6,10 @@ from services.benchmark import handlers
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import MeasureBaseline
+from shared.eventstore import ConcurrencyConflict
 
 
-@celery_app.task(name=MeasureBaseline.task)
+@celery_app.task(name=MeasureBaseline.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
 def measure_baseline(job_id: str, request_id: str) -> None:
     rt = runtime.current()
     handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), device_index=0,

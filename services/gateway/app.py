@@ -55,9 +55,14 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
 
 
 def _strip_body(errors) -> list:
-    """FastAPI prefixes body fields with 'body'; users know their fields without it."""
+    """FastAPI prefixes body fields with 'body'; users know their fields without it. A JSON syntax error's
+    location is a character offset, which belongs in the message, not the field."""
     out = []
     for error in errors:
         loc = tuple(error["loc"])
+        if error["type"] == "json_invalid":
+            offset = f" at character {loc[1]}" if len(loc) > 1 else ""
+            error = {**error, "msg": f"the request body is not valid JSON{offset}: send the spec as a JSON object"}
+            loc = ()
         out.append({**error, "loc": loc[1:] if loc[:1] == ("body",) else loc})
     return out

@@ -19,8 +19,9 @@ def catch_up(store: EventStore, bus: Bus, gpus: list[str]) -> int:
             if event is None:
                 return processed
             if event.stream_id.startswith("job-"):
-                history = consumption.read_stream(event.stream_id, up_to_position=event.position)
-                reaction = react(event, project_job(history), gpus)
+                # The job as it is now, not as of the event: a result queued behind another for a job
+                # that has since finished must see that it finished.
+                reaction = react(event, project_job(consumption.read_stream(event.stream_id)), gpus)
                 # The consuming transaction holds the store's write lock, so no other writer can move the
                 # stream between this read and this append; derived ids make a repeat a no-op.
                 consumption.append(event.stream_id, reaction.events, expected_version=None)

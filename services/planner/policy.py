@@ -1,4 +1,4 @@
-"""What the planner does in reaction to one event, given the job as of that event: a pure function.
+"""What the planner does in reaction to one event, given the job's current state: a pure function.
 
 Every event the planner appends gets an id derived from the event it reacts to, so deciding twice
 (a redelivered or restarted planner) yields the same ids and the store keeps only the first.
@@ -25,8 +25,8 @@ NOTHING = Reaction()
 
 
 def react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
-    if job.finished and not isinstance(event, JobCompleted | JobFailed):
-        return NOTHING  # a late result for a finished job changes nothing
+    if job.finished:
+        return NOTHING  # a late result, or a request still in the log, changes nothing for a finished job
     return _react(event, job, gpus)
 
 

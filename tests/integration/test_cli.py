@@ -1,0 +1,185 @@
+"""The real `kforge` console script, run as a subprocess in embedded mode (SQLite under KFORGE_HOME)."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+KFORGE = Path(sys.executable).parent / "kforge"
+EVENT_TYPES = ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineFailed", "JobFailed"]
+
+
+def _has_gpu() -> bool:
+    from services.benchmark.gpu import NoCudaDevice, probe
+
+    try:
+        probe(0)
+        return True
+    except NoCudaDevice:
+        return False
+
+
+HAS_GPU = _has_gpu()
+pytestmark = pytest.mark.skipif(not KFORGE.exists(), reason=f"console script {KFORGE} not installed")
+no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the job measures a baseline instead of failing")
+
+
+def kforge(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
+    env.update(KFORGE_HOME=str(home), COLUMNS="200", NO_COLOR="1")
+    return subprocess.run([str(KFORGE), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _out(result: subprocess.CompletedProcess) -> str:
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """One `kforge tune` of vector_add, shared by the tests that read the job back."""
+    home = tmp_path_factory.mktemp("kforge-home")
+    result = kforge(home, "tune", "examples/vector_add.cu", "--spec", "examples/vector_add.yaml")
+    match = re.search(r"job (\w+) submitted", result.stdout)
+    assert match, _out(result)
+    return home, match.group(1), result
+
+
+@no_gpu_only
+def test_tune_fails_at_device_stage_without_a_gpu(tuned):
+    home, job_id, result = tuned
+    out = _out(result)
+    assert result.returncode == 1, out
+    assert "embedded" in out
+    assert "no CUDA device" in out
+    assert "failed at device" in out
+    assert "Traceback" not in out
+    # progress lines, one per event, in order
+    progress = [line.split()[1] for line in result.stdout.splitlines() if re.match(r"^\s+\d+ \w+", line)]
+    assert progress == EVENT_TYPES
+    assert (home / "kforge.db").exists()
+
+
+@no_gpu_only
+def test_jobs_lists_the_job(tuned):
+    home, job_id, _ = tuned
+    result = kforge(home, "jobs")
+    assert result.returncode == 0, _out(result)
+    (row,) = [line for line in result.stdout.splitlines() if job_id in line]
+    assert "vector_add" in row and "baseline" in row and "failed" in row
+
+
+@no_gpu_only
+def test_events_by_prefix_lists_the_five_events_in_order(tuned):
+    home, job_id, _ = tuned
+    result = kforge(home, "events", job_id[:5])
+    assert result.returncode == 0, _out(result)
+    rows = [line for line in result.stdout.splitlines() if any(t in line for t in EVENT_TYPES)]
+    assert [next(t for t in EVENT_TYPES if t in row) for row in rows] == EVENT_TYPES
+    numbers = [int(re.search(r"\d+", row).group()) for row in rows]
+    assert numbers == [1, 2, 3, 4, 5]
+    assert "no CUDA device" in rows[3] and "no CUDA device" in rows[4]
+
+
+@no_gpu_only
+def test_events_json_prints_one_object_per_event(tuned):
+    home, job_id, _ = tuned
+    result = kforge(home, "events", job_id, "--json")
+    assert result.returncode == 0, _out(result)
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 5
+    events = [json.loads(line) for line in lines]
+    assert [e["type"] for e in events] == EVENT_TYPES
+    positions = [e["position"] for e in events]
+    assert all(a < b for a, b in zip(positions, positions[1:]))
+    assert [e["stream_version"] for e in events] == [1, 2, 3, 4, 5]
+    assert {e["stream_id"] for e in events} == {f"job-{job_id}"}
+    assert events[0]["spec"]["kernel_name"] == "vector_add"
+    assert events[3]["stage"] == "device" and events[3]["reason"].startswith("no CUDA device")
+    assert events[2]["request_id"] == events[1]["event_id"]
+
+
+@no_gpu_only
+def test_show_by_prefix_shows_the_failure(tuned):
+    home, job_id, _ = tuned
+    result = kforge(home, "show", job_id[:6])
+    assert result.returncode == 0, _out(result)
+    assert job_id in result.stdout
+    assert "device: no CUDA device" in result.stdout
+
+
+def test_show_unknown_job_exits_2_with_a_hint(tmp_path):
+    result = kforge(tmp_path, "show", "nosuchjob")
+    out = _out(result)
+    assert result.returncode == 2, out
+    assert "no job starts with 'nosuchjob'" in out
+    assert "kforge jobs" in out
+    assert "Traceback" not in out
+
+
+BAD_SPEC = """\
+kernel_name: vector_add
+sizes: {n: 1024}
+args:
+  - {name: c, dtype: float, shape: [n], role: out}
+  - {name: a, dtype: float32, shape: [n]}
+  - {name: b, dtype: float32, shape: [n]}
+  - {name: n, dtype: int32, value: n}
+params: {block_size_x: 256}
+tune_param: {block_size_x: [32, 64]}
+"""
+
+
+def test_invalid_spec_exits_2_naming_each_field_and_its_fix(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(BAD_SPEC)
+
+    result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--spec", str(spec))
+
+    out = _out(result)
+    assert result.returncode == 2, out
+    assert "invalid submission" in out and str(spec) in out
+    (dtype_line,) = [line for line in out.splitlines() if "args[0].dtype" in line]
+    assert "'float' is not a dtype" in dtype_line and "float32" in dtype_line
+    (field_line,) = [line for line in out.splitlines() if line.strip().startswith("tune_param:")]
+    assert "unknown field" in field_line and "did you mean 'tune_params'?" in field_line
+    assert "Traceback" not in out
+    assert "submitted" not in out  # nothing was submitted
+
+
+def test_invalid_yaml_reports_the_line(tmp_path):
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("kernel_name: vector_add\nargs: [\n")
+
+    result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--spec", str(spec))
+
+    out = _out(result)
+    assert result.returncode == 2, out
+    assert "not valid YAML at line" in out
+    assert "Traceback" not in out
+
+
+def test_missing_spec_beside_the_kernel_prints_the_spec_hint(tmp_path):
+    kernel = tmp_path / "lonely.cu"
+    kernel.write_text((EXAMPLES / "vector_add.cu").read_text())
+
+    result = kforge(tmp_path, "tune", str(kernel))
+
+    out = _out(result)
+    assert result.returncode == 2, out
+    assert "no spec given and none beside" in out
+    assert "pass --spec SPEC.yaml" in out
+    assert str(tmp_path / "lonely.yaml") in out
+    assert "Traceback" not in out
+
+
+def test_worker_without_redis_exits_2(tmp_path):
+    result = kforge(tmp_path, "worker")
+    out = _out(result)
+    assert result.returncode == 2, out
+    assert "REDIS_URL is not set" in out
+    assert "Traceback" not in out

@@ -1,0 +1,111 @@
+"""Safe arithmetic for spec fields: what is evaluated, what is refused, and how the refusal reads."""
+import math
+
+import pytest
+
+from shared.expressions import ExpressionError, evaluate, names_in
+
+
+@pytest.mark.parametrize("expression, variables, expected", [
+    ("1 + 2 * 3", {}, 7),
+    ("(1 + 2) * 3", {}, 9),
+    ("n - 1", {"n": 10}, 9),
+    ("n / 4", {"n": 10}, 2.5),
+    ("n // 4", {"n": 10}, 2),
+    ("n % 4", {"n": 10}, 2),
+    ("2 ** k", {"k": 10}, 1024),
+    ("-n + +m", {"n": 3, "m": 5}, 2),
+    ("n * m", {"n": 3, "m": 0.5}, 1.5),
+    ("  n  ", {"n": 8}, 8),
+    ("block_size_x * tile_x", {"block_size_x": 32, "tile_x": 4}, 128),
+])
+def test_arithmetic(expression, variables, expected):
+    assert evaluate(expression, variables) == expected
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("min(n, 100)", 100),
+    ("max(n, 100)", 4096),
+    ("min(n, m, 7)", 7),
+    ("ceil(n / 1000)", math.ceil(4096 / 1000)),
+    ("floor(n / 1000)", 4),
+    ("int(n / 3)", 1365),
+    ("ceil(n / max(m, 1)) * 2", 2 * math.ceil(4096 / 9)),
+])
+def test_functions(expression, expected):
+    assert evaluate(expression, {"n": 4096, "m": 9}) == expected
+
+
+def test_numbers_pass_through_and_booleans_are_refused():
+    assert evaluate(5, {}) == 5
+    assert evaluate(2.5, {}) == 2.5
+    with pytest.raises(ExpressionError, match="boolean"):
+        evaluate(True, {})
+    with pytest.raises(ExpressionError, match="not plain arithmetic"):
+        evaluate("True", {})
+
+
+def test_unknown_name_lists_the_known_names():
+    with pytest.raises(ExpressionError) as info:
+        evaluate("n * tile", {"n": 1, "block_size_x": 2})
+
+    message = str(info.value)
+    assert "'tile'" in message
+    assert "not defined" in message
+    assert "known names: block_size_x, n" in message
+
+
+def test_unknown_name_with_nothing_known():
+    with pytest.raises(ExpressionError, match=r"known names: none"):
+        evaluate("n", {})
+
+
+@pytest.mark.parametrize("expression", [
+    "__import__('os')",
+    "__import__('os').system('true')",
+    "n.real",
+    "n.__class__",
+    "(lambda: 1)()",
+    "lambda: 1",
+    "open('/etc/passwd')",
+    "abs(n)",
+    "[n, n]",
+    "n if n else 1",
+    "n < 2",
+    "'text'",
+    "min(n, key=abs)",
+    "x[0]",
+])
+def test_anything_but_arithmetic_is_refused(expression):
+    with pytest.raises(ExpressionError) as info:
+        evaluate(expression, {"n": 4, "x": 1})
+    message = str(info.value)
+    assert "not plain arithmetic" in message
+    assert "min, max, ceil, floor, int" in message  # says what is allowed
+
+
+def test_syntax_error_is_an_expression_error():
+    with pytest.raises(ExpressionError, match=r"'n \+' is not a valid expression"):
+        evaluate("n +", {"n": 1})
+    with pytest.raises(ExpressionError, match="not a valid expression"):
+        names_in("import os")
+
+
+@pytest.mark.parametrize("expression", ["n / 0", "n // (m - m)", "n % 0", "ceil(1 / (n - 4))"])
+def test_division_by_zero(expression):
+    with pytest.raises(ExpressionError) as info:
+        evaluate(expression, {"n": 4, "m": 2})
+    assert str(info.value) == f"{expression!r} divides by zero"
+
+
+def test_names_in():
+    assert names_in("n * m + ceil(k / block_size_x)") == {"n", "m", "k", "block_size_x"}
+    assert names_in("min(1, 2)") == set()
+    assert names_in(42) == set()
+    assert names_in(1.5) == set()
+
+
+@pytest.mark.parametrize("expression", ["max(n)", "min()", "ceil(n, 2)"])
+def test_wrong_function_arity_is_an_expression_error(expression):
+    with pytest.raises(ExpressionError):
+        evaluate(expression, {"n": 4})
