@@ -14,17 +14,10 @@ from shared.events import BaselineMeasured, JobSubmitted
 from shared.eventstore import EventStore
 from shared.inputs import make_arrays
 from shared.projections import project_job
+from tests.fakes import RecordingBus
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.gpu
-
-
-class RecordingBus:
-    def __init__(self):
-        self.messages = []
-
-    def dispatch(self, message):
-        self.messages.append(message)
 
 
 def _compile(spec, params):

@@ -7,24 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import HAS_GPU
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 KFORGE = Path(sys.executable).parent / "kforge"
 EVENT_TYPES = ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineFailed", "JobFailed"]
 
-
-def _has_gpu() -> bool:
-    from services.benchmark.gpu import NoCudaDevice, probe
-
-    try:
-        probe(0)
-        return True
-    except NoCudaDevice:
-        return False
-
-
-HAS_GPU = _has_gpu()
 pytestmark = pytest.mark.skipif(not KFORGE.exists(), reason=f"console script {KFORGE} not installed")
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the job measures a baseline instead of failing")
 

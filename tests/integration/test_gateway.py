@@ -12,29 +12,10 @@ from shared.contracts import PlannerCatchUp
 from shared.eventstore import EventStore
 from shared.runtime import Runtime
 from shared.settings import Settings
+from tests.conftest import HAS_GPU
+from tests.fakes import RecordingBus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _has_gpu() -> bool:
-    from services.benchmark.gpu import NoCudaDevice, probe
-
-    try:
-        probe(0)
-        return True
-    except NoCudaDevice:
-        return False
-
-
-HAS_GPU = _has_gpu()
-
-
-class RecordingBus:
-    def __init__(self):
-        self.messages = []
-
-    def dispatch(self, message) -> None:
-        self.messages.append(message)
 
 
 @pytest.fixture

@@ -11,30 +11,12 @@ from shared.events import BaselineFailed, BaselineRequested, JobSubmitted, Kerne
 from shared.eventstore import EventStore
 from shared.projections import job_stream, project_job
 from shared.spec import KernelSpec
+from tests.conftest import HAS_GPU
+from tests.fakes import RecordingBus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-
-def _has_gpu() -> bool:
-    from services.benchmark.gpu import NoCudaDevice, probe
-
-    try:
-        probe(0)
-        return True
-    except NoCudaDevice:
-        return False
-
-
-HAS_GPU = _has_gpu()
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the baseline is measured, not refused")
-
-
-class RecordingBus:
-    def __init__(self):
-        self.messages = []
-
-    def dispatch(self, message) -> None:
-        self.messages.append(message)
 
 
 @pytest.fixture

@@ -15,19 +15,10 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
                            KernelCompiled, StepPlanned)
 from shared.eventstore import EventStore
 from shared.projections import project_job
+from tests.fakes import RecordingBus
 
 GPUS = ["0", "1", "2"]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class RecordingBus:
-    """The bus port, kept in memory: what the planner sends is what we inspect."""
-
-    def __init__(self):
-        self.sent: list[Message] = []
-
-    def dispatch(self, message: Message) -> None:
-        self.sent.append(message)
 
 
 class BrokenBus:
@@ -197,7 +188,7 @@ def test_catch_up_runs_a_job_to_its_baseline_request(store, vector_add_spec):
     stream = store.read_stream(job.stream_id)
     assert [e.type for e in stream] == ["JobSubmitted", "BaselineRequested"]
     request = stream[1]
-    [message] = bus.sent
+    [message] = bus.messages
     assert message.task == MeasureBaseline.task
     assert message.message_id == str(request.event_id)
     assert message.queue == request.queue
@@ -208,7 +199,7 @@ def test_catch_up_runs_a_job_to_its_baseline_request(store, vector_add_spec):
     # Nothing new: a second catch-up processes, appends and sends nothing.
     log = store.read_all()
     assert handlers.catch_up(store, bus, GPUS) == 0
-    assert len(bus.sent) == 1
+    assert len(bus.messages) == 1
     assert store.read_all() == log
 
 
@@ -224,7 +215,7 @@ def test_catch_up_after_a_crash_appends_no_duplicates(store, vector_add_spec):
 
     stream = store.read_stream(job.stream_id)
     assert [e.event_id for e in stream] == [job.event_id, request.event_id]
-    assert [m.message_id for m in bus.sent] == [str(request.event_id)]
+    assert [m.message_id for m in bus.messages] == [str(request.event_id)]
 
     # The benchmark worker reports; the planner completes the job, once.
     result = measured(request)
@@ -233,7 +224,7 @@ def test_catch_up_after_a_crash_appends_no_duplicates(store, vector_add_spec):
     stream = store.read_stream(job.stream_id)
     assert [e.type for e in stream] == ["JobSubmitted", "BaselineRequested", "BaselineMeasured", "JobCompleted"]
     assert "1.5000 ms" in stream[-1].summary
-    assert len(bus.sent) == 1
+    assert len(bus.messages) == 1
     assert handlers.catch_up(store, bus, GPUS) == 0
     assert store.stream_version(job.stream_id) == 4
 
@@ -260,7 +251,7 @@ def test_replaying_the_whole_log_appends_nothing(store, vector_add_spec):
 
     assert handlers.catch_up(store, bus, GPUS) == len(log)
     assert store.read_all() == log
-    assert [m.message_id for m in bus.sent] == [str(request.event_id)]
+    assert [m.message_id for m in bus.messages] == [str(request.event_id)]
 
 
 def test_failed_dispatch_rolls_back_and_is_retried(store, vector_add_spec):
@@ -277,7 +268,7 @@ def test_failed_dispatch_rolls_back_and_is_retried(store, vector_add_spec):
 
     bus = RecordingBus()
     assert handlers.catch_up(store, bus, GPUS) == 1
-    assert [m.message_id for m in bus.sent] == [str(stream[1].event_id)]
+    assert [m.message_id for m in bus.messages] == [str(stream[1].event_id)]
     assert store.read_stream(job.stream_id) == stream
 
 
@@ -304,7 +295,7 @@ def test_catch_up_fails_a_job_ignores_late_results_and_skips_other_streams(store
     assert [e.type for e in store.read_stream(job.stream_id)][-2:] == ["JobFailed", "BaselineMeasured"]
     assert project_job(store.read_stream(job.stream_id)).status == "failed"
 
-    assert len(bus.sent) == 1
+    assert len(bus.messages) == 1
     assert store.read_stream("audit-1")[0].summary == "not a job stream"
     assert store.stream_version("audit-1") == 1
     assert store.tracked_position(handlers.CONSUMER) == store.read_all()[-1].position
