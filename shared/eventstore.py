@@ -91,11 +91,8 @@ class EventStore:
 
     # --- reading ---------------------------------------------------------------------------------
     def read_stream(self, stream_id: str, up_to_position: int | None = None) -> list[Event]:
-        query = select(events_table).where(events_table.c.stream_id == stream_id)
-        if up_to_position is not None:
-            query = query.where(events_table.c.position <= up_to_position)
         with self.engine.connect() as conn:
-            return [self._decode(r) for r in conn.execute(query.order_by(events_table.c.stream_version))]
+            return [self._decode(r) for r in conn.execute(_stream_query(stream_id, up_to_position))]
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Event]:
         """Events of every stream in global order, for catch-up subscriptions."""
@@ -169,11 +166,7 @@ class Consumption:
         return self._store._decode(row) if row else None
 
     def read_stream(self, stream_id: str, up_to_position: int | None = None) -> list[Event]:
-        query = select(events_table).where(events_table.c.stream_id == stream_id)
-        if up_to_position is not None:
-            query = query.where(events_table.c.position <= up_to_position)
-        rows = self._conn.execute(query.order_by(events_table.c.stream_version))
-        return [self._store._decode(r) for r in rows]
+        return [self._store._decode(r) for r in self._conn.execute(_stream_query(stream_id, up_to_position))]
 
     def append(self, stream_id: str, events: Sequence[Event], expected_version: int | None) -> list[Event]:
         return self._store._append(self._conn, stream_id, events, expected_version)
@@ -185,6 +178,13 @@ class Consumption:
             self._conn.execute(tracking_table.update().where(tracking_table.c.consumer == self.consumer)
                                .values(position=position))
         self.position = position
+
+
+def _stream_query(stream_id: str, up_to_position: int | None):
+    query = select(events_table).where(events_table.c.stream_id == stream_id)
+    if up_to_position is not None:
+        query = query.where(events_table.c.position <= up_to_position)
+    return query.order_by(events_table.c.stream_version)
 
 
 def _engine(url: str) -> Engine:

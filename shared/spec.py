@@ -173,14 +173,19 @@ class KernelSpec(_Strict):
 
     def baseline_params(self) -> dict[str, ParamValue]:
         """The submitted kernel's defines: its `params`, plus Kernel Tuner's default block size."""
-        defaults = {name: DEFAULT_BLOCK.get(name, 1) for name in self.block_size_names}
-        return {**defaults, **self.params}
+        return {**self._block_defaults(), **self.params}
+
+    def _block_defaults(self) -> dict[str, int]:
+        return {name: DEFAULT_BLOCK.get(name, 1) for name in self.block_size_names}
+
+    def _variables(self, params: dict[str, ParamValue]) -> dict[str, Number]:
+        """What expressions may name: default block sizes, size variables and numeric parameters."""
+        numeric = {k: v for k, v in params.items() if isinstance(v, int | float)}
+        return {**self._block_defaults(), **self.sizes, **numeric}
 
     def launch_geometry(self, params: dict[str, ParamValue]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(grid, block) for a configuration, in Kernel Tuner's conventions."""
-        defaults = {name: DEFAULT_BLOCK.get(name, 1) for name in self.block_size_names}
-        numeric = {k: v for k, v in params.items() if isinstance(v, int | float)}
-        env: dict[str, Number] = {**defaults, **self.sizes, **numeric}
+        env = self._variables(params)
         block = [1, 1, 1]
         for i, name in enumerate(self.block_size_names):
             block[i] = int(env[name])
@@ -198,8 +203,7 @@ class KernelSpec(_Strict):
         return tuple(int(evaluate(dim, self.sizes)) for dim in arg.shape or [])
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
-        env = {**self.sizes, **{k: v for k, v in params.items() if isinstance(v, int | float)}}
-        return np.dtype(arg.dtype).type(evaluate(arg.value, env))
+        return np.dtype(arg.dtype).type(evaluate(arg.value, self._variables(params)))
 
 
 def _check_kernel_defined(source: str, kernel_name: str) -> None:

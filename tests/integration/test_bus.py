@@ -114,6 +114,9 @@ def test_celery_is_configured_for_safe_redelivery(tmp_path):
     assert app.conf.task_acks_late and app.conf.task_reject_on_worker_lost
     assert app.conf.worker_prefetch_multiplier == 1
     assert app.conf.broker_transport_options["visibility_timeout"] >= 3600
+    routes = app.amqp.router.route({}, "verifier.check_candidate")
+    assert routes["queue"].name == "verifier"
+    assert app.amqp.router.route({}, "planner.catch_up")["queue"].name == "planner"
 
 
 def test_in_process_bus_runs_tasks_in_order_and_survives_a_failing_task(tmp_path):
