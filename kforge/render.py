@@ -12,8 +12,8 @@ def describe(event: Event) -> str:
             return f"{spec.kernel_name}, strategy {spec.strategy.name}, sizes {spec.sizes}"
         case BaselineRequested(queue=queue, params=params):
             return f"to {queue} with {params}"
-        case KernelCompiled(arch=arch, compile_ms=ms):
-            return f"NVRTC {arch} in {ms:.0f} ms"
+        case KernelCompiled(arch=arch, compile_ms=ms, cache_hit=hit):
+            return f"NVRTC {arch}: " + ("from the compile cache" if hit else f"compiled in {ms:.0f} ms")
         case BaselineMeasured(median_ms=ms, device=device, samples_ms=samples, replay=replay):
             return f"{ms:.4f} ms median of {len(samples)} on {device}" + (" [REPLAY]" if replay else "")
         case BaselineFailed(stage=stage, reason=reason):

@@ -74,6 +74,7 @@ class KernelCompiled(Event):
     arch: str
     compile_ms: float
     cache_key: str
+    cache_hit: bool = False  # compile_ms is then the time of the original compilation
     log: str = ""
 
 

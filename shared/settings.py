@@ -32,5 +32,10 @@ class Settings(BaseSettings):
         return f"sqlite:///{self.home / 'kforge.db'}"
 
     @property
+    def compile_cache(self) -> Path:
+        """Where benchmark workers keep compiled kernels, by content hash."""
+        return self.home / "compile-cache"
+
+    @property
     def embedded(self) -> bool:
         return self.redis_url is None

@@ -15,8 +15,11 @@ from shared.spec import ParamValue
 
 class CompileError(RuntimeError):
     def __init__(self, message: str, log: str):
-        super().__init__(message)
+        super().__init__(message, log)  # both in args, so the error pickles back from a pool process
         self.log = log
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 @dataclass(frozen=True)

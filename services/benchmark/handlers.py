@@ -5,6 +5,7 @@ from uuid import UUID
 import numpy as np
 
 from services.benchmark import compiler, gpu
+from services.benchmark.compile_cache import CompileCache
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobSubmitted, KernelCompiled,
@@ -15,13 +16,13 @@ from shared.projections import job_stream
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, device_index: int,
-                     default_arch: str) -> None:
+                     default_arch: str, cache: CompileCache | None = None) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
     if not _already_answered(history, request_id):
         submitted = next(e for e in history if isinstance(e, JobSubmitted))
         request = next(e for e in history if isinstance(e, BaselineRequested) and e.event_id == request_id)
-        outcome = _measure(stream, submitted, request, device_index, default_arch)
+        outcome = _measure(stream, submitted, request, device_index, default_arch, cache)
         try:
             # Ids derive from the request, so the same outcome appended twice is a no-op.
             store.append(stream, outcome, expected_version=history[-1].stream_version)
@@ -38,7 +39,7 @@ def _already_answered(history: list[Event], request_id: UUID) -> bool:
 
 
 def _measure(stream: str, submitted: JobSubmitted, request: BaselineRequested, device_index: int,
-             default_arch: str) -> list[Event]:
+             default_arch: str, cache: CompileCache | None) -> list[Event]:
     spec, rid = submitted.spec, request.event_id
 
     def failed(stage: str, reason: str, log: str = "") -> BaselineFailed:
@@ -52,12 +53,20 @@ def _measure(stream: str, submitted: JobSubmitted, request: BaselineRequested, d
         device, no_device = None, str(exc)
     # Compile even without a device: a compile error is the more useful message, and NVRTC needs no GPU.
     arch = spec.benchmark.arch or (device.arch if device else default_arch)
-    try:
-        kernel = compiler.compile_kernel(spec.source, spec.kernel_name, request.params, spec.compiler_options, arch)
-    except compiler.CompileError as exc:
-        return [failed("compile", str(exc), exc.log)]
+    flags = compiler.compile_options(request.params, spec.compiler_options, arch)
+    kernel = cache.get(compiler.cache_key(spec.source, spec.kernel_name, flags)) if cache else None
+    cache_hit = kernel is not None
+    if kernel is None:
+        try:
+            kernel = compiler.compile_kernel(spec.source, spec.kernel_name, request.params, spec.compiler_options,
+                                             arch)
+        except compiler.CompileError as exc:
+            return [failed("compile", str(exc), exc.log)]
+        if cache:
+            cache.put(kernel)
     compiled = KernelCompiled(event_id=derived_id(rid, "KernelCompiled"), stream_id=stream, request_id=rid,
-                              arch=arch, compile_ms=kernel.compile_ms, cache_key=kernel.cache_key, log=kernel.log)
+                              arch=arch, compile_ms=kernel.compile_ms, cache_key=kernel.cache_key,
+                              cache_hit=cache_hit, log=kernel.log)
     if device is None:
         return [compiled, failed("device", no_device)]
     grid, block = spec.launch_geometry(request.params)

@@ -12,6 +12,7 @@ from shared.eventstore import EventStore
 from shared.projections import job_stream, project_job
 from shared.spec import KernelSpec
 from tests.conftest import HAS_GPU
+from services.benchmark.compile_cache import CompileCache
 from tests.fakes import RecordingBus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -138,3 +139,15 @@ def test_planner_turns_the_answer_into_job_failed(store, bus):
     (job_failed,) = reaction.events
     assert job_failed.type == "JobFailed"
     assert job_failed.stage == "compile" and job_failed.reason == history[-1].reason
+
+
+def test_a_second_job_with_the_same_kernel_is_served_from_the_compile_cache(store, bus, tmp_path):
+    cache = CompileCache(tmp_path / "cubins")
+    compiled = []
+    for job in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        job_id, request = _job_with_request(store, _spec(), job_id=job)
+        measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90", cache=cache)
+        compiled += [e for e in store.read_stream(job_stream(job_id)) if isinstance(e, KernelCompiled)]
+    assert [c.cache_hit for c in compiled] == [False, True]
+    assert compiled[0].cache_key == compiled[1].cache_key
+    assert (cache.misses, cache.hits) == (1, 1)

@@ -1,0 +1,61 @@
+"""Compile many configurations at once on the CPU cores, handing each result over as soon as it exists,
+so the GPU can time the first cubin while the rest still compile.
+
+The pool's processes are spawned, never forked: a forked child of a process that holds a CUDA context
+inherits a context it cannot use.
+"""
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from services.benchmark.compiler import CompiledKernel, CompileError, cache_key, compile_kernel, compile_options
+from services.benchmark.compile_cache import CompileCache
+from shared.spec import ParamValue
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    index: int  # position of the configuration in the request
+    params: dict[str, ParamValue]
+    kernel: CompiledKernel | None
+    error: CompileError | None
+    cache_hit: bool
+
+
+class CompilePool:
+    def __init__(self, workers: int, cache: CompileCache | None = None):
+        self.cache = cache
+        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def compile_all(self, source: str, kernel_name: str, configs: list[dict[str, ParamValue]], options: list[str],
+                    arch: str) -> Iterator[CompileOutcome]:
+        """Yield one outcome per configuration, cache hits first, the rest in order of completion."""
+        pending: dict[Future, tuple[int, dict[str, ParamValue]]] = {}
+        for index, params in enumerate(configs):
+            key = cache_key(source, kernel_name, compile_options(params, options, arch))
+            cached = self.cache.get(key) if self.cache else None
+            if cached is not None:
+                yield CompileOutcome(index, params, cached, None, cache_hit=True)
+                continue
+            future = self._executor.submit(compile_kernel, source, kernel_name, params, options, arch)
+            pending[future] = (index, params)
+        for future in as_completed(pending):
+            index, params = pending[future]
+            try:
+                kernel = future.result()
+            except CompileError as exc:
+                yield CompileOutcome(index, params, None, exc, cache_hit=False)
+                continue
+            if self.cache:
+                self.cache.put(kernel)
+            yield CompileOutcome(index, params, kernel, None, cache_hit=False)
+
+    def close(self) -> None:
+        self._executor.shutdown(cancel_futures=True)
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

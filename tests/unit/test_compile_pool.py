@@ -1,0 +1,80 @@
+"""The compile cache and the parallel compile pool, with real NVRTC (no GPU needed)."""
+import itertools
+
+import pytest
+
+from kforge.specfile import load_spec
+from services.benchmark.compile_cache import CompileCache
+from services.benchmark.compile_pool import CompilePool
+from services.benchmark.compiler import CompileError, compile_kernel
+from tests.conftest import EXAMPLES
+
+ARCH = "sm_90"
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    return load_spec(EXAMPLES / "matmul.cu", EXAMPLES / "matmul.yaml")
+
+
+def matmul_configs(spec, count):
+    space = itertools.product(*spec.tune_params.values())
+    return [dict(zip(spec.tune_params, values)) for values in itertools.islice(space, count)]
+
+
+def test_cache_misses_then_hits_with_the_same_cubin(tmp_path, matmul):
+    cache = CompileCache(tmp_path)
+    kernel = compile_kernel(matmul.source, matmul.kernel_name, matmul.params, [], ARCH)
+    assert cache.get(kernel.cache_key) is None
+    cache.put(kernel)
+    again = CompileCache(tmp_path).get(kernel.cache_key)  # a new process sees what another stored
+    assert again == kernel
+    assert (cache.hits, cache.misses, cache.hit_rate) == (0, 1, 0.0)
+
+
+def test_a_half_written_entry_is_a_miss_not_an_error(tmp_path, matmul):
+    cache = CompileCache(tmp_path)
+    kernel = compile_kernel(matmul.source, matmul.kernel_name, matmul.params, [], ARCH)
+    cache.put(kernel)
+    cubin, meta = cache._paths(kernel.cache_key)
+    meta.write_text("{")  # as a crashed writer might leave it
+    assert cache.get(kernel.cache_key) is None and cache.misses == 1
+
+
+def test_the_pool_compiles_every_config_like_a_serial_compile(tmp_path, matmul):
+    configs = matmul_configs(matmul, 6)
+    with CompilePool(workers=2, cache=CompileCache(tmp_path)) as pool:
+        outcomes = list(pool.compile_all(matmul.source, matmul.kernel_name, configs, [], ARCH))
+    assert sorted(o.index for o in outcomes) == list(range(6))
+    for outcome in outcomes:
+        assert outcome.params == configs[outcome.index] and outcome.error is None and not outcome.cache_hit
+        serial = compile_kernel(matmul.source, matmul.kernel_name, outcome.params, [], ARCH)
+        assert outcome.kernel.cache_key == serial.cache_key and outcome.kernel.cubin == serial.cubin
+
+
+def test_a_second_request_is_served_from_the_cache(tmp_path, matmul):
+    configs = matmul_configs(matmul, 4)
+    cache = CompileCache(tmp_path)
+    with CompilePool(workers=2, cache=cache) as pool:
+        first = list(pool.compile_all(matmul.source, matmul.kernel_name, configs, [], ARCH))
+        second = list(pool.compile_all(matmul.source, matmul.kernel_name, configs, [], ARCH))
+    assert not any(o.cache_hit for o in first) and all(o.cache_hit for o in second)
+    assert {o.index: o.kernel.cubin for o in first} == {o.index: o.kernel.cubin for o in second}
+    assert (cache.misses, cache.hits) == (4, 4)
+
+
+def test_a_config_that_fails_to_compile_is_reported_and_the_rest_compile(tmp_path, matmul):
+    # Shared memory scales with the tile: 32 x (32*64) floats is far over the 48 KiB static limit.
+    configs = [matmul.params, {**matmul.params, "block_size_y": 32, "tile_size_y": 64}]
+    with CompilePool(workers=2) as pool:
+        outcomes = {o.index: o for o in pool.compile_all(matmul.source, matmul.kernel_name, configs, [], ARCH)}
+    assert outcomes[0].kernel is not None
+    assert isinstance(outcomes[1].error, CompileError) and "shared" in outcomes[1].error.log.lower()
+
+
+def test_pool_processes_are_spawned_not_forked():
+    pool = CompilePool(workers=1)
+    try:
+        assert pool._executor._mp_context.get_start_method() == "spawn"
+    finally:
+        pool.close()
