@@ -49,6 +49,8 @@ def tune(
     kernel: Annotated[Path, typer.Argument(help="CUDA source file holding the kernel")],
     spec: Annotated[Path | None, typer.Option("--spec", help="YAML spec; default: KERNEL with .yaml")] = None,
     timeout: Annotated[float, typer.Option(help="seconds to follow the job before returning")] = 3600,
+    replay: Annotated[bool, typer.Option("--replay", help="use measurements recorded on a GPU machine "
+                                                          "(labelled replay) instead of measuring here")] = False,
 ) -> None:
     """Submit KERNEL and follow the job until it finishes."""
     try:
@@ -58,6 +60,9 @@ def tune(
         for error in exc.errors:
             console.print(f"  [bold]{error.field or '(spec)'}[/bold]: {error.message}")
         raise typer.Exit(2) from None
+    if replay:
+        kernel_spec = kernel_spec.model_copy(update={"benchmark": kernel_spec.benchmark.model_copy(
+            update={"replay": True})})
     rt = _runtime()
     mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
     job_id = submit_job(rt.store, rt.bus, kernel_spec)
@@ -76,10 +81,21 @@ def tune(
     if view.status == "failed":
         console.print(f"[red]failed[/red] at {view.failed_stage}: {view.failure}")
         if view.failed_stage == "device":
-            console.print("kforge measures on an NVIDIA GPU: run this on a machine with one and its driver.")
+            _offer_replay(kernel_spec, kernel, spec)
         raise typer.Exit(1)
     console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
     raise typer.Exit(3)
+
+
+def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:
+    from services.benchmark.replay import ReplayBook
+
+    console.print("kforge measures on an NVIDIA GPU: run this on a machine with one and its driver.")
+    recording = ReplayBook().find(kernel_spec, kernel_spec.baseline_params())
+    if recording:
+        again = f"kforge tune {kernel}" + (f" --spec {spec}" if spec else "") + " --replay"
+        console.print(f"A measurement of this kernel recorded on {recording.device} ({recording.recorded_on}) can be "
+                      f"replayed, labelled as replay: [bold]{again}[/bold]")
 
 
 @app.command()

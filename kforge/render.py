@@ -37,7 +37,8 @@ def jobs_table(jobs: list[JobView]) -> Table:
     table = Table("job", "kernel", "strategy", "status", "baseline ms", "device", "submitted (UTC)", title="jobs")
     for job in jobs:
         table.add_row(job.job_id, job.spec.kernel_name if job.spec else "?", job.spec.strategy.name if job.spec else "?",
-                      _status(job), f"{job.baseline_ms:.4f}" if job.baseline_ms else "-", job.device or "-",
+                      _status(job), f"{job.baseline_ms:.4f}" if job.baseline_ms else "-",
+                      (job.device or "-") + (" [REPLAY]" if job.replay else ""),
                       job.submitted_at.strftime("%Y-%m-%d %H:%M:%S") if job.submitted_at else "-")
     return table
 

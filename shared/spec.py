@@ -73,6 +73,8 @@ class BenchmarkSpec(_Strict):
     arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$")] = Field(
         None, description="NVRTC target, e.g. sm_90; default: the benchmark device's own"
     )
+    replay: bool = Field(False, description="serve measurements recorded on a GPU machine instead of measuring; "
+                                            "results are labelled replay")
 
 
 class StrategySpec(_Strict):

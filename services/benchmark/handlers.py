@@ -1,11 +1,13 @@
 """Measure the submitted kernel of a job: compile, launch, time; every outcome is an event."""
 import statistics
+from collections.abc import Callable
 from uuid import UUID
 
 import numpy as np
 
 from services.benchmark import compiler, gpu
 from services.benchmark.compile_cache import CompileCache
+from services.benchmark.replay import ReplayBook
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobSubmitted, KernelCompiled,
@@ -13,16 +15,18 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
 from shared.eventstore import ConcurrencyConflict, EventStore
 from shared.inputs import make_arrays
 from shared.projections import job_stream
+from shared.spec import KernelSpec
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, device_index: int,
-                     default_arch: str, cache: CompileCache | None = None) -> None:
+                     default_arch: str, cache: CompileCache | None = None,
+                     replay_book: ReplayBook | None = None) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
     if not _already_answered(history, request_id):
         submitted = next(e for e in history if isinstance(e, JobSubmitted))
         request = next(e for e in history if isinstance(e, BaselineRequested) and e.event_id == request_id)
-        outcome = _measure(stream, submitted, request, device_index, default_arch, cache)
+        outcome = _measure(stream, submitted, request, device_index, default_arch, cache, replay_book)
         try:
             # Ids derive from the request, so the same outcome appended twice is a no-op.
             store.append(stream, outcome, expected_version=history[-1].stream_version)
@@ -39,13 +43,15 @@ def _already_answered(history: list[Event], request_id: UUID) -> bool:
 
 
 def _measure(stream: str, submitted: JobSubmitted, request: BaselineRequested, device_index: int,
-             default_arch: str, cache: CompileCache | None) -> list[Event]:
+             default_arch: str, cache: CompileCache | None, replay_book: ReplayBook | None) -> list[Event]:
     spec, rid = submitted.spec, request.event_id
 
     def failed(stage: str, reason: str, log: str = "") -> BaselineFailed:
         return BaselineFailed(event_id=derived_id(rid, "BaselineFailed"), stream_id=stream, request_id=rid,
                               stage=stage, reason=reason, log=log)
 
+    if spec.benchmark.replay:
+        return [_replayed(stream, rid, spec, request, replay_book or ReplayBook(), failed)]
     try:
         device: gpu.DeviceInfo | None = gpu.probe(device_index)
         no_device = ""
@@ -85,3 +91,17 @@ def _measure(stream: str, submitted: JobSubmitted, request: BaselineRequested, d
                                 device=device.name, params=request.params, grid=grid, block=block,
                                 samples_ms=timing.samples_ms, median_ms=statistics.median(timing.samples_ms))
     return [compiled, measured]
+
+
+def _replayed(stream: str, rid: UUID, spec: KernelSpec, request: BaselineRequested, book: ReplayBook,
+              failed: Callable[[str, str], BaselineFailed]) -> Event:
+    recording = book.find(spec, request.params)
+    if recording is None:
+        recorded = sorted({r.kernel_name for r in book.recordings.values()}) or ["none"]
+        return failed("replay", f"no recorded measurement of {spec.kernel_name} with {request.params} at these sizes; "
+                                f"recordings exist for: {', '.join(recorded)}")
+    grid, block = spec.launch_geometry(request.params)
+    return BaselineMeasured(event_id=derived_id(rid, "BaselineMeasured"), stream_id=stream, request_id=rid,
+                            device=f"{recording.device} (recorded {recording.recorded_on})", params=request.params,
+                            grid=grid, block=block, samples_ms=recording.samples_ms,
+                            median_ms=statistics.median(recording.samples_ms), replay=True)

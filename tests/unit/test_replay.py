@@ -1,0 +1,88 @@
+"""Replay of measurements recorded on the GPU machine: served only when asked, always labelled."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kforge.specfile import load_spec
+from services.benchmark.handlers import measure_baseline
+from services.benchmark.replay import Recording, ReplayBook, measurement_key
+from services.planner.policy import react
+from shared.events import BaselineFailed, BaselineMeasured, JobSubmitted
+from shared.eventstore import EventStore
+from shared.projections import job_stream, project_job
+from tests.conftest import EXAMPLES, HAS_GPU
+from tests.fakes import RecordingBus
+
+
+def example(name: str):
+    return load_spec(EXAMPLES / f"{name}.cu", EXAMPLES / f"{name}.yaml")
+
+
+def replaying(spec):
+    return spec.model_copy(update={"benchmark": spec.benchmark.model_copy(update={"replay": True})})
+
+
+def run_baseline(store, spec, book, job_id="r0000000000a"):
+    stream = job_stream(job_id)
+    (submitted,) = store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)
+    (request,) = store.append(stream, react(submitted, project_job([submitted]), ["0"]).events, expected_version=1)
+    measure_baseline(store, RecordingBus(), job_id, request.event_id, 0, "sm_90", replay_book=book)
+    return store.read_stream(stream)[2:]
+
+
+def test_the_key_covers_what_runs_on_the_device():
+    spec = example("vector_add")
+    params = spec.baseline_params()
+    key = measurement_key(spec, params, "sm_90")
+    assert key == measurement_key(example("vector_add"), dict(reversed(params.items())), "sm_90")
+    assert key != measurement_key(spec, {**params, "block_size_x": 128}, "sm_90")
+    assert key != measurement_key(spec.model_copy(update={"sizes": {"n": 1024}}), params, "sm_90")
+    assert key != measurement_key(spec, params, "sm_80")
+    # How many times it is timed does not change what runs:
+    assert key == measurement_key(replaying(spec), params, "sm_90")
+
+
+def test_the_committed_book_has_each_example_at_its_spec_sizes():
+    book = ReplayBook()
+    for name in ("vector_add", "matmul", "reduction"):
+        spec = example(name)
+        recording = book.find(spec, spec.baseline_params())
+        assert recording is not None, name
+        assert "H100" in recording.device and all(t > 0 for t in recording.samples_ms)
+
+
+def test_a_replayed_baseline_is_labelled_and_compiles_nothing(sqlite_url, tmp_path):
+    spec = replaying(example("vector_add"))
+    book = ReplayBook(tmp_path / "book.json")
+    book.add(spec, Recording(kernel_name="vector_add", device="NVIDIA H100 80GB HBM3", recorded_on="2026-11-22",
+                             arch="sm_90", params=spec.baseline_params(), samples_ms=[0.31, 0.30, 0.32]))
+    book.save()
+    # One event after the request, so no KernelCompiled: replay compiles nothing.
+    (measured,) = run_baseline(EventStore(sqlite_url), spec, ReplayBook(tmp_path / "book.json"))
+    assert isinstance(measured, BaselineMeasured) and measured.replay
+    assert measured.median_ms == 0.31 and "recorded 2026-11-22" in measured.device
+
+
+def test_replay_without_a_recording_fails_and_says_what_is_recorded(sqlite_url):
+    spec = replaying(example("vector_add")).model_copy(update={"sizes": {"n": 12345}})
+    (failed,) = run_baseline(EventStore(sqlite_url), spec, ReplayBook())
+    assert isinstance(failed, BaselineFailed) and failed.stage == "replay"
+    assert "vector_add" in failed.reason and "matmul" in failed.reason
+
+
+@pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the job measures live and offers no replay")
+def test_the_cli_offers_replay_without_a_gpu_and_labels_it(tmp_path):
+    kforge = Path(sys.executable).parent / "kforge"
+    env = {**os.environ, "KFORGE_HOME": str(tmp_path), "COLUMNS": "250", "NO_COLOR": "1"}
+    env.pop("REDIS_URL", None), env.pop("DATABASE_URL", None)
+    args = [str(kforge), "tune", str(EXAMPLES / "vector_add.cu"), "--spec", str(EXAMPLES / "vector_add.yaml")]
+    live = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert live.returncode == 1 and "no CUDA device" in live.stdout and "--replay" in live.stdout
+    replayed = subprocess.run([*args, "--replay"], capture_output=True, text=True, env=env, timeout=120)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "[REPLAY]" in replayed.stdout and "replayed measurement" in replayed.stdout
+    jobs = subprocess.run([str(kforge), "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
+    assert "[REPLAY]" in jobs
