@@ -4,7 +4,8 @@ import json
 import os
 from pathlib import Path
 
-from services.benchmark.compiler import CompiledKernel
+from services.benchmark.compiler import CompiledKernel, cache_key, compile_kernel, compile_options
+from shared.spec import ParamValue
 
 
 class CompileCache:
@@ -12,6 +13,11 @@ class CompileCache:
         self.root = root
         self.hits = 0
         self.misses = 0
+
+    def lookup(self, source: str, kernel_name: str, defines: dict[str, ParamValue], options: list[str],
+               arch: str) -> CompiledKernel | None:
+        """The cached compilation of exactly this request, if there is one."""
+        return self.get(cache_key(source, kernel_name, compile_options(defines, options, arch)))
 
     def get(self, key: str) -> CompiledKernel | None:
         cubin, meta = self._paths(key)
@@ -44,3 +50,16 @@ class CompileCache:
     def _paths(self, key: str) -> tuple[Path, Path]:
         folder = self.root / key[:2]
         return folder / f"{key}.cubin", folder / f"{key}.json"
+
+
+def compile_through(cache: CompileCache | None, source: str, kernel_name: str, defines: dict[str, ParamValue],
+                    options: list[str], arch: str) -> tuple[CompiledKernel, bool]:
+    """The kernel from the cache when it is there, else compiled now (and stored); and whether it was a hit.
+    Raises CompileError as compile_kernel does."""
+    cached = cache.lookup(source, kernel_name, defines, options, arch) if cache else None
+    if cached is not None:
+        return cached, True
+    kernel = compile_kernel(source, kernel_name, defines, options, arch)
+    if cache:
+        cache.put(kernel)
+    return kernel, False

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from services.benchmark.compiler import CompiledKernel, CompileError, cache_key, compile_kernel, compile_options
+from services.benchmark.compiler import CompiledKernel, CompileError, compile_kernel
 from services.benchmark.compile_cache import CompileCache
 from shared.spec import ParamValue
 
@@ -33,8 +33,7 @@ class CompilePool:
         """Yield one outcome per configuration, cache hits first, the rest in order of completion."""
         pending: dict[Future, tuple[int, dict[str, ParamValue]]] = {}
         for index, params in enumerate(configs):
-            key = cache_key(source, kernel_name, compile_options(params, options, arch))
-            cached = self.cache.get(key) if self.cache else None
+            cached = self.cache.lookup(source, kernel_name, params, options, arch) if self.cache else None
             if cached is not None:
                 yield CompileOutcome(index, params, cached, None, cache_hit=True)
                 continue

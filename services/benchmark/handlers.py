@@ -5,8 +5,9 @@ from uuid import UUID
 
 import numpy as np
 
-from services.benchmark import compiler, gpu
-from services.benchmark.compile_cache import CompileCache
+from services.benchmark import gpu
+from services.benchmark.compile_cache import CompileCache, compile_through
+from services.benchmark.compiler import CompileError
 from services.benchmark.replay import ReplayBook
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
@@ -59,17 +60,11 @@ def _measure(stream: str, submitted: JobSubmitted, request: BaselineRequested, d
         device, no_device = None, str(exc)
     # Compile even without a device: a compile error is the more useful message, and NVRTC needs no GPU.
     arch = spec.benchmark.arch or (device.arch if device else default_arch)
-    flags = compiler.compile_options(request.params, spec.compiler_options, arch)
-    kernel = cache.get(compiler.cache_key(spec.source, spec.kernel_name, flags)) if cache else None
-    cache_hit = kernel is not None
-    if kernel is None:
-        try:
-            kernel = compiler.compile_kernel(spec.source, spec.kernel_name, request.params, spec.compiler_options,
-                                             arch)
-        except compiler.CompileError as exc:
-            return [failed("compile", str(exc), exc.log)]
-        if cache:
-            cache.put(kernel)
+    try:
+        kernel, cache_hit = compile_through(cache, spec.source, spec.kernel_name, request.params,
+                                            spec.compiler_options, arch)
+    except CompileError as exc:
+        return [failed("compile", str(exc), exc.log)]
     compiled = KernelCompiled(event_id=derived_id(rid, "KernelCompiled"), stream_id=stream, request_id=rid,
                               arch=arch, compile_ms=kernel.compile_ms, cache_key=kernel.cache_key,
                               cache_hit=cache_hit, log=kernel.log)
