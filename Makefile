@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install test test-unit test-integration test-gpu serve clean
+.PHONY: install test test-unit test-integration test-gpu bench serve clean
 
 install: $(BIN)/kforge
 
@@ -26,6 +26,10 @@ test-integration: install
 
 test-gpu: install
 	$(BIN)/pytest -q -m gpu
+
+# On a GPU machine: kforge and Kernel Tuner tune the same spaces side by side (see bench/tune_vs_kernel_tuner.py).
+bench: install
+	$(BIN)/python bench/tune_vs_kernel_tuner.py
 
 serve: install
 	$(BIN)/kforge serve

@@ -51,6 +51,8 @@ def tune(
     timeout: Annotated[float, typer.Option(help="seconds to follow the job before returning")] = 3600,
     replay: Annotated[bool, typer.Option("--replay", help="use measurements recorded on a GPU machine "
                                                           "(labelled replay) instead of measuring here")] = False,
+    strategy: Annotated[str | None, typer.Option(help="baseline (measure only) or tune (search tune_params); "
+                                                      "default: the spec's")] = None,
 ) -> None:
     """Submit KERNEL and follow the job until it finishes."""
     try:
@@ -60,9 +62,15 @@ def tune(
         for error in exc.errors:
             console.print(f"  [bold]{error.field or '(spec)'}[/bold]: {error.message}")
         raise typer.Exit(2) from None
-    if replay:
-        kernel_spec = kernel_spec.model_copy(update={"benchmark": kernel_spec.benchmark.model_copy(
-            update={"replay": True})})
+    overrides = {**({"benchmark": {"replay": True}} if replay else {}),
+                 **({"strategy": {"name": strategy}} if strategy else {})}
+    if overrides:
+        try:
+            kernel_spec = type(kernel_spec).model_validate(_merged(kernel_spec.model_dump(), overrides))
+        except ValidationError as exc:
+            for error in field_errors(exc.errors()):
+                console.print(f"[red]{error.field}[/red]: {error.message}")
+            raise typer.Exit(2) from None
     rt = _runtime()
     mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
     job_id = submit_job(rt.store, rt.bus, kernel_spec)
@@ -85,6 +93,10 @@ def tune(
         raise typer.Exit(1)
     console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
     raise typer.Exit(3)
+
+
+def _merged(base: dict, overrides: dict) -> dict:
+    return {**base, **{k: _merged(base.get(k, {}), v) if isinstance(v, dict) else v for k, v in overrides.items()}}
 
 
 def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:
@@ -159,9 +171,11 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
     if gpus:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # GPU ids mean what nvidia-smi shows
         os.environ["CUDA_VISIBLE_DEVICES"] = device or gpus[0]  # before CUDA initialises in this process
+        os.environ["KFORGE_PINNED_GPU"] = gpus[0]  # so the tasks use device 0, the only one visible
     from kforge.worker import app as celery
 
-    # A GPU worker runs one task at a time in its own process, so a poisoned CUDA context dies with it.
-    pool = ["--pool", "prefork", "--concurrency", "1", "--max-tasks-per-child", "50"] if gpus else \
+    # A GPU worker runs one task at a time in its main process, which keeps the compile pool and the
+    # process owning the GPU warm between tasks (a kernel that poisons the GPU costs only that process).
+    pool = ["--pool", "solo"] if gpus else \
         ["--pool", "threads", "--concurrency", str(concurrency)]
     celery.worker_main(["worker", "-Q", ",".join(names), "--loglevel", "INFO", "-n", f"{names[0]}@%h", *pool])

@@ -60,22 +60,32 @@ class CeleryBus:
 
 
 class InProcessBus:
+    """Celery's tasks run in this process: one thread per queue, as one worker per queue would, so the
+    benchmark queues of two GPUs run side by side while each queue runs its tasks one at a time."""
+
     def __init__(self, app: Celery):
         self.app = app
-        self._queue: queue.Queue[Message] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="kforge-inprocess-worker", daemon=True)
-        self._thread.start()
+        self._queues: dict[str, queue.Queue[Message]] = {}
+        self._pending = 0
+        self._idle = threading.Condition()
 
     def dispatch(self, message: Message) -> None:
-        self._queue.put(message)
+        with self._idle:
+            self._pending += 1
+            if message.queue not in self._queues:
+                self._queues[message.queue] = queue.Queue()
+                threading.Thread(target=self._work, args=(self._queues[message.queue],), daemon=True,
+                                 name=f"kforge-inprocess-{message.queue}").start()
+            self._queues[message.queue].put(message)
 
     def wait_idle(self) -> None:
         """Block until every dispatched message, and every message those dispatched, has run."""
-        self._queue.join()
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0)
 
-    def _work(self) -> None:
+    def _work(self, messages: "queue.Queue[Message]") -> None:
         while True:
-            message = self._queue.get()
+            message = messages.get()
             try:
                 result = self.app.tasks[message.task].apply(kwargs=message.kwargs, task_id=message.message_id)
                 if result.failed():
@@ -83,4 +93,6 @@ class InProcessBus:
             except Exception:  # a broken task must not stop the worker thread
                 log.exception("task %s (%s) could not run", message.task, message.message_id)
             finally:
-                self._queue.task_done()
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()

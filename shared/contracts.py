@@ -18,6 +18,10 @@ def benchmark_queue(gpu: str) -> str:
     return f"benchmark.{gpu}"
 
 
+def gpu_of(queue: str) -> str:
+    return queue.removeprefix("benchmark.")
+
+
 class Message(BaseModel):
     model_config = ConfigDict(frozen=True)
     task: str
@@ -43,5 +47,16 @@ class MeasureBaseline:
 
     @classmethod
     def message(cls, queue: str, job_id: str, request_id: UUID) -> Message:
-        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id)},
-                       message_id=str(request_id))
+        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id),
+                                                          "gpu": gpu_of(queue)}, message_id=str(request_id))
+
+
+class TuneShard:
+    """Ask a benchmark worker to search its shard of a job's tuning space."""
+
+    task = "benchmark.tune_shard"
+
+    @classmethod
+    def message(cls, queue: str, job_id: str, request_id: UUID) -> Message:
+        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id),
+                                                          "gpu": gpu_of(queue)}, message_id=str(request_id))

@@ -123,13 +123,6 @@ class CandidateRejected(Event):
     detail: str = ""
 
 
-class TuningCompleted(Event):
-    candidate_id: str
-    best_params: dict[str, ParamValue]
-    best_time_ms: float
-    configs_evaluated: int
-
-
 class StepAccepted(Event):
     step_id: str
     candidate_id: str
@@ -140,6 +133,82 @@ class StepAccepted(Event):
 class StepDiscarded(Event):
     step_id: str
     reason: str
+
+
+# --- tuning: searching a kernel's tune_params for the fastest configuration that computes the right answer ---
+class TuningRequested(Event):
+    """Search `shard` of `shards` of a candidate's space (the submitted kernel's: candidate_id "submitted")."""
+
+    queue: str
+    candidate_id: str = "submitted"
+    shard: int = 0
+    shards: int = 1
+
+
+class ConfigMeasured(Event):
+    """A configuration that ran, produced the reference output and was timed."""
+
+    request_id: UUID
+    params: dict[str, ParamValue]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    samples_ms: list[float]
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    stddev_ms: float
+    ci95_ms: float | None  # half-width of the 95% CI of the mean; None with one sample
+    abandoned: bool = False  # stopped after one sample: clearly slower than the best so far
+    max_abs_error: float = 0.0
+    gbps: float = 0.0
+    tflops: float | None = None
+    pct_of_peak: float = 0.0
+    compile_ms: float = 0.0
+    cache_hit: bool = False
+    replay: bool = False
+
+
+class ConfigFailed(Event):
+    """A configuration that may never be ranked, with the stage and the driver's or compiler's words."""
+
+    request_id: UUID
+    params: dict[str, ParamValue]
+    stage: str  # compile | load | launch | output | roofline | timeout | crashed
+    reason: str
+    log: str = ""
+    replay: bool = False
+
+
+class ShardTuned(Event):
+    """One worker's part of a space is done; timings are wall-clock seconds on that worker."""
+
+    request_id: UUID
+    device: str
+    strategy: str
+    configs: int
+    measured: int
+    failed: int
+    best_params: dict[str, ParamValue] | None
+    best_ms: float | None
+    wall_s: float
+    compile_s: float  # summed compile time of the configurations (spread over the pool's processes)
+    gpu_busy_s: float  # time the GPU process spent checking and timing
+    first_result_s: float  # from start to the first configuration measured
+    cache_hits: int = 0
+    host_replacements: int = 0  # GPU processes replaced after a fault, hang or crash
+    replay: bool = False
+    error: str | None = None  # why the shard could not run at all (no device, a failing reference)
+
+
+class TuningCompleted(Event):
+    """Every shard of a space is done: the merged best."""
+
+    candidate_id: str
+    best_params: dict[str, ParamValue] | None
+    best_time_ms: float | None
+    configs_evaluated: int
+    configs_failed: int
+    speedup: float | None  # baseline time / best time
 
 
 # --- decoding, with explicit handling of unknown and newer events -------------------------------------
@@ -183,6 +252,6 @@ class EventRegistry:
 
 EVENTS = EventRegistry(
     [JobSubmitted, JobCompleted, JobFailed, BaselineRequested, KernelCompiled, BaselineMeasured, BaselineFailed,
-     StepPlanned, CandidateGenerated, CandidateVerified, CandidateRejected, TuningCompleted, StepAccepted,
-     StepDiscarded]
+     TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
+     StepPlanned, CandidateGenerated, CandidateVerified, CandidateRejected, StepAccepted, StepDiscarded]
 )

@@ -5,8 +5,9 @@ from datetime import datetime
 from functools import singledispatch
 from uuid import UUID
 
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobCompleted, JobFailed,
-                           JobSubmitted, KernelCompiled)
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
+                           JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, TuningCompleted,
+                           TuningRequested)
 from shared.spec import KernelSpec
 
 TERMINAL = ("completed", "failed")
@@ -16,7 +17,7 @@ TERMINAL = ("completed", "failed")
 class JobView:
     job_id: str
     spec: KernelSpec | None = None
-    status: str = "unknown"  # submitted | benchmarking | completed | failed
+    status: str = "unknown"  # submitted | benchmarking | tuning | completed | failed
     submitted_at: datetime | None = None
     updated_at: datetime | None = None
     version: int = 0
@@ -26,6 +27,13 @@ class JobView:
     baseline_samples_ms: tuple[float, ...] = ()
     device: str | None = None
     replay: bool = False
+    tuning_requests: tuple[UUID, ...] = ()
+    shards_tuned: tuple[ShardTuned, ...] = ()
+    configs_measured: int = 0
+    configs_failed: int = 0
+    best_ms: float | None = None  # fastest correct configuration so far
+    best_params: dict | None = None
+    speedup: float | None = None
     summary: str | None = None
     failed_stage: str | None = None
     failure: str | None = None
@@ -82,6 +90,34 @@ def _(event: BaselineMeasured, view: JobView) -> JobView:
 @evolve.register
 def _(event: BaselineFailed, view: JobView) -> JobView:
     return replace(view, failed_stage=event.stage, failure=event.reason)
+
+
+@evolve.register
+def _(event: TuningRequested, view: JobView) -> JobView:
+    return replace(view, status="tuning", tuning_requests=(*view.tuning_requests, event.event_id))
+
+
+@evolve.register
+def _(event: ConfigMeasured, view: JobView) -> JobView:
+    better = not event.abandoned and (view.best_ms is None or event.median_ms < view.best_ms)
+    return replace(view, configs_measured=view.configs_measured + 1,
+                   best_ms=event.median_ms if better else view.best_ms,
+                   best_params=event.params if better else view.best_params)
+
+
+@evolve.register
+def _(event: ConfigFailed, view: JobView) -> JobView:
+    return replace(view, configs_failed=view.configs_failed + 1)
+
+
+@evolve.register
+def _(event: ShardTuned, view: JobView) -> JobView:
+    return replace(view, shards_tuned=(*view.shards_tuned, event))
+
+
+@evolve.register
+def _(event: TuningCompleted, view: JobView) -> JobView:
+    return replace(view, speedup=event.speedup, best_ms=event.best_time_ms, best_params=event.best_params)
 
 
 @evolve.register

@@ -66,20 +66,71 @@ class ArgSpec(_Strict):
         return self.effective_role in ("out", "inout")
 
 
+# Kernel Tuner's strategy names (kernel_tuner.interface.strategy_map), checked here so a typo is a field error.
+SEARCH_STRATEGIES = ("brute_force", "random_sample", "minimize", "basinhopping", "diff_evo", "genetic_algorithm",
+                     "greedy_mls", "ordered_greedy_mls", "greedy_ils", "dual_annealing", "mls", "pso",
+                     "simulated_annealing", "firefly_algorithm", "bayes_opt")
+
+# Output comparison against the reference: (atol, rtol) per dtype kind and size, for |out - ref| <= atol + rtol*|ref|.
+# Float sums computed in another order differ in the last bits, so floats get room; integers must match exactly.
+DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-2), "float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9)}
+
+
+class WorkSpec(_Strict):
+    """What one launch must do, for the roofline check and the GB/s and TFLOP/s reported per configuration."""
+
+    bytes: Expression | None = Field(None, description="bytes one launch must move to or from memory; default: "
+                                                       "every array argument read or written once")
+    flops: Expression | None = Field(None, description="floating-point operations per launch, e.g. 2*n**3")
+
+
+class SearchSpec(_Strict):
+    """How the tuning space is searched: Kernel Tuner's strategies, run by kforge's runner."""
+
+    strategy: str = "brute_force"
+    max_fevals: Annotated[int | None, Field(ge=1)] = None
+    time_limit_s: Annotated[float | None, Field(gt=0)] = None
+    options: dict[str, ParamValue | list[ParamValue]] = Field(default_factory=dict,
+                                                               description="Kernel Tuner strategy_options")
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, name: str) -> str:
+        if name not in SEARCH_STRATEGIES:
+            raise ValueError(f"{name!r} is not a Kernel Tuner strategy: use one of {', '.join(SEARCH_STRATEGIES)}")
+        return name
+
+
 class BenchmarkSpec(_Strict):
-    iterations: Annotated[int, Field(ge=1, le=1000)] = 7
-    warmup: Annotated[int, Field(ge=0, le=100)] = 1
+    iterations: Annotated[int, Field(ge=1, le=1000)] = Field(7, description="most timed launches per configuration")
+    warmup: Annotated[int, Field(ge=0, le=100)] = Field(
+        0, description="untimed launches before sampling; the checked launch before them already warms up")
     seed: int = 0
     arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$")] = Field(
         None, description="NVRTC target, e.g. sm_90; default: the benchmark device's own"
     )
     replay: bool = Field(False, description="serve measurements recorded on a GPU machine instead of measuring; "
                                             "results are labelled replay")
+    min_samples: Annotated[int, Field(ge=1, le=1000)] = Field(3, description="timed launches before the CI may stop")
+    ci_target: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.02, description="stop sampling when the 95% confidence interval of the mean is within this fraction")
+    abandon_factor: Annotated[float, Field(gt=1)] = Field(
+        1.25, description="one sample this many times slower than the best so far ends a configuration")
+    l2_flush: bool = Field(False, description="evict the L2 cache before every timed launch")
+    atol: Annotated[float | None, Field(ge=0)] = Field(None, description="absolute tolerance; default per dtype")
+    rtol: Annotated[float | None, Field(ge=0)] = Field(None, description="relative tolerance; default per dtype")
+    timeout_s: Annotated[float, Field(gt=0)] = Field(60.0, description="a configuration running longer is killed")
+    search: SearchSpec = Field(default_factory=SearchSpec)
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        atol, rtol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))
+        return (atol if self.atol is None else self.atol, rtol if self.rtol is None else self.rtol)
 
 
 class StrategySpec(_Strict):
     # Only strategies whose whole path exists are accepted; others arrive with the planner's strategies.
-    name: Literal["baseline"] = "baseline"
+    # baseline: measure the submitted kernel. tune: baseline, then search tune_params for the fastest correct config.
+    name: Literal["baseline", "tune"] = "baseline"
 
 
 class KernelSpec(_Strict):
@@ -98,6 +149,7 @@ class KernelSpec(_Strict):
     tune_params: dict[str, list[ParamValue]] = Field(default_factory=dict)
     restrictions: list[str] = Field(default_factory=list)
     compiler_options: list[str] = Field(default_factory=list)
+    work: WorkSpec = Field(default_factory=WorkSpec)
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     webhook_url: HttpUrl | None = None
@@ -144,6 +196,8 @@ class KernelSpec(_Strict):
             raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
         _check_kernel_defined(self.source, self.kernel_name)
         self._check_names()
+        if self.strategy.name == "tune" and not self.tune_params:
+            raise ValueError("strategy tune needs tune_params, e.g. tune_params: {block_size_x: [64, 128, 256]}")
         return self
 
     def _check_names(self) -> None:
@@ -153,6 +207,7 @@ class KernelSpec(_Strict):
         ]
         checks += [(f"args[{i}].value", a.value, sizes | params) for i, a in enumerate(self.args) if a.value is not None]
         checks += [("problem_size", dim, sizes) for dim in self.problem_size or []]
+        checks += [(f"work.{k}", v, sizes) for k, v in (("bytes", self.work.bytes), ("flops", self.work.flops)) if v is not None]
         for axis in "xyz":
             checks += [(f"grid_div_{axis}", d, sizes | params) for d in getattr(self, f"grid_div_{axis}") or []]
         for field, expression, known in checks:
@@ -206,6 +261,15 @@ class KernelSpec(_Strict):
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
         return np.dtype(arg.dtype).type(evaluate(arg.value, self._variables(params)))
+
+    def bytes_per_launch(self) -> int:
+        """The spec's figure, or every array read or written once: the least any correct kernel moves."""
+        if self.work.bytes is not None:
+            return int(evaluate(self.work.bytes, self.sizes))
+        return sum(math.prod(self.shape_of(a)) * np.dtype(a.dtype).itemsize for a in self.args if a.is_array)
+
+    def flops_per_launch(self) -> float | None:
+        return None if self.work.flops is None else float(evaluate(self.work.flops, self.sizes))
 
 
 def _check_kernel_defined(source: str, kernel_name: str) -> None:

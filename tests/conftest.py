@@ -69,6 +69,26 @@ def redis_url() -> str:
 
 @pytest.fixture
 def vector_add_spec():
+    """The vector_add example as a baseline job (the example itself tunes)."""
     from kforge.specfile import load_spec
 
-    return load_spec(EXAMPLES / "vector_add.cu", EXAMPLES / "vector_add.yaml")
+    spec = load_spec(EXAMPLES / "vector_add.cu", EXAMPLES / "vector_add.yaml")
+    return spec.model_validate({**spec.model_dump(), "strategy": {"name": "baseline"}})
+
+
+@pytest.fixture(scope="session")
+def compile_pool():
+    """One warm pool of spawned NVRTC processes for the whole run, as a benchmark worker keeps one."""
+    from services.benchmark.compile_pool import CompilePool
+
+    with CompilePool(workers=2) as pool:
+        yield pool
+
+
+@pytest.fixture
+def sweep_spec(vector_add_spec):
+    """vector_add tuned over block sizes 32..1024 in steps of 32 (Kernel Tuner's classic sweep) at a small n."""
+    return vector_add_spec.model_validate({
+        **vector_add_spec.model_dump(), "sizes": {"n": 1 << 20}, "strategy": {"name": "tune"},
+        "tune_params": {"block_size_x": list(range(32, 1025, 32))},
+        "benchmark": {**vector_add_spec.benchmark.model_dump(), "timeout_s": 3}})

@@ -10,3 +10,70 @@ class RecordingBus:
 
     def dispatch(self, message: Message) -> None:
         self.messages.append(message)
+
+
+class ScriptedSession:
+    """A CPU stand-in for the GPU process's DeviceSession, for vector_add-like specs tuned on block_size_x.
+
+    Times follow a smooth curve with its minimum at 256 threads. Some block sizes are cues for what real
+    kernels do to a GPU process: 96 hangs, 160 kills the process, 224 poisons the context (a sticky fault),
+    288 computes a wrong output, 320 fails to launch, 32 reports an impossibly short time. It runs inside
+    GpuHost's spawned child, so it must stay importable by name.
+    """
+
+    HANG, CRASH, POISON, WRONG, NO_LAUNCH, TOO_FAST = 96, 160, 224, 288, 320, 32
+
+    def __init__(self, device_index: int):
+        from services.benchmark.measurement import DeviceInfo
+        from services.benchmark.roofline import Peaks
+
+        self.info = DeviceInfo(index=device_index, name="Scripted GPU", arch="sm_90", max_threads=1024,
+                               peaks=Peaks(dram_bytes_per_s=3.35e12, fp32_flops_per_s=67e12, l2_bytes=50 * 2**20))
+        self.prepared = 0
+
+    def prepare(self, setup):
+        self.prepared += 1
+        return None
+
+    def measure(self, order):
+        import os
+        import time
+
+        from services.benchmark.measurement import Failed, Measured
+
+        block = order.params.get("block_size_x", 256)
+        if block == self.HANG:
+            time.sleep(3600)
+        if block == self.CRASH:
+            os._exit(3)
+        if block == self.POISON:
+            return Failed("launch", "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered",
+                          poisoned=True)
+        if block == self.WRONG:
+            return Failed("output", "17 of 4096 elements of c differ from the reference")
+        if block == self.NO_LAUNCH:
+            return Failed("launch", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: too many resources requested for launch")
+        if block == self.TOO_FAST:
+            return Measured(samples_ms=[1e-6] * 3, check_ms=1e-6, max_abs_error=0.0)
+        ms = scripted_time_ms(block)
+        abandoned = order.best_ms is not None and ms > 1.25 * order.best_ms
+        return Measured(samples_ms=[ms] if abandoned else [ms, ms * 1.001, ms * 0.999], check_ms=ms,
+                        max_abs_error=0.0, abandoned=abandoned)
+
+
+def scripted_time_ms(block: int) -> float:
+    return 1.0 + abs(block - 256) / 256
+
+
+class InProcessHost:
+    """GpuHost's interface served in this process by a session, for tests of the search logic alone."""
+
+    def __init__(self, session):
+        self.session, self.device, self.replacements, self.orders = session, session.info, 0, []
+
+    def prepare(self, setup):
+        return self.session.prepare(setup)
+
+    def measure(self, order):
+        self.orders.append(order)
+        return self.session.measure(order)

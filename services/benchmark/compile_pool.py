@@ -30,15 +30,21 @@ class CompilePool:
 
     def compile_all(self, source: str, kernel_name: str, configs: list[dict[str, ParamValue]], options: list[str],
                     arch: str) -> Iterator[CompileOutcome]:
-        """Yield one outcome per configuration, cache hits first, the rest in order of completion."""
-        pending: dict[Future, tuple[int, dict[str, ParamValue]]] = {}
+        """Submit every configuration now; iterate for one outcome each, cache hits first, the rest in
+        order of completion. Submitting before the first result is taken lets the caller do other work
+        (upload inputs, run the reference) while the pool compiles."""
+        cached, pending = [], {}
         for index, params in enumerate(configs):
-            cached = self.cache.lookup(source, kernel_name, params, options, arch) if self.cache else None
-            if cached is not None:
-                yield CompileOutcome(index, params, cached, None, cache_hit=True)
-                continue
-            future = self._executor.submit(compile_kernel, source, kernel_name, params, options, arch)
-            pending[future] = (index, params)
+            hit = self.cache.lookup(source, kernel_name, params, options, arch) if self.cache else None
+            if hit is not None:
+                cached.append(CompileOutcome(index, params, hit, None, cache_hit=True))
+            else:
+                pending[self._executor.submit(compile_kernel, source, kernel_name, params, options, arch)] = (index, params)
+        return self._outcomes(cached, pending)
+
+    def _outcomes(self, cached: list[CompileOutcome],
+                  pending: dict[Future, tuple[int, dict[str, ParamValue]]]) -> Iterator[CompileOutcome]:
+        yield from cached
         for future in as_completed(pending):
             index, params = pending[future]
             try:

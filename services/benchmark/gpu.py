@@ -1,36 +1,72 @@
-"""The GPU edge: find the device, load a cubin, launch with every error checked, time with CUDA events.
+"""The GPU edge: find the device, and a session that checks and times configurations on it.
 
-Nothing here runs at import time, and CUDA is initialised only in the worker that uses it (a forked
-process must never inherit a CUDA context).
+Runs only in the process that owns the GPU (see gpu_host.py); nothing here runs at import time, and CUDA
+is initialised only there, never in a process that forks.
+
+Every launch and synchronisation is checked. A configuration's output is compared with the reference on
+the device (a small comparison kernel), so a 64 MB matrix is not copied back to be checked.
 """
-from dataclasses import dataclass
+import math
 
 import numpy as np
+
+from services.benchmark import sampling
+from services.benchmark.compiler import CompileError, compile_kernel
+from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
+from services.benchmark.roofline import Peaks
+from shared.inputs import make_arrays
+
+# Errors after which the context cannot be used again (CUDA calls them sticky).
+STICKY = ("ILLEGAL_ADDRESS", "ILLEGAL_INSTRUCTION", "MISALIGNED_ADDRESS", "INVALID_PC", "LAUNCH_FAILED",
+          "HARDWARE_STACK_ERROR", "ASSERT", "LAUNCH_TIMEOUT", "ECC_UNCORRECTABLE", "CONTEXT_IS_DESTROYED")
+# FP32 lanes per SM by compute capability (CUDA programming guide, arithmetic instructions table).
+FP32_LANES = {(6, 0): 64, (7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64}
+DEFAULT_FP32_LANES = 128  # 6.1, 8.6, 8.7, 8.9, 9.0, 10.x, 12.x
+
+COMPARE_SOURCE = r"""
+// Compare a configuration's output with the reference: mismatch count, first mismatching index and the
+// largest absolute error (non-negative doubles order like their bit patterns, so atomicMax on the bits works).
+#define INF __longlong_as_double(0x7ff0000000000000ll)
+__device__ float half_bits_to_float(unsigned short h);
+__device__ double load(const VALUE *p, unsigned long long i) { return TO_DOUBLE(p[i]); }
+__device__ float half_bits_to_float(unsigned short h) {
+    unsigned int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float magnitude = exp == 0 ? ldexpf((float)mant, -24)
+                    : exp == 31 ? (mant ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000))
+                    : ldexpf((float)(mant | 0x400), (int)exp - 25);
+    return sign ? -magnitude : magnitude;
+}
+extern "C" __global__ void compare_outputs(const VALUE *out, const VALUE *ref, unsigned long long n,
+                                           double atol, double rtol, unsigned long long *stats) {
+    unsigned long long bad = 0, first = ~0ull;
+    double worst = 0.0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        double o = load(out, i), r = load(ref, i), err;
+        bool mismatch;
+        if (isnan(o) || isnan(r)) { mismatch = isnan(o) != isnan(r); err = mismatch ? INF : 0.0; }
+        else if (isinf(o) || isinf(r)) { mismatch = o != r; err = mismatch ? INF : 0.0; }
+        else { err = fabs(o - r); mismatch = err > atol + rtol * fabs(r); }
+        if (mismatch) { bad++; if (i < first) first = i; }
+        if (err > worst) worst = err;
+    }
+    if (bad) { atomicAdd(&stats[0], bad); atomicMin(&stats[1], first); }
+    if (worst > 0.0) atomicMax(&stats[2], (unsigned long long)__double_as_longlong(worst));
+}
+"""
+_VALUE_TYPES = {"float16": ("unsigned short", "half_bits_to_float"), "float32": ("float", "(double)"),
+                "float64": ("double", "(double)"), "int8": ("signed char", "(double)"), "int16": ("short", "(double)"),
+                "int32": ("int", "(double)"), "int64": ("long long", "(double)"), "uint8": ("unsigned char", "(double)"),
+                "uint16": ("unsigned short", "(double)"), "uint32": ("unsigned int", "(double)"),
+                "uint64": ("unsigned long long", "(double)")}
 
 
 class NoCudaDevice(RuntimeError):
     """This machine cannot run kernels; the message says why."""
 
 
-class LaunchFailed(RuntimeError):
-    """A launch or the work it started failed; the message is the driver's."""
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    index: int
-    name: str
-    arch: str  # NVRTC target, e.g. sm_90
-
-
-@dataclass(frozen=True)
-class Timing:
-    samples_ms: list[float]
-    outputs: dict[str, np.ndarray]
-
-
 def probe(index: int = 0) -> DeviceInfo:
-    """The device this worker will use, or NoCudaDevice saying why there is none."""
+    """The device this process will use, or NoCudaDevice saying why there is none."""
     try:
         from cuda.bindings import driver
 
@@ -45,66 +81,214 @@ def probe(index: int = 0) -> DeviceInfo:
     from cuda.core import Device
 
     device = Device(index)
-    return DeviceInfo(index=index, name=device.name, arch=f"sm_{device.arch}")
+    return DeviceInfo(index=index, name=device.name, arch=f"sm_{device.arch}",
+                      max_threads=device.properties.max_threads_per_block, peaks=_peaks(index))
 
 
-def time_kernel(device_index: int, cubin: bytes, lowered_name: str, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: list[np.ndarray | np.generic], outputs: list[int],
-                warmup: int, iterations: int) -> Timing:
-    """Launch `warmup` untimed and `iterations` timed runs; return per-launch times and the outputs
-    (args at the indices in `outputs`) as they are after the last launch."""
+def _peaks(index: int) -> Peaks | None:
     from cuda.bindings import driver
-    from cuda.core import Device, EventOptions, LaunchConfig, ObjectCode, launch
 
-    device = Device(device_index)
-    device.set_current()
-    stream = device.create_stream()
-    buffers = []
-    try:
-        kernel = ObjectCode.from_cubin(cubin).get_kernel(lowered_name)
-        launch_args = []
-        for value in args:
-            if isinstance(value, np.ndarray):
-                buffer = device.allocate(value.nbytes, stream=stream)
-                stream.sync()
-                _driver_checked(driver.cuMemcpyHtoD(int(buffer.handle), value.ctypes.data, value.nbytes))
-                buffers.append(buffer)
-                launch_args.append(buffer)
-            else:
-                launch_args.append(value)
-        config = LaunchConfig(grid=grid, block=block)
-        for _ in range(warmup):
-            launch(stream, config, kernel, *launch_args)
-        stream.sync()
+    attribute = driver.CUdevice_attribute
+
+    def get(name: str) -> int | None:
+        status, value = driver.cuDeviceGetAttribute(getattr(attribute, name), index)
+        return value if status == driver.CUresult.CUDA_SUCCESS and value > 0 else None
+
+    memory_khz, bus_bits = get("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"), get("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")
+    sms, core_khz = get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"), get("CU_DEVICE_ATTRIBUTE_CLOCK_RATE")
+    major, minor = get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"), get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR") or 0
+    l2 = get("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE") or 0
+    if None in (memory_khz, bus_bits, sms, core_khz, major):
+        return None  # without the attributes there is no roofline; timings are still checked for errors
+    lanes = FP32_LANES.get((major, minor), DEFAULT_FP32_LANES)
+    return Peaks(dram_bytes_per_s=2 * memory_khz * 1e3 * bus_bits / 8, fp32_flops_per_s=sms * lanes * 2 * core_khz * 1e3,
+                 l2_bytes=l2)
+
+
+class DeviceSession:
+    """One GPU, one space at a time: inputs uploaded once, the reference output kept on the device."""
+
+    def __init__(self, index: int):
+        from cuda.core import Device
+
+        self.info = probe(index)
+        self.device = Device(index)
+        self.device.set_current()
+        self.stream = self.device.create_stream()
+        self._comparers: dict[str, object] = {}
+        self._buffers: list = []
+        self._flush = None
+        self._setup: Setup | None = None
+
+    # --- per space ---
+    def prepare(self, setup: Setup) -> Failed | None:
+        """Upload the inputs and run the reference once; a failing reference fails the whole space."""
+        self._release()
+        spec = setup.spec
+        arrays = make_arrays(spec, setup.seed)
+        self._args, self._outputs = [], []
+        for arg in spec.args:
+            if not arg.is_array:
+                self._args.append(spec.scalar_of(arg, setup.reference_params))
+                continue
+            buffer = self._upload(arrays[arg.name])
+            self._args.append(buffer)
+            if arg.is_output:
+                pristine, reference = self._upload(arrays[arg.name]), self._allocate(arrays[arg.name].nbytes)
+                self._outputs.append((arg, buffer, pristine, reference, arrays[arg.name].size))
+        if spec.benchmark.l2_flush and self.info.peaks and self.info.peaks.l2_bytes:
+            self._flush = self._allocate(2 * self.info.peaks.l2_bytes)
+        self._setup = setup
+        grid, block = setup.reference_geometry
+        outcome = self._checked_launch(setup.reference, grid, block, self._args)
+        if isinstance(outcome, Failed):
+            return Failed(outcome.stage, f"the submitted kernel, the reference, failed: {outcome.reason}", outcome.poisoned)
+        for _, buffer, _, reference, _ in self._outputs:
+            self._copy(reference, buffer)
+        return None
+
+    # --- per configuration ---
+    def measure(self, order: Order) -> Measured | Failed:
+        assert self._setup is not None, "prepare() first"
+        bench = self._setup.spec.benchmark
+        args = [self._setup.spec.scalar_of(a, order.params) if not a.is_array else b
+                for a, b in zip(self._setup.spec.args, self._args)]
+        checked = self._checked_launch(order.kernel, order.grid, order.block, args)
+        if isinstance(checked, Failed):
+            return checked
+        check_ms, kernel = checked
+        mismatch, max_error = self._compare(bench)
+        if mismatch:
+            return Failed("output", mismatch, details={"max_abs_error": max_error})
+        # The checked launch ran cold (module load, first touch): only a far slower one is abandoned on it.
+        if order.best_ms is not None and check_ms > 2 * bench.abandon_factor * order.best_ms:
+            return Measured(samples_ms=[check_ms], check_ms=check_ms, max_abs_error=max_error, abandoned=True)
+        for _ in range(bench.warmup):
+            warm = self._timed_launch(kernel, order.grid, order.block, args, flush=False)
+            if isinstance(warm, Failed):
+                return warm
+        policy = sampling.SamplingPolicy(bench.min_samples, bench.iterations, bench.ci_target, bench.abandon_factor)
+        samples: list[float] = []
+        while (step := sampling.next_step(samples, order.best_ms, policy)) is sampling.Next.SAMPLE:
+            timed = self._timed_launch(kernel, order.grid, order.block, args)
+            if isinstance(timed, Failed):
+                return timed
+            samples.append(timed)
+        return Measured(samples_ms=samples, check_ms=check_ms, max_abs_error=max_error,
+                        abandoned=step is sampling.Next.ABANDON)
+
+    # --- launches ---
+    def _checked_launch(self, compiled, grid, block, args):
+        """Reset the outputs, launch once with timing, wait: (ms, kernel) or Failed with the driver's words."""
+        from cuda.core import ObjectCode
+
+        try:
+            kernel = ObjectCode.from_cubin(compiled.cubin).get_kernel(compiled.lowered_name)
+        except Exception as exc:
+            return self._failure("load", exc)
+        for _, buffer, pristine, _, _ in self._outputs:
+            self._copy(buffer, pristine)
+        elapsed = self._timed_launch(kernel, grid, block, args, flush=False)
+        return elapsed if isinstance(elapsed, Failed) else (elapsed, kernel)
+
+    def _timed_launch(self, kernel, grid, block, args, flush: bool = True) -> float | Failed:
+        from cuda.core import EventOptions, LaunchConfig, launch
+
         timed = EventOptions(timing_enabled=True)
-        samples = []
-        for _ in range(iterations):
-            start = stream.record(options=timed)
-            launch(stream, config, kernel, *launch_args)
-            end = stream.record(options=timed)
-            end.sync()  # raises if the kernel faulted
-            samples.append(float(end - start))
-        results = {}
-        for index in outputs:
-            host = np.empty_like(args[index])
-            _driver_checked(driver.cuMemcpyDtoH(host.ctypes.data, int(launch_args[index].handle), host.nbytes))
-            results[str(index)] = host
-        return Timing(samples_ms=samples, outputs=results)
-    except LaunchFailed:
-        raise
-    except Exception as exc:  # cuda.core raises CUDAError for launch errors and faults
-        raise LaunchFailed(f"{type(exc).__name__}: {exc}") from None
-    finally:
-        for buffer in buffers:
+        try:
+            if flush and self._flush is not None:
+                self._memset(self._flush)
+            start = self.stream.record(options=timed)
+            launch(self.stream, LaunchConfig(grid=grid, block=block), kernel, *args)
+            end = self.stream.record(options=timed)
+            end.sync()  # raises on a fault in the kernel
+            return float(end - start)
+        except Exception as exc:  # cuda.core raises CUDAError for launch errors and faults
+            return self._failure("launch", exc, f"grid {grid}, block {block}: ")
+
+    def _failure(self, stage: str, exc: Exception, prefix: str = "") -> Failed:
+        message = f"{exc}".strip() or type(exc).__name__
+        return Failed(stage, prefix + message, poisoned=any(code in message for code in STICKY))
+
+    def _compare(self, bench) -> tuple[str, float]:
+        """('' or why the output differs, largest absolute error) over every output argument."""
+        from cuda.core import LaunchConfig, launch
+
+        worst, problems = 0.0, []
+        for arg, buffer, _, reference, size in self._outputs:
+            atol, rtol = bench.tolerance(arg.dtype)
+            stats = np.array([0, np.iinfo(np.uint64).max, 0], dtype=np.uint64)
+            stats_buffer = self._upload(stats, keep=False)
+            blocks = max(1, min(math.ceil(size / 256), 4 * 1024))
+            launch(self.stream, LaunchConfig(grid=blocks, block=256), self._comparer(arg.dtype), buffer, reference,
+                   np.uint64(size), np.float64(atol), np.float64(rtol), stats_buffer)
+            self._download(stats, stats_buffer)
+            stats_buffer.close(self.stream)
+            error = float(stats[2:3].view(np.float64)[0])
+            worst = max(worst, error)
+            if stats[0]:
+                problems.append(f"{int(stats[0])} of {size} elements of {arg.name} differ from the reference beyond "
+                                f"atol {atol:g} + rtol {rtol:g} x |ref| (first at index {int(stats[1])}, "
+                                f"largest absolute error {error:.3g})")
+        return "; ".join(problems), worst
+
+    def _comparer(self, dtype: str):
+        if dtype not in self._comparers:
+            from cuda.core import ObjectCode
+
+            value, to_double = _VALUE_TYPES[dtype]
+            source = f"#define VALUE {value}\n#define TO_DOUBLE {to_double}\n{COMPARE_SOURCE}"
             try:
-                buffer.close(stream)
-            except Exception:  # after a sticky fault every call fails; the fault was already reported
-                pass
+                compiled = compile_kernel(source, "compare_outputs", {}, [], self.info.arch)
+            except CompileError as exc:  # a kforge bug, not the user's: say so with the log
+                raise RuntimeError(f"kforge's output comparison kernel did not compile: {exc}\n{exc.log}") from None
+            self._comparers[dtype] = ObjectCode.from_cubin(compiled.cubin).get_kernel(compiled.lowered_name)
+        return self._comparers[dtype]
+
+    # --- memory, every call checked ---
+    def _allocate(self, nbytes: int, keep: bool = True):
+        buffer = self.device.allocate(max(nbytes, 1), stream=self.stream)
+        if keep:
+            self._buffers.append(buffer)
+        return buffer
+
+    def _upload(self, array: np.ndarray, keep: bool = True):
+        from cuda.bindings import driver
+
+        buffer = self._allocate(array.nbytes, keep)
+        self.stream.sync()
+        _checked(driver.cuMemcpyHtoD(int(buffer.handle), np.ascontiguousarray(array).ctypes.data, array.nbytes))
+        return buffer
+
+    def _download(self, array: np.ndarray, buffer) -> None:
+        from cuda.bindings import driver
+
+        self.stream.sync()
+        _checked(driver.cuMemcpyDtoH(array.ctypes.data, int(buffer.handle), array.nbytes))
+
+    def _copy(self, dst, src) -> None:
+        from cuda.bindings import driver
+
+        _checked(driver.cuMemcpyDtoDAsync(int(dst.handle), int(src.handle), src.size, int(self.stream.handle)))
+
+    def _memset(self, buffer) -> None:
+        from cuda.bindings import driver
+
+        _checked(driver.cuMemsetD8Async(int(buffer.handle), 0, buffer.size, int(self.stream.handle)))
+
+    def _release(self) -> None:
+        for buffer in self._buffers:
+            buffer.close(self.stream)
+        self._buffers, self._flush, self._setup = [], None, None
 
 
-def _driver_checked(returned) -> None:
+class DriverError(RuntimeError):
+    pass
+
+
+def _checked(returned) -> None:
     from cuda.bindings import driver
 
     status = returned[0]
     if status != driver.CUresult.CUDA_SUCCESS:
-        raise LaunchFailed(f"{status.name}")
+        raise DriverError(status.name)

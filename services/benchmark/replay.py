@@ -1,15 +1,18 @@
 """Measurements recorded on a GPU machine, served again where there is no GPU, always marked as replay.
 
-A recording is keyed by everything that decides what runs on the device: source, kernel name, argument
+A replay host stands where the GPU process would, so the whole pipeline (compile, search, events, CLI)
+runs for real around the recorded outcomes. A recording is keyed by everything that decides what runs on the device: source, kernel name, argument
 spec, sizes, launch conventions, the configuration's parameters and the target arch. Compiler versions
 are left out on purpose: the recording answers "what did this kernel take on that GPU", and the
-BaselineMeasured built from it says which device and when.
+event built from it says which device and when.
 """
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
+from services.benchmark.roofline import Peaks
 from shared.spec import KernelSpec, ParamValue
 
 DEFAULT_BOOK = Path(__file__).parent / "recordings" / "baselines.json"
@@ -24,7 +27,29 @@ class Recording:
     recorded_on: str  # date of the GPU run
     arch: str
     params: dict[str, ParamValue]
-    samples_ms: list[float]
+    samples_ms: list[float] = field(default_factory=list)
+    check_ms: float = 0.0
+    max_abs_error: float = 0.0
+    abandoned: bool = False
+    failed_stage: str | None = None  # a recorded failure: its stage and the driver's words
+    failed_reason: str = ""
+    peaks: dict[str, float] | None = None
+
+    def outcome(self) -> Measured | Failed:
+        if self.failed_stage is not None:
+            return Failed(self.failed_stage, self.failed_reason)
+        return Measured(samples_ms=list(self.samples_ms), check_ms=self.check_ms or self.samples_ms[0],
+                        max_abs_error=self.max_abs_error, abandoned=self.abandoned)
+
+    @classmethod
+    def of(cls, spec: KernelSpec, device: DeviceInfo, recorded_on: str, params: dict[str, ParamValue],
+           outcome: Measured | Failed) -> "Recording":
+        common = dict(kernel_name=spec.kernel_name, device=device.name, recorded_on=recorded_on, arch=device.arch,
+                      params=params, peaks=asdict(device.peaks) if device.peaks else None)
+        if isinstance(outcome, Failed):
+            return cls(**common, failed_stage=outcome.stage, failed_reason=outcome.reason)
+        return cls(**common, samples_ms=outcome.samples_ms, check_ms=outcome.check_ms,
+                   max_abs_error=outcome.max_abs_error, abandoned=outcome.abandoned)
 
 
 def measurement_key(spec: KernelSpec, params: dict[str, ParamValue], arch: str) -> str:
@@ -53,3 +78,29 @@ class ReplayBook:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {key: asdict(r) for key, r in sorted(self.recordings.items())}
         self.path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+class ReplayHost:
+    """Answers like the GPU process, from recordings: never measures, and says so in the device name."""
+
+    def __init__(self, book: ReplayBook, spec: KernelSpec):
+        self.book, self.spec, self.replacements = book, spec, 0
+        mine = [r for r in book.recordings.values() if r.kernel_name == spec.kernel_name] or list(book.recordings.values())
+        first = mine[0] if mine else None
+        self.device = DeviceInfo(index=0, name=f"{first.device} (recorded {first.recorded_on})" if first else "no recordings",
+                                 arch=spec.benchmark.arch or (first.arch if first else "sm_90"),
+                                 peaks=Peaks(**first.peaks) if first and first.peaks else None)
+
+    def prepare(self, setup: Setup) -> Failed | None:
+        return None
+
+    def measure(self, order: Order) -> Measured | Failed:
+        recording = self.book.find(self.spec, order.params)
+        if recording is None:
+            recorded = sorted({r.kernel_name for r in self.book.recordings.values()}) or ["none"]
+            return Failed("replay", f"no recorded measurement of {self.spec.kernel_name} with {order.params} at these "
+                                    f"sizes; recordings exist for: {', '.join(recorded)}")
+        return recording.outcome()
+
+    def close(self) -> None:
+        pass

@@ -1,17 +1,42 @@
-"""Celery entry point of a benchmark worker. The worker serves queue benchmark.<gpu> and sees only
-that GPU (CUDA_VISIBLE_DEVICES), so inside it the device is always index 0."""
+"""Celery entry points of a benchmark worker. The compile pool and the GPU process are started on the
+first task and kept warm for the next.
+
+A `kforge worker -Q benchmark.<gpu>` process sees only its GPU (it sets CUDA_VISIBLE_DEVICES and
+KFORGE_PINNED_GPU), so there the device is index 0; in embedded mode one process serves every
+benchmark queue, and queue benchmark.<gpu> uses device <gpu>."""
+import atexit
+import os
 from uuid import UUID
 
 from services.benchmark import handlers
 from services.benchmark.compile_cache import CompileCache
+from services.benchmark.resources import BenchmarkResources
 from shared import runtime
 from shared.bus import celery_app
-from shared.contracts import MeasureBaseline
+from shared.contracts import MeasureBaseline, TuneShard
 from shared.eventstore import ConcurrencyConflict
+
+_resources: dict[str, BenchmarkResources] = {}
+
+
+def resources(gpu: str) -> BenchmarkResources:
+    if gpu not in _resources:
+        settings = runtime.current().settings
+        index = 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
+        workers = max(1, ((os.cpu_count() or 2) - 2 * len(settings.gpus)) // len(settings.gpus))
+        _resources[gpu] = BenchmarkResources(device_index=index, default_arch=settings.default_arch,
+                                             cache=CompileCache(settings.compile_cache), compile_workers=workers)
+        atexit.register(_resources[gpu].close)
+    return _resources[gpu]
 
 
 @celery_app.task(name=MeasureBaseline.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
-def measure_baseline(job_id: str, request_id: str) -> None:
+def measure_baseline(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
-    handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), device_index=0,
-                              default_arch=rt.settings.default_arch, cache=CompileCache(rt.settings.compile_cache))
+    handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
+
+
+@celery_app.task(name=TuneShard.task)
+def tune_shard(job_id: str, request_id: str, gpu: str = "0") -> None:
+    rt = runtime.current()
+    handlers.tune_shard(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))

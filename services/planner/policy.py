@@ -9,9 +9,9 @@ import zlib
 from dataclasses import dataclass, field
 from functools import singledispatch
 
-from shared.contracts import MeasureBaseline, Message, benchmark_queue
+from shared.contracts import MeasureBaseline, Message, TuneShard, benchmark_queue
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobCompleted, JobFailed,
-                           JobSubmitted, derived_id)
+                           JobSubmitted, ShardTuned, TuningCompleted, TuningRequested, derived_id)
 from shared.projections import JobView, job_id_of
 
 
@@ -51,10 +51,52 @@ def _(event: BaselineRequested, job: JobView, gpus: list[str]) -> Reaction:
 
 @_react.register
 def _(event: BaselineMeasured, job: JobView, gpus: list[str]) -> Reaction:
+    if job.spec is not None and job.spec.strategy.name == "tune":
+        # Brute force splits over every GPU worker (interleaved shards); other strategies are sequential.
+        shards = len(gpus) if job.spec.benchmark.search.strategy == "brute_force" else 1
+        first = zlib.crc32(event.stream_id.encode()) % len(gpus)
+        return Reaction(events=[
+            TuningRequested(event_id=derived_id(event.event_id, "TuningRequested", shard), stream_id=event.stream_id,
+                            queue=benchmark_queue(gpus[(first + shard) % len(gpus)]), shard=shard, shards=shards)
+            for shard in range(shards)])
     label = " (replayed measurement)" if event.replay else ""
     summary = f"baseline {event.median_ms:.4f} ms on {event.device}{label}, grid {event.grid}, block {event.block}"
     return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"),
                                          stream_id=event.stream_id, summary=summary)])
+
+
+@_react.register
+def _(event: TuningRequested, job: JobView, gpus: list[str]) -> Reaction:
+    return Reaction(messages=[TuneShard.message(event.queue, job_id_of(event.stream_id), event.event_id)])
+
+
+@_react.register
+def _(event: ShardTuned, job: JobView, gpus: list[str]) -> Reaction:
+    if event.error:
+        return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
+                                          stage="tuning", reason=event.error)])
+    if len(job.shards_tuned) < len(job.tuning_requests):
+        return NOTHING  # the merge waits for the last shard
+    # Whichever shard's event gets here first merges: the ids derive from the job, so a second merge is a no-op.
+    shards = job.shards_tuned
+    best = min((s for s in shards if s.best_ms is not None), key=lambda s: s.best_ms, default=None)
+    speedup = job.baseline_ms / best.best_ms if best and job.baseline_ms else None
+    completed = TuningCompleted(event_id=derived_id(event.stream_id, "TuningCompleted"), stream_id=event.stream_id,
+                                candidate_id="submitted", best_params=best.best_params if best else None,
+                                best_time_ms=best.best_ms if best else None,
+                                configs_evaluated=sum(s.configs for s in shards),
+                                configs_failed=sum(s.failed for s in shards), speedup=speedup)
+    if best is None:
+        return Reaction(events=[completed, JobFailed(event_id=derived_id(event.stream_id, "JobFailed"),
+                                                     stream_id=event.stream_id, stage="tuning",
+                                                     reason=f"none of {completed.configs_evaluated} configurations "
+                                                            "ran correctly; see the ConfigFailed events")])
+    label = " (replayed measurements)" if event.replay else ""
+    summary = (f"tuned {best.best_ms:.4f} ms with {best.best_params}, {speedup:.2f}x the baseline "
+               f"{job.baseline_ms:.4f} ms; {completed.configs_evaluated} configurations, {completed.configs_failed} "
+               f"rejected, on {best.device}{label}")
+    return Reaction(events=[completed, JobCompleted(event_id=derived_id(event.stream_id, "JobCompleted"),
+                                                    stream_id=event.stream_id, summary=summary)])
 
 
 @_react.register

@@ -5,6 +5,7 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.benchmark.handlers import measure_baseline
+from services.benchmark.resources import BenchmarkResources
 from services.planner.policy import react
 from shared.contracts import PlannerCatchUp
 from shared.events import BaselineFailed, BaselineRequested, JobSubmitted, KernelCompiled
@@ -51,7 +52,7 @@ def _job_with_request(store: EventStore, spec: KernelSpec, job_id: str = "abc123
 def test_no_device_compiles_then_fails_at_device_stage(store, bus):
     job_id, request = _job_with_request(store, _spec())
 
-    measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90")
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
 
     history = store.read_stream(job_stream(job_id))
     assert [e.type for e in history] == ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineFailed"]
@@ -73,9 +74,9 @@ def test_no_device_compiles_then_fails_at_device_stage(store, bus):
 @no_gpu_only
 def test_default_arch_is_used_without_a_device_and_spec_arch_wins(store, bus):
     job_a, request_a = _job_with_request(store, _spec(), job_id="aaaaaaaaaaaa")
-    measure_baseline(store, bus, job_a, request_a.event_id, device_index=0, default_arch="sm_80")
+    measure_baseline(store, bus, job_a, request_a.event_id, BenchmarkResources(0, "sm_80"))
     job_b, request_b = _job_with_request(store, _spec(benchmark={"arch": "sm_86"}), job_id="bbbbbbbbbbbb")
-    measure_baseline(store, bus, job_b, request_b.event_id, device_index=0, default_arch="sm_80")
+    measure_baseline(store, bus, job_b, request_b.event_id, BenchmarkResources(0, "sm_80"))
 
     (compiled_a,) = [e for e in store.read_stream(job_stream(job_a)) if isinstance(e, KernelCompiled)]
     (compiled_b,) = [e for e in store.read_stream(job_stream(job_b)) if isinstance(e, KernelCompiled)]
@@ -86,11 +87,11 @@ def test_default_arch_is_used_without_a_device_and_spec_arch_wins(store, bus):
 
 def test_redelivery_appends_nothing_new(store, bus):
     job_id, request = _job_with_request(store, _spec())
-    measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90")
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
     first = store.read_stream(job_stream(job_id))
     all_first = store.read_all()
 
-    measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90")
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
 
     again = store.read_stream(job_stream(job_id))
     assert [(e.event_id, e.type, e.position) for e in again] == [(e.event_id, e.type, e.position) for e in first]
@@ -111,7 +112,7 @@ BROKEN = (
 def test_compile_error_fails_at_compile_stage_with_nvrtc_log(store, bus):
     job_id, request = _job_with_request(store, _spec(source=BROKEN))
 
-    measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90")
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
 
     history = store.read_stream(job_stream(job_id))
     # a compile error is reported even without a device, and nothing claims the kernel compiled
@@ -124,14 +125,14 @@ def test_compile_error_fails_at_compile_stage_with_nvrtc_log(store, bus):
     assert any(m.task == PlannerCatchUp.task for m in bus.messages)
 
     # redelivered: still one answer
-    measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90")
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
     assert len(store.read_stream(job_stream(job_id))) == 3
 
 
 def test_planner_turns_the_answer_into_job_failed(store, bus):
     """The failure the handler records is what the planner reacts to, carrying stage and reason."""
     job_id, request = _job_with_request(store, _spec(source=BROKEN))
-    measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90")
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
     history = store.read_stream(job_stream(job_id))
 
     reaction = react(history[-1], project_job(history, job_id), gpus=["0"])
@@ -146,7 +147,7 @@ def test_a_second_job_with_the_same_kernel_is_served_from_the_compile_cache(stor
     compiled = []
     for job in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
         job_id, request = _job_with_request(store, _spec(), job_id=job)
-        measure_baseline(store, bus, job_id, request.event_id, device_index=0, default_arch="sm_90", cache=cache)
+        measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90", cache))
         compiled += [e for e in store.read_stream(job_stream(job_id)) if isinstance(e, KernelCompiled)]
     assert [c.cache_hit for c in compiled] == [False, True]
     assert compiled[0].cache_key == compiled[1].cache_key

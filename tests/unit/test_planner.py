@@ -107,7 +107,7 @@ def test_baseline_requested_sends_measure_baseline(vector_add_spec):
     assert message.task == MeasureBaseline.task
     assert message.queue == request.queue
     assert message.message_id == str(request.event_id)
-    assert message.kwargs == {"job_id": "abc123", "request_id": str(request.event_id)}
+    assert message.kwargs == {"job_id": "abc123", "request_id": str(request.event_id), "gpu": request.queue.split(".")[1]}
 
 
 def test_baseline_measured_completes_the_job(vector_add_spec):
@@ -192,7 +192,7 @@ def test_catch_up_runs_a_job_to_its_baseline_request(store, vector_add_spec):
     assert message.task == MeasureBaseline.task
     assert message.message_id == str(request.event_id)
     assert message.queue == request.queue
-    assert message.kwargs == {"job_id": "flow", "request_id": str(request.event_id)}
+    assert message.kwargs == {"job_id": "flow", "request_id": str(request.event_id), "gpu": request.queue.split(".")[1]}
     assert store.tracked_position(handlers.CONSUMER) == request.position
     assert project_job(stream).status == "benchmarking"
 

@@ -8,6 +8,7 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.benchmark.handlers import measure_baseline
+from services.benchmark.resources import BenchmarkResources
 from services.benchmark.replay import Recording, ReplayBook, measurement_key
 from services.planner.policy import react
 from shared.events import BaselineFailed, BaselineMeasured, JobSubmitted
@@ -29,7 +30,7 @@ def run_baseline(store, spec, book, job_id="r0000000000a"):
     stream = job_stream(job_id)
     (submitted,) = store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)
     (request,) = store.append(stream, react(submitted, project_job([submitted]), ["0"]).events, expected_version=1)
-    measure_baseline(store, RecordingBus(), job_id, request.event_id, 0, "sm_90", replay_book=book)
+    measure_baseline(store, RecordingBus(), job_id, request.event_id, BenchmarkResources(0, "sm_90", replay_book=book))
     return store.read_stream(stream)[2:]
 
 

@@ -97,11 +97,12 @@ def test_matmul_geometry_divides_y_by_the_product_of_grid_div_y():
     params = spec.baseline_params()
 
     grid, block = spec.launch_geometry(params)
-    assert block == (params["block_size_x"], params["block_size_y"], 1) == (32, 8, 1)
-    assert grid == (math.ceil(n / 32), math.ceil(n / (8 * 4)), 1)
+    assert block == (params["block_size_x"], params["block_size_y"], 1) == (16, 16, 1)
+    assert grid == (math.ceil(n / 16), math.ceil(n / 16), 1)
 
-    grid, block = spec.launch_geometry({**params, "block_size_x": 16, "block_size_y": 4, "tile_size_y": 8})
-    assert grid == (math.ceil(n / 16), math.ceil(n / (4 * 8)), 1) and block == (16, 4, 1)
+    grid, block = spec.launch_geometry({**params, "block_size_x": 32, "tile_size_x": 4, "block_size_y": 8,
+                                        "tile_size_y": 8})
+    assert grid == (math.ceil(n / (32 * 4)), math.ceil(n / (8 * 8)), 1) and block == (32, 8, 1)
 
 
 def test_reduction_has_a_fixed_grid():
@@ -114,7 +115,7 @@ def test_reduction_has_a_fixed_grid():
 
 def test_default_block_is_256_when_block_size_x_is_not_given():
     data = vector_add_data()
-    del data["params"], data["tune_params"]
+    del data["params"], data["tune_params"], data["strategy"]
     data["sizes"] = {"n": 1000}
     spec = KernelSpec.model_validate({"source": VECTOR_ADD_SOURCE, **data})
 
@@ -374,3 +375,21 @@ def test_make_arrays_inputs_differ_between_arguments():
     })
     arrays = make_arrays(spec, 0)
     assert not np.array_equal(arrays["a"], arrays["b"])
+
+
+def test_tuning_without_tune_params_and_unknown_search_strategies_are_field_errors():
+    data = vector_add_data()
+    del data["tune_params"]
+    with pytest.raises(ValidationError, match="strategy tune needs tune_params"):
+        KernelSpec.model_validate({"source": VECTOR_ADD_SOURCE, **data})
+    data = vector_add_data()
+    data["benchmark"] = {"search": {"strategy": "genetic"}}
+    with pytest.raises(ValidationError, match="not a Kernel Tuner strategy: use one of brute_force"):
+        KernelSpec.model_validate({"source": VECTOR_ADD_SOURCE, **data})
+
+
+def test_work_defaults_to_every_array_once_and_takes_expressions():
+    spec = example("matmul")
+    n = spec.sizes["n"]
+    assert spec.bytes_per_launch() == 3 * 4 * n * n and spec.flops_per_launch() == 2 * n**3
+    assert example("vector_add").bytes_per_launch() == 3 * 4 * example("vector_add").sizes["n"]

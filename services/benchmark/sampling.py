@@ -1,0 +1,65 @@
+"""When to stop timing a configuration, and what its samples say: pure functions, no GPU.
+
+A configuration is timed until the 95% confidence interval of its mean is within `ci_target` of the
+mean (after at least `min_samples`), or `max_samples` are taken. One sample that is `abandon_factor`
+times slower than the best time so far ends it early: more samples cannot make it the best.
+"""
+import math
+import statistics
+from dataclasses import dataclass
+from enum import Enum
+
+# Two-sided 95% Student t quantiles for 1..30 degrees of freedom; beyond that the normal 1.96 is close enough.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+class Next(Enum):
+    SAMPLE = "sample"
+    DONE = "done"
+    ABANDON = "abandon"
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    min_samples: int = 3
+    max_samples: int = 7
+    ci_target: float = 0.02
+    abandon_factor: float = 1.25
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    stddev_ms: float
+    ci95_ms: float  # half-width of the 95% confidence interval of the mean; inf for one sample
+
+
+def summarize(samples_ms: list[float]) -> Stats:
+    n = len(samples_ms)
+    mean = statistics.fmean(samples_ms)
+    stddev = statistics.stdev(samples_ms) if n > 1 else 0.0
+    ci = _t95(n - 1) * stddev / math.sqrt(n) if n > 1 else math.inf
+    return Stats(median_ms=statistics.median(samples_ms), min_ms=min(samples_ms), mean_ms=mean, stddev_ms=stddev,
+                 ci95_ms=ci)
+
+
+def _t95(degrees_of_freedom: int) -> float:
+    return _T95[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T95) else 1.96
+
+
+def next_step(samples_ms: list[float], best_ms: float | None, policy: SamplingPolicy) -> Next:
+    if not samples_ms:
+        return Next.SAMPLE
+    if best_ms is not None and min(samples_ms) > policy.abandon_factor * best_ms:
+        return Next.ABANDON
+    n = len(samples_ms)
+    if n >= policy.max_samples:
+        return Next.DONE
+    if n >= policy.min_samples:
+        stats = summarize(samples_ms)
+        if stats.ci95_ms <= policy.ci_target * stats.mean_ms:
+            return Next.DONE
+    return Next.SAMPLE

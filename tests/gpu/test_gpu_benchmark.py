@@ -1,0 +1,161 @@
+"""The benchmark service on a real GPU: run on the GPU machine (`make test-gpu`)."""
+import json
+import os
+import subprocess
+import sys
+from uuid import uuid4
+
+import pytest
+
+from services.benchmark import handlers
+from services.benchmark.compile_pool import CompilePool
+from services.benchmark.gpu_host import GpuHost
+from services.benchmark.resources import BenchmarkResources
+from services.benchmark.tuning import SpaceEvaluator, search
+from services.planner.policy import react
+from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted
+from shared.eventstore import EventStore
+from shared.projections import project_job
+from tests.conftest import EXAMPLES
+from tests.fakes import RecordingBus
+
+pytestmark = pytest.mark.gpu
+
+# vector_add with a `mode` parameter that breaks it the ways real candidates break.
+CUED = r"""
+extern "C" __global__ void vector_add(float *c, const float *a, const float *b, int n) {
+    int i = blockIdx.x * block_size_x + threadIdx.x;
+#if mode == 1
+    if (i < n) c[i] = a[i] - b[i];                      // wrong answer
+#elif mode == 2
+    if (i < n) c[i + (1ll << 40)] = a[i] + b[i];        // illegal address: poisons the context
+#elif mode == 3
+    volatile int spin = 1; while (spin) {}              // hangs
+#elif mode == 4
+    if (i < n - 1) c[i] = a[i] + b[i];                  // misses the last element
+#else
+    if (i < n) c[i] = a[i] + b[i];
+#endif
+}
+"""
+
+
+def cued_spec(vector_add_spec, modes, blocks=(128, 256), n=1_000_003):
+    return vector_add_spec.model_validate({
+        **vector_add_spec.model_dump(), "source": CUED, "sizes": {"n": n}, "params": {"block_size_x": 256, "mode": 0},
+        "tune_params": {"block_size_x": list(blocks), "mode": list(modes)}, "strategy": {"name": "tune"},
+        "benchmark": {**vector_add_spec.benchmark.model_dump(), "timeout_s": 5}})
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with CompilePool(8) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def host():
+    host = GpuHost(0)
+    yield host
+    host.close()
+
+
+def tune(spec, host, pool):
+    evaluator = SpaceEvaluator(spec, host, pool, host.device.arch, "job-gpu", uuid4(), lambda batch: None)
+    outcomes = search(spec, evaluator)
+    return evaluator, {tuple(o.params.values()): o for o in outcomes}
+
+
+def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_goes_on(vector_add_spec, host, pool):
+    spec = cued_spec(vector_add_spec, modes=[0, 1, 2, 3, 4])
+    evaluator, outcomes = tune(spec, host, pool)
+
+    for block in (128, 256):
+        assert isinstance(outcomes[(block, 0)], ConfigMeasured) and outcomes[(block, 0)].max_abs_error == 0.0
+        assert outcomes[(block, 1)].stage == "output" and "differ from the reference" in outcomes[(block, 1)].reason
+        assert outcomes[(block, 2)].stage == "launch" and "ILLEGAL_ADDRESS" in outcomes[(block, 2)].reason
+        assert outcomes[(block, 3)].stage == "timeout"
+        assert outcomes[(block, 4)].stage == "output" and "first at index 1000002" in outcomes[(block, 4)].reason
+    assert evaluator.tally.best.params["mode"] == 0
+    assert host.replacements >= 4  # two faults and two hangs, each cost a GPU process
+    for key, outcome in sorted(outcomes.items()):
+        print(key, outcome.type, getattr(outcome, "median_ms", None) or outcome.reason[:100])
+
+
+def test_a_block_the_device_cannot_launch_is_reported_not_timed(vector_add_spec, host, pool):
+    spec = cued_spec(vector_add_spec, modes=[0], blocks=(256, 2048))
+    evaluator, outcomes = tune(spec, host, pool)
+    # Kernel Tuner's Searchspace drops 2048 (above the device's 1024 threads), so it never reaches the GPU.
+    assert list(outcomes) == [(256, 0)]
+    from services.benchmark.measurement import Order
+
+    kernel = pool.compile_all(spec.source, "vector_add", [{"block_size_x": 2048, "mode": 0}], [], host.device.arch)
+    (compiled,) = list(kernel)
+    failed = host.measure(Order(params={"block_size_x": 2048, "mode": 0}, kernel=compiled.kernel, grid=(489, 1, 1),
+                                block=(2048, 1, 1), best_ms=None))
+    assert failed.stage == "launch" and "INVALID_VALUE" in failed.reason
+
+
+def test_matmul_configurations_that_exhaust_registers_are_rejected(host, pool):
+    from kforge.specfile import load_spec
+
+    spec = load_spec(EXAMPLES / "matmul.cu", EXAMPLES / "matmul.yaml")
+    spec = spec.model_validate({**spec.model_dump(), "sizes": {"n": 512},
+                                "tune_params": {"block_size_x": [32], "block_size_y": [8, 32], "tile_size_x": [4, 8],
+                                                "tile_size_y": [4, 8]}})
+    evaluator, outcomes = tune(spec, host, pool)
+    for key, outcome in sorted(outcomes.items()):
+        print(key, outcome.type, getattr(outcome, "median_ms", None) or outcome.reason[:120])
+    assert any(isinstance(o, ConfigMeasured) for o in outcomes.values())
+    rejected = [o for o in outcomes.values() if isinstance(o, ConfigFailed)]
+    assert all(o.stage in ("launch", "compile") for o in rejected)
+    assert all(o.tflops < 67 for o in outcomes.values() if isinstance(o, ConfigMeasured))
+
+
+def test_l2_flush_and_adaptive_sampling(vector_add_spec, host, pool):
+    spec = cued_spec(vector_add_spec, modes=[0], blocks=(64, 256, 1024), n=1 << 24)
+    spec = spec.model_validate({**spec.model_dump(), "benchmark": {**spec.benchmark.model_dump(), "l2_flush": True}})
+    evaluator, outcomes = tune(spec, host, pool)
+    measured = [o for o in outcomes.values() if isinstance(o, ConfigMeasured)]
+    assert len(measured) == 3 and all(0 < o.pct_of_peak < 105 for o in measured)
+    assert all(len(o.samples_ms) >= spec.benchmark.min_samples or o.abandoned for o in measured)
+    print([(o.params, round(o.median_ms, 4), len(o.samples_ms), round(o.gbps)) for o in measured])
+
+
+@pytest.mark.parametrize("example, sizes", [("vector_add", {"n": 1 << 22}), ("matmul", {"n": 1024}),
+                                            ("reduction", {"n": 1 << 22, "blocks": 1024})])
+def test_baseline_of_each_example_is_measured(tmp_path, example, sizes):
+    from kforge.specfile import load_spec
+
+    spec = load_spec(EXAMPLES / f"{example}.cu", EXAMPLES / f"{example}.yaml").model_copy(update={"sizes": sizes})
+    store, bus = EventStore(f"sqlite:///{tmp_path / 'e.db'}"), RecordingBus()
+    stream = f"job-{uuid4().hex[:12]}"
+    submitted = store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)[0]
+    request = react(submitted, project_job([submitted]), ["0"]).events
+    store.append(stream, request, expected_version=1)
+    resources = BenchmarkResources(0)
+    try:
+        handlers.measure_baseline(store, bus, stream.removeprefix("job-"), request[0].event_id, resources)
+    finally:
+        resources.close()
+    measured = [e for e in store.read_stream(stream) if isinstance(e, BaselineMeasured)]
+    assert len(measured) == 1, [e.type for e in store.read_stream(stream)]
+    assert measured[0].median_ms > 0 and 1 <= len(measured[0].samples_ms) <= spec.benchmark.iterations
+    print(f"{example} {sizes}: median {measured[0].median_ms:.4f} ms on {measured[0].device}")
+
+
+def test_kforge_tune_tunes_the_vector_add_example(tmp_path):
+    env = {**os.environ, "KFORGE_HOME": str(tmp_path), "COLUMNS": "250"}
+    env.pop("REDIS_URL", None), env.pop("DATABASE_URL", None)
+    kforge = [sys.executable, "-m", "kforge"]
+    tune = subprocess.run([*kforge, "tune", str(EXAMPLES / "vector_add.cu")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    print(tune.stdout[-3000:], tune.stderr[-2000:])
+    assert tune.returncode == 0 and "completed" in tune.stdout and "tuned" in tune.stdout
+    jobs = subprocess.run([*kforge, "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
+    job_id = next(line.split()[1] for line in jobs.splitlines() if "vector_add" in line)
+    listed = subprocess.run([*kforge, "events", job_id, "--json"], capture_output=True, text=True, env=env,
+                            timeout=60).stdout.splitlines()
+    types = [json.loads(line)["type"] for line in listed]
+    assert types[:4] == ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineMeasured"]
+    assert types.count("ConfigMeasured") == 6 and types[-2:] == ["TuningCompleted", "JobCompleted"]
