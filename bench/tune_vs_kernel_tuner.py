@@ -127,10 +127,17 @@ def kernel_tuner(spec, device, ours: dict) -> dict:
     # Parameters kforge defines but does not tune become one-value tune params, which KT defines alike.
     tune_params = {**{k: [v] for k, v in spec.params.items() if k not in spec.tune_params}, **spec.tune_params}
     divs = {f"grid_div_{axis}": getattr(spec, f"grid_div_{axis}") for axis in "xyz" if getattr(spec, f"grid_div_{axis}")}
-    started = time.perf_counter()
-    results, _ = tune_kernel(spec.kernel_name, spec.source, problem if len(problem) > 1 else problem[0], arguments,
-                             tune_params, restrictions=list(spec.restrictions) or None, lang="NVCUDA", quiet=True,
-                             verbose=False, **divs)
+    for lang in ("NVCUDA", "CUPY"):  # the NVCUDA backend first, as in GPU-NOTES; CUPY if it cannot run here
+        started = time.perf_counter()
+        try:
+            results, _ = tune_kernel(spec.kernel_name, spec.source, problem if len(problem) > 1 else problem[0],
+                                     arguments, tune_params, restrictions=list(spec.restrictions) or None, lang=lang,
+                                     quiet=True, verbose=False, **divs)
+            break
+        except Exception as exc:  # Kernel Tuner aborts the whole run on several launch and compile errors
+            print(f"Kernel Tuner ({lang}) aborted: {type(exc).__name__}: {exc}", flush=True)
+    else:
+        return None
     wall = time.perf_counter() - started
     timed = [r for r in results if isinstance(r.get("time"), float)]
     best = get_best_config(results, "time", False)
@@ -148,7 +155,7 @@ def kernel_tuner(spec, device, ours: dict) -> dict:
         "best_params": {k: best[k] for k in keys}, "best_ms": float(best["time"]),
         "valid": len(timed), "impossible_results": len(impossible), "failed_launches_with_time": len(failed_ranked),
         "impossible_ranked": int(best_key in failed_by_kforge or any(best is r for r in impossible)),
-        "kforge_time_of_their_best": ours["times"].get(best_key),
+        "kforge_time_of_their_best": ours["times"].get(best_key), "backend": lang,
     }
 
 

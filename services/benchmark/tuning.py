@@ -9,6 +9,8 @@ A configuration counts only when its launch succeeded, its output matched the re
 physically possible; anything else is a ConfigFailed with the reason, and Kernel Tuner sees an error
 marker, never a time.
 """
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -170,8 +172,27 @@ class SpaceEvaluator:
 
 
 # --- Kernel Tuner's side --------------------------------------------------------------------------------
+_import_lock = threading.Lock()
+
+
 def _kernel_tuner():
-    # Imported on use: Kernel Tuner pulls in scipy and pandas, which only tuning needs.
+    """Kernel Tuner, imported on first use (it pulls in scipy and pandas, which only tuning needs).
+
+    It also imports torch when present, only to accept torch tensors as arguments, which kforge never
+    passes. Importing torch costs seconds and is not safe from a worker thread (seen on the GPU machine:
+    "partially initialized module 'torch'", then a segfault), so torch is hidden during the import."""
+    with _import_lock:
+        hide_torch = "torch" not in sys.modules
+        if hide_torch:
+            sys.modules["torch"] = None  # makes `import torch` raise ImportError, which Kernel Tuner handles
+        try:
+            return _import_kernel_tuner()
+        finally:
+            if hide_torch:
+                del sys.modules["torch"]
+
+
+def _import_kernel_tuner():
     from kernel_tuner.interface import Options, strategy_map
     from kernel_tuner.runners.runner import Runner
     from kernel_tuner.searchspace import Searchspace

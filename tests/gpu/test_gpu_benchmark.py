@@ -21,17 +21,17 @@ from tests.fakes import RecordingBus
 
 pytestmark = pytest.mark.gpu
 
-# vector_add with a `mode` parameter that breaks it the ways real candidates break.
+# vector_add with a `fault` parameter that breaks it the ways real candidates break.
 CUED = r"""
 extern "C" __global__ void vector_add(float *c, const float *a, const float *b, int n) {
     int i = blockIdx.x * block_size_x + threadIdx.x;
-#if mode == 1
+#if fault == 1
     if (i < n) c[i] = a[i] - b[i];                      // wrong answer
-#elif mode == 2
+#elif fault == 2
     if (i < n) c[i + (1ll << 40)] = a[i] + b[i];        // illegal address: poisons the context
-#elif mode == 3
-    volatile int spin = 1; while (spin) {}              // hangs
-#elif mode == 4
+#elif fault == 3
+    long long start = clock64(); while (clock64() >= start) {}   // hangs
+#elif fault == 4
     if (i < n - 1) c[i] = a[i] + b[i];                  // misses the last element
 #else
     if (i < n) c[i] = a[i] + b[i];
@@ -42,8 +42,8 @@ extern "C" __global__ void vector_add(float *c, const float *a, const float *b, 
 
 def cued_spec(vector_add_spec, modes, blocks=(128, 256), n=1_000_003):
     return vector_add_spec.model_validate({
-        **vector_add_spec.model_dump(), "source": CUED, "sizes": {"n": n}, "params": {"block_size_x": 256, "mode": 0},
-        "tune_params": {"block_size_x": list(blocks), "mode": list(modes)}, "strategy": {"name": "tune"},
+        **vector_add_spec.model_dump(), "source": CUED, "sizes": {"n": n}, "params": {"block_size_x": 256, "fault": 0},
+        "tune_params": {"block_size_x": list(blocks), "fault": list(modes)}, "strategy": {"name": "tune"},
         "benchmark": {**vector_add_spec.benchmark.model_dump(), "timeout_s": 5}})
 
 
@@ -76,7 +76,7 @@ def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_g
         assert outcomes[(block, 2)].stage == "launch" and "ILLEGAL_ADDRESS" in outcomes[(block, 2)].reason
         assert outcomes[(block, 3)].stage == "timeout"
         assert outcomes[(block, 4)].stage == "output" and "first at index 1000002" in outcomes[(block, 4)].reason
-    assert evaluator.tally.best.params["mode"] == 0
+    assert evaluator.tally.best.params["fault"] == 0
     assert host.replacements >= 4  # two faults and two hangs, each cost a GPU process
     for key, outcome in sorted(outcomes.items()):
         print(key, outcome.type, getattr(outcome, "median_ms", None) or outcome.reason[:100])
@@ -89,9 +89,9 @@ def test_a_block_the_device_cannot_launch_is_reported_not_timed(vector_add_spec,
     assert list(outcomes) == [(256, 0)]
     from services.benchmark.measurement import Order
 
-    kernel = pool.compile_all(spec.source, "vector_add", [{"block_size_x": 2048, "mode": 0}], [], host.device.arch)
+    kernel = pool.compile_all(spec.source, "vector_add", [{"block_size_x": 2048, "fault": 0}], [], host.device.arch)
     (compiled,) = list(kernel)
-    failed = host.measure(Order(params={"block_size_x": 2048, "mode": 0}, kernel=compiled.kernel, grid=(489, 1, 1),
+    failed = host.measure(Order(params={"block_size_x": 2048, "fault": 0}, kernel=compiled.kernel, grid=(489, 1, 1),
                                 block=(2048, 1, 1), best_ms=None))
     assert failed.stage == "launch" and "INVALID_VALUE" in failed.reason
 

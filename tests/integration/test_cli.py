@@ -59,7 +59,7 @@ def test_jobs_lists_the_job(tuned):
     result = kforge(home, "jobs")
     assert result.returncode == 0, _out(result)
     (row,) = [line for line in result.stdout.splitlines() if job_id in line]
-    assert "vector_add" in row and "baseline" in row and "failed" in row
+    assert "vector_add" in row and "tune" in row and "failed" in row
 
 
 @no_gpu_only

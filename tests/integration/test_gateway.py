@@ -72,7 +72,7 @@ def test_get_job_shows_submitted(client, spec_json):
     assert job["job_id"] == job_id
     assert job["status"] == "submitted"
     assert job["kernel_name"] == "vector_add"
-    assert job["strategy"] == "baseline"
+    assert job["strategy"] == "tune"  # the example tunes its block size
     assert job["events"] == 1
     assert job["submitted_at"] is not None
     assert job["failed_stage"] is None and job["failure"] is None and job["baseline_ms"] is None

@@ -55,21 +55,22 @@ def test_the_committed_book_has_each_example_at_its_spec_sizes():
         assert "H100" in recording.device and all(t > 0 for t in recording.samples_ms)
 
 
-def test_a_replayed_baseline_is_labelled_and_compiles_nothing(sqlite_url, tmp_path):
+def test_a_replayed_baseline_is_labelled_and_compiled_for_real(sqlite_url, tmp_path):
     spec = replaying(example("vector_add"))
     book = ReplayBook(tmp_path / "book.json")
     book.add(spec, Recording(kernel_name="vector_add", device="NVIDIA H100 80GB HBM3", recorded_on="2026-11-22",
                              arch="sm_90", params=spec.baseline_params(), samples_ms=[0.31, 0.30, 0.32]))
     book.save()
-    # One event after the request, so no KernelCompiled: replay compiles nothing.
-    (measured,) = run_baseline(EventStore(sqlite_url), spec, ReplayBook(tmp_path / "book.json"))
+    # The kernel is compiled for real (NVRTC needs no GPU); only the measurement is replayed.
+    compiled, measured = run_baseline(EventStore(sqlite_url), spec, ReplayBook(tmp_path / "book.json"))
+    assert compiled.type == "KernelCompiled" and compiled.compile_ms > 0 or compiled.cache_hit
     assert isinstance(measured, BaselineMeasured) and measured.replay
     assert measured.median_ms == 0.31 and "recorded 2026-11-22" in measured.device
 
 
 def test_replay_without_a_recording_fails_and_says_what_is_recorded(sqlite_url):
     spec = replaying(example("vector_add")).model_copy(update={"sizes": {"n": 12345}})
-    (failed,) = run_baseline(EventStore(sqlite_url), spec, ReplayBook())
+    _, failed = run_baseline(EventStore(sqlite_url), spec, ReplayBook())
     assert isinstance(failed, BaselineFailed) and failed.stage == "replay"
     assert "vector_add" in failed.reason and "matmul" in failed.reason
 
@@ -84,6 +85,7 @@ def test_the_cli_offers_replay_without_a_gpu_and_labels_it(tmp_path):
     assert live.returncode == 1 and "no CUDA device" in live.stdout and "--replay" in live.stdout
     replayed = subprocess.run([*args, "--replay"], capture_output=True, text=True, env=env, timeout=120)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "[REPLAY]" in replayed.stdout and "replayed measurement" in replayed.stdout
+    assert "[REPLAY]" in replayed.stdout and "replayed measurements" in replayed.stdout
+    assert "tuned" in replayed.stdout and replayed.stdout.count("ConfigMeasured") == 6
     jobs = subprocess.run([str(kforge), "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
     assert "[REPLAY]" in jobs
