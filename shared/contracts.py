@@ -40,23 +40,24 @@ class PlannerCatchUp:
         return Message(task=cls.task, queue=PLANNER_QUEUE, kwargs={"reason": reason}, message_id=str(uuid4()))
 
 
-class MeasureBaseline:
-    """Ask a benchmark worker to compile and time the submitted kernel of a job."""
+class BenchmarkRequest:
+    """A request event of a job answered by the benchmark worker of one GPU; the message carries ids only."""
+
+    task: str
+
+    @classmethod
+    def message(cls, queue: str, job_id: str, request_id: UUID) -> Message:
+        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id),
+                                                          "gpu": gpu_of(queue)}, message_id=str(request_id))
+
+
+class MeasureBaseline(BenchmarkRequest):
+    """Compile and time the submitted kernel of a job."""
 
     task = "benchmark.measure_baseline"
 
-    @classmethod
-    def message(cls, queue: str, job_id: str, request_id: UUID) -> Message:
-        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id),
-                                                          "gpu": gpu_of(queue)}, message_id=str(request_id))
 
-
-class TuneShard:
-    """Ask a benchmark worker to search its shard of a job's tuning space."""
+class TuneShard(BenchmarkRequest):
+    """Search this GPU's shard of a job's tuning space."""
 
     task = "benchmark.tune_shard"
-
-    @classmethod
-    def message(cls, queue: str, job_id: str, request_id: UUID) -> Message:
-        return Message(task=cls.task, queue=queue, kwargs={"job_id": job_id, "request_id": str(request_id),
-                                                          "gpu": gpu_of(queue)}, message_id=str(request_id))

@@ -92,3 +92,13 @@ def sweep_spec(vector_add_spec):
         **vector_add_spec.model_dump(), "sizes": {"n": 1 << 20}, "strategy": {"name": "tune"},
         "tune_params": {"block_size_x": list(range(32, 1025, 32))},
         "benchmark": {**vector_add_spec.benchmark.model_dump(), "timeout_s": 3}})
+
+
+@pytest.fixture
+def store(sqlite_url):
+    """A real SQLite event store in the test's own folder."""
+    from shared.eventstore import EventStore
+
+    store = EventStore(sqlite_url)
+    yield store
+    store.close()

@@ -93,6 +93,7 @@ class GpuHost:
                                          "runs far too long; its process was killed and replaced", poisoned=True)
             return self._conn.recv()
         except (EOFError, OSError, ConnectionError):
+            self._process.join(timeout=5)  # reap it, so its exit code is known
             code = self._process.exitcode
             return Failed("crashed", f"the GPU process died (exit code {code}) while running this configuration",
                           poisoned=True)

@@ -22,7 +22,7 @@ from services.benchmark import roofline
 from services.benchmark.compile_pool import CompileOutcome, CompilePool
 from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
 from services.benchmark.sampling import summarize
-from shared.events import ConfigFailed, ConfigMeasured, Event, derived_id
+from shared.events import ConfigFailed, ConfigMeasured, derived_id
 from shared.expressions import ExpressionError
 from shared.spec import KernelSpec, ParamValue
 

@@ -22,13 +22,6 @@ no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the baselin
 
 
 @pytest.fixture
-def store(sqlite_url):
-    store = EventStore(sqlite_url)
-    yield store
-    store.close()
-
-
-@pytest.fixture
 def bus():
     return RecordingBus()
 

@@ -13,7 +13,6 @@ from services.planner.policy import NOTHING, react
 from shared.contracts import MeasureBaseline, Message
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
                            KernelCompiled, StepPlanned)
-from shared.eventstore import EventStore
 from shared.projections import project_job
 from tests.fakes import RecordingBus
 
@@ -170,13 +169,6 @@ def test_events_the_planner_does_not_act_on(vector_add_spec):
 
 
 # --- catch-up over a real store ---------------------------------------------------------------------
-@pytest.fixture
-def store(sqlite_url):
-    s = EventStore(sqlite_url)
-    yield s
-    s.close()
-
-
 def test_catch_up_runs_a_job_to_its_baseline_request(store, vector_add_spec):
     job = submitted(vector_add_spec, "flow")
     store.append(job.stream_id, [job], expected_version=0)

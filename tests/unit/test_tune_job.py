@@ -11,19 +11,11 @@ from services.planner.policy import react
 from shared.contracts import MeasureBaseline, TuneShard
 from shared.events import (BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned, TuningCompleted,
                            TuningRequested)
-from shared.eventstore import EventStore
 from shared.projections import job_stream, project_job
 from tests.fakes import RecordingBus, ScriptedSession, scripted_time_ms
 
 BLOCKS = [64, 128, 192, 256, ScriptedSession.POISON, ScriptedSession.WRONG, 384, 512]
 HANDLERS = {MeasureBaseline.task: handlers.measure_baseline, TuneShard.task: handlers.tune_shard}
-
-
-@pytest.fixture
-def store(sqlite_url):
-    store = EventStore(sqlite_url)
-    yield store
-    store.close()
 
 
 @pytest.fixture
