@@ -35,7 +35,7 @@ class GpuHost:
 
     def prepare(self, setup: Setup) -> Failed | None:
         self._setup = setup
-        outcome = self._call("prepare", setup, setup.spec.benchmark.timeout_s + PREPARE_EXTRA_S)
+        outcome = self._send_prepare()
         if isinstance(outcome, Failed) and outcome.poisoned:
             self._replace(prepare=False)
         return outcome
@@ -81,9 +81,12 @@ class GpuHost:
         self.replacements += 1
         self._start()
         if prepare and self._setup is not None:
-            failed = self._call("prepare", self._setup, self._setup.spec.benchmark.timeout_s + PREPARE_EXTRA_S)
+            failed = self._send_prepare()
             if failed is not None:
                 raise RuntimeError(f"the replacement GPU process could not prepare the space again: {failed.reason}")
+
+    def _send_prepare(self) -> Failed | None:
+        return self._call("prepare", self._setup, self._setup.spec.benchmark.timeout_s + PREPARE_EXTRA_S)
 
     def _call(self, op: str, payload, timeout_s: float):
         try:

@@ -9,13 +9,18 @@ from services.benchmark.replay import ReplayBook, ReplayHost
 from shared.spec import KernelSpec
 
 
+def compile_workers_per_gpu(gpus: int = 1) -> int:
+    """Cores for each GPU's compile pool, leaving a core each to every worker process and GPU process,
+    which feed the GPUs."""
+    return max(1, ((os.cpu_count() or 2) - 2 * gpus) // gpus)
+
+
 class BenchmarkResources:
     def __init__(self, device_index: int = 0, default_arch: str = "sm_90", cache: CompileCache | None = None,
                  compile_workers: int | None = None, replay_book: ReplayBook | None = None,
                  session_factory=None):
         self.device_index, self.default_arch, self.cache = device_index, default_arch, cache
-        # Leave a core each to this process and the GPU process, which feed the GPU.
-        self.compile_workers = compile_workers or max(1, (os.cpu_count() or 2) - 2)
+        self.compile_workers = compile_workers or compile_workers_per_gpu()
         self._replay_book = replay_book
         self._session_factory = session_factory  # what the GPU process serves; tests pass a CPU stand-in
         self._pool: CompilePool | None = None

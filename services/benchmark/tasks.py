@@ -10,7 +10,7 @@ from uuid import UUID
 
 from services.benchmark import handlers
 from services.benchmark.compile_cache import CompileCache
-from services.benchmark.resources import BenchmarkResources
+from services.benchmark.resources import BenchmarkResources, compile_workers_per_gpu
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import MeasureBaseline, TuneShard
@@ -23,9 +23,9 @@ def resources(gpu: str) -> BenchmarkResources:
     if gpu not in _resources:
         settings = runtime.current().settings
         index = 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
-        workers = max(1, ((os.cpu_count() or 2) - 2 * len(settings.gpus)) // len(settings.gpus))
         _resources[gpu] = BenchmarkResources(device_index=index, default_arch=settings.default_arch,
-                                             cache=CompileCache(settings.compile_cache), compile_workers=workers)
+                                             cache=CompileCache(settings.compile_cache),
+                                             compile_workers=compile_workers_per_gpu(len(settings.gpus)))
         atexit.register(_resources[gpu].close)
     return _resources[gpu]
 

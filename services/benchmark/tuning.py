@@ -19,7 +19,9 @@ from typing import Protocol
 from uuid import UUID
 
 from services.benchmark import roofline
+from services.benchmark.compile_cache import compile_through
 from services.benchmark.compile_pool import CompileOutcome, CompilePool
+from services.benchmark.compiler import CompileError
 from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
 from services.benchmark.sampling import summarize
 from shared.events import ConfigFailed, ConfigMeasured, derived_id
@@ -75,6 +77,9 @@ class SpaceEvaluator:
                  replay: bool = False):
         self.spec, self.host, self.pool, self.arch = spec, host, pool, arch
         self.stream, self.request_id, self.on_outcomes, self.replay = stream, request_id, on_outcomes, replay
+        # What every configuration of this space shares, computed once rather than per configuration.
+        self.base_params = spec.baseline_params()
+        self.bytes_per_launch, self.flops_per_launch = spec.bytes_per_launch(), spec.flops_per_launch()
         self.tally = Tally()
         self.outcomes: dict[str, ConfigOutcome] = {}
         self._unsent: list[ConfigOutcome] = []
@@ -85,7 +90,7 @@ class SpaceEvaluator:
 
     def evaluate(self, configs: list[dict[str, ParamValue]]) -> list[ConfigOutcome]:
         """One outcome per configuration, aligned with `configs`."""
-        base = self.spec.baseline_params()
+        base = self.base_params
         todo = [c for c in dict.fromkeys(config_key(c) for c in configs) if c not in self.outcomes]
         by_key = {config_key(c): c for c in configs}
         fresh = [{**base, **by_key[k]} for k in todo]
@@ -110,7 +115,7 @@ class SpaceEvaluator:
         kernel = compiled.kernel
         self.tally.compile_s += 0.0 if compiled.cache_hit else kernel.compile_ms / 1e3
         self.tally.cache_hits += compiled.cache_hit
-        defines = {**self.spec.baseline_params(), **params}  # what the kernel was compiled with
+        defines = {**self.base_params, **params}  # what the kernel was compiled with
         try:
             grid, block = self.spec.launch_geometry(defines)
         except (ExpressionError, ZeroDivisionError) as exc:
@@ -122,7 +127,7 @@ class SpaceEvaluator:
         if isinstance(outcome, Failed):
             return failed(outcome.stage, outcome.reason)
         stats = summarize(outcome.samples_ms)
-        verdict = roofline.assess(stats.median_ms, self.spec.bytes_per_launch(), self.spec.flops_per_launch(),
+        verdict = roofline.assess(stats.median_ms, self.bytes_per_launch, self.flops_per_launch,
                                   self.host.device.peaks, self.spec.benchmark.l2_flush)
         if verdict.impossible:
             return failed("roofline", verdict.impossible)
@@ -136,10 +141,7 @@ class SpaceEvaluator:
                               cache_hit=compiled.cache_hit, replay=self.replay)
 
     def _prepare(self) -> None:
-        from services.benchmark.compile_cache import compile_through
-        from services.benchmark.compiler import CompileError
-
-        params = self.spec.baseline_params()
+        params = self.base_params
         try:
             reference, _ = compile_through(self.pool.cache, self.spec.source, self.spec.kernel_name, params,
                                            self.spec.compiler_options, self.arch)
@@ -211,6 +213,7 @@ def search(spec: KernelSpec, evaluator: SpaceEvaluator, shard: int = 0, shards: 
     space = kt.Searchspace(spec.tune_params, list(spec.restrictions) or None, device.max_threads,
                            block_size_names=spec.block_size_names)
     settings = spec.benchmark.search
+    fevals = min(settings.max_fevals or space.size, space.size)  # Kernel Tuner caps the budget at the space
     strategy_options = dict(settings.options)
     if settings.strategy != "brute_force":  # brute force refuses a budget: it always runs the whole space
         if settings.max_fevals:
@@ -222,10 +225,9 @@ def search(spec: KernelSpec, evaluator: SpaceEvaluator, shard: int = 0, shards: 
         restrictions_unmodified=list(spec.restrictions), strategy=settings.strategy,
         strategy_options=kt.Options(strategy_options), objective=["time"], objective_higher_is_better=[False],
         verbose=False, cache={}, cachefile=None, metrics=None, simulation_mode=False, seed=spec.benchmark.seed,
-        budget=kt.TuningBudget(time_limit=settings.time_limit_s, max_fevals=min(settings.max_fevals or space.size,
-                                                                                 space.size)))
-    if settings.max_fevals:
-        options["max_fevals"] = min(settings.max_fevals, space.size)
+        budget=kt.TuningBudget(time_limit=settings.time_limit_s, max_fevals=fevals))
+    if settings.max_fevals:  # random_sample reads its sample count from here
+        options["max_fevals"] = fevals
     runner = _runner_class(kt)(evaluator, device)
     if settings.strategy == "brute_force":
         runner.run(space.sorted_list()[shard::shards], options)

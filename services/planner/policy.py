@@ -30,6 +30,11 @@ def react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
     return _react(event, job, gpus)
 
 
+def _home_gpu(stream_id: str, gpus: list[str]) -> int:
+    """Spread jobs over the GPU workers by a stable hash of the job id (Python's hash() is salted per process)."""
+    return zlib.crc32(stream_id.encode()) % len(gpus)
+
+
 @singledispatch
 def _react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
     return NOTHING
@@ -37,8 +42,7 @@ def _react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
 
 @_react.register
 def _(event: JobSubmitted, job: JobView, gpus: list[str]) -> Reaction:
-    # Spread jobs over the GPU workers by a stable hash of the job id (Python's hash() is salted per process).
-    gpu = gpus[zlib.crc32(event.stream_id.encode()) % len(gpus)]
+    gpu = gpus[_home_gpu(event.stream_id, gpus)]
     request = BaselineRequested(event_id=derived_id(event.event_id, "BaselineRequested"), stream_id=event.stream_id,
                                 queue=benchmark_queue(gpu), params=event.spec.baseline_params())
     return Reaction(events=[request])
@@ -54,7 +58,7 @@ def _(event: BaselineMeasured, job: JobView, gpus: list[str]) -> Reaction:
     if job.spec is not None and job.spec.strategy.name == "tune":
         # Brute force splits over every GPU worker (interleaved shards); other strategies are sequential.
         shards = len(gpus) if job.spec.benchmark.search.strategy == "brute_force" else 1
-        first = zlib.crc32(event.stream_id.encode()) % len(gpus)
+        first = _home_gpu(event.stream_id, gpus)
         return Reaction(events=[
             TuningRequested(event_id=derived_id(event.event_id, "TuningRequested", shard), stream_id=event.stream_id,
                             queue=benchmark_queue(gpus[(first + shard) % len(gpus)]), shard=shard, shards=shards)
