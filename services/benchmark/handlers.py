@@ -49,6 +49,8 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
         return BaselineFailed(event_id=derived_id(rid, "BaselineFailed"), stream_id=stream, request_id=rid,
                               stage=stage, reason=reason, log=log)
 
+    if spec.strategy.name == "tune":
+        resources.pool()  # its processes start while the baseline is measured, ready for the tuning next
     try:
         host, no_device = resources.host(spec), ""
     except NoDevice as exc:

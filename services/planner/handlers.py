@@ -1,7 +1,7 @@
 """The planner follows the global event log from its tracked position, one event per transaction."""
 import logging
 
-from services.planner.policy import react
+from services.planner.policy import TRIGGERS, react
 from shared.bus import Bus
 from shared.eventstore import EventStore
 from shared.projections import project_job
@@ -11,11 +11,11 @@ log = logging.getLogger(__name__)
 
 
 def catch_up(store: EventStore, bus: Bus, gpus: list[str]) -> int:
-    """React to every event not yet processed; returns how many were processed."""
+    """React to every event not yet processed; returns how many reactions were decided."""
     processed = 0
     while True:
         with store.consuming(CONSUMER) as consumption:
-            event = consumption.next_event()
+            event = consumption.next_event(TRIGGERS)
             if event is None:
                 return processed
             if event.stream_id.startswith("job-"):

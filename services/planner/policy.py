@@ -25,6 +25,7 @@ NOTHING = Reaction()
 
 
 def react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
+    """The planner's decision; only events named in TRIGGERS ever lead to one."""
     if job.finished:
         return NOTHING  # a late result, or a request still in the log, changes nothing for a finished job
     return _react(event, job, gpus)
@@ -107,3 +108,6 @@ def _(event: ShardTuned, job: JobView, gpus: list[str]) -> Reaction:
 def _(event: BaselineFailed, job: JobView, gpus: list[str]) -> Reaction:
     return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                       stage=event.stage, reason=event.reason)])
+
+
+TRIGGERS = frozenset(cls.__name__ for cls in _react.registry if cls not in (object, Event))

@@ -373,3 +373,26 @@ def test_stores_share_one_database(store, store_url):
         other.close()
     assert store.stream_version("job-a") == 2
     assert store.read_stream("job-a")[0].event_id == event.event_id
+
+
+def test_consumer_of_some_types_passes_over_the_rest(store):
+    noise = store.append("in", [note("in", str(i)) for i in range(5)], expected_version=0)
+    [wanted] = store.append("in", [JobFailed(stream_id="in", stage="s", reason="r")], expected_version=5)
+    store.append("in", [note("in", "after")], expected_version=6)
+
+    with store.consuming("c") as consumption:
+        event = consumption.next_event(types={"JobFailed"})
+        assert event.event_id == wanted.event_id
+        consumption.advance(event.position)
+    assert store.tracked_position("c") == wanted.position > noise[-1].position
+
+    # Nothing wanted is left: the consumer is moved past the rest, so they are not read again.
+    with store.consuming("c") as consumption:
+        assert consumption.next_event(types={"JobFailed"}) is None
+    assert store.tracked_position("c") == store.read_all()[-1].position
+    # A rolled-back transaction keeps the old position.
+    with pytest.raises(ZeroDivisionError):
+        with store.consuming("d") as consumption:
+            assert consumption.next_event(types={"Nothing"}) is None
+            1 / 0
+    assert store.tracked_position("d") == 0

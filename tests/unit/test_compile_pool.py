@@ -78,3 +78,9 @@ def test_pool_processes_are_spawned_not_forked():
         assert pool._executor._mp_context.get_start_method() == "spawn"
     finally:
         pool.close()
+
+
+def test_every_pool_process_starts_and_loads_nvrtc_at_creation():
+    """Processes start when the pool is made, not one per submission during the first batch."""
+    with CompilePool(workers=3) as pool:
+        assert pool.wait_ready() == 3

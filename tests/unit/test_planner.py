@@ -212,7 +212,8 @@ def test_catch_up_after_a_crash_appends_no_duplicates(store, vector_add_spec):
     # The benchmark worker reports; the planner completes the job, once.
     result = measured(request)
     store.append(job.stream_id, [result], expected_version=2)
-    assert handlers.catch_up(store, bus, GPUS) == 2  # BaselineMeasured, then its JobCompleted
+    assert handlers.catch_up(store, bus, GPUS) == 1  # BaselineMeasured; its JobCompleted asks for no reaction
+    assert store.tracked_position(handlers.CONSUMER) == store.read_all()[-1].position
     stream = store.read_stream(job.stream_id)
     assert [e.type for e in stream] == ["JobSubmitted", "BaselineRequested", "BaselineMeasured", "JobCompleted"]
     assert "1.5000 ms" in stream[-1].summary
@@ -241,7 +242,7 @@ def test_replaying_the_whole_log_appends_nothing(store, vector_add_spec):
         conn.execute(text("DELETE FROM kforge_tracking"))
     assert store.tracked_position(handlers.CONSUMER) == 0
 
-    assert handlers.catch_up(store, bus, GPUS) == len(log)
+    assert handlers.catch_up(store, bus, GPUS) == 3  # JobSubmitted, BaselineRequested, BaselineMeasured decided again
     assert store.read_all() == log
     assert [m.message_id for m in bus.messages] == [str(request.event_id)]
 
@@ -274,7 +275,7 @@ def test_catch_up_fails_a_job_ignores_late_results_and_skips_other_streams(store
 
     failure = BaselineFailed(stream_id=job.stream_id, request_id=request.event_id, stage="launch", reason="too many")
     store.append(job.stream_id, [failure], expected_version=2)
-    assert handlers.catch_up(store, bus, GPUS) == 2  # the failure, then its JobFailed
+    assert handlers.catch_up(store, bus, GPUS) == 1  # the failure; its JobFailed asks for no reaction
 
     stream = store.read_stream(job.stream_id)
     assert [e.type for e in stream] == ["JobSubmitted", "BaselineRequested", "BaselineFailed", "JobFailed"]
