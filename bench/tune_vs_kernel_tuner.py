@@ -1,7 +1,7 @@
 """`make bench`: kforge and Kernel Tuner tune the same spaces on the same GPU in one run.
 
     python bench/tune_vs_kernel_tuner.py [--spaces vector_add_sweep,matmul,matmul_k] [--gpus 0] [--json OUT]
-                                         [--skip-kernel-tuner]
+                                         [--sizes n=4096] [--skip-kernel-tuner] [--timeline]
 
 kforge runs as a service does: embedded (SQLite, in-process bus, one benchmark queue per GPU), its
 workers warmed by a small job first (compile pool and GPU process started), with an empty compile cache
@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spaces", default=",".join(SPACES))
     parser.add_argument("--gpus", default="0", help="GPU ids for kforge's benchmark workers, e.g. 0,1")
+    parser.add_argument("--sizes", default="", help="size overrides for every space, e.g. n=4096 (scaling runs)")
     parser.add_argument("--json", type=Path, help="write every figure here too")
     parser.add_argument("--skip-kernel-tuner", action="store_true", help="kforge only (scaling runs)")
     parser.add_argument("--timeline", action="store_true", help="print when each of kforge's events happened")
@@ -49,6 +51,13 @@ def main() -> None:
     kforge = KforgeService(len(args.gpus.split(",")))
     for name in args.spaces.split(","):
         spec = load_spec(*SPACES[name])
+        # NVRTC on the GPU machine keeps a cache of its own across processes (a repeated compile there took
+        # 14 ms instead of 1.5 s, and a changed comment still hit it): a device variable unique to this run
+        # makes both tools compile every configuration cold.
+        spec = spec.model_copy(update={"source": f"__device__ int bench_run_{uuid.uuid4().hex};\n{spec.source}"})
+        if args.sizes:
+            sizes = {**spec.sizes, **{k: int(v) for k, v in (pair.split("=") for pair in args.sizes.split(","))}}
+            spec = spec.model_validate({**spec.model_dump(), "sizes": sizes})
         print(f"\n== {name}: {spec.kernel_name} {spec.sizes} on {device.name} ==", flush=True)
         ours = kforge.tune(spec)
         print(f"kforge: {ours['wall_s']:.2f} s, best {ours['best_params']} {ours['best_ms']:.4f} ms", flush=True)
@@ -107,6 +116,8 @@ class KforgeService:
             "gpu_busy_fraction": sum(s.gpu_busy_s for s in shards) / (wall * len(shards)),
             "first_result_s": min(s.first_result_s for s in shards), "shards": len(shards),
             "best_params": completed.best_params, "best_ms": completed.best_time_ms,
+            "cache_hits": sum(s.cache_hits for s in shards),
+            "compile_ms_of_misses": sorted(m.compile_ms for m in measured if not m.cache_hit),
             "measured": len(measured), "abandoned": sum(m.abandoned for m in measured),
             "samples": sum(len(m.samples_ms) for m in measured),
             "failed": {stage: sum(f.stage == stage for f in failed) for stage in sorted({f.stage for f in failed})},
