@@ -393,3 +393,26 @@ def test_work_defaults_to_every_array_once_and_takes_expressions():
     n = spec.sizes["n"]
     assert spec.bytes_per_launch() == 3 * 4 * n * n and spec.flops_per_launch() == 2 * n**3
     assert example("vector_add").bytes_per_launch() == 3 * 4 * example("vector_add").sizes["n"]
+
+
+def test_large_inputs_are_drawn_in_chunks_that_depend_on_the_seed_not_the_threads(monkeypatch):
+    import shared.inputs
+
+    source = 'extern "C" __global__ void k(float *c, const float *a, const int *i) {}'
+    spec = KernelSpec.model_validate({
+        "kernel_name": "k", "source": source, "sizes": {"n": 100},
+        "args": [{"name": "c", "dtype": "float32", "shape": ["n"], "role": "out"},
+                 {"name": "a", "dtype": "float32", "shape": ["n"]},
+                 {"name": "i", "dtype": "int32", "shape": ["n"]}],
+    })
+    monkeypatch.setattr(shared.inputs, "CHUNK", 16)  # 7 chunks of 100 elements
+    monkeypatch.setattr(shared.inputs.os, "cpu_count", lambda: 1)
+    one_thread = make_arrays(spec, 5)
+    monkeypatch.setattr(shared.inputs.os, "cpu_count", lambda: 4)
+    four_threads = make_arrays(spec, 5)
+
+    for name in ("a", "i"):
+        assert np.array_equal(one_thread[name], four_threads[name]), name
+    a = one_thread["a"]
+    assert np.all((a >= -1) & (a < 1)) and len(np.unique(a)) == 100  # every chunk drew its own values
+    assert not np.array_equal(a[:16], a[16:32])
