@@ -49,12 +49,12 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
         return BaselineFailed(event_id=derived_id(rid, "BaselineFailed"), stream_id=stream, request_id=rid,
                               stage=stage, reason=reason, log=log)
 
-    if spec.strategy.name == "tune":
-        resources.pool()  # its processes start while the baseline is measured, ready for the tuning next
     try:
         host, no_device = resources.host(spec), ""
     except NoDevice as exc:
         host, no_device = None, str(exc)
+    if host is not None and spec.strategy.name == "tune":
+        resources.pool()  # its processes start while the baseline is measured, ready for the tuning next
     # Compile even without a device: a compile error is the more useful message, and NVRTC needs no GPU.
     arch = spec.benchmark.arch or (host.device.arch if host else resources.default_arch)
     try:
