@@ -19,14 +19,15 @@ def main(out: Path) -> None:
     os.environ.pop("REDIS_URL", None), os.environ.pop("DATABASE_URL", None)
     import kforge.worker  # noqa: F401  (registers the tasks the in-process bus runs)
     from kforge.specfile import load_spec
-    from services.benchmark import gpu
-    from services.benchmark.measurement import Failed, Measured
+    from shared.device.probe import probe
+    from services.benchmark.measurement import Measured
+    from shared.device.process import Failed
     from services.benchmark.replay import Recording, ReplayBook
     from shared import runtime
     from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured
     from shared.jobs import job_events, submit_job
 
-    device = gpu.probe(0)
+    device = probe(0)
     rt = runtime.current()
     book = ReplayBook(out)
     for spec_file in sorted((ROOT / "examples").glob("*.yaml")):

@@ -46,9 +46,9 @@ def main() -> None:
     os.environ.pop("REDIS_URL", None), os.environ.pop("DATABASE_URL", None)
 
     from kforge.specfile import load_spec
-    from services.benchmark import gpu
+    from shared.device.probe import probe
 
-    device = gpu.probe(0)
+    device = probe(0)
     rows = {}
     kforge = KforgeService(len(args.gpus.split(",")))
     for name in args.spaces.split(","):

@@ -12,7 +12,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _has_gpu() -> bool:
-    from services.benchmark.gpu import NoCudaDevice, probe
+    from shared.device.probe import NoCudaDevice, probe
 
     try:
         probe(0)

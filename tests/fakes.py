@@ -24,8 +24,7 @@ class ScriptedSession:
     HANG, CRASH, POISON, WRONG, NO_LAUNCH, TOO_FAST = 96, 160, 224, 288, 320, 32
 
     def __init__(self, device_index: int):
-        from services.benchmark.measurement import DeviceInfo
-        from services.benchmark.roofline import Peaks
+        from shared.device.probe import DeviceInfo, Peaks
 
         self.info = DeviceInfo(index=device_index, name="Scripted GPU", arch="sm_90", max_threads=1024,
                                peaks=Peaks(dram_bytes_per_s=3.35e12, fp32_flops_per_s=67e12, l2_bytes=50 * 2**20))
@@ -39,7 +38,8 @@ class ScriptedSession:
         import os
         import time
 
-        from services.benchmark.measurement import Failed, Measured
+        from services.benchmark.measurement import Measured
+        from shared.device.process import Failed
 
         block = order.params.get("block_size_x", 256)
         if block == self.HANG:

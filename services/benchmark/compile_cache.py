@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from services.benchmark.compiler import CompiledKernel, cache_key, compile_kernel, compile_options
+from shared.device.nvrtc import CompiledKernel, cache_key, compile_kernel, compile_options
 from shared.spec import ParamValue
 
 

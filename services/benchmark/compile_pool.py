@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from services.benchmark.compiler import CompiledKernel, CompileError, compile_kernel, warm_up
+from shared.device.nvrtc import CompiledKernel, CompileError, compile_kernel, warm_up
 from services.benchmark.compile_cache import CompileCache
 from shared.spec import ParamValue
 

@@ -1,4 +1,4 @@
-"""The GPU edge: find the device, and a session that checks and times configurations on it.
+"""The benchmark's session in the GPU process: checks and times configurations of one space.
 
 Runs only in the process that owns the GPU (see gpu_host.py); nothing here runs at import time, and CUDA
 is initialised only there, never in a process that forks.
@@ -11,17 +11,11 @@ import math
 import numpy as np
 
 from services.benchmark import sampling
-from services.benchmark.compiler import CompileError, compile_kernel
-from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
-from services.benchmark.roofline import Peaks
+from services.benchmark.measurement import Measured, Order, Setup
+from shared.device.nvrtc import CompileError, compile_kernel
+from shared.device.process import Failed
+from shared.device.session import SessionBase
 from shared.inputs import make_arrays
-
-# Errors after which the context cannot be used again (CUDA calls them sticky).
-STICKY = ("ILLEGAL_ADDRESS", "ILLEGAL_INSTRUCTION", "MISALIGNED_ADDRESS", "INVALID_PC", "LAUNCH_FAILED",
-          "HARDWARE_STACK_ERROR", "ASSERT", "LAUNCH_TIMEOUT", "ECC_UNCORRECTABLE", "CONTEXT_IS_DESTROYED")
-# FP32 lanes per SM by compute capability (CUDA programming guide, arithmetic instructions table).
-FP32_LANES = {(6, 0): 64, (7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64}
-DEFAULT_FP32_LANES = 128  # 6.1, 8.6, 8.7, 8.9, 9.0, 10.x, 12.x
 
 COMPARE_SOURCE = r"""
 // Compare a configuration's output with the reference: mismatch count, first mismatching index and the
@@ -61,62 +55,12 @@ _VALUE_TYPES = {"float16": ("unsigned short", "half_bits_to_float"), "float32": 
                 "uint64": ("unsigned long long", "(double)")}
 
 
-class NoCudaDevice(RuntimeError):
-    """This machine cannot run kernels; the message says why."""
-
-
-def probe(index: int = 0) -> DeviceInfo:
-    """The device this process will use, or NoCudaDevice saying why there is none."""
-    try:
-        from cuda.bindings import driver
-
-        (status,) = driver.cuInit(0)
-    except Exception:  # the bindings raise when libcuda itself cannot be loaded
-        raise NoCudaDevice("no CUDA device: the NVIDIA driver (libcuda.so) is not installed on this machine") from None
-    if status != driver.CUresult.CUDA_SUCCESS:
-        raise NoCudaDevice(f"no CUDA device: the driver reports {status.name}")
-    status, count = driver.cuDeviceGetCount()
-    if status != driver.CUresult.CUDA_SUCCESS or count <= index:
-        raise NoCudaDevice(f"no CUDA device: device {index} asked for, {count} visible (check CUDA_VISIBLE_DEVICES)")
-    from cuda.core import Device
-
-    device = Device(index)
-    return DeviceInfo(index=index, name=device.name, arch=f"sm_{device.arch}",
-                      max_threads=device.properties.max_threads_per_block, peaks=_peaks(index))
-
-
-def _peaks(index: int) -> Peaks | None:
-    from cuda.bindings import driver
-
-    attribute = driver.CUdevice_attribute
-
-    def get(name: str) -> int | None:
-        status, value = driver.cuDeviceGetAttribute(getattr(attribute, name), index)
-        return value if status == driver.CUresult.CUDA_SUCCESS and value > 0 else None
-
-    memory_khz, bus_bits = get("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE"), get("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")
-    sms, core_khz = get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"), get("CU_DEVICE_ATTRIBUTE_CLOCK_RATE")
-    major, minor = get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"), get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR") or 0
-    l2 = get("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE") or 0
-    if None in (memory_khz, bus_bits, sms, core_khz, major):
-        return None  # without the attributes there is no roofline; timings are still checked for errors
-    lanes = FP32_LANES.get((major, minor), DEFAULT_FP32_LANES)
-    return Peaks(dram_bytes_per_s=2 * memory_khz * 1e3 * bus_bits / 8, fp32_flops_per_s=sms * lanes * 2 * core_khz * 1e3,
-                 l2_bytes=l2)
-
-
-class DeviceSession:
+class DeviceSession(SessionBase):
     """One GPU, one space at a time: inputs uploaded once, the reference output kept on the device."""
 
     def __init__(self, index: int):
-        from cuda.core import Device
-
-        self.info = probe(index)
-        self.device = Device(index)
-        self.device.set_current()
-        self.stream = self.device.create_stream()
+        super().__init__(index)
         self._comparers: dict[str, object] = {}
-        self._buffers: list = []
         self._flush = None
         self._setup: Setup | None = None
         self._setup_key: tuple | None = None
@@ -136,21 +80,21 @@ class DeviceSession:
             if not arg.is_array:
                 self._args.append(spec.scalar_of(arg, setup.reference_params))
                 continue
-            buffer = self._upload(arrays[arg.name])
+            buffer = self.upload(arrays[arg.name])
             self._args.append(buffer)
             if arg.is_output:
-                pristine, reference = self._allocate(buffer.size), self._allocate(buffer.size)
-                self._copy(pristine, buffer)
+                pristine, reference = self.allocate(buffer.size), self.allocate(buffer.size)
+                self.copy(pristine, buffer)
                 self._outputs.append((arg, buffer, pristine, reference, arrays[arg.name].size))
         if spec.benchmark.l2_flush and self.info.peaks and self.info.peaks.l2_bytes:
-            self._flush = self._allocate(2 * self.info.peaks.l2_bytes)
+            self._flush = self.allocate(2 * self.info.peaks.l2_bytes)
         self._setup, self._setup_key = setup, key
         grid, block = setup.reference_geometry
         outcome = self._checked_launch(setup.reference, grid, block, self._args)
         if isinstance(outcome, Failed):
             return Failed(outcome.stage, f"the submitted kernel, the reference, failed: {outcome.reason}", outcome.poisoned)
         for _, buffer, _, reference, _ in self._outputs:
-            self._copy(reference, buffer)
+            self.copy(reference, buffer)
         return None
 
     # --- per configuration ---
@@ -186,35 +130,18 @@ class DeviceSession:
     # --- launches ---
     def _checked_launch(self, compiled, grid, block, args):
         """Reset the outputs, launch once with timing, wait: (ms, kernel) or Failed with the driver's words."""
-        from cuda.core import ObjectCode
-
-        try:
-            kernel = ObjectCode.from_cubin(compiled.cubin).get_kernel(compiled.lowered_name)
-        except Exception as exc:
-            return self._failure("load", exc)
+        kernel = self.load(compiled)
+        if isinstance(kernel, Failed):
+            return kernel
         for _, buffer, pristine, _, _ in self._outputs:
-            self._copy(buffer, pristine)
-        elapsed = self._timed_launch(kernel, grid, block, args, flush=False)
+            self.copy(buffer, pristine)
+        elapsed = self.timed_launch(kernel, grid, block, args)
         return elapsed if isinstance(elapsed, Failed) else (elapsed, kernel)
 
     def _timed_launch(self, kernel, grid, block, args, flush: bool = True) -> float | Failed:
-        from cuda.core import EventOptions, LaunchConfig, launch
-
-        timed = EventOptions(timing_enabled=True)
-        try:
-            if flush and self._flush is not None:
-                self._memset(self._flush)
-            start = self.stream.record(options=timed)
-            launch(self.stream, LaunchConfig(grid=grid, block=block), kernel, *args)
-            end = self.stream.record(options=timed)
-            end.sync()  # raises on a fault in the kernel
-            return float(end - start)
-        except Exception as exc:  # cuda.core raises CUDAError for launch errors and faults
-            return self._failure("launch", exc, f"grid {grid}, block {block}: ")
-
-    def _failure(self, stage: str, exc: Exception, prefix: str = "") -> Failed:
-        message = f"{exc}".strip() or type(exc).__name__
-        return Failed(stage, prefix + message, poisoned=any(code in message for code in STICKY))
+        """A timed launch, after flushing L2 when the spec asks for it (so each sample reads from DRAM)."""
+        flushing = flush and self._flush is not None
+        return self.timed_launch(kernel, grid, block, args, before=(lambda: self.fill(self._flush)) if flushing else None)
 
     def _compare(self, bench) -> tuple[str, float]:
         """('' or why the output differs, largest absolute error) over every output argument."""
@@ -224,11 +151,11 @@ class DeviceSession:
         for arg, buffer, _, reference, size in self._outputs:
             atol, rtol = bench.tolerance(arg.dtype)
             stats = np.array([0, np.iinfo(np.uint64).max, 0], dtype=np.uint64)
-            stats_buffer = self._upload(stats, keep=False)
+            stats_buffer = self.upload(stats, keep=False)
             blocks = max(1, min(math.ceil(size / 256), 4 * 1024))
             launch(self.stream, LaunchConfig(grid=blocks, block=256), self._comparer(arg.dtype), buffer, reference,
                    np.uint64(size), np.float64(atol), np.float64(rtol), stats_buffer)
-            self._download(stats, stats_buffer)
+            self.download(stats, stats_buffer)
             stats_buffer.close(self.stream)
             error = float(stats[2:3].view(np.float64)[0])
             worst = max(worst, error)
@@ -240,61 +167,18 @@ class DeviceSession:
 
     def _comparer(self, dtype: str):
         if dtype not in self._comparers:
-            from cuda.core import ObjectCode
-
             value, to_double = _VALUE_TYPES[dtype]
             source = f"#define VALUE {value}\n#define TO_DOUBLE {to_double}\n{COMPARE_SOURCE}"
             try:
                 compiled = compile_kernel(source, "compare_outputs", {}, [], self.info.arch)
             except CompileError as exc:  # a kforge bug, not the user's: say so with the log
                 raise RuntimeError(f"kforge's output comparison kernel did not compile: {exc}\n{exc.log}") from None
-            self._comparers[dtype] = ObjectCode.from_cubin(compiled.cubin).get_kernel(compiled.lowered_name)
+            kernel = self.load(compiled)
+            if isinstance(kernel, Failed):
+                raise RuntimeError(f"kforge's output comparison kernel did not load: {kernel.reason}")
+            self._comparers[dtype] = kernel
         return self._comparers[dtype]
 
-    # --- memory, every call checked ---
-    def _allocate(self, nbytes: int, keep: bool = True):
-        buffer = self.device.allocate(max(nbytes, 1), stream=self.stream)
-        if keep:
-            self._buffers.append(buffer)
-        return buffer
-
-    def _upload(self, array: np.ndarray, keep: bool = True):
-        from cuda.bindings import driver
-
-        buffer = self._allocate(array.nbytes, keep)
-        self.stream.sync()
-        _checked(driver.cuMemcpyHtoD(int(buffer.handle), np.ascontiguousarray(array).ctypes.data, array.nbytes))
-        return buffer
-
-    def _download(self, array: np.ndarray, buffer) -> None:
-        from cuda.bindings import driver
-
-        self.stream.sync()
-        _checked(driver.cuMemcpyDtoH(array.ctypes.data, int(buffer.handle), array.nbytes))
-
-    def _copy(self, dst, src) -> None:
-        from cuda.bindings import driver
-
-        _checked(driver.cuMemcpyDtoDAsync(int(dst.handle), int(src.handle), src.size, int(self.stream.handle)))
-
-    def _memset(self, buffer) -> None:
-        from cuda.bindings import driver
-
-        _checked(driver.cuMemsetD8Async(int(buffer.handle), 0, buffer.size, int(self.stream.handle)))
-
     def _release(self) -> None:
-        for buffer in self._buffers:
-            buffer.close(self.stream)
-        self._buffers, self._flush, self._setup = [], None, None
-
-
-class DriverError(RuntimeError):
-    pass
-
-
-def _checked(returned) -> None:
-    from cuda.bindings import driver
-
-    status = returned[0]
-    if status != driver.CUresult.CUDA_SUCCESS:
-        raise DriverError(status.name)
+        self.release()
+        self._flush, self._setup = None, None

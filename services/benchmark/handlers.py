@@ -7,13 +7,13 @@ import statistics
 from uuid import UUID
 
 from services.benchmark.compile_cache import compile_through
-from services.benchmark.compiler import CompileError
-from services.benchmark.gpu_host import NoDevice
-from services.benchmark.measurement import Failed, Order, Setup
+from services.benchmark.measurement import Order, Setup
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator, search
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
+from shared.device.nvrtc import CompileError
+from shared.device.process import Failed, NoDevice
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
                            JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore

@@ -1,20 +1,11 @@
-"""What passes between a benchmark worker and the process that owns its GPU: plain, picklable values."""
-from dataclasses import dataclass, field
+"""What passes between a benchmark worker and the process that owns its GPU: plain, picklable values
+(with DeviceInfo and Failed from shared.device)."""
+from dataclasses import dataclass
 
-from services.benchmark.compiler import CompiledKernel
-from services.benchmark.roofline import Peaks
+from shared.device.nvrtc import CompiledKernel
 from shared.spec import KernelSpec, ParamValue
 
 Dim3 = tuple[int, int, int]
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    index: int
-    name: str
-    arch: str  # NVRTC target, e.g. sm_90
-    max_threads: int = 1024  # threads per block; Kernel Tuner's Searchspace drops configs above it
-    peaks: Peaks | None = None
 
 
 @dataclass(frozen=True)
@@ -46,11 +37,3 @@ class Measured:
     check_ms: float  # the checked launch, timed too: a clearly slow configuration needs no more
     max_abs_error: float
     abandoned: bool = False
-
-
-@dataclass(frozen=True)
-class Failed:
-    stage: str  # load | launch | output | timeout | crashed
-    reason: str
-    poisoned: bool = False  # the CUDA context is unusable: the process owning it must be replaced
-    details: dict[str, float] = field(default_factory=dict)

@@ -11,8 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
-from services.benchmark.roofline import Peaks
+from services.benchmark.measurement import Measured, Order, Setup
+from shared.device.probe import DeviceInfo, Peaks
+from shared.device.process import Failed
 from shared.spec import KernelSpec, ParamValue
 
 DEFAULT_BOOK = Path(__file__).parent / "recordings" / "baselines.json"

@@ -4,8 +4,9 @@ import os
 
 from services.benchmark.compile_cache import CompileCache
 from services.benchmark.compile_pool import CompilePool
-from services.benchmark.gpu_host import GpuHost, NoDevice
+from services.benchmark.gpu_host import GpuHost
 from services.benchmark.replay import ReplayBook, ReplayHost
+from shared.device.process import NoDevice
 from shared.spec import KernelSpec
 
 

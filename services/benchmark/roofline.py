@@ -6,18 +6,13 @@ clock x bus width for DRAM, SMs x FP32 lanes x clock for FP32 (CUDA cores, not t
 """
 from dataclasses import dataclass
 
+from shared.device.probe import Peaks
+
 # Slack over the nominal peak: boost clocks and rounding in the attributes, not a loophole for fast kernels.
 TOLERANCE = 1.05
 # A working set that fits in L2 may be served from it at several times DRAM bandwidth when launches repeat
 # without a flush; the bound then is loose on purpose (H100 L2 reads reach about 3x its DRAM bandwidth).
 L2_RESIDENT_FACTOR = 3.0
-
-
-@dataclass(frozen=True)
-class Peaks:
-    dram_bytes_per_s: float
-    fp32_flops_per_s: float
-    l2_bytes: int
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ from uuid import UUID
 from services.benchmark import roofline
 from services.benchmark.compile_cache import compile_through
 from services.benchmark.compile_pool import CompileOutcome, CompilePool
-from services.benchmark.compiler import CompileError
-from services.benchmark.measurement import DeviceInfo, Failed, Measured, Order, Setup
+from services.benchmark.measurement import Measured, Order, Setup
 from services.benchmark.sampling import summarize
+from shared.device.nvrtc import CompileError
+from shared.device.probe import DeviceInfo
+from shared.device.process import Failed
 from shared.events import ConfigFailed, ConfigMeasured, derived_id
 from shared.expressions import ExpressionError
 from shared.spec import KernelSpec, ParamValue

@@ -6,7 +6,7 @@ import pytest
 from kforge.specfile import load_spec
 from services.benchmark.compile_cache import CompileCache
 from services.benchmark.compile_pool import CompilePool
-from services.benchmark.compiler import CompileError, compile_kernel
+from shared.device.nvrtc import CompileError, compile_kernel
 from tests.conftest import EXAMPLES
 
 ARCH = "sm_90"

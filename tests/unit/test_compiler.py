@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from kforge.specfile import load_spec
-from services.benchmark.compiler import CompileError, cache_key, compile_kernel, compile_options
+from shared.device.nvrtc import CompileError, cache_key, compile_kernel, compile_options
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ELF_MAGIC = b"\x7fELF"

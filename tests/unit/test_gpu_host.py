@@ -2,9 +2,10 @@
 next configuration runs on the replacement. Real spawned processes; a CPU stand-in plays the GPU."""
 import pytest
 
-from services.benchmark.compiler import CompiledKernel
-from services.benchmark.gpu_host import GpuHost, NoDevice
-from services.benchmark.measurement import Failed, Measured, Order, Setup
+from shared.device.nvrtc import CompiledKernel
+from services.benchmark.gpu_host import GpuHost
+from services.benchmark.measurement import Measured, Order, Setup
+from shared.device.process import Failed, NoDevice
 from tests.conftest import HAS_GPU
 from tests.fakes import ScriptedSession
 

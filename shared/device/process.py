@@ -1,0 +1,117 @@
+"""The process that owns a GPU, and its replacement when a kernel breaks it.
+
+A worker never touches CUDA itself: it talks to one spawned child per GPU over a pipe. The child serves
+a session object (built by an importable factory) whose methods take one picklable request each. A
+kernel that faults (a sticky error poisons the CUDA context), hangs past its timeout or crashes the
+process costs that child; the caller gets a Failed saying which, and the next call runs on a fresh child.
+"""
+import multiprocessing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+from shared.device.probe import DeviceInfo, NoCudaDevice
+
+STARTUP_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Something a kernel or the device did wrong, in the driver's words where it spoke."""
+
+    stage: str  # e.g. load | launch | output | timeout | crashed
+    reason: str
+    poisoned: bool = False  # the CUDA context is unusable: the process owning it must be replaced
+    details: dict[str, float] = field(default_factory=dict)
+
+
+class NoDevice(RuntimeError):
+    """The child found no usable GPU; the message is why."""
+
+
+class DeviceProcess:
+    def __init__(self, device_index: int, session_factory: Callable[[int], object]):
+        """`session_factory(device_index)` builds what the child serves (it has an `info: DeviceInfo`);
+        it must be importable by name, since the child is spawned."""
+        self.device_index = device_index
+        self.session_factory = session_factory
+        self.replacements = 0
+        self._start()
+
+    @property
+    def device(self) -> DeviceInfo:
+        return self._device
+
+    def call(self, op: str, request, timeout_s: float, limit_name: str = "timeout_s"):
+        """The session's answer to `op(request)`, or Failed when the child hangs, dies or reports a
+        poisoned context; in each of those cases the child has been replaced before this returns."""
+        outcome = self._call(op, request, timeout_s, limit_name)
+        if isinstance(outcome, Failed) and outcome.poisoned:
+            self.replace()
+        return outcome
+
+    def replace(self) -> None:
+        self._process.kill()
+        self._process.join(timeout=10)
+        self._conn.close()
+        self.replacements += 1
+        self._start()
+
+    def close(self) -> None:
+        try:
+            self._conn.send(("close", None))
+        except (OSError, EOFError):
+            pass
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
+        self._conn.close()
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")  # never fork: CUDA state does not survive it
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, self.device_index, self.session_factory),
+                                        daemon=True, name=f"kforge-gpu{self.device_index}")
+        self._process.start()
+        child.close()
+        if not self._conn.poll(STARTUP_TIMEOUT_S):
+            self._process.kill()
+            raise NoDevice(f"the GPU process for device {self.device_index} did not start in {STARTUP_TIMEOUT_S:.0f} s")
+        kind, value = self._conn.recv()
+        if kind == "no_device":
+            self._process.join(timeout=5)
+            raise NoDevice(value)
+        self._device = value
+
+    def _call(self, op: str, request, timeout_s: float, limit_name: str):
+        try:
+            self._conn.send((op, request))
+            if not self._conn.poll(timeout_s):
+                return Failed("timeout", f"no answer within {timeout_s:g} s ({limit_name}): the kernel hangs or "
+                                         "runs far too long; its process was killed and replaced", poisoned=True)
+            return self._conn.recv()
+        except (EOFError, OSError, ConnectionError):
+            self._process.join(timeout=5)  # reap it, so its exit code is known
+            return Failed("crashed", f"the GPU process died (exit code {self._process.exitcode}) while running "
+                                     "this kernel", poisoned=True)
+
+
+def _serve(conn: Connection, device_index: int, session_factory: Callable) -> None:
+    """The child: own the GPU, answer requests until told to close or the context is poisoned."""
+    try:
+        session = session_factory(device_index)
+    except NoCudaDevice as exc:
+        conn.send(("no_device", str(exc)))
+        return
+    conn.send(("ready", session.info))
+    while True:
+        op, request = conn.recv()
+        if op == "close":
+            return
+        try:
+            result = getattr(session, op)(request)
+        except Exception as exc:  # a driver error outside a launch: this context is not to be trusted again
+            result = Failed("crashed", f"{type(exc).__name__}: {exc}", poisoned=True)
+        conn.send(result)
+        if isinstance(result, Failed) and result.poisoned:
+            return

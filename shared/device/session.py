@@ -1,0 +1,105 @@
+"""What every session in a GPU process needs: the device and a stream, every copy and launch checked,
+failures in the driver's words. Runs only in the process that owns the GPU (see process.py)."""
+import numpy as np
+
+from shared.device.probe import probe
+from shared.device.process import Failed
+
+# Errors after which the context cannot be used again (CUDA calls them sticky).
+STICKY = ("ILLEGAL_ADDRESS", "ILLEGAL_INSTRUCTION", "MISALIGNED_ADDRESS", "INVALID_PC", "LAUNCH_FAILED",
+          "HARDWARE_STACK_ERROR", "ASSERT", "LAUNCH_TIMEOUT", "ECC_UNCORRECTABLE", "CONTEXT_IS_DESTROYED")
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+class SessionBase:
+    def __init__(self, index: int):
+        from cuda.core import Device
+
+        self.info = probe(index)
+        self.device = Device(index)
+        self.device.set_current()
+        self.stream = self.device.create_stream()
+        self._buffers: list = []
+
+    # --- kernels ---
+    def load(self, compiled):
+        """The kernel from a cubin, or Failed (stage load) with the driver's words."""
+        from cuda.core import ObjectCode
+
+        try:
+            return ObjectCode.from_cubin(compiled.cubin).get_kernel(compiled.lowered_name)
+        except Exception as exc:
+            return self.failure("load", exc)
+
+    def timed_launch(self, kernel, grid, block, args, before=None) -> float | Failed:
+        """Launch once between two timing events and wait: milliseconds, or Failed with the driver's words
+        (a fault surfaces at the wait). `before()` enqueues work that must not be timed into the stream."""
+        from cuda.core import EventOptions, LaunchConfig, launch
+
+        timed = EventOptions(timing_enabled=True)
+        try:
+            if before is not None:
+                before()
+            start = self.stream.record(options=timed)
+            launch(self.stream, LaunchConfig(grid=grid, block=block), kernel, *args)
+            end = self.stream.record(options=timed)
+            end.sync()  # raises on a fault in the kernel
+            return float(end - start)
+        except Exception as exc:  # cuda.core raises CUDAError for launch errors and faults
+            return self.failure("launch", exc, f"grid {grid}, block {block}: ")
+
+    @staticmethod
+    def failure(stage: str, exc: Exception, prefix: str = "") -> Failed:
+        message = f"{exc}".strip() or type(exc).__name__
+        return Failed(stage, prefix + message, poisoned=any(code in message for code in STICKY))
+
+    # --- memory, every call checked ---
+    def allocate(self, nbytes: int, keep: bool = True):
+        buffer = self.device.allocate(max(nbytes, 1), stream=self.stream)
+        if keep:
+            self._buffers.append(buffer)
+        return buffer
+
+    def upload(self, array: np.ndarray, keep: bool = True, into=None, offset: int = 0):
+        """Copy `array` to a new buffer (or into `into` at byte `offset`); returns the buffer."""
+        from cuda.bindings import driver
+
+        buffer = into if into is not None else self.allocate(array.nbytes, keep)
+        self.stream.sync()
+        _checked(driver.cuMemcpyHtoD(int(buffer.handle) + offset, np.ascontiguousarray(array).ctypes.data,
+                                     array.nbytes))
+        return buffer
+
+    def download(self, array: np.ndarray, buffer, offset: int = 0) -> np.ndarray:
+        """Fill `array` from `buffer` starting at byte `offset`; returns it."""
+        from cuda.bindings import driver
+
+        self.stream.sync()
+        _checked(driver.cuMemcpyDtoH(array.ctypes.data, int(buffer.handle) + offset, array.nbytes))
+        return array
+
+    def copy(self, dst, src) -> None:
+        from cuda.bindings import driver
+
+        _checked(driver.cuMemcpyDtoDAsync(int(dst.handle), int(src.handle), src.size, int(self.stream.handle)))
+
+    def fill(self, buffer, byte: int = 0) -> None:
+        from cuda.bindings import driver
+
+        _checked(driver.cuMemsetD8Async(int(buffer.handle), byte, buffer.size, int(self.stream.handle)))
+
+    def release(self) -> None:
+        for buffer in self._buffers:
+            buffer.close(self.stream)
+        self._buffers = []
+
+
+def _checked(returned) -> None:
+    from cuda.bindings import driver
+
+    status = returned[0]
+    if status != driver.CUresult.CUDA_SUCCESS:
+        raise DriverError(status.name)
