@@ -18,8 +18,14 @@ def benchmark_queue(gpu: str) -> str:
     return f"benchmark.{gpu}"
 
 
+def verifier_queue(gpu: str) -> str:
+    """The verifier runs kernels too: one queue per GPU, like the benchmark's."""
+    return f"{VERIFIER_QUEUE}.{gpu}"
+
+
 def gpu_of(queue: str) -> str:
-    return queue.removeprefix("benchmark.")
+    """The GPU id of a per-GPU queue (benchmark.<gpu>, verifier.<gpu>)."""
+    return queue.split(".", 1)[1]
 
 
 class Message(BaseModel):
@@ -40,8 +46,8 @@ class PlannerCatchUp:
         return Message(task=cls.task, queue=PLANNER_QUEUE, kwargs={"reason": reason}, message_id=str(uuid4()))
 
 
-class BenchmarkRequest:
-    """A request event of a job answered by the benchmark worker of one GPU; the message carries ids only."""
+class GpuRequest:
+    """A request event of a job answered by a worker of one GPU; the message carries ids only."""
 
     task: str
 
@@ -51,13 +57,19 @@ class BenchmarkRequest:
                                                           "gpu": gpu_of(queue)}, message_id=str(request_id))
 
 
-class MeasureBaseline(BenchmarkRequest):
+class MeasureBaseline(GpuRequest):
     """Compile and time the submitted kernel of a job."""
 
     task = "benchmark.measure_baseline"
 
 
-class TuneShard(BenchmarkRequest):
+class TuneShard(GpuRequest):
     """Search this GPU's shard of a job's tuning space."""
 
     task = "benchmark.tune_shard"
+
+
+class VerifyCandidate(GpuRequest):
+    """Prove a job's candidate computes what its submitted kernel computes, or reject it saying why."""
+
+    task = "verifier.verify_candidate"

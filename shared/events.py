@@ -13,7 +13,7 @@ from uuid import UUID, NAMESPACE_URL, uuid4, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from shared.spec import KernelSpec, ParamValue
+from shared.spec import CandidateSpec, KernelSpec, ParamValue
 
 ENVELOPE = ("event_id", "stream_id", "stream_version", "position", "occurred_at")
 
@@ -111,16 +111,50 @@ class CandidateGenerated(Event):
     provider: str
 
 
-class CandidateVerified(Event):
+# --- verification: a candidate computes what the submitted kernel computes, or it is rejected saying why ---
+class VerificationRequested(Event):
+    queue: str
     candidate_id: str
-    trials: int
+    candidate: CandidateSpec
+
+
+class TrialPassed(BaseModel):
+    """One trial of a verified candidate: where it ran, with which seed, how close it came."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    label: str
+    sizes: dict[str, int]
+    seed: int
     max_abs_error: float
+    max_rel_error: float
+
+
+class CandidateVerified(Event):
+    request_id: UUID
+    candidate_id: str
+    device: str
+    trials: list[TrialPassed]
+    skipped: list[str] = Field(default_factory=list, description="trials the submitted kernel itself failed, and why")
+    max_abs_error: float
+    max_rel_error: float
 
 
 class CandidateRejected(Event):
+    request_id: UUID
     candidate_id: str
+    check: str  # compile | signature | launch | timeout | crashed | out_of_bounds | ... | reference
     reason: str
-    detail: str = ""
+    trial: str | None = None  # the trial that showed it: label, sizes and seed
+    log: str = ""  # NVRTC's log for a compile rejection
+
+
+class VerificationIncomplete(Event):
+    """Without a GPU only the checks that need none ran: the candidate is neither proven nor rejected."""
+
+    request_id: UUID
+    candidate_id: str
+    passed: list[str]
+    reason: str
 
 
 class StepAccepted(Event):
@@ -253,5 +287,6 @@ class EventRegistry:
 EVENTS = EventRegistry(
     [JobSubmitted, JobCompleted, JobFailed, BaselineRequested, KernelCompiled, BaselineMeasured, BaselineFailed,
      TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
-     StepPlanned, CandidateGenerated, CandidateVerified, CandidateRejected, StepAccepted, StepDiscarded]
+     VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete,
+     StepPlanned, CandidateGenerated, StepAccepted, StepDiscarded]
 )

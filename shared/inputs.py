@@ -13,6 +13,9 @@ import numpy as np
 from shared.spec import ArgSpec, KernelSpec
 
 CHUNK = 1 << 20  # elements drawn by one generator
+SPECIAL_STRIDE = 97  # a prime, so specials do not line up with block or warp boundaries
+SPECIAL_VALUES = {"nan": lambda t: np.nan, "inf": lambda t: np.inf, "-inf": lambda t: -np.inf, "zero": lambda t: 0.0,
+                  "-zero": lambda t: -0.0, "denormal": lambda t: np.finfo(t).smallest_subnormal}
 
 
 def make_array(spec: KernelSpec, arg: ArgSpec, seed: int) -> np.ndarray:
@@ -30,6 +33,12 @@ def make_array(spec: KernelSpec, arg: ArgSpec, seed: int) -> np.ndarray:
             list(threads.map(lambda start: _fill(flat[start:start + CHUNK], key, start // CHUNK), chunks))
     elif flat.size:
         _fill(flat, key, 0)
+    if arg.specials:
+        # Every SPECIAL_STRIDE-th element, cycling through the values asked for: NaN, Inf and friends land
+        # at known places, in every block and warp, whatever the size.
+        values = np.array([SPECIAL_VALUES[name](dtype) for name in arg.specials], dtype)
+        places = flat[::SPECIAL_STRIDE]
+        places[:] = np.resize(values, places.size)
     return array
 
 

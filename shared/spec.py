@@ -33,6 +33,8 @@ class ArgSpec(_Strict):
     shape: list[Expression] | None = Field(None, description="array extent per dimension, in size variables")
     role: Literal["in", "out", "inout", "scalar"] | None = Field(None, description="default: in for arrays")
     value: Expression | float | None = Field(None, description="a scalar argument's value")
+    specials: list[Literal["nan", "inf", "-inf", "zero", "-zero", "denormal"]] = Field(
+        default_factory=list, description="special values the verifier mixes into this input (floats only)")
 
     @field_validator("dtype")
     @classmethod
@@ -51,6 +53,8 @@ class ArgSpec(_Strict):
             raise ValueError(f"argument {self.name!r} has a shape, so its role is in, out or inout, not scalar")
         if self.value is not None and self.role not in (None, "scalar"):
             raise ValueError(f"argument {self.name!r} has a value, so it is a scalar: drop role or set role: scalar")
+        if self.specials and (not self.dtype.startswith("float") or self.shape is None or self.role == "out"):
+            raise ValueError(f"argument {self.name!r}: specials apply to float input arrays only; drop them here")
         return self
 
     @property
@@ -127,10 +131,39 @@ class BenchmarkSpec(_Strict):
         return (atol if self.atol is None else self.atol, rtol if self.rtol is None else self.rtol)
 
 
+class VerifySpec(_Strict):
+    """How a candidate is proven to match the submitted kernel (the reference) on the GPU."""
+
+    seeds: Annotated[int, Field(ge=1, le=20)] = Field(2, description="trials at the spec's sizes, each with a fresh seed")
+    odd_sizes: bool = Field(True, description="also try every size variable at n-1 and at a prime below it")
+    atol: Annotated[float | None, Field(ge=0)] = Field(None, description="absolute tolerance; default: benchmark's")
+    rtol: Annotated[float | None, Field(ge=0)] = Field(None, description="relative tolerance; default: benchmark's")
+    timeout_s: Annotated[float, Field(gt=0)] = Field(30.0, description="a run longer than this is a hang")
+    guard_bytes: Annotated[int, Field(ge=64, le=1 << 20)] = Field(
+        4096, description="canary bytes before and after every array, to catch out-of-bounds writes")
+
+
+class CandidateSpec(_Strict):
+    """A rewrite of the submitted kernel, to be verified against it."""
+
+    source: Annotated[str, Field(min_length=1, description="CUDA C++ source of the candidate")]
+    kernel_name: Annotated[str | None, Field(pattern=IDENTIFIER)] = Field(None, description="default: the spec's")
+    params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the candidate, over the "
+                                                                            "spec's params")
+
+
 class StrategySpec(_Strict):
     # Only strategies whose whole path exists are accepted; others arrive with the planner's strategies.
     # baseline: measure the submitted kernel. tune: baseline, then search tune_params for the fastest correct config.
-    name: Literal["baseline", "tune"] = "baseline"
+    # verify: prove `candidate` computes what the submitted kernel computes.
+    name: Literal["baseline", "tune", "verify"] = "baseline"
+    candidate: CandidateSpec | None = None
+
+    @model_validator(mode="after")
+    def _candidate_for_verify(self) -> "StrategySpec":
+        if (self.name == "verify") != (self.candidate is not None):
+            raise ValueError("strategy verify takes a candidate (candidate: {source: ...}), and only verify does")
+        return self
 
 
 class KernelSpec(_Strict):
@@ -151,6 +184,7 @@ class KernelSpec(_Strict):
     compiler_options: list[str] = Field(default_factory=list)
     work: WorkSpec = Field(default_factory=WorkSpec)
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
+    verify: VerifySpec = Field(default_factory=VerifySpec)
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     webhook_url: HttpUrl | None = None
 
@@ -195,6 +229,12 @@ class KernelSpec(_Strict):
         if not any(a.is_output for a in self.args):
             raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
         _check_kernel_defined(self.source, self.kernel_name)
+        candidate = self.strategy.candidate
+        if candidate is not None:
+            try:
+                _check_kernel_defined(candidate.source, candidate.kernel_name or self.kernel_name)
+            except ValueError as exc:
+                raise ValueError(f"strategy.candidate: {exc}") from None
         self._check_names()
         if self.strategy.name == "tune" and not self.tune_params:
             raise ValueError("strategy tune needs tune_params, e.g. tune_params: {block_size_x: [64, 128, 256]}")
@@ -261,6 +301,14 @@ class KernelSpec(_Strict):
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
         return np.dtype(arg.dtype).type(evaluate(arg.value, self._variables(params)))
+
+    def with_sizes(self, sizes: dict[str, int]) -> "KernelSpec":
+        """The same kernel at other sizes (verification trials at odd sizes)."""
+        return self.model_copy(update={"sizes": {**self.sizes, **sizes}})
+
+    def verify_tolerance(self, dtype: str) -> tuple[float, float]:
+        atol, rtol = self.benchmark.tolerance(dtype)
+        return (atol if self.verify.atol is None else self.verify.atol, rtol if self.verify.rtol is None else self.verify.rtol)
 
     def bytes_per_launch(self) -> int:
         """The spec's figure, or every array read or written once: the least any correct kernel moves."""

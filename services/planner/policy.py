@@ -9,9 +9,10 @@ import zlib
 from dataclasses import dataclass, field
 from functools import singledispatch
 
-from shared.contracts import MeasureBaseline, Message, TuneShard, benchmark_queue
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, Event, JobCompleted, JobFailed,
-                           JobSubmitted, ShardTuned, TuningCompleted, TuningRequested, derived_id)
+from shared.contracts import MeasureBaseline, Message, TuneShard, VerifyCandidate, benchmark_queue, verifier_queue
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateRejected, CandidateVerified,
+                           Event, JobCompleted, JobFailed, JobSubmitted, ShardTuned, TuningCompleted, TuningRequested,
+                           VerificationIncomplete, VerificationRequested, derived_id)
 from shared.projections import JobView, job_id_of
 
 
@@ -44,6 +45,10 @@ def _react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
 @_react.register
 def _(event: JobSubmitted, job: JobView, gpus: list[str]) -> Reaction:
     gpu = gpus[_home_gpu(event.stream_id, gpus)]
+    if event.spec.strategy.name == "verify":
+        return Reaction(events=[VerificationRequested(
+            event_id=derived_id(event.event_id, "VerificationRequested"), stream_id=event.stream_id,
+            queue=verifier_queue(gpu), candidate_id="candidate", candidate=event.spec.strategy.candidate)])
     request = BaselineRequested(event_id=derived_id(event.event_id, "BaselineRequested"), stream_id=event.stream_id,
                                 queue=benchmark_queue(gpu), params=event.spec.baseline_params())
     return Reaction(events=[request])
@@ -108,6 +113,35 @@ def _(event: ShardTuned, job: JobView, gpus: list[str]) -> Reaction:
 def _(event: BaselineFailed, job: JobView, gpus: list[str]) -> Reaction:
     return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                       stage=event.stage, reason=event.reason)])
+
+
+@_react.register
+def _(event: VerificationRequested, job: JobView, gpus: list[str]) -> Reaction:
+    return Reaction(messages=[VerifyCandidate.message(event.queue, job_id_of(event.stream_id), event.event_id)])
+
+
+@_react.register
+def _(event: CandidateVerified, job: JobView, gpus: list[str]) -> Reaction:
+    skipped = f"; {len(event.skipped)} trial(s) skipped, the submitted kernel itself failed them" if event.skipped else ""
+    summary = (f"candidate verified on {event.device}: {len(event.trials)} trials "
+               f"({', '.join(t.label for t in event.trials)}), largest error {event.max_abs_error:.3g} absolute, "
+               f"{event.max_rel_error:.3g} relative{skipped}")
+    return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"), stream_id=event.stream_id,
+                                         summary=summary)])
+
+
+@_react.register
+def _(event: CandidateRejected, job: JobView, gpus: list[str]) -> Reaction:
+    where = f" [{event.trial}]" if event.trial else ""
+    return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
+                                      stage=f"verify: {event.check}", reason=event.reason + where)])
+
+
+@_react.register
+def _(event: VerificationIncomplete, job: JobView, gpus: list[str]) -> Reaction:
+    return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
+                                      stage="device", reason=f"{', '.join(event.passed)} checks passed, but the "
+                                                             f"candidate is not proven: {event.reason}")])
 
 
 TRIGGERS = frozenset(cls.__name__ for cls in _react.registry if cls not in (object, Event))

@@ -1,2 +1,1 @@
-"""Verifier: proves a candidate kernel matches the original on seeded inputs before it may be benchmarked.
-Its tasks are named `verifier.*` and routed to the `verifier` queue."""
+"""Verifier: a candidate is accepted only when it is proven to compute what the submitted kernel computes."""

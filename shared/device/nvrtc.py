@@ -6,7 +6,9 @@ machines, so the bindings are used directly.)
 import hashlib
 import json
 import os
+import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cuda.bindings import nvrtc
@@ -61,6 +63,39 @@ def compile_kernel(source: str, kernel_name: str, defines: dict[str, ParamValue]
                    arch: str) -> CompiledKernel:
     flags = compile_options(defines, options, arch)
     started = time.perf_counter()
+    with _compiled(source, kernel_name, flags, arch) as (program, log):
+        size = _checked(nvrtc.nvrtcGetCUBINSize(program))
+        cubin = b" " * size
+        _checked(nvrtc.nvrtcGetCUBIN(program, cubin))
+        lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    return CompiledKernel(cubin=cubin, lowered_name=lowered, arch=arch, log=log, compile_ms=elapsed_ms,
+                          cache_key=cache_key(source, kernel_name, flags))
+
+
+def parameter_types(source: str, kernel_name: str, defines: dict[str, ParamValue], options: list[str],
+                    arch: str) -> list[str]:
+    """The kernel's parameters as PTX declares them: `u64` for a pointer, `u32`/`s32`/`f32`/... for scalars,
+    `b8[16]` for a 16-byte struct. Compiled for the arch's virtual target, so it needs no GPU: the
+    verifier checks a candidate's signature on any machine."""
+    virtual = arch.replace("sm_", "compute_")
+    with _compiled(source, kernel_name, compile_options(defines, options, virtual), virtual) as (program, _):
+        size = _checked(nvrtc.nvrtcGetPTXSize(program))
+        ptx = b" " * size
+        _checked(nvrtc.nvrtcGetPTX(program, ptx))
+        lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
+    entry = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\((.*?)\)", ptx.decode(errors="replace"), re.S)
+    if entry is None:
+        raise CompileError(f"NVRTC's PTX has no entry {lowered} for {kernel_name}", "")
+    return [kind + (array or "") for kind, array in _PTX_PARAM.findall(entry.group(1))]
+
+
+_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+\w+(\[\d+\])?")
+
+
+@contextmanager
+def _compiled(source: str, kernel_name: str, flags: list[str], arch: str):
+    """An NVRTC program compiled with `flags`, and its log; CompileError (with the log) when it does not."""
     program = _checked(nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel_name}.cu".encode(), 0, [], []))
     try:
         # The name expression lets C++ (mangled, templated) kernels be found, not only extern "C" ones.
@@ -69,15 +104,9 @@ def compile_kernel(source: str, kernel_name: str, defines: dict[str, ParamValue]
         log = _log(program)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC could not compile {kernel_name} for {arch}: {_error_name(result)}", log)
-        size = _checked(nvrtc.nvrtcGetCUBINSize(program))
-        cubin = b" " * size
-        _checked(nvrtc.nvrtcGetCUBIN(program, cubin))
-        lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
+        yield program, log
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    return CompiledKernel(cubin=cubin, lowered_name=lowered, arch=arch, log=log, compile_ms=elapsed_ms,
-                          cache_key=cache_key(source, kernel_name, flags))
 
 
 def _log(program) -> str:

@@ -86,10 +86,12 @@ class SessionBase:
 
         _checked(driver.cuMemcpyDtoDAsync(int(dst.handle), int(src.handle), src.size, int(self.stream.handle)))
 
-    def fill(self, buffer, byte: int = 0) -> None:
+    def fill(self, buffer, byte: int = 0, offset: int = 0, nbytes: int | None = None) -> None:
+        """Set `nbytes` bytes (default: the rest of the buffer) from byte `offset` to `byte`."""
         from cuda.bindings import driver
 
-        _checked(driver.cuMemsetD8Async(int(buffer.handle), byte, buffer.size, int(self.stream.handle)))
+        count = buffer.size - offset if nbytes is None else nbytes
+        _checked(driver.cuMemsetD8Async(int(buffer.handle) + offset, byte, count, int(self.stream.handle)))
 
     def release(self) -> None:
         for buffer in self._buffers:

@@ -1,0 +1,114 @@
+"""Verify a job's candidate: compile both kernels and compare their signatures (no GPU needed), then run
+both on every trial and judge the candidate's outputs. The answer is one event: CandidateVerified,
+CandidateRejected (with the check that failed and the trial that showed it) or, without a GPU,
+VerificationIncomplete."""
+from collections.abc import Callable
+from uuid import UUID
+
+from services.verifier import signature
+from services.verifier.session import TrialRun
+from services.verifier.trials import plan_trials
+from shared.bus import Bus
+from shared.contracts import PlannerCatchUp
+from shared.device.nvrtc import CompileError, compile_kernel, parameter_types
+from shared.device.process import DeviceProcess, Failed, NoDevice
+from shared.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, TrialPassed, VerificationIncomplete,
+                           VerificationRequested, derived_id)
+from shared.eventstore import ConcurrencyConflict, EventStore
+from shared.projections import job_stream
+from shared.spec import KernelSpec
+
+ANSWERS = (CandidateVerified, CandidateRejected, VerificationIncomplete)
+
+
+def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
+                     device: Callable[[], DeviceProcess], default_arch: str) -> None:
+    """`device()` returns the GPU process of this worker, or raises NoDevice."""
+    stream = job_stream(job_id)
+    history = store.read_stream(stream)
+    if not _answered(history, request_id):
+        spec = next(e for e in history if isinstance(e, JobSubmitted)).spec
+        request = next(e for e in history if isinstance(e, VerificationRequested) and e.event_id == request_id)
+        answer = _verify(stream, spec, request, device, default_arch)
+        try:
+            store.append(stream, [answer], expected_version=history[-1].stream_version)
+        except ConcurrencyConflict:
+            if not _answered(store.read_stream(stream), request_id):
+                raise
+    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} verification answered"))
+
+
+def _answered(history: list[Event], request_id: UUID) -> bool:
+    return any(isinstance(e, ANSWERS) and e.request_id == request_id for e in history)
+
+
+def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, device: Callable[[], DeviceProcess],
+            default_arch: str) -> Event:
+    rid, candidate = request.event_id, request.candidate
+    common = dict(stream_id=stream, request_id=rid, candidate_id=request.candidate_id)
+
+    def rejected(check: str, reason: str, trial: str | None = None, log: str = "") -> CandidateRejected:
+        return CandidateRejected(event_id=derived_id(rid, "CandidateRejected"), **common, check=check, reason=reason,
+                                 trial=trial, log=log)
+
+    try:
+        process, no_device = device(), ""
+    except NoDevice as exc:
+        process, no_device = None, str(exc)
+    arch = spec.benchmark.arch or (process.device.arch if process else default_arch)
+    reference_params = spec.baseline_params()
+    candidate_params = {**reference_params, **candidate.params}
+    candidate_name = candidate.kernel_name or spec.kernel_name
+    try:
+        reference = compile_kernel(spec.source, spec.kernel_name, reference_params, spec.compiler_options, arch)
+    except CompileError as exc:
+        return rejected("reference", f"the submitted kernel does not compile, so nothing can be compared with it: "
+                                     f"{exc}", log=exc.log)
+    try:
+        compiled = compile_kernel(candidate.source, candidate_name, candidate_params, spec.compiler_options, arch)
+        candidate_types = parameter_types(candidate.source, candidate_name, candidate_params, spec.compiler_options, arch)
+    except CompileError as exc:
+        return rejected("compile", str(exc), log=exc.log)
+    reference_mismatch = signature.mismatch(spec, parameter_types(spec.source, spec.kernel_name, reference_params,
+                                                                  spec.compiler_options, arch))
+    if reference_mismatch:
+        return rejected("reference", f"the submitted kernel does not match args: {reference_mismatch}; fix args")
+    wrong_signature = signature.mismatch(spec, candidate_types)
+    if wrong_signature:
+        return rejected("signature", wrong_signature)
+    if process is None:
+        return VerificationIncomplete(event_id=derived_id(rid, "VerificationIncomplete"), **common,
+                                      passed=["compile", "signature"],
+                                      reason=f"{no_device}; on a GPU machine the candidate is run on every trial")
+
+    passed, skipped = [], []
+    timeout = spec.verify.timeout_s
+    for trial in plan_trials(spec):
+        at_size = spec.with_sizes(trial.sizes)
+        where = f"{trial.label} (sizes {trial.sizes}, seed {trial.seed})"
+        ran = process.call("reference", TrialRun(at_size, trial.seed, reference, reference_params), timeout,
+                           "verify.timeout_s")
+        if isinstance(ran, Failed):
+            if trial.sizes == spec.sizes:
+                return rejected("reference", f"the submitted kernel itself fails at the spec's sizes ({ran.stage}): "
+                                             f"{ran.reason}", where)
+            skipped.append(f"{where}: the submitted kernel itself failed ({ran.stage}: {ran.reason})")
+            continue
+        verdict = process.call("candidate", TrialRun(at_size, trial.seed, compiled, candidate_params), timeout,
+                               "verify.timeout_s")
+        if isinstance(verdict, Failed):
+            return rejected(_check_of(verdict), verdict.reason, where)
+        if not verdict.passed:
+            return rejected(verdict.check, verdict.reason, where)
+        passed.append(TrialPassed(label=trial.label, sizes=trial.sizes, seed=trial.seed,
+                                  max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error))
+    return CandidateVerified(event_id=derived_id(rid, "CandidateVerified"), **common, device=process.device.name,
+                             trials=passed, skipped=skipped, max_abs_error=max(t.max_abs_error for t in passed),
+                             max_rel_error=max(t.max_rel_error for t in passed))
+
+
+def _check_of(failed: Failed) -> str:
+    """A launch that faulted on an address is an out-of-bounds access; the rest keep their stage."""
+    if any(code in failed.reason for code in ("ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS")):
+        return "out_of_bounds"
+    return failed.stage if failed.stage in ("timeout", "crashed", "out_of_bounds") else "launch"

@@ -1,0 +1,36 @@
+"""Celery entry point of the verifier. Like a benchmark worker, a verifier worker owns one GPU through a
+process it keeps warm between tasks (replaced when a candidate breaks it)."""
+import atexit
+import os
+from uuid import UUID
+
+from services.verifier import handlers
+from services.verifier.session import VerifySession
+from shared import runtime
+from shared.bus import celery_app
+from shared.contracts import VerifyCandidate
+from shared.device.process import DeviceProcess, NoDevice
+from shared.eventstore import ConcurrencyConflict
+
+_processes: dict[str, DeviceProcess | NoDevice] = {}
+
+
+def device(gpu: str) -> DeviceProcess:
+    """This GPU's process, started on first use; NoDevice is remembered, so it is not probed per task."""
+    if gpu not in _processes:
+        index = 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
+        try:
+            _processes[gpu] = DeviceProcess(index, VerifySession)
+            atexit.register(_processes[gpu].close)
+        except NoDevice as exc:
+            _processes[gpu] = exc
+    found = _processes[gpu]
+    if isinstance(found, NoDevice):
+        raise found
+    return found
+
+
+@celery_app.task(name=VerifyCandidate.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
+def verify_candidate(job_id: str, request_id: str, gpu: str = "0") -> None:
+    rt = runtime.current()
+    handlers.verify_candidate(rt.store, rt.bus, job_id, UUID(request_id), lambda: device(gpu), rt.settings.default_arch)

@@ -1,0 +1,5 @@
+// Fault: <= instead of <, so the thread with i == n writes one element past the end of c.
+extern "C" __global__ void vector_add(float *c, const float *a, const float *b, int n) {
+    int i = blockIdx.x * block_size_x + threadIdx.x;
+    if (i <= n) c[i] = a[i] + b[i];
+}

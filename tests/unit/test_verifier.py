@@ -1,0 +1,181 @@
+"""The verifier's rules on CPU: trial planning, signatures from real NVRTC PTX, the judge's order of
+checks on crafted outputs, the corpus's compile and signature rejections, and the job flow."""
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from services.planner import handlers as planner
+from services.verifier import handlers, signature
+from services.verifier.compare import POISON
+from services.verifier.judge import CHECKS, Run, judge
+from services.verifier.trials import plan_trials, prime_below
+from shared.contracts import VerifyCandidate
+from shared.device.nvrtc import parameter_types
+from shared.device.process import NoDevice
+from shared.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed, VerificationIncomplete,
+                           VerificationRequested)
+from shared.inputs import SPECIAL_STRIDE, make_arrays
+from shared.spec import KernelSpec
+from tests.corpus_cases import CPU_CHECKS, load_cases
+from tests.fakes import RecordingBus
+
+CASES = load_cases()
+
+
+def spec_of(case_file: str) -> KernelSpec:
+    return next(c.spec for c in CASES if c.file == case_file)
+
+
+def no_device():
+    raise NoDevice("no CUDA device: the NVIDIA driver (libcuda.so) is not installed on this machine")
+
+
+def request_for(spec: KernelSpec) -> VerificationRequested:
+    return VerificationRequested(stream_id="job-v", queue="verifier.0", candidate_id="candidate",
+                                 candidate=spec.strategy.candidate)
+
+
+# --- trials ---------------------------------------------------------------------------------------------
+def test_trials_cover_fresh_seeds_and_sizes_that_are_no_multiple_of_a_block():
+    spec = spec_of("good_grid_stride.cu")  # n = 2^20, two seeds
+    trials = plan_trials(spec)
+    assert [t.sizes["n"] for t in trials] == [1 << 20, 1 << 20, (1 << 20) - 1, 1048573]
+    assert len({t.seed for t in trials}) == len(trials)  # every trial draws fresh inputs
+    assert plan_trials(spec) == trials  # and the same spec always gets the same ones
+    assert prime_below(1048575) == 1048573 and prime_below(3) == 2 and prime_below(2) is None
+
+
+def test_odd_sizes_can_be_turned_off():
+    spec = spec_of("good_grid_stride.cu")
+    spec = spec.model_validate({**spec.model_dump(), "verify": {"odd_sizes": False, "seeds": 3}})
+    assert [t.label for t in plan_trials(spec)] == ["spec sizes #1", "spec sizes #2", "spec sizes #3"]
+
+
+# --- signatures from PTX ----------------------------------------------------------------------------------
+def test_the_examples_match_their_args_and_wrong_signatures_are_named():
+    spec = spec_of("good_grid_stride.cu")
+    assert signature.mismatch(spec, parameter_types(spec.source, "vector_add", spec.baseline_params(), [], "sm_90")) == ""
+    wide = spec_of("wrong_signature.cu").strategy.candidate.source
+    message = signature.mismatch(spec, parameter_types(wide, "vector_add", spec.baseline_params(), [], "sm_90"))
+    assert message == "parameter 3 (n) should be a int32 scalar (PTX .b32/.s32/.u32) but the kernel declares .u64"
+    short = spec_of("missing_parameter.cu").strategy.candidate.source
+    message = signature.mismatch(spec, parameter_types(short, "vector_add", spec.baseline_params(), [], "sm_90"))
+    assert message.startswith("the kernel takes 3 parameters (u64, u64, u32) but args lists 4 (c, a, b, n)")
+
+
+# --- the judge, on crafted outputs ------------------------------------------------------------------------------
+@pytest.fixture
+def small():
+    spec = spec_of("good_grid_stride.cu")
+    spec = spec.with_sizes({"n": 1000})
+    reference = {"c": np.linspace(-1, 1, 1000, dtype=np.float32)}
+    return spec, reference
+
+
+def run(c, guards=(), modified=()):
+    return Run(outputs={"c": c}, guard_violations=list(guards), inputs_modified=list(modified))
+
+
+def test_a_faithful_candidate_passes_with_its_largest_error(small):
+    spec, ref = small
+    close = ref["c"] + np.float32(1e-6)
+    verdict = judge(spec, ref, [run(close), run(close.copy())])
+    assert verdict.passed and 0 < verdict.max_abs_error < 2e-6
+
+
+def test_checks_come_in_their_order(small):
+    spec, ref = small
+    poisoned = ref["c"].copy()
+    poisoned.view(np.uint8)[:8] = POISON  # two elements never written
+    wrong = ref["c"] + 1
+    nan = ref["c"].copy()
+    nan[7] = np.nan
+    assert judge(spec, ref, [run(wrong, guards=["wrote 4 bytes after the end of c"])]).check == "out_of_bounds"
+    assert judge(spec, ref, [run(wrong, modified=["a"])]).check == "input_modified"
+    unwritten = judge(spec, ref, [run(poisoned), run(poisoned)])
+    assert unwritten.check == "unwritten" and "2 of 1000 elements of c unwritten" in unwritten.reason
+    cached = judge(spec, ref, [run(ref["c"].copy()), run(poisoned)])
+    assert cached.check == "unwritten" and cached.reason.startswith("run 2 left")
+    race = judge(spec, ref, [run(ref["c"].copy()), run(wrong)])
+    assert race.check == "nondeterministic" and "1000 of 1000" in race.reason
+    assert judge(spec, ref, [run(nan), run(nan.copy())]).check == "not_finite"
+    mismatch = judge(spec, ref, [run(wrong), run(wrong.copy())])
+    assert mismatch.check == "mismatch" and "c[0]: " in mismatch.reason and mismatch.max_abs_error == pytest.approx(1)
+    assert set(CHECKS) >= {"out_of_bounds", "input_modified", "unwritten", "nondeterministic", "not_finite", "mismatch"}
+
+
+def test_nan_where_the_reference_has_nan_is_a_match(small):
+    spec, ref = small
+    ref = {"c": ref["c"].copy()}
+    ref["c"][3] = np.nan
+    assert judge(spec, ref, [run(ref["c"].copy()), run(ref["c"].copy())]).passed
+
+
+# --- the corpus, as far as a machine without a GPU can go ------------------------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_corpus_without_a_gpu(case):
+    answer = handlers._verify("job-v", case.spec, request_for(case.spec), no_device, "sm_90")
+    cpu_check = CPU_CHECKS.intersection(case.accept)
+    if cpu_check:
+        assert isinstance(answer, CandidateRejected) and answer.check in cpu_check, answer
+        assert answer.check != "compile" or "identifier \"j\" is undefined" in answer.log
+    else:  # compiles, fits the signature; proving it needs the GPU
+        assert isinstance(answer, VerificationIncomplete) and answer.passed == ["compile", "signature"], answer
+        assert "no CUDA device" in answer.reason
+
+
+# --- spec fields --------------------------------------------------------------------------------------------------
+def test_verify_needs_a_candidate_that_defines_the_kernel():
+    data = spec_of("good_grid_stride.cu").model_dump()
+    with pytest.raises(ValidationError, match="strategy verify takes a candidate"):
+        KernelSpec.model_validate({**data, "strategy": {"name": "verify"}})
+    with pytest.raises(ValidationError, match="strategy.candidate: kernel_name: 'vector_add' is not defined"):
+        KernelSpec.model_validate({**data, "strategy": {"name": "verify", "candidate": {
+            "source": 'extern "C" __global__ void other(float *c) {}'}}})
+    with pytest.raises(ValidationError, match="specials apply to float input arrays only"):
+        KernelSpec.model_validate({**data, "args": [{**data["args"][0], "specials": ["nan"]}, *data["args"][1:]]})
+
+
+def test_specials_land_every_stride_in_the_inputs_that_ask():
+    data = spec_of("good_grid_stride.cu").model_dump()
+    data["args"][1]["specials"] = ["nan", "-inf", "denormal"]
+    spec = KernelSpec.model_validate(data).with_sizes({"n": 1000})
+    a, b = make_arrays(spec, 3)["a"], make_arrays(spec, 3)["b"]
+    assert np.isnan(a[0]) and a[SPECIAL_STRIDE] == -np.inf and 0 < a[2 * SPECIAL_STRIDE] < 1e-37
+    assert np.isfinite(b).all() and np.isfinite(np.delete(a, np.arange(0, 1000, SPECIAL_STRIDE))).all()
+
+
+# --- the job: planner to verifier and back -------------------------------------------------------------------------
+def test_a_verify_job_asks_the_verifier_and_ends_with_its_answer(store):
+    spec = spec_of("wrong_signature.cu")
+    job = JobSubmitted(stream_id="job-sig", spec=spec)
+    store.append(job.stream_id, [job], expected_version=0)
+    bus = RecordingBus()
+    planner.catch_up(store, bus, ["0", "1"])
+    request = store.read_stream(job.stream_id)[1]
+    assert isinstance(request, VerificationRequested) and request.queue.startswith("verifier.")
+    [message] = bus.messages
+    assert message.task == VerifyCandidate.task and message.kwargs["request_id"] == str(request.event_id)
+
+    handlers.verify_candidate(store, bus, "sig", request.event_id, no_device, "sm_90")
+    handlers.verify_candidate(store, bus, "sig", request.event_id, no_device, "sm_90")  # redelivered: no-op
+    planner.catch_up(store, bus, ["0", "1"])
+    types = [e.type for e in store.read_stream(job.stream_id)]
+    assert types == ["JobSubmitted", "VerificationRequested", "CandidateRejected", "JobFailed"]
+    failed = store.read_stream(job.stream_id)[-1]
+    assert failed.stage == "verify: signature" and "parameter 3 (n)" in failed.reason
+
+
+def test_a_verified_candidate_completes_its_job(store):
+    from services.planner.policy import react
+    from shared.projections import project_job
+
+    spec = spec_of("good_grid_stride.cu")
+    job = JobSubmitted(stream_id="job-ok", spec=spec)
+    request = request_for(spec).model_copy(update={"stream_id": "job-ok"})
+    verified = CandidateVerified(stream_id="job-ok", request_id=request.event_id, candidate_id="candidate",
+                                 device="NVIDIA H100", max_abs_error=0.0, max_rel_error=0.0,
+                                 trials=[TrialPassed(label="spec sizes #1", sizes={"n": 4}, seed=1, max_abs_error=0,
+                                                     max_rel_error=0)])
+    [completed] = react(verified, project_job([job, request, verified]), ["0"]).events
+    assert completed.type == "JobCompleted" and "candidate verified on NVIDIA H100: 1 trials" in completed.summary
