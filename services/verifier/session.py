@@ -107,10 +107,10 @@ class VerifySession(SessionBase):
         touched_before, touched_after = np.flatnonzero(before != CANARY), np.flatnonzero(after != CANARY)
         parts = []
         if touched_after.size:
-            parts.append(f"wrote {touched_after.size} bytes after the end of {name} (first at element "
+            parts.append(f"changed {touched_after.size} guard bytes after the end of {name} (first at element "
                          f"{array.size + int(touched_after[0]) // array.itemsize}, {array.size} elements long)")
         if touched_before.size:
-            parts.append(f"wrote {touched_before.size} bytes before the start of {name} (first "
+            parts.append(f"changed {touched_before.size} guard bytes before the start of {name} (first "
                          f"{guard - int(touched_before[0])} bytes before it)")
         return "; ".join(parts)
 

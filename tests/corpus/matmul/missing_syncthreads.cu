@@ -1,4 +1,5 @@
-// Fault: the barrier after the inner product is missing, so loading the next tile races with reading this one.
+// Fault: the barrier between loading a tile and reading it is missing, so warps read shared memory that
+// other warps have not written yet.
 // C = A * B for square n x n row-major matrices, tiled in shared memory and in registers.
 // A block of block_size_x x block_size_y threads computes a (block_size_y*tile_size_y) x (block_size_x*tile_size_x)
 // tile of C; each thread computes tile_size_y x tile_size_x outputs, strided by the block size so that
@@ -27,7 +28,7 @@ extern "C" __global__ void matmul(float *C, const float *A, const float *B, int 
             int r = i / cols, c = i % cols;
             sB[r][c] = (k0 + r < n && col0 + c < n) ? B[(k0 + r) * n + col0 + c] : 0.0f;
         }
-        __syncthreads();
+        // (no __syncthreads() here: warps read tiles other warps are still loading)
         #pragma unroll
         for (int k = 0; k < block_size_k; k++) {
             float a[tile_size_y], b[tile_size_x];
@@ -40,7 +41,7 @@ extern "C" __global__ void matmul(float *C, const float *A, const float *B, int 
                 #pragma unroll
                 for (int x = 0; x < tile_size_x; x++) acc[y][x] += a[y] * b[x];
         }
-        // (no __syncthreads() here: the next tile load overwrites what slower warps still read)
+        __syncthreads();
     }
     #pragma unroll
     for (int y = 0; y < tile_size_y; y++) {

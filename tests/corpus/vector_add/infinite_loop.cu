@@ -1,7 +1,9 @@
-// Fault: thread 0 spins forever (volatile, so the compiler keeps the loop).
+// Fault: thread 0 waits for a clock that never runs backwards, so the kernel never ends.
 extern "C" __global__ void vector_add(float *c, const float *a, const float *b, int n) {
     int i = blockIdx.x * block_size_x + threadIdx.x;
-    volatile int spinning = 1;
-    if (i == 0) while (spinning) {}
+    if (i == 0) {
+        long long start = clock64();
+        while (clock64() >= start) {}
+    }
     if (i < n) c[i] = a[i] + b[i];
 }
