@@ -13,7 +13,7 @@ from kforge.render import describe, events_table, jobs_table
 from kforge.specfile import SpecError, load_spec
 from shared import runtime
 from shared.errors import field_errors
-from shared.events import BaselineFailed, Event
+from shared.events import BaselineFailed, CandidateRejected, Event
 from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
 from shared.projections import job_id_of
 
@@ -53,8 +53,13 @@ def tune(
                                                           "(labelled replay) instead of measuring here")] = False,
     strategy: Annotated[str | None, typer.Option(help="baseline (measure only) or tune (search tune_params); "
                                                       "default: the spec's")] = None,
+    candidate: Annotated[Path | None, typer.Option(help="a rewrite of KERNEL to verify against it (strategy "
+                                                        "verify): compiled, signature-checked, run on every trial")] = None,
 ) -> None:
     """Submit KERNEL and follow the job until it finishes."""
+    if candidate is not None and not candidate.is_file():
+        console.print(f"[red]--candidate[/red]: {candidate} is not a file; give the candidate's .cu source")
+        raise typer.Exit(2)
     try:
         kernel_spec = load_spec(kernel, spec)
     except SpecError as exc:
@@ -63,7 +68,8 @@ def tune(
             console.print(f"  [bold]{error.field or '(spec)'}[/bold]: {error.message}")
         raise typer.Exit(2) from None
     overrides = {**({"benchmark": {"replay": True}} if replay else {}),
-                 **({"strategy": {"name": strategy}} if strategy else {})}
+                 **({"strategy": {"name": strategy}} if strategy else {}),
+                 **({"strategy": {"name": "verify", "candidate": {"source": candidate.read_text()}}} if candidate else {})}
     if overrides:
         try:
             kernel_spec = type(kernel_spec).model_validate(_merged(kernel_spec.model_dump(), overrides))
@@ -78,7 +84,7 @@ def tune(
 
     def show(event: Event) -> None:
         console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {describe(event)}")
-        if isinstance(event, BaselineFailed) and event.log:
+        if isinstance(event, BaselineFailed | CandidateRejected) and event.log:
             console.print(Panel(event.log, title="NVRTC log", border_style="red"))
 
     with console.status("working…"):
@@ -88,7 +94,7 @@ def tune(
         return
     if view.status == "failed":
         console.print(f"[red]failed[/red] at {view.failed_stage}: {view.failure}")
-        if view.failed_stage == "device":
+        if view.failed_stage == "device" and kernel_spec.strategy.name != "verify":  # replay holds measurements only
             _offer_replay(kernel_spec, kernel, spec)
         raise typer.Exit(1)
     console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
@@ -96,7 +102,7 @@ def tune(
 
 
 def _merged(base: dict, overrides: dict) -> dict:
-    return {**base, **{k: _merged(base.get(k, {}), v) if isinstance(v, dict) else v for k, v in overrides.items()}}
+    return {**base, **{k: _merged(base.get(k) or {}, v) if isinstance(v, dict) else v for k, v in overrides.items()}}
 
 
 def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:
@@ -158,9 +164,9 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
            concurrency: int = 1) -> None:
     """Run a Celery worker (needs REDIS_URL). A benchmark.<gpu> worker sees only that GPU."""
     names = [q.strip() for q in queues.split(",") if q.strip()]
-    gpus = [q.removeprefix("benchmark.") for q in names if q.startswith("benchmark.")]
+    gpus = sorted({q.split(".", 1)[1] for q in names if q.startswith(("benchmark.", "verifier."))})
     if len(gpus) > 1:
-        console.print("[red]--queues[/red]: one benchmark.<gpu> queue per worker, so each worker owns one GPU")
+        console.print("[red]--queues[/red]: one GPU per worker (benchmark.<gpu> and verifier.<gpu> of the same gpu)")
         raise typer.Exit(2)
     if not os.environ.get("REDIS_URL"):
         console.print("[red]REDIS_URL is not set[/red]: workers serve a Redis broker; embedded mode needs none")

@@ -1,9 +1,9 @@
 """How events and jobs read in a terminal."""
 from rich.table import Table
 
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
-                           JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, TuningCompleted,
-                           TuningRequested)
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateRejected, CandidateVerified,
+                           ConfigFailed, ConfigMeasured, Event, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
+                           ShardTuned, TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested)
 from shared.projections import JobView
 
 
@@ -33,6 +33,15 @@ def describe(event: Event) -> str:
             return f"best {ms:.4f} ms with {_params(params)}, {speedup:.2f}x the baseline, of {n} configurations"
         case TuningCompleted(configs_evaluated=n):
             return f"no correct configuration among {n}"
+        case VerificationRequested(queue=queue, candidate_id=candidate):
+            return f"{candidate} to {queue}"
+        case CandidateVerified(trials=trials, skipped=skipped, max_abs_error=error, device=device):
+            return (f"matches on {len(trials)} trials ({', '.join(t.label for t in trials)}) on {device}, largest "
+                    f"error {error:.3g}" + (f"; {len(skipped)} skipped" if skipped else ""))
+        case CandidateRejected(check=check, reason=reason, trial=trial):
+            return f"{check}: {reason}" + (f" [{trial}]" if trial else "")
+        case VerificationIncomplete(passed=passed, reason=reason):
+            return f"{', '.join(passed)} passed; not proven: {reason}"
         case JobCompleted(summary=summary):
             return summary
         case JobFailed(stage=stage, reason=reason):
