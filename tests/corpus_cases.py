@@ -29,7 +29,9 @@ def load_cases() -> list[Case]:
         base = load_spec(EXAMPLES / f"{entry['spec']}.cu", EXAMPLES / f"{entry['spec']}.yaml")
         for file, expected in entry["candidates"].items():
             accept, params = (expected, {}) if isinstance(expected, list) else (expected["accept"], expected["params"])
-            candidate = {"source": (CORPUS / kernel / file).read_text(), "params": params}
+            # "(example)": the example kernel itself, under other params (a correct rewrite by construction).
+            source = base.source if file == "(example)" else (CORPUS / kernel / file).read_text()
+            candidate = {"source": source, "params": params}
             spec = base.model_validate({**base.model_dump(), "sizes": entry["sizes"],
                                         "strategy": {"name": "verify", "candidate": candidate}})
             cases.append(Case(kernel, file, spec, tuple(accept)))
