@@ -28,11 +28,18 @@ def load_cases() -> list[Case]:
     for kernel, entry in yaml.safe_load((CORPUS / "corpus.yaml").read_text()).items():
         base = load_spec(EXAMPLES / f"{entry['spec']}.cu", EXAMPLES / f"{entry['spec']}.yaml")
         for file, expected in entry["candidates"].items():
-            accept, params = (expected, {}) if isinstance(expected, list) else (expected["accept"], expected["params"])
-            # "(example)": the example kernel itself, under other params (a correct rewrite by construction).
-            source = base.source if file == "(example)" else (CORPUS / kernel / file).read_text()
-            candidate = {"source": source, "params": params}
+            expected = {"accept": expected} if isinstance(expected, list) else expected
+            source = (CORPUS / kernel / file).read_text() if file.endswith(".cu") else _edited(base.source, expected)
+            candidate = {"source": source, "params": expected.get("params", {})}
             spec = base.model_validate({**base.model_dump(), "sizes": entry["sizes"],
                                         "strategy": {"name": "verify", "candidate": candidate}})
-            cases.append(Case(kernel, file, spec, tuple(accept)))
+            cases.append(Case(kernel, file, spec, tuple(expected["accept"])))
     return cases
+
+
+def _edited(source: str, expected: dict) -> str:
+    """The example's source with each edit applied to its first match: a fault one line away from it."""
+    for old, new in expected.get("edits", []):
+        assert old in source, f"corpus edit {old!r} no longer matches the example kernel"
+        source = source.replace(old, new, 1)
+    return source
