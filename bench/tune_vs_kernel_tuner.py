@@ -58,8 +58,7 @@ def main() -> None:
         # makes both tools compile every configuration cold.
         spec = spec.model_copy(update={"source": f"__device__ int bench_run_{uuid.uuid4().hex};\n{spec.source}"})
         if args.sizes:
-            sizes = {**spec.sizes, **{k: int(v) for k, v in (pair.split("=") for pair in args.sizes.split(","))}}
-            spec = spec.model_validate({**spec.model_dump(), "sizes": sizes})
+            spec = spec.with_sizes({k: int(v) for k, v in (pair.split("=") for pair in args.sizes.split(","))})
         print(f"\n== {name}: {spec.kernel_name} {spec.sizes} on {device.name} ==", flush=True)
         ours = kforge.tune(spec)
         print(f"kforge: {ours['wall_s']:.2f} s, best {ours['best_params']} {ours['best_ms']:.4f} ms", flush=True)

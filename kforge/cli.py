@@ -12,6 +12,7 @@ from rich.panel import Panel
 from kforge.render import describe, events_table, jobs_table
 from kforge.specfile import SpecError, load_spec
 from shared import runtime
+from shared.contracts import gpu_of
 from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
 from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
@@ -164,7 +165,7 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
            concurrency: int = 1) -> None:
     """Run a Celery worker (needs REDIS_URL). A benchmark.<gpu> worker sees only that GPU."""
     names = [q.strip() for q in queues.split(",") if q.strip()]
-    gpus = sorted({q.split(".", 1)[1] for q in names if q.startswith(("benchmark.", "verifier."))})
+    gpus = sorted({gpu_of(q) for q in names if q.startswith(("benchmark.", "verifier."))})
     if len(gpus) > 1:
         console.print("[red]--queues[/red]: one GPU per worker (benchmark.<gpu> and verifier.<gpu> of the same gpu)")
         raise typer.Exit(2)

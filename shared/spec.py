@@ -303,8 +303,8 @@ class KernelSpec(_Strict):
         return np.dtype(arg.dtype).type(evaluate(arg.value, self._variables(params)))
 
     def with_sizes(self, sizes: dict[str, int]) -> "KernelSpec":
-        """The same kernel at other sizes (verification trials at odd sizes)."""
-        return self.model_copy(update={"sizes": {**self.sizes, **sizes}})
+        """The same kernel at other sizes (verification trials at odd sizes), validated like any spec."""
+        return self.model_validate({**self.model_dump(), "sizes": {**self.sizes, **sizes}})
 
     def verify_tolerance(self, dtype: str) -> tuple[float, float]:
         atol, rtol = self.benchmark.tolerance(dtype)

@@ -5,7 +5,6 @@ A `kforge worker -Q benchmark.<gpu>` process sees only its GPU (it sets CUDA_VIS
 KFORGE_PINNED_GPU), so there the device is index 0; in embedded mode one process serves every
 benchmark queue, and queue benchmark.<gpu> uses device <gpu>."""
 import atexit
-import os
 from uuid import UUID
 
 from services.benchmark import handlers
@@ -14,6 +13,7 @@ from services.benchmark.resources import BenchmarkResources, compile_workers_per
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import MeasureBaseline, TuneShard
+from shared.device.process import device_index
 from shared.eventstore import ConcurrencyConflict
 
 _resources: dict[str, BenchmarkResources] = {}
@@ -22,7 +22,7 @@ _resources: dict[str, BenchmarkResources] = {}
 def resources(gpu: str) -> BenchmarkResources:
     if gpu not in _resources:
         settings = runtime.current().settings
-        index = 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
+        index = device_index(gpu)
         _resources[gpu] = BenchmarkResources(device_index=index, default_arch=settings.default_arch,
                                              cache=CompileCache(settings.compile_cache),
                                              compile_workers=compile_workers_per_gpu(len(settings.gpus)))

@@ -44,20 +44,20 @@ def judge(spec: KernelSpec, reference: dict[str, np.ndarray], runs: list[Run]) -
             return Verdict("input_modified", f"run {number} changed its input(s) {', '.join(run.inputs_modified)}, "
                                              "which the kernel must only read")
     for number, run in enumerate(runs, start=1):
-        found = _first(spec, lambda name: unwritten(name, run.outputs[name], reference[name]))
+        found = _first(spec, lambda arg: unwritten(arg.name, run.outputs[arg.name], reference[arg.name]))
         if found:
             name, d = found
             return Verdict("unwritten", f"run {number} left {d.count} of {d.size} elements of {name} unwritten (they "
                                         f"still hold the poison every run starts with): {d.examples}")
     if len(runs) > 1:
-        found = _first(spec, lambda name: beyond_tolerance(name, runs[1].outputs[name], runs[0].outputs[name],
-                                                           *spec.verify_tolerance(_dtype(spec, name))))
+        found = _first(spec, lambda arg: beyond_tolerance(arg.name, runs[1].outputs[arg.name], runs[0].outputs[arg.name],
+                                                          *spec.verify_tolerance(arg.dtype)))
         if found:
             name, d = found
             return Verdict("nondeterministic", f"two runs on the same inputs disagree at {d.count} of {d.size} elements "
                                                f"of {name} (a race?): {d.examples}", d.max_abs, d.max_rel)
     run = runs[0]
-    found = _first(spec, lambda name: not_finite_where_reference_is(name, run.outputs[name], reference[name]))
+    found = _first(spec, lambda arg: not_finite_where_reference_is(arg.name, run.outputs[arg.name], reference[arg.name]))
     if found:
         name, d = found
         return Verdict("not_finite", f"{d.count} elements of {name} are NaN or Inf where the reference is finite: "
@@ -75,12 +75,9 @@ def judge(spec: KernelSpec, reference: dict[str, np.ndarray], runs: list[Run]) -
 
 
 def _first(spec: KernelSpec, compare) -> tuple[str, Difference] | None:
+    """The first output argument `compare(arg)` finds a difference in, with that difference."""
     for arg in spec.output_args:
-        difference = compare(arg.name)
+        difference = compare(arg)
         if difference.count:
             return arg.name, difference
     return None
-
-
-def _dtype(spec: KernelSpec, name: str) -> str:
-    return next(a.dtype for a in spec.args if a.name == name)

@@ -1,7 +1,6 @@
 """Celery entry point of the verifier. Like a benchmark worker, a verifier worker owns one GPU through a
 process it keeps warm between tasks (replaced when a candidate breaks it)."""
 import atexit
-import os
 from uuid import UUID
 
 from services.verifier import handlers
@@ -9,7 +8,7 @@ from services.verifier.session import VerifySession
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import VerifyCandidate
-from shared.device.process import DeviceProcess, NoDevice
+from shared.device.process import DeviceProcess, NoDevice, device_index
 from shared.eventstore import ConcurrencyConflict
 
 _processes: dict[str, DeviceProcess | NoDevice] = {}
@@ -18,7 +17,7 @@ _processes: dict[str, DeviceProcess | NoDevice] = {}
 def device(gpu: str) -> DeviceProcess:
     """This GPU's process, started on first use; NoDevice is remembered, so it is not probed per task."""
     if gpu not in _processes:
-        index = 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
+        index = device_index(gpu)
         try:
             _processes[gpu] = DeviceProcess(index, VerifySession)
             atexit.register(_processes[gpu].close)

@@ -6,6 +6,7 @@ kernel that faults (a sticky error poisons the CUDA context), hangs past its tim
 process costs that child; the caller gets a Failed saying which, and the next call runs on a fresh child.
 """
 import multiprocessing
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -27,6 +28,12 @@ class Failed:
 
 class NoDevice(RuntimeError):
     """The child found no usable GPU; the message is why."""
+
+
+def device_index(gpu: str) -> int:
+    """The device a worker uses for queue <service>.<gpu>: 0 in a worker pinned to that GPU (it sees only
+    that one, `kforge worker` sets KFORGE_PINNED_GPU), else the GPU id itself (embedded mode)."""
+    return 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
 
 
 class DeviceProcess:
