@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.panel import Panel
 
-from kforge.render import describe, events_table, jobs_table
+from kforge.render import describe, events_table, jobs_table, steps_table
 from kforge.specfile import SpecError, load_spec
 from shared import runtime
 from shared.contracts import gpu_of
@@ -17,6 +17,7 @@ from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
 from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
 from shared.projections import job_id_of
+from shared.steps import project_optimisation
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -52,8 +53,18 @@ def tune(
     timeout: Annotated[float, typer.Option(help="seconds to follow the job before returning")] = 3600,
     replay: Annotated[bool, typer.Option("--replay", help="use measurements recorded on a GPU machine "
                                                           "(labelled replay) instead of measuring here")] = False,
-    strategy: Annotated[str | None, typer.Option(help="baseline (measure only) or tune (search tune_params); "
-                                                      "default: the spec's")] = None,
+    strategy: Annotated[str | None, typer.Option(help="baseline (measure only), tune (search tune_params), or a "
+                                                      "rewriting strategy: one_prompt, autonomous, explicit, "
+                                                      "multiturn; default: the spec's")] = None,
+    provider: Annotated[str | None, typer.Option(help="who rewrites: auto (Claude with ANTHROPIC_API_KEY, else "
+                                                      "rules), anthropic, rules, replay")] = None,
+    model: Annotated[str | None, typer.Option(help="the LLM model; default: KFORGE_LLM_MODEL")] = None,
+    temperature: Annotated[float | None, typer.Option(help="LLM sampling temperature")] = None,
+    rag_k: Annotated[int | None, typer.Option("--rag-k", help="earlier optimisations quoted in prompts")] = None,
+    replay_job: Annotated[str | None, typer.Option(help="provider replay: the job whose answers are replayed")] = None,
+    target_speedup: Annotated[float | None, typer.Option(help="multiturn: stop at this speedup")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="multiturn: most refinements")] = None,
+    min_improvement: Annotated[float | None, typer.Option(help="multiturn: less than this gain is no progress")] = None,
     candidate: Annotated[Path | None, typer.Option(help="a rewrite of KERNEL to verify against it (strategy "
                                                         "verify): compiled, signature-checked, run on every trial")] = None,
 ) -> None:
@@ -68,8 +79,14 @@ def tune(
         for error in exc.errors:
             console.print(f"  [bold]{error.field or '(spec)'}[/bold]: {error.message}")
         raise typer.Exit(2) from None
+    strategy_options = {k: v for k, v in (("name", strategy), ("target_speedup", target_speedup),
+                                          ("max_iterations", max_iterations), ("min_improvement", min_improvement))
+                        if v is not None}
+    generator = {k: v for k, v in (("provider", provider), ("model", model), ("temperature", temperature),
+                                   ("rag_k", rag_k), ("replay_job", replay_job)) if v is not None}
     overrides = {**({"benchmark": {"replay": True}} if replay else {}),
-                 **({"strategy": {"name": strategy}} if strategy else {}),
+                 **({"strategy": strategy_options} if strategy_options else {}),
+                 **({"generator": generator} if generator else {}),
                  **({"strategy": {"name": "verify", "candidate": {"source": candidate.read_text()}}} if candidate else {})}
     if overrides:
         try:
@@ -90,6 +107,8 @@ def tune(
 
     with console.status("working…"):
         view = follow_job(rt.store, job_id, show, timeout_s=timeout)
+    if kernel_spec.strategy.generates:
+        console.print(steps_table(project_optimisation(job_events(rt.store, job_id))))
     if view.status == "completed":
         console.print(f"[green]completed[/green]: {view.summary}")
         return

@@ -1,10 +1,13 @@
 """How events and jobs read in a terminal."""
 from rich.table import Table
 
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateRejected, CandidateVerified,
-                           ConfigFailed, ConfigMeasured, Event, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
-                           ShardTuned, TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested)
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
+                           CandidateVerified, ConfigFailed, ConfigMeasured, Event, GenerationFailed, GenerationRequested,
+                           GeneratorCalled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, PlanProposed,
+                           ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
+                           TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested)
 from shared.projections import JobView
+from shared.steps import Optimisation
 
 
 def describe(event: Event) -> str:
@@ -42,6 +45,29 @@ def describe(event: Event) -> str:
             return f"{check}: {reason}" + (f" [{trial}]" if trial else "")
         case VerificationIncomplete(passed=passed, reason=reason):
             return f"{', '.join(passed)} passed; not proven: {reason}"
+        case GenerationRequested(kind=kind, step=step, focus=focus):
+            return f"{kind}" + (f" {step.id}: {step.description}" if step else "") + (f" [{focus}]" if focus else "")
+        case GeneratorCalled(error=error, provider=provider, model=model, attempts=attempts) if error:
+            return f"{provider} ({model}) gave no answer: {error}" + (f"; {len(attempts)} retries" if attempts else "")
+        case GeneratorCalled():
+            return _call(event)
+        case PlanProposed(steps=steps):
+            return f"{len(steps)} step(s): {', '.join(s.id for s in steps)}" if steps else "nothing further to try"
+        case StepValidated(step_id=step, valid=valid, reason=reason):
+            return f"{step} {'is worth trying' if valid else 'is not a tunable change worth trying'}: {reason}"
+        case StepBrokenDown(step_id=step, substeps=subs):
+            return f"{step} into {', '.join(s.id for s in subs)}" if subs else f"{step} is small enough"
+        case CandidateGenerated(step_id=step, candidate=c, provider=provider, renames=renames):
+            return (f"{step} by {provider}: {len(c.source.splitlines())} lines, tune_params {c.tune_params}"
+                    + (f", renamed {renames}" if renames else ""))
+        case GenerationFailed(kind=kind, reason=reason):
+            return f"{kind}: {reason}"
+        case StepSkipped(step_id=step, reason=reason):
+            return f"{step}: {reason}"
+        case StepAccepted(step_id=step, old_time_ms=old, new_time_ms=new, best_params=params):
+            return f"{step}: {old:.4f} -> {new:.4f} ms ({(old - new) / old:+.1%}) with {_params(params)}"
+        case StepDiscarded(step_id=step, stage=stage, reason=reason):
+            return f"{step} at {stage}: {reason}"
         case JobCompleted(summary=summary):
             return summary
         case JobFailed(stage=stage, reason=reason):
@@ -58,6 +84,24 @@ def _measured(e: ConfigMeasured) -> str:
     how = "1 sample, abandoned: slower than the best" if e.abandoned else f"median of {len(e.samples_ms)}"
     return (f"{_params(e.params)}: {e.median_ms:.4f} ms ({how}), {rates}, {e.pct_of_peak:.0f}% of peak"
             + (" [REPLAY]" if e.replay else ""))
+
+
+def _call(e: GeneratorCalled) -> str:
+    spent = f", {e.input_tokens}+{e.output_tokens} tokens, ${e.cost_usd:.4f}" if e.input_tokens else ""
+    retried = f", after {len(e.attempts)} retries" if e.attempts else ""
+    return f"{e.kind} answered by {e.provider} ({e.model}) in {e.latency_ms:.0f} ms{spent}{retried}"
+
+
+def steps_table(opt: Optimisation) -> Table:
+    """One row per step the job acted on: what it tried, what it cost or gained, why it was kept or not."""
+    table = Table("step", "status", "before ms", "after ms", "change", "best params", "why", title="optimisation steps")
+    for r in opt.steps:
+        change = f"{(r.old_ms - r.new_ms) / r.old_ms:+.1%}" if r.old_ms and r.new_ms else "-"
+        colour = {"accepted": "green", "discarded": "red"}.get(r.status, "yellow")
+        table.add_row(r.step.id, f"[{colour}]{r.status}[/{colour}]", f"{r.old_ms:.4f}" if r.old_ms else "-",
+                      f"{r.new_ms:.4f}" if r.new_ms else "-", change,
+                      _params(r.best_params) if r.status == "accepted" else "-", r.reason if r.status != "accepted" else "")
+    return table
 
 
 def _shard(e: ShardTuned) -> str:

@@ -57,6 +57,17 @@ class GpuRequest:
                                                           "gpu": gpu_of(queue)}, message_id=str(request_id))
 
 
+class Generate:
+    """Answer a job's generator request (a plan, a verdict on a step, a breakdown, a rewrite)."""
+
+    task = "generator.generate"
+
+    @classmethod
+    def message(cls, job_id: str, request_id: UUID) -> Message:
+        return Message(task=cls.task, queue=GENERATOR_QUEUE, kwargs={"job_id": job_id, "request_id": str(request_id)},
+                       message_id=str(request_id))
+
+
 class MeasureBaseline(GpuRequest):
     """Compile and time the submitted kernel of a job."""
 

@@ -13,7 +13,7 @@ from uuid import UUID, NAMESPACE_URL, uuid4, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from shared.spec import CandidateSpec, KernelSpec, ParamValue
+from shared.spec import CandidateSpec, KernelSpec, ParamValue, TuningStep
 
 ENVELOPE = ("event_id", "stream_id", "stream_version", "position", "occurred_at")
 
@@ -96,19 +96,107 @@ class BaselineFailed(Event):
     log: str = ""
 
 
-# --- optimisation steps -----------------------------------------------------------------------------
-class StepPlanned(Event):
+# --- optimisation steps: the planner asks the generator, the generator answers ------------------------
+class GenerationRequested(Event):
+    """Ask the generator for a plan, a verdict on a step, a breakdown of one, or a rewrite by one.
+
+    `kind` is plan | replan | validate | breakdown | rewrite; `step` is the step concerned (none for plans);
+    `candidate_id` names the rewrite to come; `focus` is the performance category steering a refinement."""
+
+    queue: str
+    kind: str
+    step: TuningStep | None = None
+    candidate_id: str | None = None
+    focus: str | None = None
+
+
+class GeneratorCalled(Event):
+    """One call to a generator provider, answered or not: the full transcript and what it cost."""
+
+    request_id: UUID
+    kind: str
+    step_id: str | None
+    provider: str  # anthropic | rules | replay
+    model: str
+    system: str
+    prompt: str
+    response: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: float = 0.0
+    cost_usd: float = 0.0
+    attempts: list[str] = Field(default_factory=list, description="why earlier attempts were retried")
+    error: str | None = None  # why the call got no answer
+
+
+class PlanProposed(Event):
+    """The steps a plan or replan proposes, in the order they are to be tried; none means nothing left."""
+
+    request_id: UUID
+    kind: str  # plan | replan
+    steps: list[TuningStep]
+
+
+class StepValidated(Event):
+    """Whether a step is a real, tunable change of the code worth making now (profiling or compiler flags are not)."""
+
+    request_id: UUID
     step_id: str
-    description: str
-    strategy: str
+    valid: bool
+    reason: str
+
+
+class StepBrokenDown(Event):
+    """A step replaced by smaller ones (none: it is small enough to execute as it is)."""
+
+    request_id: UUID
+    step_id: str
+    substeps: list[TuningStep]
 
 
 class CandidateGenerated(Event):
+    """A rewrite of the current kernel by a step, its parameter names reconciled with its code."""
+
+    request_id: UUID
     step_id: str
     candidate_id: str
-    source: str
-    tune_params: dict[str, list[ParamValue]]
+    candidate: CandidateSpec
     provider: str
+    renames: dict[str, str] = Field(default_factory=dict, description="tune parameter names changed to match the code")
+
+
+class GenerationFailed(Event):
+    request_id: UUID
+    kind: str
+    step_id: str | None
+    reason: str
+
+
+class StepSkipped(Event):
+    """A step not executed: judged not worth it, or a step it depends on brought no improvement."""
+
+    step_id: str
+    reason: str
+
+
+class StepAccepted(Event):
+    """A step's tuned candidate beat the best kernel so far and becomes the best."""
+
+    step_id: str
+    candidate_id: str
+    old_time_ms: float
+    new_time_ms: float
+    best_params: dict[str, ParamValue]
+
+
+class StepDiscarded(Event):
+    """A step whose candidate failed or was no faster; the best kernel stays what it was."""
+
+    step_id: str
+    candidate_id: str | None
+    stage: str  # generate | verify | tune | compare
+    reason: str
+    new_time_ms: float | None = None
 
 
 # --- verification: a candidate computes what the submitted kernel computes, or it is rejected saying why ---
@@ -154,18 +242,6 @@ class VerificationIncomplete(Event):
     request_id: UUID
     candidate_id: str
     passed: list[str]
-    reason: str
-
-
-class StepAccepted(Event):
-    step_id: str
-    candidate_id: str
-    old_time_ms: float
-    new_time_ms: float
-
-
-class StepDiscarded(Event):
-    step_id: str
     reason: str
 
 
@@ -288,5 +364,6 @@ EVENTS = EventRegistry(
     [JobSubmitted, JobCompleted, JobFailed, BaselineRequested, KernelCompiled, BaselineMeasured, BaselineFailed,
      TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
      VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete,
-     StepPlanned, CandidateGenerated, StepAccepted, StepDiscarded]
+     GenerationRequested, GeneratorCalled, PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated,
+     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded]
 )

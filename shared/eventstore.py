@@ -101,6 +101,14 @@ class EventStore:
         with self.engine.connect() as conn:
             return [self._decode(r) for r in conn.execute(query)]
 
+    def read_types(self, types: Collection[str], stream_prefix: str = "") -> list[Event]:
+        """Every event of the given types (in streams starting with `stream_prefix`), in global order: what a
+        read model spanning jobs needs, without reading their measurements."""
+        query = select(events_table).where(events_table.c.type.in_(types)
+                                           & events_table.c.stream_id.startswith(stream_prefix, autoescape=True))
+        with self.engine.connect() as conn:
+            return [self._decode(r) for r in conn.execute(query.order_by(events_table.c.position))]
+
     def stream_version(self, stream_id: str) -> int:
         with self.engine.connect() as conn:
             return self._version(conn, stream_id)

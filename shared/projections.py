@@ -27,7 +27,7 @@ class JobView:
     baseline_samples_ms: tuple[float, ...] = ()
     device: str | None = None
     replay: bool = False
-    tuning_requests: tuple[UUID, ...] = ()
+    tuning_requests: tuple[tuple[str, UUID], ...] = ()  # (candidate id, request id) of every shard requested
     shards_tuned: tuple[ShardTuned, ...] = ()
     configs_measured: int = 0
     configs_failed: int = 0
@@ -38,6 +38,11 @@ class JobView:
     failed_stage: str | None = None
     failure: str | None = None
     event_types: tuple[str, ...] = field(default=())
+
+    def shards_of(self, candidate_id: str) -> tuple[int, tuple[ShardTuned, ...]]:
+        """How many shards of a candidate's space were requested, and those tuned so far."""
+        requests = {rid for cid, rid in self.tuning_requests if cid == candidate_id}
+        return len(requests), tuple(s for s in self.shards_tuned if s.request_id in requests)
 
     @property
     def finished(self) -> bool:
@@ -94,7 +99,7 @@ def _(event: BaselineFailed, view: JobView) -> JobView:
 
 @evolve.register
 def _(event: TuningRequested, view: JobView) -> JobView:
-    return replace(view, status="tuning", tuning_requests=(*view.tuning_requests, event.event_id))
+    return replace(view, status="tuning", tuning_requests=(*view.tuning_requests, (event.candidate_id, event.event_id)))
 
 
 @evolve.register

@@ -19,6 +19,16 @@ class Settings(BaseSettings):
     default_arch: str = Field("sm_90", validation_alias="KFORGE_DEFAULT_ARCH",
                               description="NVRTC target when no device is present to ask")
 
+    # The generator: Claude through the official SDK when a key is set, otherwise the offline rules.
+    anthropic_api_key: str | None = Field(None, validation_alias="ANTHROPIC_API_KEY", repr=False)
+    anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL",
+                                           description="another Messages API endpoint (a proxy, a local server)")
+    llm_model: str = Field("claude-sonnet-4-6", validation_alias="KFORGE_LLM_MODEL")
+    llm_max_tokens: int = Field(8192, ge=256, validation_alias="KFORGE_LLM_MAX_TOKENS")
+    llm_max_retries: int = Field(4, ge=0, le=20, validation_alias="KFORGE_LLM_MAX_RETRIES",
+                                 description="retries of a call refused for rate limits, overload or a server error")
+    llm_timeout_s: float = Field(300.0, gt=0, validation_alias="KFORGE_LLM_TIMEOUT_S")
+
     @field_validator("gpus", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:

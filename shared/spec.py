@@ -144,25 +144,152 @@ class VerifySpec(_Strict):
 
 
 class CandidateSpec(_Strict):
-    """A rewrite of the submitted kernel, to be verified against it."""
+    """A rewrite of the submitted kernel: its source and, when it is tunable, its own space and launch geometry."""
 
     source: Annotated[str, Field(min_length=1, description="CUDA C++ source of the candidate")]
     kernel_name: Annotated[str | None, Field(pattern=IDENTIFIER)] = Field(None, description="default: the spec's")
     params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the candidate, over the "
                                                                             "spec's params")
+    tune_params: dict[str, list[ParamValue]] | None = Field(
+        None, description="the candidate's tuning space; default: the spec's")
+    restrictions: list[str] | None = Field(None, description="default: the spec's")
+    grid_div_x: list[Expression] | None = Field(None, description="default: the spec's")
+    grid_div_y: list[Expression] | None = None
+    grid_div_z: list[Expression] | None = None
+
+    @field_validator("tune_params")
+    @classmethod
+    def _non_empty_values(cls, space: dict[str, list[ParamValue]] | None) -> dict[str, list[ParamValue]] | None:
+        for name, values in (space or {}).items():
+            if not re.match(IDENTIFIER, name):
+                raise ValueError(f"tune parameter {name!r} is not an identifier: it becomes a -D define")
+            if not values:
+                raise ValueError(f"tune parameter {name!r} has no values: give at least one")
+        return space
+
+
+# --- optimisation strategies: LLM Kernel Tuner's names and knobs -----------------------------------------
+STEP_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+
+
+class TuningStep(_Strict):
+    """One optimisation step of the explicit strategy (or one planned by the autonomous strategy)."""
+
+    id: Annotated[str, Field(pattern=STEP_ID)]
+    description: str = Field("", description="what the step changes, in a sentence")
+    prompt_template: str = Field("", description="the rewrite prompt; {kernel_string} becomes the current kernel")
+    tune_params: dict[str, list[ParamValue]] = Field(default_factory=dict,
+                                                     description="parameters the step introduces, with their values")
+    skip_evaluation: bool = Field(False, description="apply without first asking whether the step makes sense")
+    depends_on: list[str] = Field(default_factory=list,
+                                  description="steps that must have brought an improvement for this one to run")
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _has_kernel_string(cls, template: str) -> str:
+        if template and "{kernel_string}" not in template:
+            raise ValueError("prompt_template must contain {kernel_string}, where the current kernel is pasted")
+        return template
+
+
+def _step(id: str, description: str, ask: str, tune_params: dict | None = None, **more) -> TuningStep:
+    prompt = (f"{ask}\n\nThe kernel:\n```cuda\n{{kernel_string}}\n```\n"
+              "Keep its name and signature. Make what you introduce tunable through the parameters named here, "
+              "used in the code under exactly these names.")
+    return TuningStep(id=id, description=description, prompt_template=prompt, tune_params=tune_params or {}, **more)
+
+
+DEFAULT_STEPS = (
+    _step("block_size", "make the thread block size a tunable parameter",
+          "Use block_size_x (a compile-time define kforge sets to the launch's block size) instead of blockDim.x.",
+          {"block_size_x": [32, 64, 128, 256, 512, 1024]}, skip_evaluation=True),
+    _step("restrict", "mark pointer arguments __restrict__ and read-only ones const",
+          "Declare every pointer argument __restrict__ (kforge passes distinct buffers) and the read-only ones const."),
+    _step("elements_per_thread", "let each thread compute several elements in a grid-stride loop",
+          "Let each thread process elements_per_thread elements in a grid-stride loop, the grid shrunk accordingly.",
+          {"elements_per_thread": [1, 2, 4, 8, 16]}),
+    _step("vectorize", "load and store 128-bit vectors where alignment allows, with a scalar tail",
+          "Load and store float4 (or int4) vectors where every array allows it, handling the last n % 4 elements "
+          "one by one."),
+    _step("unroll", "unroll loops by a tunable factor",
+          "Unroll the loops with #pragma unroll and a tunable factor loop_unroll_factor.",
+          {"loop_unroll_factor": [1, 2, 4, 8]}, depends_on=["elements_per_thread"]),
+    _step("launch_bounds", "tell the compiler the block size with __launch_bounds__",
+          "Add __launch_bounds__ with the block size, so the compiler budgets registers for it."),
+)
+"""The explicit strategy's steps when none are given: each a real, tunable change of the code."""
+
+BUILTIN_STRATEGIES = ("baseline", "tune", "verify", "one_prompt", "autonomous", "explicit", "multiturn")
+GENERATING_STRATEGIES = ("one_prompt", "autonomous", "explicit", "multiturn")
 
 
 class StrategySpec(_Strict):
-    # Only strategies whose whole path exists are accepted; others arrive with the planner's strategies.
-    # baseline: measure the submitted kernel. tune: baseline, then search tune_params for the fastest correct config.
-    # verify: prove `candidate` computes what the submitted kernel computes.
-    name: Literal["baseline", "tune", "verify"] = "baseline"
+    """What the job does. baseline: measure the submitted kernel. tune: baseline, then search tune_params.
+    verify: prove `candidate` computes what the submitted kernel computes. one_prompt, autonomous, explicit,
+    multiturn: rewrite the kernel step by step, every candidate verified and tuned, the best kept. Any other
+    name is a custom strategy registered with the planner."""
+
+    name: Annotated[str, Field(pattern=IDENTIFIER)] = "baseline"
     candidate: CandidateSpec | None = None
+    # autonomous: plan, validate each step, optionally break it down, execute, optionally replan
+    with_replanning: bool = True
+    breakdown_steps: bool = True
+    max_breakdowns: Annotated[int, Field(ge=0, le=10)] = 2
+    max_replanning: Annotated[int, Field(ge=0, le=10)] = 2
+    # explicit: predefined steps; default: the planner's step list
+    steps: list[TuningStep] | None = None
+    # multiturn: refine until the target speedup, a plateau or the iteration limit
+    target_speedup: Annotated[float, Field(gt=0)] = 1.5
+    max_iterations: Annotated[int, Field(ge=1, le=50)] = 5
+    min_improvement: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.05, description="an iteration improving the best time by less than this fraction makes no progress")
+    patience: Annotated[int, Field(ge=1, le=10)] = Field(2, description="iterations without progress before stopping")
+    reference_ms: Annotated[float | None, Field(gt=0)] = Field(
+        None, description="time the speedup categories compare with (e.g. a library's); default: the baseline")
+    options: dict[str, ParamValue | list[ParamValue]] = Field(default_factory=dict,
+                                                               description="settings of a custom strategy")
 
     @model_validator(mode="after")
     def _candidate_for_verify(self) -> "StrategySpec":
         if (self.name == "verify") != (self.candidate is not None):
             raise ValueError("strategy verify takes a candidate (candidate: {source: ...}), and only verify does")
+        if self.steps is not None:
+            ids = [s.id for s in self.steps]
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            if repeated:
+                raise ValueError(f"steps: ids must be unique, repeated: {', '.join(repeated)}")
+            for step in self.steps:
+                unknown = [d for d in step.depends_on if d not in ids[:ids.index(step.id)]]
+                if unknown:
+                    raise ValueError(f"steps: {step.id} depends on {', '.join(unknown)}, which no earlier step is")
+        return self
+
+    def explicit_steps(self) -> list[TuningStep]:
+        return list(self.steps) if self.steps is not None else list(DEFAULT_STEPS)
+
+    @property
+    def generates(self) -> bool:
+        """Whether the job rewrites the kernel (every strategy but the three measuring ones)."""
+        return self.name not in ("baseline", "tune", "verify")
+
+
+class GeneratorSpec(_Strict):
+    """Who rewrites the kernel. auto: Claude when ANTHROPIC_API_KEY is set, else the offline rules."""
+
+    provider: Literal["auto", "anthropic", "rules", "replay"] = "auto"
+    model: str | None = Field(None, description="default: the setting KFORGE_LLM_MODEL")
+    temperature: Annotated[float | None, Field(ge=0, le=1)] = Field(
+        None, description="sampling temperature; sent only when set")
+    max_tokens: Annotated[int | None, Field(ge=256, le=64000)] = Field(None, description="default: KFORGE_LLM_MAX_TOKENS")
+    rag_k: Annotated[int, Field(ge=0, le=20)] = Field(
+        3, description="earlier accepted optimisations of similar kernels quoted in prompts")
+    replay_job: Annotated[str | None, Field(pattern=r"^[0-9a-f]{4,32}$")] = Field(
+        None, description="provider replay: the job whose recorded answers are replayed")
+
+    @model_validator(mode="after")
+    def _replay_source(self) -> "GeneratorSpec":
+        if (self.provider == "replay") != (self.replay_job is not None):
+            raise ValueError("provider replay takes replay_job (the job whose transcript is replayed), and only it does")
         return self
 
 
@@ -186,6 +313,7 @@ class KernelSpec(_Strict):
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
     verify: VerifySpec = Field(default_factory=VerifySpec)
     strategy: StrategySpec = Field(default_factory=StrategySpec)
+    generator: GeneratorSpec = Field(default_factory=GeneratorSpec)
     webhook_url: HttpUrl | None = None
 
     @field_validator("sizes")
@@ -301,6 +429,21 @@ class KernelSpec(_Strict):
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
         return np.dtype(arg.dtype).type(evaluate(arg.value, self._variables(params)))
+
+    def for_candidate(self, candidate: CandidateSpec) -> "KernelSpec":
+        """The submission as the candidate would be submitted: its source, defines, space and geometry, the
+        same arguments, sizes and benchmark settings; the job's own strategy does not apply to it."""
+        own = {k: v for k, v in candidate.model_dump(exclude={"source", "kernel_name", "params"}).items()
+               if v is not None}
+        return self.model_validate({**self.model_dump(), **own, "source": candidate.source,
+                                    "kernel_name": candidate.kernel_name or self.kernel_name,
+                                    "params": {**self.params, **candidate.params}, "strategy": {"name": "baseline"}})
+
+    def as_candidate(self) -> CandidateSpec:
+        """The submitted kernel in a candidate's terms: where every optimisation starts."""
+        return CandidateSpec(source=self.source, kernel_name=self.kernel_name, params=self.params,
+                             tune_params=self.tune_params, restrictions=self.restrictions, grid_div_x=self.grid_div_x,
+                             grid_div_y=self.grid_div_y, grid_div_z=self.grid_div_z)
 
     def with_sizes(self, sizes: dict[str, int]) -> "KernelSpec":
         """The same kernel at other sizes (verification trials at odd sizes), validated like any spec."""

@@ -14,10 +14,12 @@ from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.device.nvrtc import CompileError
 from shared.device.process import Failed, NoDevice
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ConfigFailed,
+                           ConfigMeasured, Event,
                            JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
 from shared.projections import job_stream
+from shared.spec import KernelSpec
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
@@ -87,19 +89,29 @@ def tune_shard(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resou
     stream = job_stream(job_id)
     history = store.read_stream(stream)
     if not any(isinstance(e, ShardTuned) and e.request_id == request_id for e in history):
-        spec = next(e for e in history if isinstance(e, JobSubmitted)).spec
+        submitted = next(e for e in history if isinstance(e, JobSubmitted)).spec
         request = next(e for e in history if isinstance(e, TuningRequested) and e.event_id == request_id)
+        spec = _space_of(history, submitted, request.candidate_id)
         recorded = [e for e in history if isinstance(e, ConfigMeasured | ConfigFailed) and e.request_id == request_id]
         # Outcomes carry derived ids and are appended without a version check: shards on other GPUs append
         # to the same stream at the same time, and a repeated outcome is a no-op.
-        store.append(stream, [_tune(stream, spec, request, recorded, resources,
+        store.append(stream, [_tune(stream, spec, submitted, request, recorded, resources,
                                     lambda batch: store.append(stream, batch, expected_version=None))],
                      expected_version=None)
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} shard answered"))
 
 
-def _tune(stream: str, spec, request: TuningRequested, recorded: list[ConfigOutcome], resources: BenchmarkResources,
-          append) -> ShardTuned:
+def _space_of(history: list[Event], submitted: KernelSpec, candidate_id: str) -> KernelSpec:
+    """The kernel whose space is searched: the submitted one, or a generated candidate in its place."""
+    if candidate_id == "submitted":
+        return submitted
+    generated = next(e for e in history if isinstance(e, CandidateGenerated) and e.candidate_id == candidate_id)
+    return submitted.for_candidate(generated.candidate)
+
+
+def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningRequested,
+          recorded: list[ConfigOutcome], resources: BenchmarkResources, append) -> ShardTuned:
+    """Search `spec`'s space; every configuration's output is checked against the submitted kernel's."""
     rid = request.event_id
     common = dict(event_id=derived_id(rid, "ShardTuned"), stream_id=stream, request_id=rid,
                   strategy=spec.benchmark.search.strategy, replay=spec.benchmark.replay)
@@ -109,7 +121,7 @@ def _tune(stream: str, spec, request: TuningRequested, recorded: list[ConfigOutc
         return ShardTuned(**common, device="none", configs=0, measured=0, failed=0, best_params=None, best_ms=None,
                           wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=str(exc))
     evaluator = SpaceEvaluator(spec, host, resources.pool(), spec.benchmark.arch or host.device.arch, stream, rid,
-                               append, recorded=recorded, replay=spec.benchmark.replay)
+                               append, recorded=recorded, replay=spec.benchmark.replay, reference=submitted)
     replaced_before = host.replacements
     error = None
     try:

@@ -76,8 +76,11 @@ class SpaceEvaluator:
 
     def __init__(self, spec: KernelSpec, host: Host, pool: CompilePool, arch: str, stream: str, request_id: UUID,
                  on_outcomes: Callable[[list[ConfigOutcome]], None], recorded: list[ConfigOutcome] = (),
-                 replay: bool = False):
+                 replay: bool = False, reference: KernelSpec | None = None):
+        """`reference` computes the outputs every configuration must match: the submitted kernel, which is
+        `spec` itself unless `spec` is a generated candidate."""
         self.spec, self.host, self.pool, self.arch = spec, host, pool, arch
+        self.reference = reference or spec
         self.stream, self.request_id, self.on_outcomes, self.replay = stream, request_id, on_outcomes, replay
         # What every configuration of this space shares, computed once rather than per configuration.
         self.base_params = spec.baseline_params()
@@ -143,14 +146,15 @@ class SpaceEvaluator:
                               cache_hit=compiled.cache_hit, replay=self.replay)
 
     def _prepare(self) -> None:
-        params = self.base_params
+        ref = self.reference
+        params = ref.baseline_params()
         try:
-            reference, _ = compile_through(self.pool.cache, self.spec.source, self.spec.kernel_name, params,
-                                           self.spec.compiler_options, self.arch)
+            reference, _ = compile_through(self.pool.cache, ref.source, ref.kernel_name, params, ref.compiler_options,
+                                           self.arch)
         except CompileError as exc:
             raise SetupFailed(f"the submitted kernel (the reference) does not compile: {exc}\n{exc.log}") from None
-        failed = self.host.prepare(Setup(spec=self.spec, seed=self.spec.benchmark.seed, reference=reference,
-                                         reference_geometry=self.spec.launch_geometry(params), reference_params=params))
+        failed = self.host.prepare(Setup(spec=ref, seed=ref.benchmark.seed, reference=reference,
+                                         reference_geometry=ref.launch_geometry(params), reference_params=params))
         if failed is not None:
             raise SetupFailed(failed.reason)
         self._prepared = True

@@ -1,2 +1,1 @@
-"""Generator: rewrites a kernel for a planned step (Anthropic Claude, or the offline rule engine), recording
-every prompt and answer as events. Its tasks are named `generator.*` and routed to the `generator` queue."""
+"""The generator service: rewrites kernels through a provider (Claude, the offline rules, or a replay)."""

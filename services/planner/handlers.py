@@ -5,6 +5,7 @@ from services.planner.policy import TRIGGERS, react
 from shared.bus import Bus
 from shared.eventstore import EventStore
 from shared.projections import project_job
+from shared.steps import project_optimisation
 
 CONSUMER = "planner"
 log = logging.getLogger(__name__)
@@ -21,7 +22,8 @@ def catch_up(store: EventStore, bus: Bus, gpus: list[str]) -> int:
             if event.stream_id.startswith("job-"):
                 # The job as it is now, not as of the event: a result queued behind another for a job
                 # that has since finished must see that it finished.
-                reaction = react(event, project_job(consumption.read_stream(event.stream_id)), gpus)
+                events = consumption.read_stream(event.stream_id)
+                reaction = react(event, project_job(events), gpus, project_optimisation(events))
                 # The consuming transaction holds the store's write lock, so no other writer can move the
                 # stream between this read and this append; derived ids make a repeat a no-op.
                 consumption.append(event.stream_id, reaction.events, expected_version=None)

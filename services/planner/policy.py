@@ -9,11 +9,17 @@ import zlib
 from dataclasses import dataclass, field
 from functools import singledispatch
 
-from shared.contracts import MeasureBaseline, Message, TuneShard, VerifyCandidate, benchmark_queue, verifier_queue
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateRejected, CandidateVerified,
-                           Event, JobCompleted, JobFailed, JobSubmitted, ShardTuned, TuningCompleted, TuningRequested,
-                           VerificationIncomplete, VerificationRequested, derived_id)
+from services.planner import step_flow
+from services.planner.strategies import UnknownStrategy, strategy_for
+from shared.contracts import (Generate, MeasureBaseline, Message, TuneShard, VerifyCandidate,
+                              benchmark_queue, verifier_queue)
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
+                           CandidateVerified, Event, GenerationFailed, GenerationRequested, JobCompleted, JobFailed,
+                           JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
+                           StepSkipped, StepValidated, TuningCompleted, TuningRequested, VerificationIncomplete,
+                           VerificationRequested, derived_id)
 from shared.projections import JobView, job_id_of
+from shared.steps import TUNED_SUFFIX, Optimisation
 
 
 @dataclass(frozen=True)
@@ -25,11 +31,12 @@ class Reaction:
 NOTHING = Reaction()
 
 
-def react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
-    """The planner's decision; only events named in TRIGGERS ever lead to one."""
+def react(event: Event, job: JobView, gpus: list[str], optimisation: Optimisation | None = None) -> Reaction:
+    """The planner's decision; only events named in TRIGGERS ever lead to one. `optimisation` is the job's
+    folded steps, needed by jobs whose strategy rewrites the kernel."""
     if job.finished:
         return NOTHING  # a late result, or a request still in the log, changes nothing for a finished job
-    return _react(event, job, gpus)
+    return _react(event, job, gpus, optimisation)
 
 
 def _home_gpu(stream_id: str, gpus: list[str]) -> int:
@@ -38,13 +45,19 @@ def _home_gpu(stream_id: str, gpus: list[str]) -> int:
 
 
 @singledispatch
-def _react(event: Event, job: JobView, gpus: list[str]) -> Reaction:
+def _react(event: Event, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return NOTHING
 
 
 @_react.register
-def _(event: JobSubmitted, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: JobSubmitted, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     gpu = gpus[_home_gpu(event.stream_id, gpus)]
+    if event.spec.strategy.generates:
+        try:
+            strategy_for(event.spec.strategy.name)
+        except UnknownStrategy as exc:
+            return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"),
+                                              stream_id=event.stream_id, stage="plan", reason=str(exc))])
     if event.spec.strategy.name == "verify":
         return Reaction(events=[VerificationRequested(
             event_id=derived_id(event.event_id, "VerificationRequested"), stream_id=event.stream_id,
@@ -55,49 +68,62 @@ def _(event: JobSubmitted, job: JobView, gpus: list[str]) -> Reaction:
 
 
 @_react.register
-def _(event: BaselineRequested, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: BaselineRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return Reaction(messages=[MeasureBaseline.message(event.queue, job_id_of(event.stream_id), event.event_id)])
 
 
 @_react.register
-def _(event: BaselineMeasured, job: JobView, gpus: list[str]) -> Reaction:
-    if job.spec is not None and job.spec.strategy.name == "tune":
-        # Brute force splits over every GPU worker (interleaved shards); other strategies are sequential.
-        shards = len(gpus) if job.spec.benchmark.search.strategy == "brute_force" else 1
-        first = _home_gpu(event.stream_id, gpus)
-        return Reaction(events=[
-            TuningRequested(event_id=derived_id(event.event_id, "TuningRequested", shard), stream_id=event.stream_id,
-                            queue=benchmark_queue(gpus[(first + shard) % len(gpus)]), shard=shard, shards=shards)
-            for shard in range(shards)])
+def _(event: BaselineMeasured, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    if job.spec.strategy.name == "tune":
+        return Reaction(events=_tuning(event, job, gpus, "submitted"))
+    if job.spec.strategy.generates:
+        return Reaction(events=step_flow.advance(event, job, opt))
     label = " (replayed measurement)" if event.replay else ""
     summary = f"baseline {event.median_ms:.4f} ms on {event.device}{label}, grid {event.grid}, block {event.block}"
     return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"),
                                          stream_id=event.stream_id, summary=summary)])
 
 
+def _tuning(trigger: Event, job: JobView, gpus: list[str], candidate_id: str) -> list[Event]:
+    """Requests to search a kernel's space: brute force splits over every GPU worker (interleaved shards);
+    other search strategies are sequential."""
+    shards = len(gpus) if job.spec.benchmark.search.strategy == "brute_force" else 1
+    first = _home_gpu(trigger.stream_id, gpus)
+    return [TuningRequested(event_id=derived_id(trigger.event_id, "TuningRequested", shard), stream_id=trigger.stream_id,
+                            queue=benchmark_queue(gpus[(first + shard) % len(gpus)]), candidate_id=candidate_id,
+                            shard=shard, shards=shards)
+            for shard in range(shards)]
+
+
 @_react.register
-def _(event: TuningRequested, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: TuningRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return Reaction(messages=[TuneShard.message(event.queue, job_id_of(event.stream_id), event.event_id)])
 
 
 @_react.register
-def _(event: ShardTuned, job: JobView, gpus: list[str]) -> Reaction:
-    if event.error:
+def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    candidate_id = next(cid for cid, rid in job.tuning_requests if rid == event.request_id)
+    requested, shards = job.shards_of(candidate_id)
+    if event.error and candidate_id == "submitted":
         return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                           stage="tuning", reason=event.error)])
-    if len(job.shards_tuned) < len(job.tuning_requests):
+    if len(shards) < requested:
         return NOTHING  # the merge waits for the last shard
     # Whichever shard's event gets here first merges: the ids derive from the job, so a second merge is a no-op.
-    shards = job.shards_tuned
     best = min((s for s in shards if s.best_ms is not None), key=lambda s: s.best_ms, default=None)
     speedup = job.baseline_ms / best.best_ms if best and job.baseline_ms else None
-    completed = TuningCompleted(event_id=derived_id(event.stream_id, "TuningCompleted"), stream_id=event.stream_id,
-                                candidate_id="submitted", best_params=best.best_params if best else None,
+    merged = derived_id(event.stream_id, candidate_id)
+    completed = TuningCompleted(event_id=derived_id(merged, "TuningCompleted"), stream_id=event.stream_id,
+                                candidate_id=candidate_id, best_params=best.best_params if best else None,
                                 best_time_ms=best.best_ms if best else None,
                                 configs_evaluated=sum(s.configs for s in shards),
                                 configs_failed=sum(s.failed for s in shards), speedup=speedup)
+    if candidate_id != "submitted":
+        gpu = gpus[_home_gpu(event.stream_id, gpus)]
+        errors = [s.error for s in shards if s.error]
+        return Reaction(events=[completed, *step_flow.after_tuning(completed, merged, opt, verifier_queue(gpu), errors)])
     if best is None:
-        return Reaction(events=[completed, JobFailed(event_id=derived_id(event.stream_id, "JobFailed"),
+        return Reaction(events=[completed, JobFailed(event_id=derived_id(merged, "JobFailed"),
                                                      stream_id=event.stream_id, stage="tuning",
                                                      reason=f"none of {completed.configs_evaluated} configurations "
                                                             "ran correctly; see the ConfigFailed events")])
@@ -105,23 +131,27 @@ def _(event: ShardTuned, job: JobView, gpus: list[str]) -> Reaction:
     summary = (f"tuned {best.best_ms:.4f} ms with {best.best_params}, {speedup:.2f}x the baseline "
                f"{job.baseline_ms:.4f} ms; {completed.configs_evaluated} configurations, {completed.configs_failed} "
                f"rejected, on {best.device}{label}")
-    return Reaction(events=[completed, JobCompleted(event_id=derived_id(event.stream_id, "JobCompleted"),
+    return Reaction(events=[completed, JobCompleted(event_id=derived_id(merged, "JobCompleted"),
                                                     stream_id=event.stream_id, summary=summary)])
 
 
 @_react.register
-def _(event: BaselineFailed, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: BaselineFailed, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                       stage=event.stage, reason=event.reason)])
 
 
 @_react.register
-def _(event: VerificationRequested, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: VerificationRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return Reaction(messages=[VerifyCandidate.message(event.queue, job_id_of(event.stream_id), event.event_id)])
 
 
 @_react.register
-def _(event: CandidateVerified, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: CandidateVerified, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    if job.spec.strategy.generates:
+        if event.candidate_id.endswith(TUNED_SUFFIX):
+            return Reaction(events=[step_flow.compare(event, opt)])
+        return Reaction(events=_tuning(event, job, gpus, event.candidate_id))
     skipped = f"; {len(event.skipped)} trial(s) skipped, the submitted kernel itself failed them" if event.skipped else ""
     summary = (f"candidate verified on {event.device}: {len(event.trials)} trials "
                f"({', '.join(t.label for t in event.trials)}), largest error {event.max_abs_error:.3g} absolute, "
@@ -131,17 +161,52 @@ def _(event: CandidateVerified, job: JobView, gpus: list[str]) -> Reaction:
 
 
 @_react.register
-def _(event: CandidateRejected, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: CandidateRejected, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    if job.spec.strategy.generates:
+        return Reaction(events=[step_flow.discard_rejected(event, opt)])
     where = f" [{event.trial}]" if event.trial else ""
     return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                       stage=f"verify: {event.check}", reason=event.reason + where)])
 
 
 @_react.register
-def _(event: VerificationIncomplete, job: JobView, gpus: list[str]) -> Reaction:
+def _(event: VerificationIncomplete, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                       stage="device", reason=f"{', '.join(event.passed)} checks passed, but the "
                                                              f"candidate is not proven: {event.reason}")])
+
+
+# --- the generator's answers move a rewriting strategy on ---------------------------------------------------
+@_react.register
+def _(event: GenerationRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    return Reaction(messages=[Generate.message(job_id_of(event.stream_id), event.event_id)])
+
+
+@_react.register(PlanProposed)
+@_react.register(StepValidated)
+@_react.register(StepBrokenDown)
+@_react.register(StepSkipped)
+@_react.register(StepAccepted)
+@_react.register(StepDiscarded)
+def _(event: Event, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    return Reaction(events=step_flow.advance(event, job, opt))
+
+
+@_react.register
+def _(event: GenerationFailed, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    if event.step_id is None:  # a plan: the strategy sees the failure and decides
+        return Reaction(events=step_flow.advance(event, job, opt))
+    return Reaction(events=[StepDiscarded(event_id=derived_id(event.event_id, "StepDiscarded"), stream_id=event.stream_id,
+                                          step_id=event.step_id, candidate_id=None, stage="generate",
+                                          reason=f"{event.kind}: {event.reason}")])
+
+
+@_react.register
+def _(event: CandidateGenerated, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    gpu = gpus[_home_gpu(event.stream_id, gpus)]
+    return Reaction(events=[VerificationRequested(
+        event_id=derived_id(event.event_id, "VerificationRequested"), stream_id=event.stream_id,
+        queue=verifier_queue(gpu), candidate_id=event.candidate_id, candidate=event.candidate)])
 
 
 TRIGGERS = frozenset(cls.__name__ for cls in _react.registry if cls not in (object, Event))

@@ -82,6 +82,7 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
                                       reason=f"{no_device}; on a GPU machine the candidate is run on every trial")
 
     passed, skipped = [], []
+    as_candidate = spec.for_candidate(candidate)  # its own launch geometry (grid divisors) at every trial
     timeout = spec.verify.timeout_s
     for trial in plan_trials(spec):
         at_size = spec.with_sizes(trial.sizes)
@@ -94,7 +95,8 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
                                              f"{ran.reason}", where)
             skipped.append(f"{where}: the submitted kernel itself failed ({ran.stage}: {ran.reason})")
             continue
-        verdict = process.call("candidate", TrialRun(at_size, trial.seed, compiled, candidate_params), timeout,
+        verdict = process.call("candidate", TrialRun(as_candidate.with_sizes(trial.sizes), trial.seed, compiled,
+                                                     candidate_params), timeout,
                                "verify.timeout_s")
         if isinstance(verdict, Failed):
             return rejected(_check_of(verdict), verdict.reason, where)

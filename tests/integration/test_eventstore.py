@@ -7,8 +7,9 @@ import threading
 from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
+from shared.spec import TuningStep
 from shared.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
-                           StepPlanned)
+                           PlanProposed)
 from shared.eventstore import ConcurrencyConflict, EventStore
 
 
@@ -171,7 +172,8 @@ def test_events_decode_to_their_classes_with_equal_payloads(store, vector_add_sp
                                 params={"block_size_x": 256, "scale": 0.5, "mode": "fast"}, grid=(262144, 1, 1),
                                 block=(256, 1, 1), samples_ms=[1.25, 1.5, 1.0], median_ms=1.25, replay=True)
     failed = JobFailed(stream_id=job, stage="device", reason="boom")
-    planned = StepPlanned(stream_id=job, step_id="s1", description="d", strategy="tile")
+    planned = PlanProposed(stream_id=job, request_id=requested.event_id, kind="plan",
+                           steps=[TuningStep(id="s1", description="d", tune_params={"tile": [1, 2]})])
     originals = [submitted, requested, compiled, measured, failed, planned]
 
     store.append(job, originals, expected_version=0)

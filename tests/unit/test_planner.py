@@ -12,7 +12,7 @@ from services.planner import handlers
 from services.planner.policy import NOTHING, react
 from shared.contracts import MeasureBaseline, Message
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
-                           KernelCompiled, StepPlanned)
+                           KernelCompiled, GeneratorCalled)
 from shared.projections import project_job
 from tests.fakes import RecordingBus
 
@@ -163,7 +163,8 @@ def test_events_the_planner_does_not_act_on(vector_add_spec):
     [request] = react(job, job_after(job), GPUS).events
     compiled = KernelCompiled(stream_id=job.stream_id, request_id=request.event_id, arch="sm_90", compile_ms=3.0,
                               cache_key="k")
-    step = StepPlanned(stream_id=job.stream_id, step_id="s", description="d", strategy="t")
+    step = GeneratorCalled(stream_id=job.stream_id, request_id=request.event_id, kind="plan", step_id=None, provider="rules",
+                           model="kforge-rules", system="s", prompt="p", response="r")
     assert react(compiled, job_after(job, request, compiled), GPUS) == NOTHING
     assert react(step, job_after(job, request, step), GPUS) == NOTHING
 

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
-                           KernelCompiled, StepPlanned)
+                           KernelCompiled, StepSkipped)
 from shared.eventstore import EventStore
 from shared.projections import JobView, job_id_of, job_stream, project_job
 
@@ -109,13 +109,12 @@ def test_failed(job):
 
 
 def test_events_without_a_job_effect_still_count(job):
-    step = StepPlanned(stream_id=job[0].stream_id, step_id="s1", description="d", strategy="t", stream_version=5,
-                       occurred_at=at(7))
+    step = StepSkipped(stream_id=job[0].stream_id, step_id="s1", reason="d", stream_version=5, occurred_at=at(7))
     before, after = project_job(job), project_job([*job, step])
 
     assert after.status == before.status and after.baseline_ms == before.baseline_ms
     assert after.version == 5 and after.updated_at == at(7)
-    assert after.event_types == (*before.event_types, "StepPlanned")
+    assert after.event_types == (*before.event_types, "StepSkipped")
 
 
 def test_version_counts_events_not_yet_stored(vector_add_spec):

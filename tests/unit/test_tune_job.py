@@ -128,7 +128,7 @@ def test_other_strategies_run_as_one_shard(sweep_spec):
 
 
 def test_a_shard_that_could_not_run_fails_the_job_with_its_reason():
-    spec_view = project_job([])
+    spec_view = project_job([TuningRequested(event_id=UUID(int=1), stream_id="job-x", queue="benchmark.0")])
     failed = ShardTuned(stream_id="job-x", request_id=UUID(int=1), device="none", strategy="brute_force", configs=0,
                    measured=0, failed=0, best_params=None, best_ms=None, wall_s=0, compile_s=0, gpu_busy_s=0,
                    first_result_s=0, error="no CUDA device: the driver reports CUDA_ERROR_NO_DEVICE")

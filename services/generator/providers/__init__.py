@@ -1,0 +1,31 @@
+"""Choosing the provider of a job: the spec's choice, with auto meaning Claude when a key is set."""
+from services.generator.providers.base import Provider, ProviderFailed
+from shared.events import GeneratorCalled
+from shared.eventstore import EventStore
+from shared.projections import job_stream
+from shared.settings import Settings
+from shared.spec import GeneratorSpec
+
+
+def provider_for(spec: GeneratorSpec, settings: Settings, store: EventStore,
+                 answered_here: list[GeneratorCalled]) -> Provider:
+    name = spec.provider
+    if name == "auto":
+        name = "anthropic" if settings.anthropic_api_key else "rules"
+    if name == "rules":
+        from services.generator.providers.rules import RulesProvider
+
+        return RulesProvider()
+    if name == "anthropic":
+        from services.generator.providers.claude import ClaudeProvider
+
+        return ClaudeProvider.from_settings(settings, spec)
+    from services.generator.providers.replay import ReplayProvider
+
+    transcript = [e for e in store.read_stream(job_stream(spec.replay_job)) if isinstance(e, GeneratorCalled)]
+    if not transcript:
+        raise ProviderFailed(f"generator.replay_job: job {spec.replay_job} has no recorded generator calls to replay")
+    return ReplayProvider(spec.replay_job, transcript, answered_here)
+
+
+__all__ = ["Provider", "ProviderFailed", "provider_for"]

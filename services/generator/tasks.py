@@ -1,0 +1,13 @@
+"""Celery entry point of the generator: a thin wrapper around the handler."""
+from uuid import UUID
+
+from services.generator import handlers
+from shared import runtime
+from shared.bus import celery_app
+from shared.contracts import Generate
+
+
+@celery_app.task(name=Generate.task)
+def generate(job_id: str, request_id: str) -> None:
+    rt = runtime.current()
+    handlers.generate(rt.store, rt.bus, job_id, UUID(request_id), rt.settings)

@@ -1,0 +1,87 @@
+"""The life of an optimisation step, from the planner's side: ask the job's strategy what comes next, and
+carry a generated candidate through verification, tuning, verification of its tuned configuration, and the
+comparison that accepts it as the new best or discards it.
+
+Every event gets an id derived from the event it answers, so deciding twice appends nothing twice.
+"""
+from uuid import UUID
+
+from services.planner.strategies import Ask, Finish, Skip, strategy_for
+from shared.contracts import GENERATOR_QUEUE
+from shared.events import (CandidateRejected, CandidateVerified, Event, GenerationRequested, JobCompleted, JobFailed,
+                           StepAccepted, StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested,
+                           derived_id)
+from shared.projections import JobView
+from shared.steps import TUNED_SUFFIX, Optimisation, StepRecord
+
+
+def advance(trigger: Event, job: JobView, opt: Optimisation) -> list[Event]:
+    """The strategy's next move, unless a request is still out or a step is still on its way."""
+    if opt.pending or (opt.current is not None and opt.current.status != "valid"):
+        return []
+    decision = strategy_for(job.spec.strategy.name).decide(opt, job.spec.strategy)
+    ids = dict(event_id=derived_id(trigger.event_id, "decided"), stream_id=trigger.stream_id)
+    match decision:
+        case Ask(kind=kind, step=step, focus=focus):
+            return [GenerationRequested(**ids, queue=GENERATOR_QUEUE, kind=kind, step=step, focus=focus,
+                                        candidate_id=step.id if kind == "rewrite" else None)]
+        case Skip(step=step, reason=reason):
+            return [StepSkipped(**ids, step_id=step.id, reason=reason)]
+        case Finish(reason=reason, failed=True):
+            return [JobFailed(**ids, stage="plan", reason=reason)]
+        case Finish(reason=reason):
+            return [JobCompleted(**ids, summary=summary(opt, reason))]
+    raise TypeError(f"strategy {job.spec.strategy.name!r} decided {decision!r}, which is not Ask, Skip or Finish")
+
+
+def summary(opt: Optimisation, reason: str) -> str:
+    best, kept = opt.best, [r.step.id for r in opt.steps if r.status == "accepted"]
+    if not kept:
+        return f"{reason}; no step beat the submitted kernel ({best.time_ms:.4f} ms), which stays the best"
+    return (f"{reason}; best {best.time_ms:.4f} ms with {best.params}, {opt.speedup:.2f}x the baseline "
+            f"{opt.baseline_ms:.4f} ms, through {' -> '.join(kept)}")
+
+
+def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, verifier_queue: str,
+                 errors: list[str]) -> list[Event]:
+    """A candidate's space is searched: discard it, or verify its best configuration too before comparing."""
+    record = opt.by_candidate(completed.candidate_id)
+    if completed.best_time_ms is None:
+        why = "; ".join(errors) or (f"none of {completed.configs_evaluated} configurations ran correctly; "
+                                    "see the ConfigFailed events")
+        return [_discarded(completed.stream_id, merged, record, "tune", why)]
+    best = {**record.candidate.params, **completed.best_params}
+    if all(record.candidate.params.get(k) == v for k, v in completed.best_params.items()):
+        return [_compared(completed.stream_id, merged, record, opt, completed.best_time_ms, best)]
+    # The verifier proved the default configuration; the configuration that won is proven before it counts.
+    return [VerificationRequested(event_id=derived_id(merged, "VerificationRequested"), stream_id=completed.stream_id,
+                                  queue=verifier_queue, candidate_id=record.candidate_id + TUNED_SUFFIX,
+                                  candidate=record.candidate.model_copy(update={"params": best}))]
+
+
+def compare(verified: CandidateVerified, opt: Optimisation) -> Event:
+    record = opt.by_candidate(verified.candidate_id)
+    return _compared(verified.stream_id, verified.event_id, record, opt, record.new_ms, {**record.candidate.params, **record.best_params})
+
+
+def discard_rejected(rejected: CandidateRejected, opt: Optimisation) -> Event:
+    record = opt.by_candidate(rejected.candidate_id)
+    where = f" [{rejected.trial}]" if rejected.trial else ""
+    stage = "verify tuned" if rejected.candidate_id.endswith(TUNED_SUFFIX) else "verify"
+    return _discarded(rejected.stream_id, rejected.event_id, record, stage, f"{rejected.check}: {rejected.reason}{where}")
+
+
+def _compared(stream: str, cause: UUID, record: StepRecord, opt: Optimisation, new_ms: float, params: dict) -> Event:
+    old_ms = opt.best.time_ms
+    if new_ms < old_ms:
+        return StepAccepted(event_id=derived_id(cause, "StepAccepted"), stream_id=stream, step_id=record.step.id,
+                            candidate_id=record.candidate_id, old_time_ms=old_ms, new_time_ms=new_ms, best_params=params)
+    where = f"step {opt.best.step_id}" if opt.best.step_id else "the submitted kernel"
+    return _discarded(stream, cause, record, "compare", f"{new_ms:.4f} ms is not faster than the best so far, {old_ms:.4f} ms "
+                                                f"({where})", new_ms)
+
+
+def _discarded(stream: str, cause: UUID, record: StepRecord, stage: str, reason: str, new_ms: float | None = None) -> Event:
+    return StepDiscarded(event_id=derived_id(cause, "StepDiscarded"), stream_id=stream,
+                         step_id=record.step.id, candidate_id=record.candidate_id, stage=stage, reason=reason,
+                         new_time_ms=new_ms)
