@@ -27,9 +27,11 @@ test-integration: install
 test-gpu: install
 	$(BIN)/pytest -q -m gpu
 
-# On a GPU machine: kforge and Kernel Tuner tune the same spaces side by side (see bench/tune_vs_kernel_tuner.py).
+# On a GPU machine: kforge and Kernel Tuner tune the same spaces side by side (bench/tune_vs_kernel_tuner.py),
+# then the offline rules optimise vector_add against torch.add's bandwidth (bench/optimise_vector_add.py).
 bench: install
 	$(BIN)/python bench/tune_vs_kernel_tuner.py
+	$(BIN)/python bench/optimise_vector_add.py
 
 serve: install
 	$(BIN)/kforge serve

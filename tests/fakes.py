@@ -55,14 +55,37 @@ class ScriptedSession:
             return Failed("launch", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: too many resources requested for launch")
         if block == self.TOO_FAST:
             return Measured(samples_ms=[1e-6] * 3, check_ms=1e-6, max_abs_error=0.0)
-        ms = scripted_time_ms(block)
+        ms = scripted_time_ms(block, order.params.get("elements_per_thread", 1))
         abandoned = order.best_ms is not None and ms > 1.25 * order.best_ms
         return Measured(samples_ms=[ms] if abandoned else [ms, ms * 1.001, ms * 0.999], check_ms=ms,
                         max_abs_error=0.0, abandoned=abandoned)
 
 
-def scripted_time_ms(block: int) -> float:
-    return 1.0 + abs(block - 256) / 256
+def scripted_time_ms(block: int, elements_per_thread: int = 1) -> float:
+    """Fastest at 256 threads; more work per thread helps a little (generated candidates tune it)."""
+    import math
+
+    return (1.0 + abs(block - 256) / 256) / (1 + 0.1 * math.log2(elements_per_thread))
+
+
+class ScriptedVerifySession:
+    """A CPU stand-in for the verifier's GPU session: every candidate passes, except one whose source
+    says REJECT_ME, which writes out of bounds. Spawned like the real one, so importable by name."""
+
+    def __init__(self, device_index: int):
+        from shared.device.probe import DeviceInfo
+
+        self.info = DeviceInfo(index=device_index, name="Scripted GPU", arch="sm_90", max_threads=1024, peaks=None)
+
+    def reference(self, request):
+        return 0.1
+
+    def candidate(self, request):
+        from services.verifier.judge import Verdict
+
+        if "REJECT_ME" in request.spec.source:
+            return Verdict("out_of_bounds", "changed 4 guard bytes after the end of c")
+        return Verdict(None, "", max_abs_error=0.0, max_rel_error=0.0)
 
 
 class InProcessHost:
