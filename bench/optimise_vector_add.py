@@ -72,8 +72,14 @@ def main() -> None:
     job_id = submit_job(rt.store, rt.bus, spec, submitted_by="bench")
     console.print(f"job {job_id}: {args.strategy} with the offline rules")
     quiet = ("ConfigMeasured", "ConfigFailed", "KernelCompiled")
-    view = follow_job(rt.store, job_id, lambda e: e.type in quiet or console.print(
-        f"  {e.stream_version:>4} {e.type:<21} {describe(e)}"), timeout_s=1800)
+
+    def show(event) -> None:
+        if event.type not in quiet:
+            console.print(f"  {event.stream_version:>4} {event.type:<21} {describe(event)}", markup=False)
+        if getattr(event, "log", ""):
+            console.print(event.log, markup=False)
+
+    view = follow_job(rt.store, job_id, show, timeout_s=1800)
     events = job_events(rt.store, job_id)
     opt = project_optimisation(events)
     console.print(steps_table(opt))
@@ -88,7 +94,7 @@ def main() -> None:
                   f"{best_ms:.4f} ms ({gbps:,.0f} GB/s) with {opt.best.params}; torch.add {torch_ms:.4f} ms "
                   f"({torch_gbps:,.0f} GB/s): {ratio:.1%} of torch.add "
                   f"({'meets' if ratio >= TARGET else 'misses'} the {TARGET:.0%} target)")
-    console.print("the kept kernel:\n" + opt.best.candidate.source)
+    console.print("the kept kernel:\n" + opt.best.candidate.source, markup=False)
     if args.json:
         args.json.write_text(json.dumps({
             "n": args.n, "strategy": args.strategy, "status": view.status, "torch_ms": torch_ms,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 
 from kforge.render import describe, events_table, jobs_table, steps_table
@@ -101,7 +102,7 @@ def tune(
     console.print(f"job [bold]{job_id}[/bold] submitted, {mode}")
 
     def show(event: Event) -> None:
-        console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {describe(event)}")
+        console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {escape(describe(event))}")
         if isinstance(event, BaselineFailed | CandidateRejected) and event.log:
             console.print(Panel(event.log, title="NVRTC log", border_style="red"))
 

@@ -1,4 +1,5 @@
 """How events and jobs read in a terminal."""
+from rich.markup import escape
 from rich.table import Table
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
@@ -100,7 +101,8 @@ def steps_table(opt: Optimisation) -> Table:
         colour = {"accepted": "green", "discarded": "red"}.get(r.status, "yellow")
         table.add_row(r.step.id, f"[{colour}]{r.status}[/{colour}]", f"{r.old_ms:.4f}" if r.old_ms else "-",
                       f"{r.new_ms:.4f}" if r.new_ms else "-", change,
-                      _params(r.best_params) if r.status == "accepted" else "-", r.reason if r.status != "accepted" else "")
+                      _params(r.best_params) if r.status == "accepted" else "-",
+                      escape(r.reason) if r.status != "accepted" else "")
     return table
 
 
@@ -116,7 +118,7 @@ def events_table(events: list[Event]) -> Table:
     table = Table("#", "position", "time (UTC)", "event", "v", "detail", title="events")
     for e in events:
         table.add_row(str(e.stream_version), str(e.position), e.occurred_at.strftime("%H:%M:%S.%f")[:-3], e.type,
-                      str(e.version), describe(e))
+                      str(e.version), escape(describe(e)))
     return table
 
 

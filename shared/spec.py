@@ -139,8 +139,9 @@ class VerifySpec(_Strict):
     atol: Annotated[float | None, Field(ge=0)] = Field(None, description="absolute tolerance; default: benchmark's")
     rtol: Annotated[float | None, Field(ge=0)] = Field(None, description="relative tolerance; default: benchmark's")
     timeout_s: Annotated[float, Field(gt=0)] = Field(30.0, description="a run longer than this is a hang")
-    guard_bytes: Annotated[int, Field(ge=64, le=1 << 20)] = Field(
-        4096, description="canary bytes before and after every array, to catch out-of-bounds writes")
+    guard_bytes: Annotated[int, Field(ge=256, le=1 << 20, multiple_of=256)] = Field(
+        4096, description="canary bytes before and after every array, to catch out-of-bounds writes; a multiple "
+                          "of 256 so that arrays keep cudaMalloc's alignment, which vector loads rely on")
 
 
 class CandidateSpec(_Strict):

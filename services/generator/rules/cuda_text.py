@@ -1,0 +1,136 @@
+"""Reading CUDA source text just well enough to rewrite one kernel in place.
+
+The rules edit the user's own text rather than re-printing a parsed tree, so everything they do not touch
+(comments, macros, helper functions, formatting) survives verbatim. To find code structure without being
+fooled by comments and string literals, the searches run on a *masked* copy of the source: the same length,
+with comments (and, optionally, literals) blanked out, so that every position found in the mask is the same
+position in the original.
+"""
+import re
+from dataclasses import dataclass
+
+HEADER = "// kforge rules:"
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+_COMMENT = r"//[^\n]*|/\*.*?(?:\*/|\Z)"
+_LITERAL = r"\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?"
+_COMMENTS_AND_LITERALS = re.compile(f"{_COMMENT}|{_LITERAL}", re.DOTALL)
+_BRACKETS = re.compile(r"[()\[\]{}]")
+
+
+def mask(source: str, literals: bool = True) -> str:
+    """`source` with comments (and string and character literals, unless `literals` is False) replaced by
+    spaces, newlines kept: same length, same line numbers."""
+    def blank(match: re.Match) -> str:
+        text = match.group()
+        if not literals and text[0] in "\"'":
+            return text
+        return "\n".join(" " * len(line) for line in text.split("\n"))
+
+    return _COMMENTS_AND_LITERALS.sub(blank, source)
+
+
+def closing(masked: str, opening: int) -> int:
+    """The index of the bracket closing the one at `opening` (any of ( [ {), counting all three kinds."""
+    depth = 0
+    for bracket in _BRACKETS.finditer(masked, opening):
+        depth += 1 if bracket.group() in "([{" else -1
+        if depth == 0:
+            return bracket.start()
+    raise ValueError(f"unbalanced {masked[opening]!r} at offset {opening}")
+
+
+def split_top_level(text: str, separator: str) -> list[str]:
+    """`text` split at the separators that are outside all brackets (text must be masked)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Where a kernel's definition lies in its source: name, parameter list and body, as offsets."""
+
+    name_at: int  # first character of the kernel's name in its declaration
+    params_open: int  # its "("
+    params_close: int  # its ")"
+    body_open: int  # its "{"
+    body_close: int  # its "}"
+    declaration: str  # the masked text from the previous declaration's end to the name (holds __global__)
+
+    def parameters(self, source: str) -> list[tuple[int, int]]:
+        """(start, end) of each parameter's text in `source`; none for an empty or void list."""
+        masked = mask(source)
+        spans, start = [], self.params_open + 1
+        for part in split_top_level(masked[start:self.params_close], ","):
+            spans.append((start, start + len(part)))
+            start += len(part) + 1
+        if len(spans) == 1 and source[spans[0][0]:spans[0][1]].strip() in ("", "void"):
+            return []
+        return spans
+
+
+def find_kernel(source: str, name: str) -> Kernel:
+    """The __global__ definition of `name` (not a prototype of it); ValueError when there is none."""
+    masked = mask(source)
+    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked):
+        params_open = match.end() - 1
+        params_close = closing(masked, params_open)
+        after = re.match(r"\s*\{", masked[params_close + 1:])
+        if after is None:
+            continue
+        declaration_start = max(masked.rfind(c, 0, match.start()) for c in ";{}") + 1
+        declaration = re.sub(r"__launch_bounds__\s*\([^()]*\)", " ", masked[declaration_start:match.start()])
+        if "__global__" not in declaration:
+            continue
+        body_open = params_close + after.end()
+        return Kernel(match.start(), params_open, params_close, body_open, closing(masked, body_open),
+                      masked[declaration_start:match.start()])
+    raise ValueError(f"no __global__ definition of {name} in the source")
+
+
+def identifiers(source: str) -> set[str]:
+    return set(IDENTIFIER.findall(mask(source)))
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base` with underscores appended, whichever the source does not use yet."""
+    name = base
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+# --- the header that records which rules a rewrite carries ---------------------------------------------
+def rules_in_header(source: str) -> tuple[str, ...]:
+    first = source.lstrip().split("\n", 1)[0].strip()
+    if not first.startswith(HEADER):
+        return ()
+    return tuple(name.strip() for name in first[len(HEADER):].split(",") if name.strip())
+
+
+def without_header(source: str) -> str:
+    stripped = source.lstrip()
+    if stripped.startswith(HEADER):
+        return stripped.split("\n", 1)[1] if "\n" in stripped else ""
+    return source
+
+
+def with_header(source: str, rules: tuple[str, ...]) -> str:
+    return f"{HEADER} {', '.join(rules)}\n{without_header(source).strip()}\n"
+
+
+def normalised(source: str) -> str:
+    """The source without its header, trailing spaces and surrounding blank lines: what two renderings of
+    the same kernel share however they travelled (answers are stripped when parsed)."""
+    return "\n".join(line.rstrip() for line in without_header(source).strip().splitlines())

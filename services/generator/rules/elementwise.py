@@ -1,0 +1,241 @@
+"""Elementwise kernels: one guarded statement block applied at every index below a bound.
+
+Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY }`, every array in BODY
+indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so each
+thread handles several elements, or apply it lane by lane to 128-bit vectors of four elements. Both shapes are
+*rendered* from a model of the submitted kernel rather than edited into the current one, so the two features
+compose in either order; both loop over the grid's width, so they are correct for any grid, the one the
+candidate's grid_div_x gives included. Anything outside that pattern is refused with what did not match.
+"""
+import re
+import textwrap
+from dataclasses import dataclass
+
+from services.generator.rules.cuda_text import (IDENTIFIER, Kernel, closing, find_kernel, fresh_name, identifiers,
+                                                 mask, split_top_level)
+from shared.spec import KernelSpec
+
+INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
+               r"u?int(?:32|64)_t)")
+VECTOR_TYPES = {"float32": "float4", "int32": "int4", "uint32": "uint4"}  # 4 lanes of 4 bytes: 128 bits
+LANES = "xyzw"
+ESCAPES = ("return", "break", "continue", "goto", "__syncthreads", "__syncwarp", "__shared__")
+ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+INDENT = "    "
+
+
+class NotElementwise(ValueError):
+    """The kernel is not of the elementwise shape; the message names what did not match."""
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    source: str  # the submitted source, which rendering edits (only the kernel's body changes)
+    kernel: Kernel
+    index: str  # the index variable, e.g. i
+    index_type: str  # its type, e.g. int
+    block_x: str  # the block width as the kernel writes it: blockDim.x or the x block-size define
+    bound: str  # the guard's bound, e.g. n
+    body: str  # the guarded statements, comments removed, dedented
+    arrays: dict[str, str | None]  # the names BODY subscripts -> their dtype (None: not an array argument)
+
+
+def model(spec: KernelSpec) -> Elementwise:
+    """The submitted kernel as an Elementwise, or NotElementwise saying what did not match."""
+    source = spec.source
+    kernel = find_kernel(source, spec.kernel_name)
+    masked, uncommented = mask(source), mask(source, literals=False)
+    start = kernel.body_open + 1
+    body = masked[start:kernel.body_close]
+
+    definition = re.match(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*(?P<expr>[^;]*);",
+                          body)
+    if definition is None:
+        raise NotElementwise("the kernel does not start with an index definition like "
+                             "`int i = blockIdx.x * blockDim.x + threadIdx.x;`")
+    index, x_name = definition["index"], spec.block_size_names[0]
+    block_x = _block_width(definition["expr"], x_name)
+    if block_x is None:
+        raise NotElementwise(f"the index {index} is `{' '.join(definition['expr'].split())}`, not "
+                             f"blockIdx.x * blockDim.x + threadIdx.x (or with {x_name})")
+
+    guard = re.match(r"\s*if\s*\(", body[definition.end():])
+    if guard is None:
+        raise NotElementwise(f"the index definition is not followed by a guard `if ({index} < bound)`")
+    condition_open = definition.end() + guard.end() - 1
+    condition_close = closing(body, condition_open)
+    condition = re.fullmatch(rf"\s*{index}\s*<\s*(?P<bound>[^<>=!&|?,]+?)\s*", body[condition_open + 1:condition_close])
+    if condition is None:
+        raise NotElementwise(f"the guard is `if ({' '.join(body[condition_open + 1:condition_close].split())})`, "
+                             f"not `if ({index} < bound)`")
+    bound_at = start + condition_open + 1 + condition.start("bound")
+    bound = uncommented[bound_at:bound_at + len(condition["bound"])]
+
+    guarded_from, guarded_to = _guarded_statements(body, condition_close + 1)
+    guarded = body[guarded_from:guarded_to]
+    arrays = _check_guarded(guarded, index, _array_parameters(source, kernel, spec))
+    text = uncommented[start + guarded_from:start + guarded_to]
+    lines = [line.rstrip() for line in text.split("\n") if line.strip()]
+    return Elementwise(source, kernel, index, " ".join(definition["type"].split()), block_x, bound.strip(),
+                       textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
+
+
+def _block_width(expression: str, x_name: str) -> str | None:
+    """blockDim.x or x_name, whichever the index expression multiplies blockIdx.x by; None if it is not one
+    of the usual spellings of the global thread index."""
+    compact = re.sub(r"\s+", "", expression)
+    for width in ("blockDim.x", x_name):
+        w = re.escape(width)
+        product = rf"(?:blockIdx\.x\*{w}|{w}\*blockIdx\.x)"
+        product = rf"(?:{product}|\({product}\))"
+        if re.fullmatch(rf"{product}\+threadIdx\.x|threadIdx\.x\+{product}", compact):
+            return width
+    return None
+
+
+def _guarded_statements(body: str, after_condition: int) -> tuple[int, int]:
+    """The span (in `body`) of what the guard guards: a braced block's inside or a single statement."""
+    rest = body[after_condition:]
+    stripped = rest.lstrip()
+    if stripped.startswith("{"):
+        block_open = after_condition + len(rest) - len(stripped)
+        block_close = closing(body, block_open)
+        if body[block_close + 1:].strip():
+            raise NotElementwise("code follows the guarded block; an elementwise kernel ends with it")
+        return block_open + 1, block_close
+    statements = split_top_level(rest, ";")
+    if len(statements) != 2 or statements[1].strip():
+        raise NotElementwise("code follows the guarded statement; an elementwise kernel ends with it")
+    return after_condition, after_condition + len(statements[0]) + 1
+
+
+def _array_parameters(source: str, kernel: Kernel, spec: KernelSpec) -> dict[str, str]:
+    spans = kernel.parameters(source)
+    if len(spans) != len(spec.args):
+        raise NotElementwise(f"the kernel has {len(spans)} parameters but args lists {len(spec.args)}")
+    names = [IDENTIFIER.findall(mask(source[a:b]))[-1] for a, b in spans]
+    return {name: arg.dtype for name, arg in zip(names, spec.args) if arg.is_array}
+
+
+def _check_guarded(guarded: str, index: str, array_parameters: dict[str, str]) -> dict[str, str | None]:
+    escape = re.search(rf"\b({'|'.join(ESCAPES)})\b", guarded)
+    if escape:
+        raise NotElementwise(f"the guarded body uses {escape[1]}, whose meaning changes inside a loop over elements")
+    if re.search(rf"(?:\+\+|--)\s*{index}\b|\b{index}\s*(?:\+\+|--|{ASSIGNMENT})", guarded):
+        raise NotElementwise(f"the guarded body changes the index {index}")
+    arrays: dict[str, str | None] = {}
+    for bracket in re.finditer(r"\[", guarded):
+        inside = guarded[bracket.start() + 1:closing(guarded, bracket.start())].strip()
+        if inside != index:
+            raise NotElementwise(f"the subscript [{' '.join(inside.split())}] in the guarded body is not exactly "
+                                 f"[{index}]")
+        name = re.search(r"([A-Za-z_]\w*)\s*$", guarded[:bracket.start()])
+        if name is None:
+            raise NotElementwise(f"a [{index}] in the guarded body does not follow an array's name")
+        arrays.setdefault(name[1], array_parameters.get(name[1]))
+    for name in array_parameters:
+        if re.search(rf"\b{name}\b(?!\s*\[)", guarded):
+            raise NotElementwise(f"the guarded body uses {name} other than as {name}[{index}]")
+    if not arrays:
+        raise NotElementwise("the guarded body indexes no array")
+    return arrays
+
+
+# --- vectorize: which elementwise kernels can run on 128-bit vectors ------------------------------------
+def vectorize_reason(kernel: Elementwise) -> str | None:
+    for name, dtype in kernel.arrays.items():
+        if dtype is None:
+            return f"{name} is not one of the kernel's array arguments, so it cannot be loaded as vectors"
+        if dtype not in VECTOR_TYPES:
+            return f"{name} is {dtype}; vectorize takes arrays of 4-byte elements (float32, int32, uint32)"
+        if re.search(rf"&\s*{name}\s*\[", mask(kernel.body)):
+            return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
+    return None
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+def render(kernel: Elementwise, elements_per_thread: bool, vectorize: bool) -> str:
+    """The submitted source with the kernel's body re-shaped: a grid-stride loop (several elements per
+    thread when `elements_per_thread`), over 128-bit vectors plus a scalar tail when `vectorize`."""
+    if vectorize:
+        lines = _vector_loops(kernel, elements_per_thread)
+    else:
+        lines = [*_unrolled_by_elements_per_thread(elements_per_thread),
+                 *_scalar_loop(kernel, f"blockIdx.x * {kernel.block_x} + threadIdx.x")]
+    body = "\n".join(INDENT + line if line else line for line in lines)
+    return f"{kernel.source[:kernel.kernel.body_open + 1]}\n{body}\n{kernel.source[kernel.kernel.body_close:]}"
+
+
+def _unrolled_by_elements_per_thread(enabled: bool) -> list[str]:
+    if not enabled:
+        return []
+    return ["// The grid is elements_per_thread times smaller than one thread per item, so each thread runs",
+            "// about that many iterations; unrolling by that count keeps their loads in flight together.",
+            "#pragma unroll elements_per_thread"]
+
+
+def _scalar_loop(kernel: Elementwise, first: str) -> list[str]:
+    i = kernel.index
+    return [f"for ({kernel.index_type} {i} = {first}; {i} < {kernel.bound}; {i} += gridDim.x * {kernel.block_x}) {{",
+            *textwrap.indent(kernel.body, INDENT).split("\n"), "}"]
+
+
+def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
+    taken = identifiers(kernel.source)
+    v, vectors = fresh_name("v", taken), fresh_name("vectors", taken)
+    registers = {name: fresh_name(f"{name}4", taken) for name in kernel.arrays}
+    bound = kernel.bound if re.fullmatch(r"\w+", kernel.bound) else f"({kernel.bound})"
+    loads, outputs, stores = [], [], []
+    for name, register in registers.items():
+        vector = VECTOR_TYPES[kernel.arrays[name]]
+        written = _written(kernel, name)
+        if not written:
+            loads.append(f"const {vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
+        elif _overwritten_before_read(kernel, name):
+            outputs.append(f"{vector} {register};")
+        else:
+            loads.append(f"{vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
+        if written:
+            stores.append(f"reinterpret_cast<{vector} *>({name})[{v}] = {register};")
+    lanes = [line for lane in range(len(LANES)) for line in _lane(kernel, registers, v, lane)]
+    return [f"// 128-bit loads and stores: the first {bound} / 4 * 4 elements as vectors of four lanes, each lane",
+            f"// doing what one thread did, then the last {bound} % 4 elements one by one.",
+            f"const {kernel.index_type} {vectors} = {bound} / 4;",
+            *_unrolled_by_elements_per_thread(elements_per_thread),
+            f"for ({kernel.index_type} {v} = blockIdx.x * {kernel.block_x} + threadIdx.x; {v} < {vectors}; "
+            f"{v} += gridDim.x * {kernel.block_x}) {{",
+            *(INDENT + line for line in [*loads, *outputs, *lanes, *stores]),
+            "}",
+            *_scalar_loop(kernel, f"4 * {vectors} + blockIdx.x * {kernel.block_x} + threadIdx.x")]
+
+
+def _lane(kernel: Elementwise, registers: dict[str, str], v: str, lane: int) -> list[str]:
+    """The body for one lane: each X[i] becomes lane `lane` of X's register; where the body still needs the
+    index, a block declares it as the lane's element."""
+    i, text = kernel.index, kernel.body
+    for name, register in registers.items():
+        text = re.sub(rf"\b{name}\s*\[\s*{i}\s*\]", f"{register}.{LANES[lane]}", text)
+    uses_index = re.search(rf"\b{i}\b", mask(text)) is not None
+    statements = split_top_level(mask(text), ";")
+    assignment = re.match(rf"\s*\w+\.[xyzw]\s*{ASSIGNMENT}", statements[0])
+    if not uses_index and len(statements) == 2 and not statements[1].strip() and assignment and "{" not in text:
+        return [text.strip()]
+    index = [f"const {kernel.index_type} {i} = 4 * {v} + {lane};"] if uses_index else []
+    return ["{", *(INDENT + line for line in [*index, *text.split("\n")]), "}"]
+
+
+def _written(kernel: Elementwise, name: str) -> bool:
+    element = rf"\b{name}\s*\[\s*{kernel.index}\s*\]"
+    return re.search(rf"{element}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{element}", mask(kernel.body)) is not None
+
+
+def _overwritten_before_read(kernel: Elementwise, name: str) -> bool:
+    """Whether the body's first top-level mention of X[i] assigns it without reading it: then the vector need
+    not be loaded (a pure output costs no read). Anything less plain keeps the load, which is always right."""
+    for statement in split_top_level(mask(kernel.body), ";"):
+        plain = re.match(rf"\s*{name}\s*\[\s*{kernel.index}\s*\]\s*=(?!=)", statement)
+        if plain:
+            return re.search(rf"\b{name}\b", statement[plain.end():]) is None
+        if re.search(rf"\b{name}\b", statement):
+            return False
+    return False
