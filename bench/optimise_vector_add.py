@@ -96,6 +96,8 @@ def main() -> None:
                   f"({'meets' if ratio >= TARGET else 'misses'} the {TARGET:.0%} target)")
     console.print("the kept kernel:\n" + opt.best.candidate.source, markup=False)
     if args.json:
+        args.json.with_suffix(".events.jsonl").write_text(
+            "".join(e.model_dump_json() + "\n" for e in events if e.type not in quiet))
         args.json.write_text(json.dumps({
             "n": args.n, "strategy": args.strategy, "status": view.status, "torch_ms": torch_ms,
             "torch_gbps": torch_gbps, "baseline_ms": opt.baseline_ms, "best_ms": best_ms, "best_gbps": gbps,
