@@ -65,11 +65,11 @@ def compile_kernel(source: str, kernel_name: str, defines: dict[str, ParamValue]
     started = time.perf_counter()
     with _compiled(source, kernel_name, flags, arch) as (program, log):
         size = _checked(nvrtc.nvrtcGetCUBINSize(program))
-        cubin = b" " * size
+        cubin = bytearray(size)
         _checked(nvrtc.nvrtcGetCUBIN(program, cubin))
         lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
     elapsed_ms = (time.perf_counter() - started) * 1000
-    return CompiledKernel(cubin=cubin, lowered_name=lowered, arch=arch, log=log, compile_ms=elapsed_ms,
+    return CompiledKernel(cubin=bytes(cubin), lowered_name=lowered, arch=arch, log=log, compile_ms=elapsed_ms,
                           cache_key=cache_key(source, kernel_name, flags))
 
 
@@ -81,7 +81,7 @@ def parameter_types(source: str, kernel_name: str, defines: dict[str, ParamValue
     virtual = arch.replace("sm_", "compute_")
     with _compiled(source, kernel_name, compile_options(defines, options, virtual), virtual) as (program, _):
         size = _checked(nvrtc.nvrtcGetPTXSize(program))
-        ptx = b" " * size
+        ptx = bytearray(size)
         _checked(nvrtc.nvrtcGetPTX(program, ptx))
         lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
     entry = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\((.*?)\)", ptx.decode(errors="replace"), re.S)
@@ -111,9 +111,11 @@ def _compiled(source: str, kernel_name: str, flags: list[str], arch: str):
 
 def _log(program) -> str:
     size = _checked(nvrtc.nvrtcGetProgramLogSize(program))
-    buffer = b" " * size
+    # NVRTC writes into the buffer it is given: a mutable one. `b" " * 1` would be CPython's shared
+    # one-byte b" ", and an empty log (one NUL) written into it corrupts every b" " in the process.
+    buffer = bytearray(size)
     _checked(nvrtc.nvrtcGetProgramLog(program, buffer))
-    return buffer.rstrip(b"\x00 ").decode(errors="replace")
+    return bytes(buffer).rstrip(b"\x00 ").decode(errors="replace")
 
 
 def _error_name(result) -> str:

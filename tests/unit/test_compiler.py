@@ -169,3 +169,17 @@ def test_user_given_std_reaches_nvrtc():
     with pytest.raises(CompileError) as caught:
         compile_kernel(source, "k", {}, ["-std=c++14"], "sm_90")
     assert "k.cu(2): error" in caught.value.log
+
+
+def test_a_clean_compile_leaves_the_interpreters_shared_bytes_alone():
+    """NVRTC writes its log into the buffer it is handed. An empty log is one NUL byte; written into an
+    immutable `b" " * 1`, that is CPython's shared one-byte b" ", and every b" " in the process became NUL:
+    on the GPU machine this silently removed spaces from generated kernels."""
+    from shared.device.nvrtc import compile_kernel, parameter_types
+
+    source = 'extern "C" __global__ void k(float *a) { a[0] = 1.0f; }'
+    kernel = compile_kernel(source, "k", {}, [], "sm_90")
+    assert parameter_types(source, "k", {}, [], "sm_90") == ["u64"]
+
+    assert kernel.log == "" and kernel.cubin.startswith(b"\x7fELF")
+    assert b" " == bytes([32]) and " ".join(["int", "i"]) == "int i"
