@@ -4,7 +4,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import singledispatch
 
-from shared.events import (BaselineMeasured, CandidateGenerated, CandidateRejected, CandidateVerified, Event,
+from shared.events import (BaselineMeasured, CandidateGenerated, Event,
                            GenerationFailed, GenerationRequested, GeneratorCalled, JobSubmitted, PlanProposed,
                            StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated, TuningCompleted,
                            TuningRequested)
@@ -29,7 +29,6 @@ class StepRecord:
     provider: str | None = None
     renames: dict[str, str] = field(default_factory=dict)
     lineage: tuple[str, ...] = ()
-    verified_params: dict[str, ParamValue] | None = None
     old_ms: float | None = None  # the best time when the step was decided
     new_ms: float | None = None  # the candidate's best tuned time
     best_params: dict[str, ParamValue] | None = None
@@ -188,14 +187,6 @@ def _(event: GenerationFailed, view: Optimisation) -> Optimisation:
     if event.kind in ("plan", "replan"):
         return replace(view, plan_failure=event.reason)
     return _with_step(view, event.step_id, reason=event.reason) if event.step_id else view
-
-
-@evolve.register
-def _(event: CandidateVerified, view: Optimisation) -> Optimisation:
-    record = view.by_candidate(event.candidate_id)
-    if record is None or event.candidate_id.endswith(TUNED_SUFFIX):
-        return view
-    return _with_step(view, record.step.id, verified_params=record.candidate.params if record.candidate else None)
 
 
 @evolve.register

@@ -50,8 +50,8 @@ def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, ve
         why = "; ".join(errors) or (f"none of {completed.configs_evaluated} configurations ran correctly; "
                                     "see the ConfigFailed events")
         return [_discarded(completed.stream_id, merged, record, "tune", why)]
-    best = {**record.candidate.params, **completed.best_params}
-    if all(record.candidate.params.get(k) == v for k, v in completed.best_params.items()):
+    best = _winning_params(record, completed.best_params)
+    if best == record.candidate.params:
         return [_compared(completed.stream_id, merged, record, opt, completed.best_time_ms, best)]
     # The verifier proved the default configuration; the configuration that won is proven before it counts.
     return [VerificationRequested(event_id=derived_id(merged, "VerificationRequested"), stream_id=completed.stream_id,
@@ -61,7 +61,13 @@ def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, ve
 
 def compare(verified: CandidateVerified, opt: Optimisation) -> Event:
     record = opt.by_candidate(verified.candidate_id)
-    return _compared(verified.stream_id, verified.event_id, record, opt, record.new_ms, {**record.candidate.params, **record.best_params})
+    return _compared(verified.stream_id, verified.event_id, record, opt, record.new_ms,
+                     _winning_params(record, record.best_params))
+
+
+def _winning_params(record: StepRecord, tuned: dict) -> dict:
+    """The candidate's defines with the configuration that won its tuning: what it is verified and kept with."""
+    return {**record.candidate.params, **tuned}
 
 
 def discard_rejected(rejected: CandidateRejected, opt: Optimisation) -> Event:
