@@ -4,3 +4,9 @@ This package is the composition root: it wires the services in `services/` to th
 `shared/` for the CLI and for worker processes. The services themselves never import each other.
 """
 __version__ = "0.1.0"
+
+from kforge.api import (KforgeError, compare, export, make_kernel_tunable, profile, slow_kernels,  # noqa: E402
+                        suggestions, tracker)
+
+__all__ = ["KforgeError", "compare", "export", "make_kernel_tunable", "profile", "slow_kernels", "suggestions",
+           "tracker"]

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from kforge.render import describe, events_table, jobs_table, steps_table
+from kforge.render import (comparison_summary, comparison_table, describe, events_table, jobs_table, profile_facts,
+                           profile_table, slow_table, steps_table, suggestions_table)
 from kforge.specfile import SpecError, load_spec
 from shared import runtime
 from shared.contracts import gpu_of
@@ -18,6 +19,11 @@ from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
 from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
 from shared.projections import job_id_of
+from shared.reports import queries
+from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
+from shared.reports.files import write_job_files
+from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
+from shared.reports.tracker import performance_tracker
 from shared.steps import project_optimisation
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
@@ -68,6 +74,10 @@ def tune(
     min_improvement: Annotated[float | None, typer.Option(help="multiturn: less than this gain is no progress")] = None,
     candidate: Annotated[Path | None, typer.Option(help="a rewrite of KERNEL to verify against it (strategy "
                                                         "verify): compiled, signature-checked, run on every trial")] = None,
+    run: Annotated[str | None, typer.Option(help="a run name: jobs submitted under one are compared as a set "
+                                                 "(`kforge compare RUN_A RUN_B`)")] = None,
+    out: Annotated[Path, typer.Option(help="where the job's files go, under OUT/<job id>")] = Path("kforge-out"),
+    no_save: Annotated[bool, typer.Option("--no-save", help="write no files")] = False,
 ) -> None:
     """Submit KERNEL and follow the job until it finishes."""
     if candidate is not None and not candidate.is_file():
@@ -98,7 +108,7 @@ def tune(
             raise typer.Exit(2) from None
     rt = _runtime()
     mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
-    job_id = submit_job(rt.store, rt.bus, kernel_spec)
+    job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run)
     console.print(f"job [bold]{job_id}[/bold] submitted, {mode}")
 
     def show(event: Event) -> None:
@@ -108,10 +118,16 @@ def tune(
 
     with console.status("working…"):
         view = follow_job(rt.store, job_id, show, timeout_s=timeout)
+    history = job_events(rt.store, job_id)
     if kernel_spec.strategy.generates:
-        console.print(steps_table(project_optimisation(job_events(rt.store, job_id))))
+        console.print(steps_table(project_optimisation(history)))
+    if view.baseline_ms is not None:
+        console.print(performance_tracker(history).generate_overview(), markup=False)
     if view.status == "completed":
-        console.print(f"[green]completed[/green]: {view.summary}")
+        if not no_save:
+            written = write_job_files(history, out / job_id)
+            console.print(f"files in {out / job_id}: {', '.join(p.name for p in written)}", markup=False)
+        console.print(f"[green]completed[/green]: {escape(view.summary)}")
         return
     if view.status == "failed":
         console.print(f"[red]failed[/red] at {view.failed_stage}: {view.failure}")
@@ -166,6 +182,149 @@ def events(job: Annotated[str, typer.Argument(help="job id or a unique prefix")]
             typer.echo(json.dumps(event.model_dump(mode="json")))
     else:
         console.print(events_table(stored))
+
+
+def _report(query, *args):
+    """Run a report query; a missing job or a bad argument is a message and exit 2, not a traceback."""
+    try:
+        return query(*args)
+    except (queries.ReportError, ValueError) as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _write_json(target: Path | None, model) -> None:
+    """--json FILE writes the report there; --json - prints it."""
+    if target is None:
+        return
+    text = model.model_dump_json(indent=2) if hasattr(model, "model_dump_json") else json.dumps(model, indent=2)
+    if str(target) == "-":
+        typer.echo(text)
+    else:
+        target.write_text(text)
+        console.print(f"written to {target}", markup=False)
+
+
+JsonOption = Annotated[Path | None, typer.Option("--json", help="write the report as JSON to this file ('-': print it)")]
+
+
+@app.command()
+def report(job: Annotated[str, typer.Argument(help="job id or a unique prefix")], as_json: JsonOption = None) -> None:
+    """The performance overview of a job: steps kept, baseline against final, the best parameters."""
+    rt = _runtime()
+    tracker = _report(queries.job_tracker, rt.store, _resolve(rt, job))
+    if as_json is None or str(as_json) != "-":
+        console.print(tracker.generate_overview(), markup=False)
+    _write_json(as_json, tracker)
+
+
+@app.command()
+def compare(
+    baseline: Annotated[str, typer.Argument(help="the run to compare against: a job id, a run name or a run .json")],
+    current: Annotated[str, typer.Argument(help="the run to judge, named the same ways")],
+    metric: Annotated[str, typer.Option(help="best: each kernel's best version; baseline: as submitted")] = "best",
+    threshold: Annotated[float, typer.Option(help="per cent change below which nothing is significant")] =
+        DEFAULT_THRESHOLD_PERCENT,
+    alpha: Annotated[float, typer.Option(help="significance level of the rank test on the samples")] = DEFAULT_ALPHA,
+    top: Annotated[int, typer.Option(help="regressions and improvements to list")] = 5,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression",
+                                                     help="exit 1 when any kernel regressed (for CI gates)")] = False,
+    as_json: JsonOption = None,
+) -> None:
+    """Compare two runs kernel by kernel: IMPROVEMENT, REGRESSION, NO_CHANGE, NEW or REMOVED."""
+    rt = _runtime()
+    comparison = _report(lambda: queries.compare(rt.store, baseline, current, metric, threshold_percent=threshold,
+                                                 alpha=alpha))
+    if as_json is None or str(as_json) != "-":
+        console.print(comparison_table(comparison))
+        for title, rows in (("regressions", comparison.get_regressions(top)),
+                            ("improvements", comparison.get_improvements(top))):
+            if rows:
+                console.print(f"top {title}: " + ", ".join(f"{escape(r.kernel)} {r.change_percent:+.1f}%" for r in rows))
+        console.print(comparison_summary(comparison))
+    _write_json(as_json, comparison)
+    if fail_on_regression and comparison.summary.regressions_count:
+        console.print(f"[red]{comparison.summary.regressions_count} regression(s)[/red]: failing as asked")
+        raise typer.Exit(1)
+
+
+@app.command("export-run")
+def export_run(
+    reference: Annotated[str, typer.Argument(help="a run name or a job id")],
+    target: Annotated[Path, typer.Argument(help="the .json file to write, e.g. ci/baseline.json")],
+    metric: Annotated[str, typer.Option(help="best or baseline times")] = "best",
+) -> None:
+    """Save a run's times and samples to a file, to compare later runs against (in CI, say)."""
+    rt = _runtime()
+    found = _report(queries.load_run, rt.store, reference, metric)
+    target.write_text(found.model_dump_json(indent=2))
+    console.print(f"{len(found.kernels)} kernel(s) of {reference} written to {target}", markup=False)
+
+
+@app.command()
+def suggest(job: Annotated[str, typer.Argument(help="job id or a unique prefix")], as_json: JsonOption = None) -> None:
+    """What to try next on a job's kernel, from what its measurements show."""
+    rt = _runtime()
+    found = _report(queries.job_suggestions, rt.store, _resolve(rt, job))
+    if as_json is None or str(as_json) != "-":
+        console.print(suggestions_table(found) if found else "no suggestion: nothing measured points anywhere")
+    _write_json(as_json, [s.model_dump(mode="json") for s in found])
+
+
+@app.command()
+def profile(
+    jobs: Annotated[list[str] | None, typer.Argument(help="job ids or prefixes; default: every job")] = None,
+    threshold: Annotated[float, typer.Option(help="share of the total from which a stage is a bottleneck")] =
+        DEFAULT_BOTTLENECK_SHARE,
+    as_json: JsonOption = None,
+) -> None:
+    """Where the time went: queue wait, planning, generation, verification, compile and benchmark."""
+    rt = _runtime()
+    ids = [_resolve(rt, j) for j in jobs or []]
+    found = _report(queries.profile, rt.store, ids, threshold)
+    if as_json is None or str(as_json) != "-":
+        console.print(profile_table(found))
+        console.print(profile_facts(found), markup=False)
+    _write_json(as_json, found)
+
+
+@app.command()
+def slow(
+    threshold: Annotated[float, typer.Option(help="list kernels whose best speedup is below this")] = 0.8,
+    optimise: Annotated[bool, typer.Option("--optimise", help="submit each listed kernel again to be rewritten")] =
+        False,
+    strategy: Annotated[str, typer.Option(help="the strategy of --optimise")] = "multiturn",
+    run: Annotated[str | None, typer.Option(help="the run name of the --optimise jobs; default: slow-<threshold>")]
+        = None,
+    timeout: Annotated[float, typer.Option(help="seconds to follow the --optimise jobs")] = 3600,
+    as_json: JsonOption = None,
+) -> None:
+    """Kernels whose best speedup (against the spec's reference_ms, else the submitted kernel) is below the
+    threshold, slowest first; --optimise submits them all, then follows them."""
+    rt = _runtime()
+    found = _report(queries.slow_kernels, rt.store, threshold)
+    if as_json is None or str(as_json) != "-":
+        console.print(slow_table(found, threshold) if found else f"no kernel below {threshold:g}x")
+    _write_json(as_json, [r.model_dump(mode="json") for r in found])
+    if not optimise or not found:
+        return
+    name = run or f"slow-{threshold:g}"
+    job_ids = _report(queries.optimise_batch, rt.store, rt.bus, found, strategy, name,
+                      lambda r, j: console.print(f"{r.kernel}: job {j} submitted ({strategy})", markup=False))
+    with console.status(f"optimising {len(job_ids)} kernel(s)…"):
+        views = [follow_job(rt.store, j, lambda e: None, timeout_s=timeout) for j in job_ids]
+    console.print(jobs_table(views))
+    console.print(f"compare with: kforge compare <earlier run> {name}", markup=False)
+
+
+@app.command()
+def export(job: Annotated[str, typer.Argument(help="job id or a unique prefix")],
+           out: Annotated[Path, typer.Option(help="the folder to write into")] = Path("kforge-out")) -> None:
+    """Write a job's files again: the optimised kernel named with its speedup, history JSON, transcript, plots."""
+    rt = _runtime()
+    job_id = _resolve(rt, job)
+    written = _report(write_job_files, job_events(rt.store, job_id), out / job_id)
+    console.print(f"files in {out / job_id}: {', '.join(p.name for p in written)}", markup=False)
 
 
 @app.command()

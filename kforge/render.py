@@ -6,8 +6,13 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
                            CandidateVerified, ConfigFailed, ConfigMeasured, Event, GenerationFailed, GenerationRequested,
                            GeneratorCalled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, PlanProposed,
                            ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
-                           TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested)
+                           TaskProfiled, TuningCompleted, TuningRequested, VerificationIncomplete,
+                           VerificationRequested)
 from shared.projections import JobView
+from shared.reports.comparison import ChangeType, Comparison
+from shared.reports.profile import PipelineProfile
+from shared.reports.results import KernelResult
+from shared.reports.suggestions import OptimizationSuggestion
 from shared.steps import Optimisation
 
 
@@ -69,6 +74,8 @@ def describe(event: Event) -> str:
             return f"{step}: {old:.4f} -> {new:.4f} ms ({(old - new) / old:+.1%}) with {_params(params)}"
         case StepDiscarded(step_id=step, stage=stage, reason=reason):
             return f"{step} at {stage}: {reason}"
+        case TaskProfiled(task=task, worker=worker, wall_s=wall, peak_rss_mb=peak, started_at=started):
+            return f"{task} on {worker}: started {started:%H:%M:%S}, ran {wall:.2f} s, worker peak {peak:,.0f} MB"
         case JobCompleted(summary=summary):
             return summary
         case JobFailed(stage=stage, reason=reason):
@@ -123,10 +130,11 @@ def events_table(events: list[Event]) -> Table:
 
 
 def jobs_table(jobs: list[JobView]) -> Table:
-    table = Table("job", "kernel", "strategy", "status", "baseline ms", "best ms", "speedup", "device",
+    table = Table("job", "kernel", "strategy", "run", "status", "baseline ms", "best ms", "speedup", "device",
                   "submitted (UTC)", title="jobs")
     for job in jobs:
         table.add_row(job.job_id, job.spec.kernel_name if job.spec else "?", job.spec.strategy.name if job.spec else "?",
+                      escape(job.run or "-"),
                       _status(job), f"{job.baseline_ms:.4f}" if job.baseline_ms else "-",
                       f"{job.best_ms:.4f}" if job.best_ms else "-", f"{job.speedup:.2f}x" if job.speedup else "-",
                       (job.device or "-") + (" [REPLAY]" if job.replay else ""),
@@ -137,3 +145,71 @@ def jobs_table(jobs: list[JobView]) -> Table:
 def _status(job: JobView) -> str:
     colour = {"completed": "green", "failed": "red"}.get(job.status, "yellow")
     return f"[{colour}]{job.status}[/{colour}]"
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    table = Table("kernel", "baseline ms", "current ms", "change", "result", "p", title=(
+        f"{comparison.baseline} -> {comparison.current} ({comparison.metric} times; significant: "
+        f">= {comparison.threshold_percent:g}% and p < {comparison.alpha:g})"))
+    colours = {ChangeType.REGRESSION: "red", ChangeType.IMPROVEMENT: "green"}
+    for row in comparison.kernels:
+        colour = colours.get(row.change_type, "yellow")
+        table.add_row(escape(row.kernel), _ms(row.baseline_time_ms), _ms(row.current_time_ms),
+                      f"{row.change_percent:+.1f}%" if row.change_percent is not None else "-",
+                      f"[{colour}]{row.change_type.value}[/{colour}]",
+                      f"{row.p_value:.3g}" if row.p_value is not None else "-")
+    return table
+
+
+def comparison_summary(comparison: Comparison) -> str:
+    s = comparison.summary
+    overall = f", overall {s.overall_change_percent:+.1f}%" if s.overall_change_percent is not None else ""
+    return (f"{s.total} kernels: {s.regressions_count} regressions, {s.improvements_count} improvements, "
+            f"{s.unchanged_count} unchanged, {s.new_count} new, {s.removed_count} removed{overall}")
+
+
+def suggestions_table(suggestions: list[OptimizationSuggestion]) -> Table:
+    table = Table("priority", "type", "suggestion", "evidence", "how", "expected", title="optimisation suggestions")
+    colours = {"critical": "red", "high": "magenta", "medium": "yellow", "low": "dim"}
+    for s in suggestions:
+        colour = colours[s.priority.value]
+        table.add_row(f"[{colour}]{s.priority.value}[/{colour}]", s.type.value, escape(s.description),
+                      escape(s.evidence), escape(s.implementation_hint), escape(s.expected_improvement))
+    return table
+
+
+def profile_table(profile: PipelineProfile) -> Table:
+    jobs = f"{len(profile.jobs)} job" + ("s" if len(profile.jobs) != 1 else "")
+    table = Table("stage", "seconds", "% of total", "tasks", title=f"pipeline profile of {jobs}: {profile.total_s:.2f} "
+                  f"worker-seconds, {profile.wall_s:.2f} s wall-clock")
+    for stage in profile.stages:
+        marker = " [red]bottleneck[/red]" if stage.stage in profile.bottlenecks else ""
+        table.add_row(stage.stage, f"{stage.seconds:.2f}", f"{stage.percent:.1f}%{marker}", str(stage.tasks))
+    return table
+
+
+def profile_facts(profile: PipelineProfile) -> str:
+    rate = f"{100 * profile.cache_hit_rate:.1f}% ({profile.cache_hits}/{profile.compiles})" \
+        if profile.cache_hit_rate is not None else "no compilations"
+    memory = f"{profile.peak_worker_memory_mb:,.0f} MB" if profile.peak_worker_memory_mb is not None else "not recorded"
+    lines = [f"compile cache hit rate: {rate}", f"LLM: {profile.llm_calls} calls, {profile.tokens} tokens, "
+             f"${profile.cost_usd:.4f}", f"peak worker memory: {memory}"]
+    if profile.tasks_unprofiled:
+        lines.append(f"{profile.tasks_unprofiled} requests have no profile record yet (running, or recorded by an "
+                     "older kforge): their time is not counted")
+    return "\n".join(lines)
+
+
+def slow_table(kernels: list[KernelResult], threshold: float) -> Table:
+    table = Table("kernel", "best speedup", "against", "best ms", "% of peak", "job", "strategy",
+                  title=f"kernels below {threshold:g}x")
+    for r in kernels:
+        table.add_row(escape(r.kernel), f"{r.speedup_vs_reference:.2f}x",
+                      "reference" if r.reference_ms else "baseline", _ms(r.best.median_ms if r.best else None),
+                      f"{r.best.pct_of_peak:.0f}%" if r.best and r.best.pct_of_peak is not None else "-", r.job_id,
+                      r.strategy)
+    return table
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.4f}" if value is not None else "-"

@@ -50,8 +50,12 @@ def derived_id(*parts: object) -> UUID:
 
 # --- jobs -------------------------------------------------------------------------------------------
 class JobSubmitted(Event):
+    """v2 adds `run`: jobs submitted under one run name are compared as a set (`kforge compare`)."""
+
+    schema_version: ClassVar[int] = 2
     spec: KernelSpec
     submitted_by: str = "cli"
+    run: str | None = None
 
 
 class JobCompleted(Event):
@@ -78,7 +82,20 @@ class KernelCompiled(Event):
     log: str = ""
 
 
+class DeviceFacts(BaseModel):
+    """What the benchmark knew of its GPU: the roofline's peaks and the SMs a launch must fill."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sm_count: int | None = None
+    dram_gbps: float
+    fp32_tflops: float
+    l2_mb: float
+
+
 class BaselineMeasured(Event):
+    """v2 adds `facts`, the device's peaks and SM count (none on a device without the attributes)."""
+
+    schema_version: ClassVar[int] = 2
     request_id: UUID
     device: str
     params: dict[str, ParamValue]
@@ -87,6 +104,7 @@ class BaselineMeasured(Event):
     samples_ms: list[float]
     median_ms: float
     replay: bool = False
+    facts: DeviceFacts | None = None
 
 
 class BaselineFailed(Event):
@@ -321,6 +339,19 @@ class TuningCompleted(Event):
     speedup: float | None  # baseline time / best time
 
 
+# --- the work of a worker task, for the pipeline profile ----------------------------------------------
+class TaskProfiled(Event):
+    """One task a worker ran for a request of this job: when it started (queue wait is the time since the
+    request), how long it took and the worker process's peak memory so far."""
+
+    request_id: UUID
+    task: str  # the Celery task name, e.g. benchmark.tune
+    worker: str  # host:pid
+    started_at: datetime
+    wall_s: float
+    peak_rss_mb: float
+
+
 # --- decoding, with explicit handling of unknown and newer events -------------------------------------
 class UnknownEventType(LookupError):
     pass
@@ -331,6 +362,11 @@ class EventFromNewerVersion(LookupError):
 
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _added_optional_field(payload: dict[str, Any]) -> dict[str, Any]:
+    """The new version only added a field with a default: the older payload reads as it is."""
+    return payload
 
 
 class EventRegistry:
@@ -365,5 +401,6 @@ EVENTS = EventRegistry(
      TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
      VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete,
      GenerationRequested, GeneratorCalled, PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated,
-     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded]
+     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled],
+    upcasters={("JobSubmitted", 1): _added_optional_field, ("BaselineMeasured", 1): _added_optional_field},
 )

@@ -11,10 +11,11 @@ from shared.projections import JobView, job_id_of, job_stream, project_job
 from shared.spec import KernelSpec
 
 
-def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str = "cli") -> str:
+def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str = "cli", run: str | None = None) -> str:
     job_id = uuid4().hex[:12]
     stream = job_stream(job_id)
-    store.append(stream, [JobSubmitted(stream_id=stream, spec=spec, submitted_by=submitted_by)], expected_version=0)
+    store.append(stream, [JobSubmitted(stream_id=stream, spec=spec, submitted_by=submitted_by, run=run)],
+                 expected_version=0)
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} submitted"))
     return job_id
 

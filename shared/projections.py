@@ -17,6 +17,7 @@ TERMINAL = ("completed", "failed")
 class JobView:
     job_id: str
     spec: KernelSpec | None = None
+    run: str | None = None
     status: str = "unknown"  # submitted | benchmarking | tuning | completed | failed
     submitted_at: datetime | None = None
     updated_at: datetime | None = None
@@ -72,7 +73,7 @@ def evolve(event: Event, view: JobView) -> JobView:
 
 @evolve.register
 def _(event: JobSubmitted, view: JobView) -> JobView:
-    return replace(view, job_id=job_id_of(event.stream_id), spec=event.spec, status="submitted",
+    return replace(view, job_id=job_id_of(event.stream_id), spec=event.spec, run=event.run, status="submitted",
                    submitted_at=event.occurred_at)
 
 

@@ -13,9 +13,10 @@ from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.device.nvrtc import CompileError
+from shared.device.probe import Peaks
 from shared.device.process import Failed, NoDevice
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ConfigFailed,
-                           ConfigMeasured, Event,
+                           ConfigMeasured, DeviceFacts, Event,
                            JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
 from shared.projections import job_stream
@@ -81,8 +82,15 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
     measured = BaselineMeasured(event_id=derived_id(rid, "BaselineMeasured"), stream_id=stream, request_id=rid,
                                 device=host.device.name, params=request.params, grid=geometry[0], block=geometry[1],
                                 samples_ms=outcome.samples_ms, median_ms=statistics.median(outcome.samples_ms),
-                                replay=spec.benchmark.replay)
+                                replay=spec.benchmark.replay, facts=_facts(host.device.peaks))
     return [compiled, measured]
+
+
+def _facts(peaks: Peaks | None) -> DeviceFacts | None:
+    if peaks is None:
+        return None
+    return DeviceFacts(sm_count=peaks.sm_count, dram_gbps=peaks.dram_bytes_per_s / 1e9,
+                       fp32_tflops=peaks.fp32_flops_per_s / 1e12, l2_mb=peaks.l2_bytes / 2**20)
 
 
 def tune_shard(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:

@@ -15,6 +15,7 @@ from shared.bus import celery_app
 from shared.contracts import MeasureBaseline, TuneShard
 from shared.device.process import device_index
 from shared.eventstore import ConcurrencyConflict
+from shared.task_profile import profiled
 
 _resources: dict[str, BenchmarkResources] = {}
 
@@ -33,10 +34,12 @@ def resources(gpu: str) -> BenchmarkResources:
 @celery_app.task(name=MeasureBaseline.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
 def measure_baseline(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
-    handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
+    with profiled(rt.store, job_id, UUID(request_id), MeasureBaseline.task):
+        handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
 
 
 @celery_app.task(name=TuneShard.task)
 def tune_shard(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
-    handlers.tune_shard(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
+    with profiled(rt.store, job_id, UUID(request_id), TuneShard.task):
+        handlers.tune_shard(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))

@@ -17,10 +17,13 @@ class JobPublic(BaseModel):
     job_id: str
     kernel_name: str | None
     strategy: str | None
+    run: str | None
     status: str
     submitted_at: datetime | None
     updated_at: datetime | None
     baseline_ms: float | None
+    best_ms: float | None
+    speedup: float | None
     device: str | None
     replay: bool
     summary: str | None
@@ -31,8 +34,9 @@ class JobPublic(BaseModel):
     @classmethod
     def of(cls, view: JobView) -> "JobPublic":
         return cls(job_id=view.job_id, kernel_name=view.spec.kernel_name if view.spec else None,
-                   strategy=view.spec.strategy.name if view.spec else None, status=view.status,
+                   strategy=view.spec.strategy.name if view.spec else None, run=view.run, status=view.status,
                    submitted_at=view.submitted_at, updated_at=view.updated_at, baseline_ms=view.baseline_ms,
+                   best_ms=view.best_ms, speedup=view.speedup,
                    device=view.device, replay=view.replay, summary=view.summary, failed_stage=view.failed_stage,
                    failure=view.failure, events=len(view.event_types))
 

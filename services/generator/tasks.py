@@ -5,9 +5,11 @@ from services.generator import handlers
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import Generate
+from shared.task_profile import profiled
 
 
 @celery_app.task(name=Generate.task)
 def generate(job_id: str, request_id: str) -> None:
     rt = runtime.current()
-    handlers.generate(rt.store, rt.bus, job_id, UUID(request_id), rt.settings)
+    with profiled(rt.store, job_id, UUID(request_id), Generate.task):
+        handlers.generate(rt.store, rt.bus, job_id, UUID(request_id), rt.settings)

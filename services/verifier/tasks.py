@@ -10,6 +10,7 @@ from shared.bus import celery_app
 from shared.contracts import VerifyCandidate
 from shared.device.process import DeviceProcess, NoDevice, device_index
 from shared.eventstore import ConcurrencyConflict
+from shared.task_profile import profiled
 
 _processes: dict[str, DeviceProcess | NoDevice] = {}
 
@@ -32,4 +33,6 @@ def device(gpu: str) -> DeviceProcess:
 @celery_app.task(name=VerifyCandidate.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
 def verify_candidate(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
-    handlers.verify_candidate(rt.store, rt.bus, job_id, UUID(request_id), lambda: device(gpu), rt.settings.default_arch)
+    with profiled(rt.store, job_id, UUID(request_id), VerifyCandidate.task):
+        handlers.verify_candidate(rt.store, rt.bus, job_id, UUID(request_id), lambda: device(gpu),
+                                  rt.settings.default_arch)

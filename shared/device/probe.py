@@ -11,6 +11,7 @@ class Peaks:
     dram_bytes_per_s: float
     fp32_flops_per_s: float
     l2_bytes: int
+    sm_count: int | None = None  # recordings made before it was kept have none
 
 
 @dataclass(frozen=True)
@@ -63,4 +64,4 @@ def _peaks(index: int) -> Peaks | None:
         return None  # without the attributes there is no roofline; timings are still checked for errors
     lanes = FP32_LANES.get((major, minor), DEFAULT_FP32_LANES)
     return Peaks(dram_bytes_per_s=2 * memory_khz * 1e3 * bus_bits / 8, fp32_flops_per_s=sms * lanes * 2 * core_khz * 1e3,
-                 l2_bytes=l2)
+                 l2_bytes=l2, sm_count=sms)

@@ -1,0 +1,148 @@
+"""kforge from Python: optimise a kernel and read every report, in the embedded mode by default (or against
+the services when REDIS_URL and DATABASE_URL are set).
+
+    from kforge import make_kernel_tunable
+    tuned_kernel, best_params, tracker = make_kernel_tunable("examples/vector_add.cu", strategy="explicit")
+    print(tracker.get_total_improvement())
+"""
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kforge.specfile import SpecError, load_spec
+from shared import runtime
+from shared.errors import field_errors
+from shared.events import Event
+from shared.jobs import follow_job, job_events, submit_job
+from shared.projections import project_job
+from shared.reports import queries
+from shared.reports.comparison import Comparison
+from shared.reports.files import write_job_files
+from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
+from shared.reports.results import KernelResult
+from shared.reports.suggestions import OptimizationSuggestion
+from shared.reports.tracker import PerformanceTracker, performance_tracker
+from shared.spec import CandidateSpec, KernelSpec, ParamValue
+from shared.steps import project_optimisation
+
+
+class KforgeError(RuntimeError):
+    """A submission or a job that could not give what was asked; the message says why and what to change."""
+
+
+def _runtime() -> runtime.Runtime:
+    import kforge.worker  # noqa: F401  (embedded mode runs every service's tasks in this process)
+
+    return runtime.current()
+
+
+def build_spec(kernel: str | Path | None = None, spec: KernelSpec | dict | str | Path | None = None,
+               **overrides: Any) -> KernelSpec:
+    """A spec from a .cu path (its .yaml beside it unless `spec` names one), or from kernel source text with
+    `spec` as a mapping, a KernelSpec or a YAML path; `overrides` replace top-level fields (strategy=...)."""
+    try:
+        if isinstance(spec, KernelSpec | dict):
+            data = spec.model_dump() if isinstance(spec, KernelSpec) else dict(spec)
+            if kernel is not None:
+                data["source"] = _source(kernel)
+        else:
+            path = Path(kernel) if kernel is not None and _is_path(kernel) else None
+            data = load_spec(path, Path(spec) if spec is not None else None).model_dump()
+            if kernel is not None and path is None:
+                data["source"] = str(kernel)
+        if isinstance(overrides.get("strategy"), str):
+            overrides["strategy"] = {**data.get("strategy", {}), "name": overrides["strategy"]}
+        return KernelSpec.model_validate({**data, **overrides})
+    except SpecError as exc:
+        raise KforgeError(str(exc)) from None
+    except ValidationError as exc:
+        raise KforgeError("invalid spec: " + "; ".join(f"{e.field}: {e.message}"
+                                                       for e in field_errors(exc.errors()))) from None
+
+
+def _is_path(kernel: str | Path) -> bool:
+    return isinstance(kernel, Path) or ("__global__" not in kernel and str(kernel).endswith((".cu", ".cuh")))
+
+
+def _source(kernel: str | Path) -> str:
+    return Path(kernel).read_text() if _is_path(kernel) else str(kernel)
+
+
+def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
+             on_event: Callable[[Event], None] = lambda e: None) -> str:
+    """Submit and follow a job to its end; returns the job id."""
+    rt = _runtime()
+    job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run)
+    view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s)
+    if not view.finished:
+        raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: read it later with "
+                          f"kforge.tracker({job_id!r})")
+    return job_id
+
+
+def make_kernel_tunable(kernel: str | Path, spec: KernelSpec | dict | str | Path | None = None, *,
+                        run: str | None = None, timeout_s: float = 3600, out_dir: str | Path | None = None,
+                        show_overview: bool = True, **overrides: Any
+                        ) -> tuple[CandidateSpec, dict[str, ParamValue], PerformanceTracker]:
+    """Optimise a kernel; returns (tuned_kernel, best_params, performance_tracker) as LLM Kernel Tuner does.
+
+    The tuned kernel is the fastest proven-correct version (its source, tune_params and restrictions); the
+    best parameters are those it was fastest with. A failed job raises KforgeError with the reason."""
+    kernel_spec = build_spec(kernel, spec, **overrides)
+    job_id = optimise(kernel_spec, run=run, timeout_s=timeout_s)
+    events = job_events(_runtime().store, job_id)
+    tracker = performance_tracker(events)
+    if tracker.status == "failed":
+        view = project_job(events, job_id)
+        raise KforgeError(f"job {job_id} failed at {view.failed_stage}: {view.failure}")
+    if show_overview:
+        print(tracker.generate_overview())
+    if out_dir is not None:
+        write_job_files(events, Path(out_dir) / job_id)
+    best = project_optimisation(events).best
+    best_params = dict(tracker.steps[-1].best_tune_params) if tracker.steps else dict(best.params)
+    return best.candidate, best_params, tracker
+
+
+def tracker(job_id: str) -> PerformanceTracker:
+    return _reported(queries.job_tracker, job_id)
+
+
+def suggestions(job_id: str) -> list[OptimizationSuggestion]:
+    return _reported(queries.job_suggestions, job_id)
+
+
+def compare(baseline: str, current: str, metric: str = "best", threshold_percent: float = 5.0,
+            alpha: float = 0.05) -> Comparison:
+    """Compare two runs: job ids, run names given at submission, or run files (.json) exported earlier."""
+    try:
+        return queries.compare(_runtime().store, baseline, current, metric, threshold_percent=threshold_percent,
+                               alpha=alpha)
+    except (queries.ReportError, ValueError) as exc:
+        raise KforgeError(str(exc)) from None
+
+
+def profile(*job_ids: str, bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
+    """Where the time went: of the jobs named, or of every job."""
+    try:
+        return queries.profile(_runtime().store, list(job_ids), bottleneck_share)
+    except (queries.ReportError, ValueError) as exc:
+        raise KforgeError(str(exc)) from None
+
+
+def slow_kernels(threshold: float = 0.8) -> list[KernelResult]:
+    return _reported(queries.slow_kernels, threshold)
+
+
+def export(job_id: str, directory: str | Path) -> list[Path]:
+    """Write a job's files (optimised kernel, history JSON, transcript, plots) into `directory`."""
+    return write_job_files(_reported(queries.events_of, job_id), Path(directory))
+
+
+def _reported(query, argument):
+    try:
+        return query(_runtime().store, argument)
+    except queries.ReportError as exc:
+        raise KforgeError(str(exc)) from None

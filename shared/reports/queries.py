@@ -1,0 +1,108 @@
+"""Reports read from the store: the operations the CLI, the Python API and the gateway share."""
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from shared.bus import Bus
+from shared.events import JobSubmitted
+from shared.eventstore import EventStore
+from shared.jobs import job_events, submit_job
+from shared.projections import job_id_of
+from shared.reports.comparison import Comparison, Run, compare_runs, run_of
+from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile, pipeline_profile
+from shared.reports.results import KernelResult, kernel_result
+from shared.reports.suggestions import OptimizationSuggestion, suggest
+from shared.reports.tracker import PerformanceTracker, performance_tracker
+
+
+class ReportError(LookupError):
+    """A report asked of something that is not there; the message says what to give instead."""
+
+
+def events_of(store: EventStore, job_id: str) -> list:
+    """A job's events, or ReportError naming the job that is not there."""
+    events = job_events(store, job_id)
+    if not events:
+        raise ReportError(f"no job {job_id}: `kforge jobs` lists them")
+    return events
+
+
+def job_tracker(store: EventStore, job_id: str) -> PerformanceTracker:
+    return performance_tracker(events_of(store, job_id))
+
+
+def job_suggestions(store: EventStore, job_id: str) -> list[OptimizationSuggestion]:
+    return suggest(events_of(store, job_id))
+
+
+def profile(store: EventStore, job_ids: list[str] | None = None,
+            bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
+    """One job's profile, several jobs' summed, or every job's when none is named."""
+    ids = job_ids if job_ids else [job_id_of(s) for s in store.stream_ids("job-")]
+    return pipeline_profile((events_of(store, j) for j in ids), bottleneck_share)
+
+
+def results(store: EventStore, run: str | None = None) -> list[KernelResult]:
+    """Every job's result, oldest first; only those submitted under `run` when it is given."""
+    found = (kernel_result(store.read_stream(s)) for s in store.stream_ids("job-"))
+    return [r for r in found if r is not None and (run is None or r.run == run)]
+
+
+def load_run(store: EventStore, reference: str, metric: str = "best", files: bool = True) -> Run:
+    """A run named by a file exported earlier (unless `files` is off, as over HTTP), a run name given at
+    submission, or a job id (or prefix)."""
+    path = Path(reference)
+    if files and path.suffix == ".json" and path.is_file():
+        try:
+            return Run.model_validate_json(path.read_text())
+        except ValidationError as exc:
+            raise ReportError(f"{reference} is not a run exported by kforge ({exc.error_count()} problems): export "
+                              "one with `kforge compare ... --export-run`") from None
+    named = results(store, run=reference)
+    if named:
+        return run_of(reference, named, metric)
+    jobs = [job_id_of(s) for s in store.stream_ids(f"job-{reference}")] if reference else []
+    if len(jobs) == 1:
+        result = kernel_result(events_of(store, jobs[0]))
+        return run_of(jobs[0], [result], metric)
+    if len(jobs) > 1:
+        raise ReportError(f"{len(jobs)} jobs start with {reference!r}: give more of the id")
+    raise ReportError(f"{reference!r} is neither a run file (.json), a run name nor a job id: `kforge jobs` lists "
+                      "jobs and their runs")
+
+
+def compare(store: EventStore, baseline: str, current: str, metric: str = "best", files: bool = True,
+            **options) -> Comparison:
+    return compare_runs(load_run(store, baseline, metric, files), load_run(store, current, metric, files), **options)
+
+
+def slow_kernels(store: EventStore, threshold: float) -> list[KernelResult]:
+    """Kernels whose best speedup so far, over all their jobs, is below `threshold` (against the spec's
+    reference time when it has one, else against the submitted kernel); the slowest first."""
+    if threshold <= 0:
+        raise ReportError(f"threshold {threshold}: give a speedup ratio above 0, e.g. 0.8")
+    best: dict[str, KernelResult] = {}
+    for result in results(store):
+        speedup = result.speedup_vs_reference
+        if speedup is None:
+            continue
+        held = best.get(result.kernel)
+        if held is None or speedup > held.speedup_vs_reference:
+            best[result.kernel] = result
+    slow = [r for r in best.values() if r.speedup_vs_reference < threshold]
+    return sorted(slow, key=lambda r: r.speedup_vs_reference)
+
+
+def optimise_batch(store: EventStore, bus: Bus, kernels: list[KernelResult], strategy: str, run: str,
+                   on_submitted: Callable[[KernelResult, str], None] = lambda r, j: None) -> list[str]:
+    """Submit each kernel again, as its latest job submitted it, under a rewriting strategy and one run name."""
+    job_ids = []
+    for result in kernels:
+        submitted = next(e for e in events_of(store, result.job_id) if isinstance(e, JobSubmitted))
+        spec = submitted.spec.model_validate({**submitted.spec.model_dump(),
+                                              "strategy": {**submitted.spec.strategy.model_dump(), "name": strategy}})
+        job_id = submit_job(store, bus, spec, submitted_by="batch", run=run)
+        on_submitted(result, job_id)
+        job_ids.append(job_id)
+    return job_ids
