@@ -53,13 +53,18 @@ def build_spec(kernel: str | Path | None = None, spec: KernelSpec | dict | str |
             if kernel is not None and path is None:
                 data["source"] = str(kernel)
         if isinstance(overrides.get("strategy"), str):
-            overrides["strategy"] = {**data.get("strategy", {}), "name": overrides["strategy"]}
-        return KernelSpec.model_validate({**data, **overrides})
+            overrides["strategy"] = {"name": overrides["strategy"]}
+        return KernelSpec.model_validate(merged(data, overrides))
     except SpecError as exc:
         raise KforgeError(str(exc)) from None
     except ValidationError as exc:
         raise KforgeError("invalid spec: " + "; ".join(f"{e.field}: {e.message}"
                                                        for e in field_errors(exc.errors()))) from None
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    """Overrides of nested fields keep the rest: benchmark={"replay": True} keeps the spec's other settings."""
+    return {**base, **{k: merged(base.get(k) or {}, v) if isinstance(v, dict) else v for k, v in overrides.items()}}
 
 
 def _is_path(kernel: str | Path) -> bool:
@@ -76,6 +81,8 @@ def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
     rt = _runtime()
     job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run)
     view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s)
+    if view.finished:
+        rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before reading
     if not view.finished:
         raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: read it later with "
                           f"kforge.tracker({job_id!r})")
@@ -102,7 +109,11 @@ def make_kernel_tunable(kernel: str | Path, spec: KernelSpec | dict | str | Path
     if out_dir is not None:
         write_job_files(events, Path(out_dir) / job_id)
     best = project_optimisation(events).best
-    best_params = dict(tracker.steps[-1].best_tune_params) if tracker.steps else dict(best.params)
+    if tracker.steps:
+        best_params = dict(tracker.steps[-1].best_tune_params)
+    else:  # nothing beat the submitted kernel: its own values of what it tunes
+        defaults = kernel_spec.baseline_params()
+        best_params = {k: defaults[k] for k in kernel_spec.tune_params if k in defaults} or defaults
     return best.candidate, best_params, tracker
 
 

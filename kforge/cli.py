@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
+from kforge.api import merged
 from kforge.render import (comparison_summary, comparison_table, describe, events_table, jobs_table, profile_facts,
                            profile_table, slow_table, steps_table, suggestions_table)
 from kforge.specfile import SpecError, load_spec
@@ -101,7 +102,7 @@ def tune(
                  **({"strategy": {"name": "verify", "candidate": {"source": candidate.read_text()}}} if candidate else {})}
     if overrides:
         try:
-            kernel_spec = type(kernel_spec).model_validate(_merged(kernel_spec.model_dump(), overrides))
+            kernel_spec = type(kernel_spec).model_validate(merged(kernel_spec.model_dump(), overrides))
         except ValidationError as exc:
             for error in field_errors(exc.errors()):
                 console.print(f"[red]{error.field}[/red]: {error.message}")
@@ -118,6 +119,8 @@ def tune(
 
     with console.status("working…"):
         view = follow_job(rt.store, job_id, show, timeout_s=timeout)
+        if view.finished:
+            rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
     history = job_events(rt.store, job_id)
     if kernel_spec.strategy.generates:
         console.print(steps_table(project_optimisation(history)))
@@ -136,10 +139,6 @@ def tune(
         raise typer.Exit(1)
     console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
     raise typer.Exit(3)
-
-
-def _merged(base: dict, overrides: dict) -> dict:
-    return {**base, **{k: _merged(base.get(k) or {}, v) if isinstance(v, dict) else v for k, v in overrides.items()}}
 
 
 def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:
@@ -313,6 +312,8 @@ def slow(
                       lambda r, j: console.print(f"{r.kernel}: job {j} submitted ({strategy})", markup=False))
     with console.status(f"optimising {len(job_ids)} kernel(s)…"):
         views = [follow_job(rt.store, j, lambda e: None, timeout_s=timeout) for j in job_ids]
+        if all(v.finished for v in views):
+            rt.bus.wait_idle()
     console.print(jobs_table(views))
     console.print(f"compare with: kforge compare <earlier run> {name}", markup=False)
 

@@ -50,6 +50,9 @@ def configure_celery(app: Celery, settings: Settings) -> Celery:
 class Bus(Protocol):
     def dispatch(self, message: Message) -> None: ...
 
+    def wait_idle(self) -> None:
+        """Return once this process's own tasks have run (a CLI waits so its workers' last records land)."""
+
 
 class CeleryBus:
     def __init__(self, app: Celery):
@@ -57,6 +60,9 @@ class CeleryBus:
 
     def dispatch(self, message: Message) -> None:
         self.app.send_task(message.task, kwargs=message.kwargs, queue=message.queue, task_id=message.message_id)
+
+    def wait_idle(self) -> None:
+        """Tasks run in worker processes, which record on their own: nothing here to wait for."""
 
 
 class InProcessBus:

@@ -59,11 +59,15 @@ def job_id_of(stream_id: str) -> str:
 
 
 def project_job(events: Iterable[Event], job_id: str | None = None) -> JobView:
+    events = list(events)
     view = JobView(job_id=job_id or "")
     for event in events:
-        view = replace(evolve(event, view), version=event.stream_version or view.version + 1,
-                       updated_at=event.occurred_at, event_types=(*view.event_types, event.type))
-    return view
+        view = evolve(event, view)
+    if not events:
+        return view
+    # Set once at the end, not per event: growing a tuple per event made long streams quadratic.
+    return replace(view, version=events[-1].stream_version or len(events), updated_at=events[-1].occurred_at,
+                   event_types=tuple(e.type for e in events))
 
 
 @singledispatch

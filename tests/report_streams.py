@@ -2,6 +2,7 @@
 import statistics
 from datetime import UTC, datetime, timedelta
 
+from shared.contracts import Generate, MeasureBaseline, TuneShard, VerifyCandidate
 from shared.events import (BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateVerified, ConfigFailed,
                            ConfigMeasured, DeviceFacts, Event, GenerationRequested, GeneratorCalled, JobCompleted,
                            JobSubmitted, KernelCompiled, ShardTuned, StepAccepted, StepDiscarded, TaskProfiled,
@@ -42,7 +43,7 @@ class JobStream:
         measured = self.add(BaselineMeasured, request_id=request.event_id, device="NVIDIA H100 80GB HBM3",
                             params=params, grid=grid, block=block, samples_ms=samples,
                             median_ms=statistics.median(samples), facts=facts)
-        self.profiled(request, "benchmark.baseline", queue_s, wall_s)
+        self.profiled(request, MeasureBaseline.task, queue_s, wall_s)
         return measured
 
     def tune(self, candidate_id: str, timings: dict[int, list[float]], spec: KernelSpec | None = None,
@@ -71,7 +72,7 @@ class JobStream:
                  configs=configs, measured=len(timings), failed=len(failed or {}), best_params=best[0],
                  best_ms=best[1], wall_s=wall_s, compile_s=2.0, gpu_busy_s=gpu_busy_s, first_result_s=0.5,
                  cache_hits=sum(1 for v in timings if v % 2 == 1))
-        self.profiled(request, "benchmark.tune", queue_s, wall_s)
+        self.profiled(request, TuneShard.task, queue_s, wall_s)
         return self.add(TuningCompleted, candidate_id=candidate_id, best_params=best[0], best_time_ms=best[1],
                         configs_evaluated=configs, configs_failed=len(failed or {}),
                         speedup=baseline_ms / best[1] if baseline_ms else None)
@@ -84,11 +85,11 @@ class JobStream:
                  response=candidate.source, input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=cost_usd)
         self.add(CandidateGenerated, request_id=request.event_id, step_id=step.id, candidate_id=step.id,
                  candidate=candidate, provider="rules")
-        self.profiled(request, "generator.generate", 0.1, gen_wall_s, peak_mb=300.0)
+        self.profiled(request, Generate.task, 0.1, gen_wall_s, peak_mb=300.0)
         verify = self.add(VerificationRequested, queue="verifier.0", candidate_id=step.id, candidate=candidate)
         self.add(CandidateVerified, request_id=verify.event_id, candidate_id=step.id, device="NVIDIA H100 80GB HBM3",
                  trials=[], max_abs_error=0.0, max_rel_error=0.0)
-        self.profiled(verify, "verifier.verify", 0.2, verify_wall_s, peak_mb=2048.0)
+        self.profiled(verify, VerifyCandidate.task, 0.2, verify_wall_s, peak_mb=2048.0)
 
     def accept(self, step_id: str, old_ms: float, new_ms: float, params: dict) -> None:
         self.add(StepAccepted, step_id=step_id, candidate_id=step_id, old_time_ms=old_ms, new_time_ms=new_ms,

@@ -140,14 +140,18 @@ def out_of_resources(ev: Evidence) -> OptimizationSuggestion | None:
     if not starved:
         return None
     threads = sorted({_threads(ev.spec, f.params) for f in starved})
-    launched = max((math.prod(m.block) for m in ev.measured), default=None)
-    restriction = f"; e.g. a restriction keeping threads per block <= {launched}" if launched else ""
+    launched = max((math.prod(m.block) for m in ev.measured), default=0)
+    if launched < threads[0]:  # every block that large failed: the thread count itself is the limit
+        restriction = f"a restriction keeping threads per block <= {launched}"
+    else:  # blocks that large ran with other parameters: what each thread does costs the registers
+        restriction = "restrictions excluding these combinations: " + "; ".join(_params(f.params) for f in starved[:3])
     return ev.suggestion(
         SuggestionType.OCCUPANCY, Priority.LOW,
         f"{len(starved)} configurations could not launch: too many registers or too much shared memory per block",
-        f"{len(starved)} ConfigFailed at launch with {OUT_OF_RESOURCES}, at {threads} threads per block",
-        "cap registers with __launch_bounds__(threads, min_blocks) or add restrictions that skip these "
-        f"configurations, so tuning time goes to those that can run{restriction}",
+        f"{len(starved)} ConfigFailed at launch with {OUT_OF_RESOURCES}, at {threads} threads per block; "
+        f"the largest block that ran had {launched} threads",
+        "cap registers with __launch_bounds__(threads, min_blocks) or skip these configurations, so tuning "
+        f"time goes to those that can run: {restriction}",
         ev.best.median_ms)
 
 

@@ -148,14 +148,24 @@ def test_kforge_tune_tunes_the_vector_add_example(tmp_path):
     env = {**os.environ, "KFORGE_HOME": str(tmp_path), "COLUMNS": "250"}
     env.pop("REDIS_URL", None), env.pop("DATABASE_URL", None)
     kforge = [sys.executable, "-m", "kforge"]
-    tune = subprocess.run([*kforge, "tune", str(EXAMPLES / "vector_add.cu")], capture_output=True, text=True, env=env,
-                          timeout=300)
+    out = tmp_path / "out"
+    tune = subprocess.run([*kforge, "tune", str(EXAMPLES / "vector_add.cu"), "--out", str(out)], capture_output=True,
+                          text=True, env=env, timeout=300)
     print(tune.stdout[-3000:], tune.stderr[-2000:])
     assert tune.returncode == 0 and "completed" in tune.stdout and "tuned" in tune.stdout
     jobs = subprocess.run([*kforge, "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
     job_id = next(line.split()[1] for line in jobs.splitlines() if "vector_add" in line)
     listed = subprocess.run([*kforge, "events", job_id, "--json"], capture_output=True, text=True, env=env,
                             timeout=60).stdout.splitlines()
-    types = [json.loads(line)["type"] for line in listed]
+    events = [json.loads(line) for line in listed]
+    types = [e["type"] for e in events if e["type"] != "TaskProfiled"]
     assert types[:4] == ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineMeasured"]
     assert types.count("ConfigMeasured") == 6 and types[-2:] == ["TuningCompleted", "JobCompleted"]
+    # Each of the two worker tasks recorded its effort; the baseline recorded the device's facts.
+    assert sorted(e["task"] for e in events if e["type"] == "TaskProfiled") == ["benchmark.measure_baseline",
+                                                                                 "benchmark.tune_shard"]
+    facts = next(e for e in events if e["type"] == "BaselineMeasured")["facts"]
+    print("device facts:", facts)
+    assert facts["sm_count"] > 0 and facts["dram_gbps"] > 100 and facts["l2_mb"] > 0
+    written = sorted(p.name for p in (out / job_id).iterdir())
+    assert "history.json" in written and any(n.startswith("vector_add_optimised_") for n in written)

@@ -75,11 +75,16 @@ def test_a_job_travels_through_redis_and_worker_processes(services, vector_add_s
     store, bus = services
     job_id = submit_job(store, bus, vector_add_spec)
     view = follow_job(store, job_id, on_event=lambda e: None, timeout_s=60)
+    assert _wait_until_quiet(store, f"job-{job_id}") == 6
     events = job_events(store, job_id)
-    assert [e.type for e in events] == ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineFailed",
-                                        "JobFailed"]
+    # The worker records its task once it has answered, so its profile may land before or after JobFailed.
+    assert [e.type for e in events if e.type != "TaskProfiled"] == ["JobSubmitted", "BaselineRequested",
+                                                                    "KernelCompiled", "BaselineFailed", "JobFailed"]
+    [profiled] = [e for e in events if e.type == "TaskProfiled"]
+    assert profiled.request_id == events[1].event_id and profiled.task == MeasureBaseline.task
+    assert profiled.started_at >= events[1].occurred_at and profiled.peak_rss_mb > 0
     assert view.status == "failed" and view.failed_stage == "device" and view.failure.startswith("no CUDA device")
-    assert [e.stream_version for e in events] == [1, 2, 3, 4, 5]
+    assert [e.stream_version for e in events] == [1, 2, 3, 4, 5, 6]
     assert store.tracked_position("planner") >= events[-1].position
 
     # Redeliver every message of this job, twice: handlers are idempotent, so nothing is appended again.
@@ -87,7 +92,7 @@ def test_a_job_travels_through_redis_and_worker_processes(services, vector_add_s
     for _ in range(2):
         bus.dispatch(MeasureBaseline.message(request.queue, job_id, request.event_id))
         bus.dispatch(PlannerCatchUp.message(reason="redelivery test"))
-    assert _wait_until_quiet(store, events[0].stream_id) == 5
+    assert _wait_until_quiet(store, events[0].stream_id) == 6
     assert [e.event_id for e in job_events(store, job_id)] == [e.event_id for e in events]
 
 
@@ -105,8 +110,9 @@ def test_jobs_submitted_concurrently_all_finish_with_no_event_twice(services, ve
     views = [follow_job(store, job_id, on_event=lambda e: None, timeout_s=90) for job_id in ids]
     assert all(v.finished for v in views), [(v.job_id, v.status) for v in views]
     for job_id in ids:
+        _wait_until_quiet(store, f"job-{job_id}", quiet_s=0.5)
         types = [e.type for e in job_events(store, job_id)]
-        assert len(types) == len(set(types)) == 5
+        assert len(types) == len(set(types)) == 6  # five of the job's own, and the worker's TaskProfiled
 
 
 def test_celery_is_configured_for_safe_redelivery(tmp_path):

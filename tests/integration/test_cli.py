@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 KFORGE = Path(sys.executable).parent / "kforge"
 EVENT_TYPES = ["JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineFailed", "JobFailed"]
+# The worker's record of its task lands once the task has answered: before or after JobFailed.
+PROFILED = "TaskProfiled"
 
 pytestmark = pytest.mark.skipif(not KFORGE.exists(), reason=f"console script {KFORGE} not installed")
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the job measures a baseline instead of failing")
@@ -49,7 +51,7 @@ def test_tune_fails_at_device_stage_without_a_gpu(tuned):
     assert "Traceback" not in out
     # progress lines, one per event, in order
     progress = [line.split()[1] for line in result.stdout.splitlines() if re.match(r"^\s+\d+ \w+", line)]
-    assert progress == EVENT_TYPES
+    assert [t for t in progress if t != PROFILED] == EVENT_TYPES
     assert (home / "kforge.db").exists()
 
 
@@ -63,15 +65,17 @@ def test_jobs_lists_the_job(tuned):
 
 
 @no_gpu_only
-def test_events_by_prefix_lists_the_five_events_in_order(tuned):
+def test_events_by_prefix_lists_the_six_events_in_order(tuned):
     home, job_id, _ = tuned
     result = kforge(home, "events", job_id[:5])
     assert result.returncode == 0, _out(result)
-    rows = [line for line in result.stdout.splitlines() if any(t in line for t in EVENT_TYPES)]
-    assert [next(t for t in EVENT_TYPES if t in row) for row in rows] == EVENT_TYPES
+    kinds = [*EVENT_TYPES, PROFILED]
+    rows = [line for line in result.stdout.splitlines() if any(t in line for t in kinds)]
+    assert sorted(next(t for t in kinds if t in row) for row in rows) == sorted(kinds)
     numbers = [int(re.search(r"\d+", row).group()) for row in rows]
-    assert numbers == [1, 2, 3, 4, 5]
-    assert "no CUDA device" in rows[3] and "no CUDA device" in rows[4]
+    assert numbers == [1, 2, 3, 4, 5, 6]
+    failed = [row for row in rows if "BaselineFailed" in row or "JobFailed" in row]
+    assert len(failed) == 2 and all("no CUDA device" in row for row in failed)
 
 
 @no_gpu_only
@@ -80,12 +84,14 @@ def test_events_json_prints_one_object_per_event(tuned):
     result = kforge(home, "events", job_id, "--json")
     assert result.returncode == 0, _out(result)
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     events = [json.loads(line) for line in lines]
+    [profiled] = [e for e in events if e["type"] == PROFILED]
+    assert profiled["task"] == "benchmark.measure_baseline" and profiled["request_id"] == events[1]["event_id"]
+    events = [e for e in events if e["type"] != PROFILED]
     assert [e["type"] for e in events] == EVENT_TYPES
     positions = [e["position"] for e in events]
     assert all(a < b for a, b in zip(positions, positions[1:]))
-    assert [e["stream_version"] for e in events] == [1, 2, 3, 4, 5]
     assert {e["stream_id"] for e in events} == {f"job-{job_id}"}
     assert events[0]["spec"]["kernel_name"] == "vector_add"
     assert events[3]["stage"] == "device" and events[3]["reason"].startswith("no CUDA device")

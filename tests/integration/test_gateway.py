@@ -86,7 +86,7 @@ def test_get_events_lists_job_submitted_with_position_and_payload(client, spec_j
     assert response.status_code == 200
     (event,) = response.json()
     assert event["type"] == "JobSubmitted"
-    assert event["version"] == 1
+    assert event["version"] == 2  # v2 added `run`
     assert event["stream_id"] == f"job-{job_id}"
     assert event["stream_version"] == 1
     assert isinstance(event["position"], int) and event["position"] >= 1
@@ -229,6 +229,13 @@ def test_openapi_operation_ids(client):
         ("/v1/jobs", "get"): "list_jobs",
         ("/v1/jobs/{job_id}", "get"): "get_job",
         ("/v1/jobs/{job_id}/events", "get"): "get_job_events",
+        ("/v1/jobs/{job_id}/tracker", "get"): "get_job_tracker",
+        ("/v1/jobs/{job_id}/suggestions", "get"): "get_job_suggestions",
+        ("/v1/jobs/{job_id}/profile", "get"): "get_job_profile",
+        ("/v1/jobs/{job_id}/plots/{plot}.svg", "get"): "get_job_plot",
+        ("/v1/profile", "get"): "get_profile",
+        ("/v1/compare", "get"): "compare_runs",
+        ("/v1/slow", "get"): "list_slow_kernels",
     }
     submit = paths["/v1/jobs"]["post"]["responses"]
     assert "202" in submit and "422" in submit
@@ -264,12 +271,13 @@ def test_embedded_job_runs_to_device_failure(embedded, tmp_path):
     assert job["status"] == "failed"
     assert job["failed_stage"] == "device"
     assert job["failure"].startswith("no CUDA device")
-    assert job["events"] == 5
-    assert [e["type"] for e in events] == [
+    assert job["events"] == 6
+    assert [e["type"] for e in events if e["type"] != "TaskProfiled"] == [
         "JobSubmitted", "BaselineRequested", "KernelCompiled", "BaselineFailed", "JobFailed"]
-    assert [e["stream_version"] for e in events] == [1, 2, 3, 4, 5]
+    assert [e["stream_version"] for e in events] == [1, 2, 3, 4, 5, 6]
     positions = [e["position"] for e in events]
-    assert positions == sorted(positions) and len(set(positions)) == 5
+    assert positions == sorted(positions) and len(set(positions)) == 6
+    events = [e for e in events if e["type"] != "TaskProfiled"]
     requested, compiled, failed = events[1], events[2], events[3]
     assert requested["payload"]["queue"] == "benchmark.0"
     assert requested["payload"]["params"]["block_size_x"] == 256

@@ -160,8 +160,20 @@ def test_suggestions_rest_on_what_was_measured(vector_add_spec):
     assert SuggestionType.LAUNCH_CONFIG not in by
     occupancy = by[SuggestionType.OCCUPANCY]
     assert "1 configurations could not launch" in occupancy.description and "[1024]" in occupancy.evidence
-    assert "threads per block <= 512" in occupancy.implementation_hint
+    assert "threads per block <= 512" in occupancy.implementation_hint  # 1024 never launched
     assert suggestions[0] is memory
+
+
+def test_out_of_resources_at_a_block_size_that_also_ran_names_the_combinations(vector_add_spec):
+    spec = spec_with(vector_add_spec, strategy={"name": "tune"}, tune_params={"block_size_x": [256, 512],
+                                                                               "unroll": [1, 8]})
+    job = JobStream("regs", spec)
+    job.baseline([1.0] * 5)
+    job.tune("submitted", {256: [0.9] * 5, 512: [0.8] * 5}, failed={512: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
+             extra={"unroll": 1}, baseline_ms=1.0)
+    [occupancy] = [s for s in suggest(job.complete()) if s.type is SuggestionType.OCCUPANCY]
+    assert "the largest block that ran had 512 threads" in occupancy.evidence
+    assert "restrictions excluding these combinations: unroll=1 block_size_x=512" in occupancy.implementation_hint
 
 
 def test_a_best_value_at_the_edge_of_its_range_suggests_widening_it(vector_add_spec):
