@@ -204,7 +204,8 @@ def _write_json(target: Path | None, model) -> None:
         console.print(f"written to {target}", markup=False)
 
 
-JsonOption = Annotated[Path | None, typer.Option("--json", help="write the report as JSON to this file ('-': print it)")]
+JsonOption = Annotated[Path | None, typer.Option("--json", help="write the report as JSON to this file "
+                                                                 "('-': print it)")]
 
 
 @app.command()
@@ -239,7 +240,8 @@ def compare(
         for title, rows in (("regressions", comparison.get_regressions(top)),
                             ("improvements", comparison.get_improvements(top))):
             if rows:
-                console.print(f"top {title}: " + ", ".join(f"{escape(r.kernel)} {r.change_percent:+.1f}%" for r in rows))
+                listed = ", ".join(f"{escape(r.kernel)} {r.change_percent:+.1f}%" for r in rows)
+                console.print(f"top {title}: {listed}")
         console.print(comparison_summary(comparison))
     _write_json(as_json, comparison)
     if fail_on_regression and comparison.summary.regressions_count:

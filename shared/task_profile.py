@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from uuid import UUID
 
 from shared.events import TaskProfiled, derived_id
@@ -15,10 +16,28 @@ from shared.projections import job_stream
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory, and its GPU and compile child processes' (Linux: ru_maxrss in KiB)."""
+    """The worker's peak resident memory with its live child processes' (the GPU process, the compile pool),
+    each at its own peak: an upper bound of their peak together. ru_maxrss (KiB on Linux) alone would miss
+    children still running, which is what a warm worker's are."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) / 1024
+    return (own + sum(_peak_kib(pid) for pid in _children())) / 1024
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for task in Path("/proc/self/task").glob("*/children"):
+        pids += [int(pid) for pid in task.read_text().split()]
+    return pids
+
+
+def _peak_kib(pid: int) -> int:
+    """VmHWM, a process's high-water resident set; 0 when it has exited meanwhile."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    line = next((line for line in status.splitlines() if line.startswith("VmHWM:")), "VmHWM: 0 kB")
+    return int(line.split()[1])
 
 
 @contextmanager

@@ -35,8 +35,8 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
     @app.post("/v1/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, operation_id="submit_job",
               responses={422: {"model": ValidationProblem}})
     def submit(spec: KernelSpec, run: Annotated[str | None, Query(
-            max_length=100, pattern=r"^[\w.:-]+$", description="a run name: jobs under one are compared as a set")] = None,
-            ) -> JobAccepted:
+            max_length=100, pattern=r"^[\w.:-]+$", description="a run name: jobs under one are compared as a set")]
+            = None) -> JobAccepted:
         rt = get_runtime()
         job_id = submit_job(rt.store, rt.bus, spec, submitted_by="http", run=run)
         return JobAccepted(job_id=job_id, status_url=f"/v1/jobs/{job_id}", events_url=f"/v1/jobs/{job_id}/events")

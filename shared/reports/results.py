@@ -96,7 +96,8 @@ def kernel_result(events: Sequence[Event]) -> KernelResult | None:
     return KernelResult(job_id=job_id_of(submitted.stream_id), run=submitted.run, kernel=kernel_key(spec),
                         kernel_name=spec.kernel_name, sizes=spec.sizes, strategy=spec.strategy.name,
                         status=view.status, device=view.device, replay=view.replay, baseline=baseline, best=best,
-                        best_source=source, best_step=step, best_candidate=candidate, reference_ms=spec.strategy.reference_ms)
+                        best_source=source, best_step=step, best_candidate=candidate,
+                        reference_ms=spec.strategy.reference_ms)
 
 
 def _baseline(e: BaselineMeasured, spec: KernelSpec) -> Measurement:

@@ -180,7 +180,8 @@ def best_at_edge(ev: Evidence) -> OptimizationSuggestion | None:
         return ev.suggestion(
             SuggestionType.LAUNCH_CONFIG, Priority.MEDIUM if ratio and ratio < 0.91 else Priority.LOW,
             f"the best {name} is {value}, the {side} value tried: the optimum may lie beyond the space",
-            f"{name}={value}: {ev.best.median_ms:.4f} ms" + (f"; {name}={neighbour}: {min(rivals):.4f} ms" if rivals else ""),
+            f"{name}={value}: {ev.best.median_ms:.4f} ms"
+            + (f"; {name}={neighbour}: {min(rivals):.4f} ms" if rivals else ""),
             f"extend tune_params.{name} {'above' if upward else 'below'} {value} and tune again",
             ev.best.median_ms * ratio if ratio else None)
     return None

@@ -132,7 +132,8 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
             steps.append(PerformanceStep(
                 step_id=event.step_id, step_description=record.step.description or record.step.id,
                 kernel_code=candidate.source, old_execution_time=event.old_time_ms,
-                new_execution_time=event.new_time_ms, improvement_percentage=_gain(event.old_time_ms, event.new_time_ms),
+                new_execution_time=event.new_time_ms,
+                improvement_percentage=_gain(event.old_time_ms, event.new_time_ms),
                 tunable_parameters=candidate.tune_params or {}, restrictions=candidate.restrictions or [],
                 best_tune_params=event.best_params, timestamp=event.occurred_at))
         elif isinstance(event, TuningCompleted) and event.candidate_id == SUBMITTED and event.best_time_ms is not None \

@@ -259,7 +259,8 @@ def test_job_files(vector_add_spec, tmp_path):
     assert history["speedup"] == 2.0 and history["tracker"]["steps"][0]["step_id"] == "elements_per_thread"
     assert history["suggestions"] and history["result"]["best_step"] == "elements_per_thread"
     transcript = (tmp_path / "out" / "transcript.log").read_text()
-    assert "=== call 1: rewrite elements_per_thread" in transcript and "--- prompt\napply elements_per_thread" in transcript
+    assert "=== call 1: rewrite elements_per_thread" in transcript
+    assert "--- prompt\napply elements_per_thread" in transcript
     assert "<svg" in (tmp_path / "out" / "history.svg").read_text()
 
 
