@@ -58,6 +58,9 @@ def landscape_svg(events: Sequence[Event]) -> str:
     for candidate, times in series.items():
         ordered = sorted(times)
         ax.plot(range(1, len(ordered) + 1), ordered, marker="o", markersize=3, linewidth=1, label=candidate)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # configurations are counted, not measured
     ax.set_xlabel("configurations, fastest first")
     ax.set_ylabel("median time (ms)")
     ax.set_title(f"tuning landscape ({sum(map(len, series.values()))} measured, {failed} rejected)")
