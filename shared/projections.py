@@ -3,6 +3,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import singledispatch
+from typing import TypeVar
 from uuid import UUID
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
@@ -11,6 +12,7 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
 from shared.spec import KernelSpec
 
 TERMINAL = ("completed", "failed")
+RequestT = TypeVar("RequestT", bound=Event)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,19 @@ def job_stream(job_id: str) -> str:
 
 def job_id_of(stream_id: str) -> str:
     return stream_id.removeprefix("job-")
+
+
+def answered(history: Iterable[Event], request_id: UUID, answers: tuple[type[Event], ...]) -> bool:
+    """Whether a request's answer is recorded already: a redelivered task then appends nothing again."""
+    return any(isinstance(e, answers) and e.request_id == request_id for e in history)
+
+
+def submission_and_request(history: list[Event], request_id: UUID,
+                           request_type: type[RequestT]) -> tuple[JobSubmitted, RequestT]:
+    """What a worker task needs first: the job as submitted, and the request it was sent to answer."""
+    submitted = next(e for e in history if isinstance(e, JobSubmitted))
+    request = next(e for e in history if isinstance(e, request_type) and e.event_id == request_id)
+    return submitted, request
 
 
 def project_job(events: Iterable[Event], job_id: str | None = None) -> JobView:

@@ -19,29 +19,27 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
                            ConfigMeasured, DeviceFacts, Event,
                            JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
-from shared.projections import job_stream
+from shared.projections import answered, job_stream, submission_and_request
 from shared.spec import KernelSpec
+
+
+BASELINE_ANSWERS = (BaselineMeasured, BaselineFailed)
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not _baseline_answered(history, request_id):
-        submitted = next(e for e in history if isinstance(e, JobSubmitted))
-        request = next(e for e in history if isinstance(e, BaselineRequested) and e.event_id == request_id)
+    if not answered(history, request_id, BASELINE_ANSWERS):
+        submitted, request = submission_and_request(history, request_id, BaselineRequested)
         outcome = _measure_baseline(stream, submitted, request, resources)
         try:
             store.append(stream, outcome, expected_version=history[-1].stream_version)
         except ConcurrencyConflict:
             # The stream moved while we measured. If another worker answered this request, its answer
             # stands; otherwise the task is retried and measures again against the new stream.
-            if not _baseline_answered(store.read_stream(stream), request_id):
+            if not answered(store.read_stream(stream), request_id, BASELINE_ANSWERS):
                 raise
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} baseline answered"))
-
-
-def _baseline_answered(history: list[Event], request_id: UUID) -> bool:
-    return any(isinstance(e, BaselineMeasured | BaselineFailed) and e.request_id == request_id for e in history)
 
 
 def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineRequested,
@@ -96,9 +94,9 @@ def _facts(peaks: Peaks | None) -> DeviceFacts | None:
 def tune_shard(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not any(isinstance(e, ShardTuned) and e.request_id == request_id for e in history):
-        submitted = next(e for e in history if isinstance(e, JobSubmitted)).spec
-        request = next(e for e in history if isinstance(e, TuningRequested) and e.event_id == request_id)
+    if not answered(history, request_id, (ShardTuned,)):
+        submission, request = submission_and_request(history, request_id, TuningRequested)
+        submitted = submission.spec
         spec = _space_of(history, submitted, request.candidate_id)
         recorded = [e for e in history if isinstance(e, ConfigMeasured | ConfigFailed) and e.request_id == request_id]
         # Outcomes carry derived ids and are appended without a version check: shards on other GPUs append

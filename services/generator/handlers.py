@@ -14,9 +14,9 @@ from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.errors import field_errors
 from shared.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
-                           JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
+                           PlanProposed, StepBrokenDown, StepValidated, derived_id)
 from shared.eventstore import EventStore
-from shared.projections import job_stream
+from shared.projections import answered, job_stream, submission_and_request
 from shared.settings import Settings
 from shared.spec import CandidateSpec, KernelSpec, TuningStep
 from shared.steps import Optimisation, project_optimisation
@@ -27,11 +27,10 @@ ANSWERS = (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, Gene
 def generate(store: EventStore, bus: Bus, job_id: str, request_id: UUID, settings: Settings) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not any(isinstance(e, ANSWERS) and e.request_id == request_id for e in history):
-        spec = next(e for e in history if isinstance(e, JobSubmitted)).spec
-        request = next(e for e in history if isinstance(e, GenerationRequested) and e.event_id == request_id)
+    if not answered(history, request_id, ANSWERS):
+        submitted, request = submission_and_request(history, request_id, GenerationRequested)
         calls = [e for e in history if isinstance(e, GeneratorCalled)]
-        store.append(stream, _answer(store, settings, spec, request, project_optimisation(history), calls),
+        store.append(stream, _answer(store, settings, submitted.spec, request, project_optimisation(history), calls),
                      expected_version=None)
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} generator answered"))
 

@@ -12,10 +12,10 @@ from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.device.nvrtc import CompileError, compile_kernel, parameter_types
 from shared.device.process import DeviceProcess, Failed, NoDevice
-from shared.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, TrialPassed, VerificationIncomplete,
+from shared.events import (CandidateRejected, CandidateVerified, Event, TrialPassed, VerificationIncomplete,
                            VerificationRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
-from shared.projections import job_stream
+from shared.projections import answered, job_stream, submission_and_request
 from shared.spec import KernelSpec
 
 ANSWERS = (CandidateVerified, CandidateRejected, VerificationIncomplete)
@@ -26,20 +26,15 @@ def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
     """`device()` returns the GPU process of this worker, or raises NoDevice."""
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not _answered(history, request_id):
-        spec = next(e for e in history if isinstance(e, JobSubmitted)).spec
-        request = next(e for e in history if isinstance(e, VerificationRequested) and e.event_id == request_id)
-        answer = _verify(stream, spec, request, device, default_arch)
+    if not answered(history, request_id, ANSWERS):
+        submitted, request = submission_and_request(history, request_id, VerificationRequested)
+        answer = _verify(stream, submitted.spec, request, device, default_arch)
         try:
             store.append(stream, [answer], expected_version=history[-1].stream_version)
         except ConcurrencyConflict:
-            if not _answered(store.read_stream(stream), request_id):
+            if not answered(store.read_stream(stream), request_id, ANSWERS):
                 raise
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} verification answered"))
-
-
-def _answered(history: list[Event], request_id: UUID) -> bool:
-    return any(isinstance(e, ANSWERS) and e.request_id == request_id for e in history)
 
 
 def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, device: Callable[[], DeviceProcess],
