@@ -81,11 +81,10 @@ def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
     rt = _runtime()
     job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run)
     view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s)
-    if view.finished:
-        rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before reading
     if not view.finished:
         raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: read it later with "
                           f"kforge.tracker({job_id!r})")
+    rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before reading
     return job_id
 
 
@@ -128,19 +127,13 @@ def suggestions(job_id: str) -> list[OptimizationSuggestion]:
 def compare(baseline: str, current: str, metric: str = "best", threshold_percent: float = 5.0,
             alpha: float = 0.05) -> Comparison:
     """Compare two runs: job ids, run names given at submission, or run files (.json) exported earlier."""
-    try:
-        return queries.compare(_runtime().store, baseline, current, metric, threshold_percent=threshold_percent,
-                               alpha=alpha)
-    except (queries.ReportError, ValueError) as exc:
-        raise KforgeError(str(exc)) from None
+    return _reported(lambda store: queries.compare(store, baseline, current, metric,
+                                                   threshold_percent=threshold_percent, alpha=alpha))
 
 
 def profile(*job_ids: str, bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
     """Where the time went: of the jobs named, or of every job."""
-    try:
-        return queries.profile(_runtime().store, list(job_ids), bottleneck_share)
-    except (queries.ReportError, ValueError) as exc:
-        raise KforgeError(str(exc)) from None
+    return _reported(queries.profile, list(job_ids), bottleneck_share)
 
 
 def slow_kernels(threshold: float = 0.8) -> list[KernelResult]:
@@ -152,8 +145,9 @@ def export(job_id: str, directory: str | Path) -> list[Path]:
     return write_job_files(_reported(queries.events_of, job_id), Path(directory))
 
 
-def _reported(query, argument):
+def _reported(query, *arguments):
+    """A report from the store; a missing job or a bad argument is a KforgeError saying which."""
     try:
-        return query(_runtime().store, argument)
-    except queries.ReportError as exc:
+        return query(_runtime().store, *arguments)
+    except (queries.ReportError, ValueError) as exc:
         raise KforgeError(str(exc)) from None

@@ -458,6 +458,10 @@ class KernelSpec(_Strict):
         """The spec's figure, or every array read or written once: the least any correct kernel moves."""
         if self.work.bytes is not None:
             return int(evaluate(self.work.bytes, self.sizes))
+        return self.array_bytes()
+
+    def array_bytes(self) -> int:
+        """The size of every array argument together."""
         return sum(math.prod(self.shape_of(a)) * np.dtype(a.dtype).itemsize for a in self.args if a.is_array)
 
     def flops_per_launch(self) -> float | None:

@@ -58,7 +58,7 @@ def load_run(store: EventStore, reference: str, metric: str = "best", files: boo
             return Run.model_validate_json(path.read_text())
         except ValidationError as exc:
             raise ReportError(f"{reference} is not a run exported by kforge ({exc.error_count()} problems): export "
-                              "one with `kforge compare ... --export-run`") from None
+                              "one with `kforge export-run RUN FILE`") from None
     named = results(store, run=reference)
     if named:
         return run_of(reference, named, metric)
@@ -81,7 +81,7 @@ def slow_kernels(store: EventStore, threshold: float) -> list[KernelResult]:
     """Kernels whose best speedup so far, over all their jobs, is below `threshold` (against the spec's
     reference time when it has one, else against the submitted kernel); the slowest first."""
     if threshold <= 0:
-        raise ReportError(f"threshold {threshold}: give a speedup ratio above 0, e.g. 0.8")
+        raise ValueError(f"threshold {threshold}: give a speedup ratio above 0, e.g. 0.8")
     best: dict[str, KernelResult] = {}
     for result in results(store):
         speedup = result.speedup_vs_reference

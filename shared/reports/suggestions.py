@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, DeviceFacts, Event,
@@ -202,7 +201,7 @@ def redundant_traffic(ev: Evidence) -> OptimizationSuggestion | None:
     """A kernel declared to move several times its arrays re-reads them from memory."""
     if ev.spec.work.bytes is None:
         return None
-    arrays = sum(math.prod(ev.spec.shape_of(a)) * np.dtype(a.dtype).itemsize for a in ev.spec.args if a.is_array)
+    arrays = ev.spec.array_bytes()
     declared = ev.spec.bytes_per_launch()
     if not arrays or declared < 2 * arrays:
         return None
