@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 PLANNER_QUEUE = "planner"
 GENERATOR_QUEUE = "generator"
 VERIFIER_QUEUE = "verifier"
+WEBHOOKS_QUEUE = "webhooks"
 
 
 def benchmark_queue(gpu: str) -> str:
@@ -34,6 +35,7 @@ class Message(BaseModel):
     queue: str
     kwargs: dict[str, Any]
     message_id: str  # becomes the Celery task id, so a duplicate dispatch is recognisable
+    delay_s: float = 0.0  # run no sooner than this (a retry's backoff)
 
 
 class PlannerCatchUp:
@@ -84,3 +86,18 @@ class VerifyCandidate(GpuRequest):
     """Prove a job's candidate computes what its submitted kernel computes, or reject it saying why."""
 
     task = "verifier.verify_candidate"
+
+
+class DeliverWebhook:
+    """Make one delivery attempt of a job's webhook; a failed attempt sends the next with a delay."""
+
+    task = "webhooks.deliver"
+
+    @classmethod
+    def message(cls, job_id: str, request_id: UUID, attempt: int = 1, delay_s: float = 0.0) -> Message:
+        # The first attempt's message id is the request id, like every request's; a retry's extends it,
+        # so the broker tells which attempt it holds and recovery still finds the request's messages.
+        message_id = str(request_id) if attempt == 1 else f"{request_id}:{attempt}"
+        return Message(task=cls.task, queue=WEBHOOKS_QUEUE, kwargs={"job_id": job_id, "request_id": str(request_id),
+                                                                    "attempt": attempt},
+                       message_id=message_id, delay_s=delay_s)

@@ -67,6 +67,16 @@ class JobFailed(Event):
     reason: str
 
 
+class JobCancelled(Event):
+    """Stopped on request: no further work is started for it, and running work stops at its next check."""
+
+    reason: str
+    cancelled_by: str  # cli | http | python
+
+
+JOB_ENDS = (JobCompleted, JobFailed, JobCancelled)  # a job ends with exactly one of these
+
+
 # --- baseline ---------------------------------------------------------------------------------------
 class BaselineRequested(Event):
     queue: str
@@ -352,6 +362,51 @@ class TaskProfiled(Event):
     peak_rss_mb: float
 
 
+# --- webhooks: a finished job is announced to its webhook_url, signed, retried with backoff ----------------
+class WebhookRequested(Event):
+    """Announce the job's end (`kind`: job.completed | job.failed | job.cancelled) to `url`."""
+
+    queue: str
+    url: str
+    kind: str
+
+
+class WebhookAttempted(Event):
+    """One delivery attempt and what the receiver answered, or why there was no answer."""
+
+    request_id: UUID
+    attempt: int  # 1-based
+    url: str
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+    retry_in_s: float | None  # when the next attempt follows; None: none follows
+
+
+class WebhookDelivered(Event):
+    request_id: UUID
+    attempts: int
+    status_code: int
+
+
+class WebhookAbandoned(Event):
+    """No more attempts: every retry failed, the receiver said 410 Gone, or the URL is not allowed."""
+
+    request_id: UUID
+    attempts: int
+    reason: str
+
+
+# What answers each request: a request with none of these is still owed its answer.
+ANSWERS: dict[type[Event], tuple[type[Event], ...]] = {
+    BaselineRequested: (BaselineMeasured, BaselineFailed),
+    TuningRequested: (ShardTuned,),
+    VerificationRequested: (CandidateVerified, CandidateRejected, VerificationIncomplete),
+    GenerationRequested: (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, GenerationFailed),
+    WebhookRequested: (WebhookDelivered, WebhookAbandoned),
+}
+
+
 # --- decoding, with explicit handling of unknown and newer events -------------------------------------
 class UnknownEventType(LookupError):
     pass
@@ -401,6 +456,7 @@ EVENTS = EventRegistry(
      TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
      VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete,
      GenerationRequested, GeneratorCalled, PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated,
-     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled],
+     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled, JobCancelled,
+     WebhookRequested, WebhookAttempted, WebhookDelivered, WebhookAbandoned],
     upcasters={("JobSubmitted", 1): _added_optional_field, ("BaselineMeasured", 1): _added_optional_field},
 )

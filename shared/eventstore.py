@@ -12,6 +12,7 @@ Guarantees, checked by one contract suite against both databases:
 """
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC
 
 from sqlalchemy import (JSON, BigInteger, Column, DateTime, Integer, MetaData, String, Table, UniqueConstraint,
@@ -28,7 +29,7 @@ events_table = Table(
     Column("event_id", String(36), nullable=False, unique=True),
     Column("stream_id", String(200), nullable=False),
     Column("stream_version", Integer, nullable=False),
-    Column("type", String(100), nullable=False),
+    Column("type", String(100), nullable=False, index=True),  # read models and limits count by type
     Column("version", Integer, nullable=False),
     Column("occurred_at", DateTime(timezone=True), nullable=False),
     Column("payload", JSON, nullable=False),
@@ -46,6 +47,24 @@ class ConcurrencyConflict(RuntimeError):
     """The stream moved on since the writer read it: reload, decide again, retry."""
 
 
+class TooManyOpen(RuntimeError):
+    """A new stream was refused: as many streams as allowed are open (opened and not yet closed)."""
+
+    def __init__(self, open_streams: int):
+        super().__init__(f"{open_streams} streams are open")
+        self.open_streams = open_streams
+
+
+@dataclass(frozen=True)
+class OpenLimit:
+    """At most `limit` streams may be open: with an `opened` event and none of the `closing` types (each
+    stream closes at most once). Checked inside the append's lock, so concurrent appends cannot overshoot."""
+
+    opened: str
+    closing: tuple[str, ...]
+    limit: int
+
+
 class EventStore:
     def __init__(self, url: str, registry: EventRegistry = EVENTS):
         self.url = url
@@ -54,12 +73,16 @@ class EventStore:
         metadata.create_all(self.engine)
 
     # --- writing ---------------------------------------------------------------------------------
-    def append(self, stream_id: str, events: Sequence[Event], expected_version: int | None) -> list[Event]:
-        """Append `events` to `stream_id` if it is at `expected_version` (None: any version).
+    def append(self, stream_id: str, events: Sequence[Event], expected_version: int | None,
+               open_limit: OpenLimit | None = None) -> list[Event]:
+        """Append `events` to `stream_id` if it is at `expected_version` (None: any version), and, with
+        `open_limit`, only while fewer streams are open than it allows (else TooManyOpen).
 
         Returns the events as stored, with stream_version and position set."""
         try:
             with self._transaction() as conn:
+                if open_limit is not None:
+                    self._check_open(conn, open_limit)
                 return self._append(conn, stream_id, events, expected_version)
         except IntegrityError as exc:
             raise ConcurrencyConflict(f"stream {stream_id}: concurrent append ({exc.orig})") from None
@@ -90,9 +113,11 @@ class EventStore:
         return recorded
 
     # --- reading ---------------------------------------------------------------------------------
-    def read_stream(self, stream_id: str, up_to_position: int | None = None) -> list[Event]:
+    def read_stream(self, stream_id: str, up_to_position: int | None = None, after_version: int = 0) -> list[Event]:
+        """A stream's events in order; `after_version` skips those a follower has seen already."""
+        query = _stream_query(stream_id, up_to_position).where(events_table.c.stream_version > after_version)
         with self.engine.connect() as conn:
-            return [self._decode(r) for r in conn.execute(_stream_query(stream_id, up_to_position))]
+            return [self._decode(r) for r in conn.execute(query)]
 
     def read_all(self, after_position: int = 0, limit: int = 1000) -> list[Event]:
         """Events of every stream in global order, for catch-up subscriptions."""
@@ -108,6 +133,13 @@ class EventStore:
                                            & events_table.c.stream_id.startswith(stream_prefix, autoescape=True))
         with self.engine.connect() as conn:
             return [self._decode(r) for r in conn.execute(query.order_by(events_table.c.position))]
+
+    def stream_has(self, stream_id: str, type_name: str) -> bool:
+        """Whether a stream holds an event of this type (a running task asks if its job was cancelled)."""
+        query = select(events_table.c.position).where((events_table.c.stream_id == stream_id)
+                                                      & (events_table.c.type == type_name)).limit(1)
+        with self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
 
     def stream_version(self, stream_id: str) -> int:
         with self.engine.connect() as conn:
@@ -143,6 +175,15 @@ class EventStore:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK_KEY})
             yield conn
+
+    @staticmethod
+    def _check_open(conn: Connection, limit: OpenLimit) -> None:
+        def count(types: Collection[str]) -> int:
+            return conn.execute(select(func.count()).where(events_table.c.type.in_(types))).scalar_one()
+
+        open_streams = count([limit.opened]) - count(limit.closing)
+        if open_streams >= limit.limit:
+            raise TooManyOpen(open_streams)
 
     @staticmethod
     def _version(conn: Connection, stream_id: str) -> int:

@@ -6,13 +6,14 @@ from functools import singledispatch
 from typing import TypeVar
 from uuid import UUID
 
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
-                           JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, TuningCompleted,
-                           TuningRequested)
+from shared.events import (ANSWERS, JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
+                           JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned,
+                           TuningCompleted, TuningRequested, WebhookRequested)
 from shared.spec import KernelSpec
 
-TERMINAL = ("completed", "failed")
+TERMINAL = ("completed", "failed", "cancelled")
 RequestT = TypeVar("RequestT", bound=Event)
+ALL_ANSWERS = tuple(answer for answers in ANSWERS.values() for answer in answers)
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class JobView:
     job_id: str
     spec: KernelSpec | None = None
     run: str | None = None
-    status: str = "unknown"  # submitted | benchmarking | tuning | completed | failed
+    status: str = "unknown"  # submitted | benchmarking | tuning | completed | failed | cancelled
     submitted_at: datetime | None = None
     updated_at: datetime | None = None
     version: int = 0
@@ -60,9 +61,22 @@ def job_id_of(stream_id: str) -> str:
     return stream_id.removeprefix("job-")
 
 
-def answered(history: Iterable[Event], request_id: UUID, answers: tuple[type[Event], ...]) -> bool:
-    """Whether a request's answer is recorded already: a redelivered task then appends nothing again."""
-    return any(isinstance(e, answers) and e.request_id == request_id for e in history)
+def needs_answer(history: list[Event], request_id: UUID) -> bool:
+    """Whether a worker should work on a request: not when its answer is recorded already (a redelivered
+    task then appends nothing again), nor work for a cancelled job (its webhook still goes out)."""
+    request = next(e for e in history if e.event_id == request_id)
+    if any(isinstance(e, ANSWERS[type(request)]) and e.request_id == request_id for e in history):
+        return False
+    return isinstance(request, WebhookRequested) or not any(isinstance(e, JobCancelled) for e in history)
+
+
+def outstanding_requests(history: list[Event]) -> list[Event]:
+    """Requests still owed an answer, oldest first: a finished job's webhook, an unfinished job's work.
+    `history` may hold only a job's requests, answers and terminal events: that is all this reads."""
+    answered = {e.request_id for e in history if isinstance(e, ALL_ANSWERS)}
+    finished = any(isinstance(e, JOB_ENDS) for e in history)
+    return [e for e in history if type(e) in ANSWERS and e.event_id not in answered
+            and (isinstance(e, WebhookRequested) or not finished)]
 
 
 def submission_and_request(history: list[Event], request_id: UUID,
@@ -153,3 +167,8 @@ def _(event: JobCompleted, view: JobView) -> JobView:
 @evolve.register
 def _(event: JobFailed, view: JobView) -> JobView:
     return replace(view, status="failed", failed_stage=event.stage, failure=event.reason)
+
+
+@evolve.register
+def _(event: JobCancelled, view: JobView) -> JobView:
+    return replace(view, status="cancelled", failure=event.reason)

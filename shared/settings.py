@@ -1,5 +1,9 @@
 """Settings from the environment. With none set, kforge runs embedded: one process, SQLite under
 KFORGE_HOME, Celery tasks executed in-process. REDIS_URL and DATABASE_URL switch to separate services."""
+import base64
+import ipaddress
+import os
+import secrets
 from functools import cached_property
 from pathlib import Path
 
@@ -29,10 +33,56 @@ class Settings(BaseSettings):
                                  description="retries of a call refused for rate limits, overload or a server error")
     llm_timeout_s: float = Field(300.0, gt=0, validation_alias="KFORGE_LLM_TIMEOUT_S")
 
-    @field_validator("gpus", mode="before")
+    # The gateway. API keys: none configured means an open gateway (embedded, a trusted network).
+    api_keys: Annotated[list[str], NoDecode] = Field([], validation_alias="KFORGE_API_KEYS", repr=False,
+                                                     description="keys accepted in the X-API-Key header")
+    max_request_bytes: int = Field(1 << 20, ge=1024, validation_alias="KFORGE_MAX_REQUEST_BYTES",
+                                   description="larger request bodies are refused with 413")
+    max_open_jobs: int = Field(1000, ge=1, validation_alias="KFORGE_MAX_OPEN_JOBS",
+                               description="submissions beyond this many unfinished jobs are refused with 429")
+
+    # Webhooks: signed with KFORGE_WEBHOOK_SECRET (whsec_...; one is made under KFORGE_HOME when unset).
+    webhook_secret_override: str | None = Field(None, validation_alias="KFORGE_WEBHOOK_SECRET", repr=False)
+    webhook_allowed_networks: Annotated[list[str], NoDecode] = Field(
+        [], validation_alias="KFORGE_WEBHOOK_ALLOWED_NETWORKS",
+        description="private, loopback or link-local networks webhooks may still go to, e.g. 127.0.0.0/8")
+    webhook_retry_delays_s: Annotated[list[float], NoDecode] = Field(
+        [5, 300, 1800, 7200, 18000], validation_alias="KFORGE_WEBHOOK_RETRY_DELAYS_S",
+        description="waits before each retry of a failed delivery (each below the visibility timeout)")
+    webhook_timeout_s: float = Field(10.0, gt=0, validation_alias="KFORGE_WEBHOOK_TIMEOUT_S")
+
+    # The broker hands a task that was delivered but never acknowledged (its worker died) to another
+    # worker after this long, so it must exceed the longest task and the longest webhook retry delay.
+    visibility_timeout_s: float = Field(6 * 3600, gt=0, validation_alias="KFORGE_VISIBILITY_TIMEOUT_S")
+    recovery_interval_s: float = Field(30.0, gt=0, validation_alias="KFORGE_RECOVERY_INTERVAL_S",
+                                       description="how often a planner worker looks for lost messages")
+
+    @field_validator("gpus", "api_keys", "webhook_allowed_networks", "webhook_retry_delays_s", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return [g.strip() for g in value.split(",") if g.strip()] if isinstance(value, str) else value
+
+    @field_validator("webhook_secret_override")
+    @classmethod
+    def _whsec(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value.removeprefix("whsec_"), validate=True)
+            except ValueError:
+                raise ValueError("KFORGE_WEBHOOK_SECRET must be whsec_ followed by base64, e.g. "
+                                 f"{_new_webhook_secret()}") from None
+        return value
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"KFORGE_WEBHOOK_ALLOWED_NETWORKS: {network!r} is not a network such as "
+                                 "127.0.0.0/8 or ::1/128") from None
+        return value
 
     @cached_property
     def database_url(self) -> str:
@@ -46,6 +96,25 @@ class Settings(BaseSettings):
         """Where benchmark workers keep compiled kernels, by content hash."""
         return self.home / "compile-cache"
 
+    @cached_property
+    def webhook_secret(self) -> str:
+        """The Standard Webhooks signing secret: configured, or made once and kept under KFORGE_HOME."""
+        if self.webhook_secret_override:
+            return self.webhook_secret_override
+        path = self.home / "webhook-secret"
+        self.home.mkdir(parents=True, exist_ok=True)
+        try:  # exclusive creation: two processes starting together agree on one secret
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_text().strip()
+        with os.fdopen(fd, "w") as file:
+            file.write(_new_webhook_secret())
+        return path.read_text().strip()
+
     @property
     def embedded(self) -> bool:
         return self.redis_url is None
+
+
+def _new_webhook_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()

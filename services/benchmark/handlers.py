@@ -16,20 +16,17 @@ from shared.device.nvrtc import CompileError
 from shared.device.probe import Peaks
 from shared.device.process import Failed, NoDevice
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ConfigFailed,
-                           ConfigMeasured, DeviceFacts, Event,
+                           ConfigMeasured, DeviceFacts, Event, JobCancelled,
                            JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
-from shared.projections import answered, job_stream, submission_and_request
+from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.spec import KernelSpec
-
-
-BASELINE_ANSWERS = (BaselineMeasured, BaselineFailed)
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not answered(history, request_id, BASELINE_ANSWERS):
+    if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, BaselineRequested)
         outcome = _measure_baseline(stream, submitted, request, resources)
         try:
@@ -37,7 +34,7 @@ def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
         except ConcurrencyConflict:
             # The stream moved while we measured. If another worker answered this request, its answer
             # stands; otherwise the task is retried and measures again against the new stream.
-            if not answered(store.read_stream(stream), request_id, BASELINE_ANSWERS):
+            if needs_answer(store.read_stream(stream), request_id):
                 raise
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} baseline answered"))
 
@@ -94,17 +91,29 @@ def _facts(peaks: Peaks | None) -> DeviceFacts | None:
 def tune_shard(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not answered(history, request_id, (ShardTuned,)):
+    if needs_answer(history, request_id):
         submission, request = submission_and_request(history, request_id, TuningRequested)
         submitted = submission.spec
         spec = _space_of(history, submitted, request.candidate_id)
         recorded = [e for e in history if isinstance(e, ConfigMeasured | ConfigFailed) and e.request_id == request_id]
-        # Outcomes carry derived ids and are appended without a version check: shards on other GPUs append
-        # to the same stream at the same time, and a repeated outcome is a no-op.
-        store.append(stream, [_tune(stream, spec, submitted, request, recorded, resources,
-                                    lambda batch: store.append(stream, batch, expected_version=None))],
-                     expected_version=None)
+
+        def append(batch: list[Event]) -> None:
+            # Outcomes carry derived ids and are appended without a version check: shards on other GPUs
+            # append to the same stream at the same time, and a repeated outcome is a no-op.
+            store.append(stream, batch, expected_version=None)
+            if store.stream_has(stream, JobCancelled.__name__):
+                raise Cancelled(stream)
+
+        try:
+            store.append(stream, [_tune(stream, spec, submitted, request, recorded, resources, append)],
+                         expected_version=None)
+        except Cancelled:
+            return  # the search stops at its next batch; a cancelled job is owed no answer
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} shard answered"))
+
+
+class Cancelled(Exception):
+    """The job was cancelled while its space was searched."""
 
 
 def _space_of(history: list[Event], submitted: KernelSpec, candidate_id: str) -> KernelSpec:

@@ -2,8 +2,9 @@
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
+from shared.events import Event
 from shared.projections import JobView
 
 
@@ -11,6 +12,18 @@ class JobAccepted(BaseModel):
     job_id: str
     status_url: str
     events_url: str
+    stream_url: str  # the events as Server-Sent Events, live
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("cancelled on request", max_length=500)
+
+
+class Problem(BaseModel):
+    """An error: what went wrong and what to do instead."""
+
+    detail: str
 
 
 class JobPublic(BaseModel):
@@ -50,6 +63,12 @@ class EventPublic(BaseModel):
     position: int
     occurred_at: datetime
     payload: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: Event) -> "EventPublic":
+        return cls(type=e.type, version=e.version, event_id=str(e.event_id), stream_id=e.stream_id,
+                   stream_version=e.stream_version, position=e.position, occurred_at=e.occurred_at,
+                   payload=e.payload())
 
 
 class FieldErrorPublic(BaseModel):

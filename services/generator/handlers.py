@@ -16,18 +16,16 @@ from shared.errors import field_errors
 from shared.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
                            PlanProposed, StepBrokenDown, StepValidated, derived_id)
 from shared.eventstore import EventStore
-from shared.projections import answered, job_stream, submission_and_request
+from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.settings import Settings
 from shared.spec import CandidateSpec, KernelSpec, TuningStep
 from shared.steps import Optimisation, project_optimisation
-
-ANSWERS = (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, GenerationFailed)
 
 
 def generate(store: EventStore, bus: Bus, job_id: str, request_id: UUID, settings: Settings) -> None:
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not answered(history, request_id, ANSWERS):
+    if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, GenerationRequested)
         calls = [e for e in history if isinstance(e, GeneratorCalled)]
         store.append(stream, _answer(store, settings, submitted.spec, request, project_optimisation(history), calls),

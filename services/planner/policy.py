@@ -11,13 +11,13 @@ from functools import singledispatch
 
 from services.planner import step_flow
 from services.planner.strategies import UnknownStrategy, strategy_for
-from shared.contracts import (Generate, MeasureBaseline, Message, TuneShard, VerifyCandidate,
-                              benchmark_queue, verifier_queue)
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
-                           CandidateVerified, Event, GenerationFailed, GenerationRequested, JobCompleted, JobFailed,
-                           JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
+from shared.contracts import (WEBHOOKS_QUEUE, DeliverWebhook, Generate, MeasureBaseline, Message, TuneShard,
+                              VerifyCandidate, benchmark_queue, verifier_queue)
+from shared.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
+                           CandidateVerified, Event, GenerationFailed, GenerationRequested, JobCancelled, JobCompleted,
+                           JobFailed, JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
                            StepSkipped, StepValidated, TuningCompleted, TuningRequested, VerificationIncomplete,
-                           VerificationRequested, derived_id)
+                           VerificationRequested, WebhookRequested, derived_id)
 from shared.projections import JobView, job_id_of
 from shared.steps import TUNED_SUFFIX, Optimisation
 
@@ -29,14 +29,29 @@ class Reaction:
 
 
 NOTHING = Reaction()
+# The ends of a job, and the request to announce one: reacted to although the job has finished.
+ANNOUNCING = (*JOB_ENDS, WebhookRequested)
 
 
 def react(event: Event, job: JobView, gpus: list[str], optimisation: Optimisation | None = None) -> Reaction:
     """The planner's decision; only events named in TRIGGERS ever lead to one. `optimisation` is the job's
     folded steps, needed by jobs whose strategy rewrites the kernel."""
+    if isinstance(event, ANNOUNCING):
+        return _announce(event, job)  # the job has just finished: its webhook goes out
     if job.finished:
         return NOTHING  # a late result, or a request still in the log, changes nothing for a finished job
     return _react(event, job, gpus, optimisation)
+
+
+def _announce(event: Event, job: JobView) -> Reaction:
+    if isinstance(event, WebhookRequested):
+        return Reaction(messages=[DeliverWebhook.message(job_id_of(event.stream_id), event.event_id)])
+    if job.spec is None or job.spec.webhook_url is None:
+        return NOTHING
+    kind = {JobCompleted: "job.completed", JobFailed: "job.failed", JobCancelled: "job.cancelled"}[type(event)]
+    return Reaction(events=[WebhookRequested(event_id=derived_id(event.event_id, "WebhookRequested"),
+                                             stream_id=event.stream_id, queue=WEBHOOKS_QUEUE,
+                                             url=str(job.spec.webhook_url), kind=kind)])
 
 
 def _home_gpu(stream_id: str, gpus: list[str]) -> int:
@@ -209,4 +224,5 @@ def _(event: CandidateGenerated, job: JobView, gpus: list[str], opt: Optimisatio
         queue=verifier_queue(gpu), candidate_id=event.candidate_id, candidate=event.candidate)])
 
 
-TRIGGERS = frozenset(cls.__name__ for cls in _react.registry if cls not in (object, Event))
+TRIGGERS = frozenset([*(cls.__name__ for cls in _react.registry if cls not in (object, Event)),
+                      *(cls.__name__ for cls in ANNOUNCING)])

@@ -15,10 +15,8 @@ from shared.device.process import DeviceProcess, Failed, NoDevice
 from shared.events import (CandidateRejected, CandidateVerified, Event, TrialPassed, VerificationIncomplete,
                            VerificationRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
-from shared.projections import answered, job_stream, submission_and_request
+from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.spec import KernelSpec
-
-ANSWERS = (CandidateVerified, CandidateRejected, VerificationIncomplete)
 
 
 def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
@@ -26,13 +24,13 @@ def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
     """`device()` returns the GPU process of this worker, or raises NoDevice."""
     stream = job_stream(job_id)
     history = store.read_stream(stream)
-    if not answered(history, request_id, ANSWERS):
+    if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, VerificationRequested)
         answer = _verify(stream, submitted.spec, request, device, default_arch)
         try:
             store.append(stream, [answer], expected_version=history[-1].stream_version)
         except ConcurrencyConflict:
-            if not answered(store.read_stream(stream), request_id, ANSWERS):
+            if needs_answer(store.read_stream(stream), request_id):
                 raise
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} verification answered"))
 

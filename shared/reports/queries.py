@@ -9,6 +9,7 @@ from shared.events import JobSubmitted
 from shared.eventstore import EventStore
 from shared.jobs import job_events, submit_job
 from shared.projections import job_id_of
+from shared.reports.deliveries import WebhookDelivery, webhook_deliveries
 from shared.reports.comparison import Comparison, Run, compare_runs, run_of
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile, pipeline_profile
 from shared.reports.results import KernelResult, kernel_result
@@ -30,6 +31,10 @@ def events_of(store: EventStore, job_id: str) -> list:
 
 def job_tracker(store: EventStore, job_id: str) -> PerformanceTracker:
     return performance_tracker(events_of(store, job_id))
+
+
+def job_webhooks(store: EventStore, job_id: str) -> list[WebhookDelivery]:
+    return webhook_deliveries(events_of(store, job_id))
 
 
 def job_suggestions(store: EventStore, job_id: str) -> list[OptimizationSuggestion]:

@@ -51,9 +51,10 @@ def test_submit_returns_202_with_job_id_and_urls(client, rt, spec_json):
     assert response.status_code == 202
     body = response.json()
     job_id = body["job_id"]
-    assert job_id and set(body) == {"job_id", "status_url", "events_url"}
+    assert job_id and set(body) == {"job_id", "status_url", "events_url", "stream_url"}
     assert body["status_url"] == f"/v1/jobs/{job_id}"
     assert body["events_url"] == f"/v1/jobs/{job_id}/events"
+    assert body["stream_url"] == f"/v1/jobs/{job_id}/stream"
     # the job is in the store and the planner was asked to act on it
     assert rt.store.stream_ids("job-") == [f"job-{job_id}"]
     assert [m.task for m in rt.bus.messages] == [PlannerCatchUp.task]
@@ -236,6 +237,9 @@ def test_openapi_operation_ids(client):
         ("/v1/profile", "get"): "get_profile",
         ("/v1/compare", "get"): "compare_runs",
         ("/v1/slow", "get"): "list_slow_kernels",
+        ("/v1/jobs/{job_id}/cancel", "post"): "cancel_job",
+        ("/v1/jobs/{job_id}/stream", "get"): "stream_job_events",
+        ("/v1/jobs/{job_id}/webhooks", "get"): "get_job_webhooks",
     }
     submit = paths["/v1/jobs"]["post"]["responses"]
     assert "202" in submit and "422" in submit

@@ -213,7 +213,8 @@ def test_catch_up_after_a_crash_appends_no_duplicates(store, vector_add_spec):
     # The benchmark worker reports; the planner completes the job, once.
     result = measured(request)
     store.append(job.stream_id, [result], expected_version=2)
-    assert handlers.catch_up(store, bus, GPUS) == 1  # BaselineMeasured; its JobCompleted asks for no reaction
+    # BaselineMeasured, then its JobCompleted, which would request the webhook if the spec had one
+    assert handlers.catch_up(store, bus, GPUS) == 2
     assert store.tracked_position(handlers.CONSUMER) == store.read_all()[-1].position
     stream = store.read_stream(job.stream_id)
     assert [e.type for e in stream] == ["JobSubmitted", "BaselineRequested", "BaselineMeasured", "JobCompleted"]
@@ -243,7 +244,8 @@ def test_replaying_the_whole_log_appends_nothing(store, vector_add_spec):
         conn.execute(text("DELETE FROM kforge_tracking"))
     assert store.tracked_position(handlers.CONSUMER) == 0
 
-    assert handlers.catch_up(store, bus, GPUS) == 3  # JobSubmitted, BaselineRequested, BaselineMeasured decided again
+    # JobSubmitted, BaselineRequested, BaselineMeasured and JobCompleted decided again
+    assert handlers.catch_up(store, bus, GPUS) == 4
     assert store.read_all() == log
     assert [m.message_id for m in bus.messages] == [str(request.event_id)]
 
@@ -276,7 +278,7 @@ def test_catch_up_fails_a_job_ignores_late_results_and_skips_other_streams(store
 
     failure = BaselineFailed(stream_id=job.stream_id, request_id=request.event_id, stage="launch", reason="too many")
     store.append(job.stream_id, [failure], expected_version=2)
-    assert handlers.catch_up(store, bus, GPUS) == 1  # the failure; its JobFailed asks for no reaction
+    assert handlers.catch_up(store, bus, GPUS) == 2  # the failure, then its JobFailed (no webhook to request)
 
     stream = store.read_stream(job.stream_id)
     assert [e.type for e in stream] == ["JobSubmitted", "BaselineRequested", "BaselineFailed", "JobFailed"]
