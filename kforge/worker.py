@@ -5,6 +5,7 @@ from services.benchmark import tasks as _benchmark_tasks  # noqa: F401  (registe
 from services.generator import tasks as _generator_tasks  # noqa: F401
 from services.planner import tasks as _planner_tasks  # noqa: F401
 from services.verifier import tasks as _verifier_tasks  # noqa: F401
+from services.webhooks import tasks as _webhooks_tasks  # noqa: F401
 from shared.bus import celery_app, configure_celery
 from shared.settings import Settings
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from celery import Celery
 
-from shared.contracts import GENERATOR_QUEUE, PLANNER_QUEUE, VERIFIER_QUEUE, Message
+from shared.contracts import GENERATOR_QUEUE, PLANNER_QUEUE, VERIFIER_QUEUE, WEBHOOKS_QUEUE, Message
 from shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def configure_celery(app: Celery, settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=PLANNER_QUEUE,
         task_routes={"planner.*": {"queue": PLANNER_QUEUE}, "generator.*": {"queue": GENERATOR_QUEUE},
-                     "verifier.*": {"queue": VERIFIER_QUEUE}},
+                     "verifier.*": {"queue": VERIFIER_QUEUE}, "webhooks.*": {"queue": WEBHOOKS_QUEUE}},
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         task_serializer="json",

@@ -32,7 +32,7 @@ def allowed_addresses(url: str, allowed_networks: list[str]) -> list[IPAddress]:
     for address in addresses:
         if not _public(address) and not any(address in network for network in networks):
             raise WebhookUrlRefused(
-                f"{parts.hostname} resolves to {address}, a {_kind(address)} address, where webhooks may not go; "
+                f"{parts.hostname} resolves to {address} ({_kind(address)} address), where webhooks may not go; "
                 "use a public URL, or allow the network with KFORGE_WEBHOOK_ALLOWED_NETWORKS")
     return addresses
 
@@ -49,7 +49,7 @@ def _public(address: IPAddress) -> bool:
 
 
 def _kind(address: IPAddress) -> str:
-    for kind in ("loopback", "link_local", "private", "multicast", "unspecified", "reserved"):
+    for kind in ("loopback", "link_local", "unspecified", "multicast", "reserved", "private"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
     return "non-public"
