@@ -5,8 +5,8 @@ This package is the composition root: it wires the services in `services/` to th
 """
 __version__ = "0.1.0"
 
-from kforge.api import (KforgeError, compare, export, make_kernel_tunable, profile, slow_kernels,  # noqa: E402
+from kforge.api import (KforgeError, cancel, compare, export, make_kernel_tunable, profile, slow_kernels,  # noqa: E402
                         suggestions, tracker)
 
-__all__ = ["KforgeError", "compare", "export", "make_kernel_tunable", "profile", "slow_kernels", "suggestions",
+__all__ = ["KforgeError", "cancel", "compare", "export", "make_kernel_tunable", "profile", "slow_kernels", "suggestions",
            "tracker"]

@@ -15,7 +15,8 @@ from kforge.specfile import SpecError, load_spec
 from shared import runtime
 from shared.errors import field_errors
 from shared.events import Event
-from shared.jobs import follow_job, job_events, submit_job
+from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, follow_job, job_events, submit_job
+from shared.webhook_addresses import WebhookUrlRefused
 from shared.projections import project_job
 from shared.reports import queries
 from shared.reports.comparison import Comparison
@@ -79,7 +80,11 @@ def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
              on_event: Callable[[Event], None] = lambda e: None) -> str:
     """Submit and follow a job to its end; returns the job id."""
     rt = _runtime()
-    job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run)
+    try:
+        job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run,
+                            admission=Admission.of(rt.settings))
+    except (WebhookUrlRefused, QueueFull) as exc:
+        raise KforgeError(str(exc)) from None
     view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s)
     if not view.finished:
         raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: read it later with "
@@ -138,6 +143,17 @@ def profile(*job_ids: str, bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE) -
 
 def slow_kernels(threshold: float = 0.8) -> list[KernelResult]:
     return _reported(queries.slow_kernels, threshold)
+
+
+def cancel(job_id: str, reason: str = "cancelled on request") -> None:
+    """Cancel an unfinished job; a KforgeError if it has ended or does not exist."""
+    rt = _runtime()
+    try:
+        cancel_job(rt.store, rt.bus, job_id, reason=reason, cancelled_by="python")
+    except JobFinished as exc:
+        raise KforgeError(str(exc)) from None
+    except KeyError:
+        raise KforgeError(f"no job {job_id}: `kforge jobs` lists them") from None
 
 
 def export(job_id: str, directory: str | Path) -> list[Path]:

@@ -18,7 +18,9 @@ from shared import runtime
 from shared.contracts import gpu_of
 from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
-from shared.jobs import follow_job, get_job, job_events, list_jobs, submit_job
+from shared.jobs import (Admission, JobFinished, QueueFull, cancel_job, follow_job, get_job, job_events, list_jobs,
+                         submit_job)
+from shared.webhook_addresses import WebhookUrlRefused
 from shared.projections import job_id_of
 from shared.reports import queries
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
@@ -109,7 +111,14 @@ def tune(
             raise typer.Exit(2) from None
     rt = _runtime()
     mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
-    job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run)
+    try:
+        job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run, admission=Admission.of(rt.settings))
+    except WebhookUrlRefused as exc:
+        console.print(f"[red]webhook_url[/red]: {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    except QueueFull as exc:
+        console.print(f"[red]not submitted[/red]: {exc}")
+        raise typer.Exit(3) from None
     console.print(f"job [bold]{job_id}[/bold] submitted, {mode}")
 
     def show(event: Event) -> None:
@@ -168,6 +177,20 @@ def show(job: Annotated[str, typer.Argument(help="job id or a unique prefix")]) 
         console.print(view.summary)
     if view.failure:
         console.print(f"[red]{view.failed_stage}[/red]: {view.failure}")
+
+
+@app.command()
+def cancel(job: Annotated[str, typer.Argument(help="job id or a unique prefix")],
+           reason: Annotated[str, typer.Option(help="recorded with the cancellation")] = "cancelled on request") -> None:
+    """Cancel an unfinished job: nothing new starts for it, and a running search stops at its next batch."""
+    rt = _runtime()
+    job_id = _resolve(rt, job)
+    try:
+        view = cancel_job(rt.store, rt.bus, job_id, reason=reason, cancelled_by="cli")
+    except JobFinished as exc:
+        console.print(f"[red]nothing to cancel[/red]: {exc}")
+        raise typer.Exit(1) from None
+    console.print(jobs_table([view]))
 
 
 @app.command()

@@ -11,6 +11,7 @@ from services.planner.policy import react
 from shared.contracts import MeasureBaseline, TuneShard
 from shared.events import (BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned, TuningCompleted,
                            TuningRequested)
+from shared.jobs import cancel_job
 from shared.projections import job_stream, project_job
 from tests.fakes import RecordingBus, ScriptedSession, scripted_time_ms
 
@@ -134,3 +135,36 @@ def test_a_shard_that_could_not_run_fails_the_job_with_its_reason():
                    first_result_s=0, error="no CUDA device: the driver reports CUDA_ERROR_NO_DEVICE")
     (job_failed,) = react(failed, spec_view, ["0"]).events
     assert job_failed.type == "JobFailed" and job_failed.stage == "tuning" and "NO_DEVICE" in job_failed.reason
+
+
+def test_a_cancelled_job_stops_its_search_and_asks_for_nothing_more(store, gpus, sweep_spec):
+    job_id = submit(store, tune_spec(sweep_spec, strategy="brute_force"))
+    bus = RecordingBus()
+    catch_up(store, bus, ["0"])
+    handlers.measure_baseline(store, bus, job_id, UUID(bus.messages[0].kwargs["request_id"]), gpus["0"])
+    catch_up(store, bus, ["0"])
+    request = next(e for e in store.read_stream(job_stream(job_id)) if isinstance(e, TuningRequested))
+    stream = job_stream(job_id)
+    original_append = store.append
+
+    def append_then_cancel(stream_id, events, expected_version, **kw):
+        """The user cancels as soon as the search has recorded its first configurations."""
+        stored = original_append(stream_id, events, expected_version, **kw)
+        if any(isinstance(e, ConfigMeasured | ConfigFailed) for e in events) and \
+                not store.stream_has(stream, "JobCancelled"):
+            cancel_job(store, bus, job_id, reason="wrong sizes", cancelled_by="test")
+        return stored
+
+    store.append = append_then_cancel
+    handlers.tune_shard(store, bus, job_id, request.event_id, gpus["0"])
+    store.append = original_append
+
+    history = store.read_stream(stream)
+    assert not any(isinstance(e, ShardTuned) for e in history)  # stopped: a cancelled job is owed no answer
+    assert project_job(history, job_id).status == "cancelled"
+    assert project_job(history, job_id).failure == "wrong sizes"
+    catch_up(store, bus, ["0"])
+    assert store.read_stream(stream) == history  # the planner starts nothing for it
+    # A redelivered request for it does no work either.
+    handlers.tune_shard(store, bus, job_id, request.event_id, gpus["0"])
+    assert store.read_stream(stream) == history
