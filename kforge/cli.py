@@ -15,19 +15,20 @@ from kforge.render import (comparison_summary, comparison_table, describe, event
                            profile_table, slow_table, steps_table, suggestions_table)
 from kforge.specfile import SpecError, load_spec
 from shared import runtime
-from shared.contracts import gpu_of
+from shared.contracts import PLANNER_QUEUE, gpu_of
 from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
 from shared.jobs import (Admission, JobFinished, QueueFull, cancel_job, follow_job, get_job, job_events, list_jobs,
                          submit_job)
-from shared.webhook_addresses import WebhookUrlRefused
 from shared.projections import job_id_of
 from shared.reports import queries
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.reports.files import write_job_files
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.reports.tracker import performance_tracker
+from shared.settings import Settings
 from shared.steps import project_optimisation
+from shared.webhook_addresses import WebhookUrlRefused
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -385,6 +386,11 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
         os.environ["CUDA_VISIBLE_DEVICES"] = device or gpus[0]  # before CUDA initialises in this process
         os.environ["KFORGE_PINNED_GPU"] = gpus[0]  # so the tasks use device 0, the only one visible
     from kforge.worker import app as celery
+
+    if PLANNER_QUEUE in names:  # planner workers also look for messages the broker lost
+        from services.planner.recovery import start_recovery
+
+        start_recovery(runtime.current, Settings().recovery_interval_s)
 
     # A GPU worker runs one task at a time in its main process, which keeps the compile pool and the
     # process owning the GPU warm between tasks (a kernel that poisons the GPU costs only that process).

@@ -46,5 +46,9 @@ class Broker:
         messages = [json.loads(m) for q in queued for m in q] + [json.loads(v)[0] for v in unacked]
         return {m.get("headers", {}).get("id") for m in messages} - {None}
 
+    def claim(self, key: str, ttl_s: float) -> bool:
+        """Take a lease on `key` for `ttl_s` seconds unless another process holds it."""
+        return bool(self.client.set(key, "1", nx=True, px=max(1, int(ttl_s * 1000))))
+
     def close(self) -> None:
         self.client.close()

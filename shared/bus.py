@@ -34,7 +34,11 @@ def configure_celery(app: Celery, settings: Settings) -> Celery:
         task_default_queue=PLANNER_QUEUE,
         task_routes={"planner.*": {"queue": PLANNER_QUEUE}, "generator.*": {"queue": GENERATOR_QUEUE},
                      "verifier.*": {"queue": VERIFIER_QUEUE}, "webhooks.*": {"queue": WEBHOOKS_QUEUE}},
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # Kombu hands back a dead worker's unacknowledged message once the visibility timeout has passed,
+        # checking every unacked_restore_interval seconds (throttle 1: every check scans).
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s,
+                                  "unacked_restore_interval": min(10.0, settings.visibility_timeout_s / 2),
+                                  "unacked_restore_throttle": 1},
         broker_connection_retry_on_startup=True,
         task_serializer="json",
         accept_content=["json"],

@@ -45,7 +45,7 @@ def react(event: Event, job: JobView, gpus: list[str], optimisation: Optimisatio
 
 def _announce(event: Event, job: JobView) -> Reaction:
     if isinstance(event, WebhookRequested):
-        return Reaction(messages=[DeliverWebhook.message(job_id_of(event.stream_id), event.event_id)])
+        return Reaction(messages=[request_message(event)])
     if job.spec is None or job.spec.webhook_url is None:
         return NOTHING
     kind = {JobCompleted: "job.completed", JobFailed: "job.failed", JobCancelled: "job.cancelled"}[type(event)]
@@ -82,9 +82,30 @@ def _(event: JobSubmitted, job: JobView, gpus: list[str], opt: Optimisation | No
     return Reaction(events=[request])
 
 
-@_react.register
-def _(event: BaselineRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
-    return Reaction(messages=[MeasureBaseline.message(event.queue, job_id_of(event.stream_id), event.event_id)])
+@_react.register(BaselineRequested)
+@_react.register(TuningRequested)
+@_react.register(VerificationRequested)
+@_react.register(GenerationRequested)
+def _(event: Event, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    return Reaction(messages=[request_message(event)])
+
+
+def request_message(request: Event) -> Message:
+    """The message that has a worker answer a request: sent when the planner reaches the request in the log,
+    and again by recovery when the broker lost it."""
+    job_id = job_id_of(request.stream_id)
+    match request:
+        case BaselineRequested():
+            return MeasureBaseline.message(request.queue, job_id, request.event_id)
+        case TuningRequested():
+            return TuneShard.message(request.queue, job_id, request.event_id)
+        case VerificationRequested():
+            return VerifyCandidate.message(request.queue, job_id, request.event_id)
+        case GenerationRequested():
+            return Generate.message(job_id, request.event_id)
+        case WebhookRequested():
+            return DeliverWebhook.message(job_id, request.event_id)
+    raise TypeError(f"{request.type} is not a request")
 
 
 @_react.register
@@ -108,11 +129,6 @@ def _tuning(trigger: Event, job: JobView, gpus: list[str], candidate_id: str) ->
                             queue=benchmark_queue(gpus[(first + shard) % len(gpus)]), candidate_id=candidate_id,
                             shard=shard, shards=shards)
             for shard in range(shards)]
-
-
-@_react.register
-def _(event: TuningRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
-    return Reaction(messages=[TuneShard.message(event.queue, job_id_of(event.stream_id), event.event_id)])
 
 
 @_react.register
@@ -157,11 +173,6 @@ def _(event: BaselineFailed, job: JobView, gpus: list[str], opt: Optimisation | 
 
 
 @_react.register
-def _(event: VerificationRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
-    return Reaction(messages=[VerifyCandidate.message(event.queue, job_id_of(event.stream_id), event.event_id)])
-
-
-@_react.register
 def _(event: CandidateVerified, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     if job.spec.strategy.generates:
         if event.candidate_id.endswith(TUNED_SUFFIX):
@@ -192,11 +203,6 @@ def _(event: VerificationIncomplete, job: JobView, gpus: list[str], opt: Optimis
 
 
 # --- the generator's answers move a rewriting strategy on ---------------------------------------------------
-@_react.register
-def _(event: GenerationRequested, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
-    return Reaction(messages=[Generate.message(job_id_of(event.stream_id), event.event_id)])
-
-
 @_react.register(PlanProposed)
 @_react.register(StepValidated)
 @_react.register(StepBrokenDown)
