@@ -41,6 +41,39 @@ def evaluate(expression: str | Number, variables: Mapping[str, Number]) -> Numbe
     return _eval(_parse(expression).body, variables, expression)
 
 
+_COMPARISONS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+# Operator tokens appear as nodes of their own in ast.walk; these are the harmless ones.
+_RESTRICTION_TOKENS = (ast.Load, ast.And, ast.Or, ast.Not, *_COMPARISONS, *_BINARY, *_UNARY)
+
+
+def check_restriction(restriction: str) -> str:
+    """A restriction (Kernel Tuner's: `block_size_x * block_size_y <= 1024`) must be comparisons of arithmetic,
+    joined by and/or/not. Kernel Tuner compiles restrictions as Python, so anything else, which could run
+    code on a benchmark worker, is refused here, where it arrives."""
+    for node in ast.walk(_parse(restriction).body):
+        if not _restriction_node(node):
+            raise ExpressionError(f"{restriction!r} is not a restriction Kernel Tuner may run: compare arithmetic "
+                                  "of tune parameters and sizes with == != < <= > >=, joined by and, or, not")
+    return restriction
+
+
+def _restriction_node(node: ast.AST) -> bool:
+    match node:
+        case ast.Compare(ops=ops):
+            return all(isinstance(op, _COMPARISONS) for op in ops)
+        case ast.BoolOp() | ast.Name():
+            return True
+        case ast.UnaryOp(op=op):
+            return isinstance(op, (ast.Not, *_UNARY))
+        case ast.BinOp(op=op):
+            return type(op) in _BINARY
+        case ast.Constant(value=value):
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        case ast.Call(func=ast.Name(id=name), keywords=[]):
+            return name in _FUNCTIONS
+    return isinstance(node, _RESTRICTION_TOKENS)
+
+
 def _parse(expression: str) -> ast.Expression:
     try:
         return ast.parse(expression.strip(), mode="eval")

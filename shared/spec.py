@@ -10,15 +10,28 @@ import re
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
-from shared.expressions import ExpressionError, Number, evaluate, names_in
+from shared.expressions import ExpressionError, Number, check_restriction, evaluate, names_in
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 DEFAULT_BLOCK = {"block_size_x": 256, "block_size_y": 1, "block_size_z": 1}
 Expression = int | str
 ParamValue = int | float | str
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def _check_space(space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:
+    for name, values in space.items():
+        if not re.match(IDENTIFIER, name):
+            raise ValueError(f"tune parameter {name!r} is not an identifier: it becomes a -D define")
+        if not values:
+            raise ValueError(f"tune parameter {name!r} has no values: give at least one")
+    return space
+
+
+TuneSpace = Annotated[dict[str, list[ParamValue]], AfterValidator(_check_space)]
+Restriction = Annotated[str, AfterValidator(check_restriction)]
 
 
 class _Strict(BaseModel):
@@ -151,22 +164,12 @@ class CandidateSpec(_Strict):
     kernel_name: Annotated[str | None, Field(pattern=IDENTIFIER)] = Field(None, description="default: the spec's")
     params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the candidate, over the "
                                                                             "spec's params")
-    tune_params: dict[str, list[ParamValue]] | None = Field(
-        None, description="the candidate's tuning space; default: the spec's")
-    restrictions: list[str] | None = Field(None, description="default: the spec's")
+    tune_params: TuneSpace | None = Field(None, description="the candidate's tuning space; default: the spec's")
+    restrictions: list[Restriction] | None = Field(None, description="default: the spec's")
     grid_div_x: list[Expression] | None = Field(None, description="default: the spec's")
     grid_div_y: list[Expression] | None = None
     grid_div_z: list[Expression] | None = None
 
-    @field_validator("tune_params")
-    @classmethod
-    def _non_empty_values(cls, space: dict[str, list[ParamValue]] | None) -> dict[str, list[ParamValue]] | None:
-        for name, values in (space or {}).items():
-            if not re.match(IDENTIFIER, name):
-                raise ValueError(f"tune parameter {name!r} is not an identifier: it becomes a -D define")
-            if not values:
-                raise ValueError(f"tune parameter {name!r} has no values: give at least one")
-        return space
 
 
 # --- optimisation strategies: LLM Kernel Tuner's names and knobs -----------------------------------------
@@ -307,8 +310,8 @@ class KernelSpec(_Strict):
     grid_div_z: list[Expression] | None = None
     block_size_names: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCK))
     params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the submitted kernel")
-    tune_params: dict[str, list[ParamValue]] = Field(default_factory=dict)
-    restrictions: list[str] = Field(default_factory=list)
+    tune_params: TuneSpace = Field(default_factory=dict)
+    restrictions: list[Restriction] = Field(default_factory=list)
     compiler_options: list[str] = Field(default_factory=list)
     work: WorkSpec = Field(default_factory=WorkSpec)
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec)
@@ -379,6 +382,7 @@ class KernelSpec(_Strict):
         checks += [(f"work.{k}", v, sizes) for k, v in (("bytes", self.work.bytes), ("flops", self.work.flops)) if v is not None]
         for axis in "xyz":
             checks += [(f"grid_div_{axis}", d, sizes | params) for d in getattr(self, f"grid_div_{axis}") or []]
+        checks += [(f"restrictions[{i}]", r, sizes | params) for i, r in enumerate(self.restrictions)]
         for field, expression, known in checks:
             try:
                 unknown = names_in(expression) - known

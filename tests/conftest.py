@@ -1,4 +1,5 @@
 """Fixtures shared by every test: real databases and brokers on loopback, and the GPU gate."""
+import io
 import os
 import uuid
 from pathlib import Path
@@ -102,3 +103,27 @@ def store(sqlite_url):
     store = EventStore(sqlite_url)
     yield store
     store.close()
+
+
+# --- the fault table: each fault test records what it tried and what held, printed after the run ---
+FAULTS: list[tuple[str, str, str]] = []
+
+
+def record_fault(fault: str, tried: str, held: str) -> None:
+    FAULTS.append((fault, tried, held))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FAULTS:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="faults tried on real Redis, PostgreSQL and worker processes")
+    for column in ("fault", "what was tried", "what held"):
+        table.add_column(column, overflow="fold")
+    for row in FAULTS:
+        table.add_row(*row)
+    console = Console(file=io.StringIO(), width=120)
+    console.print(table)
+    terminalreporter.write(console.file.getvalue())

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from shared.expressions import ExpressionError, evaluate, names_in
+from shared.expressions import ExpressionError, check_restriction, evaluate, names_in
 
 
 @pytest.mark.parametrize("expression, variables, expected", [
@@ -109,3 +109,28 @@ def test_names_in():
 def test_wrong_function_arity_is_an_expression_error(expression):
     with pytest.raises(ExpressionError):
         evaluate(expression, {"n": 4})
+
+
+@pytest.mark.parametrize("restriction", [
+    "block_size_x * block_size_y >= 32", "block_size_x * (block_size_y * tile_size_y + 8) * 4 <= 49152",
+    "n % block_size_x == 0 and not tile_size_x > 4 or min(a, b) != 3", "-a < 2 ** b"])
+def test_restrictions_of_arithmetic_comparisons_pass(restriction):
+    assert check_restriction(restriction) == restriction
+
+
+@pytest.mark.parametrize("restriction", [
+    "__import__('os').system('id') == 0", "open('/etc/passwd')", "a.real > 1", "a in [1, 2]", "a is 1",
+    "(lambda: 1)() > 0", "'x' * 10 > 'y'", "True", "[a for a in b]", "a if b else c"])
+def test_restrictions_that_could_run_code_are_refused(restriction):
+    with pytest.raises(ExpressionError, match="not a restriction Kernel Tuner may run"):
+        check_restriction(restriction)
+
+
+def test_a_spec_names_the_restriction_at_fault(vector_add_spec):
+    from pydantic import ValidationError
+
+    body = {**vector_add_spec.model_dump(), "tune_params": {"block_size_x": [64, 128]}}
+    with pytest.raises(ValidationError, match=r"restrictions\.0"):
+        type(vector_add_spec).model_validate({**body, "restrictions": ["__import__('os').getpid() > 0"]})
+    with pytest.raises(ValidationError, match=r"restrictions\[0\]: 'tile_x > 2' uses tile_x"):
+        type(vector_add_spec).model_validate({**body, "restrictions": ["tile_x > 2"]})
