@@ -7,7 +7,7 @@ from typing import TypeVar
 from uuid import UUID
 
 from shared.events import (ANSWERS, JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
-                           JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned,
+                           JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, StepAccepted,
                            TuningCompleted, TuningRequested, WebhookRequested)
 from shared.spec import KernelSpec
 
@@ -138,7 +138,9 @@ def _(event: TuningRequested, view: JobView) -> JobView:
 
 @evolve.register
 def _(event: ConfigMeasured, view: JobView) -> JobView:
-    better = not event.abandoned and (view.best_ms is None or event.median_ms < view.best_ms)
+    # Only the submitted kernel's configurations are its best so far; a rewrite's count once accepted.
+    submitted = ("submitted", event.request_id) in view.tuning_requests
+    better = submitted and not event.abandoned and (view.best_ms is None or event.median_ms < view.best_ms)
     return replace(view, configs_measured=view.configs_measured + 1,
                    best_ms=event.median_ms if better else view.best_ms,
                    best_params=event.params if better else view.best_params)
@@ -156,7 +158,15 @@ def _(event: ShardTuned, view: JobView) -> JobView:
 
 @evolve.register
 def _(event: TuningCompleted, view: JobView) -> JobView:
+    if event.candidate_id != "submitted":
+        return view  # a rewrite's tuning: it becomes the best only if its step is accepted
     return replace(view, speedup=event.speedup, best_ms=event.best_time_ms, best_params=event.best_params)
+
+
+@evolve.register
+def _(event: StepAccepted, view: JobView) -> JobView:
+    return replace(view, best_ms=event.new_time_ms, best_params=event.best_params,
+                   speedup=view.baseline_ms / event.new_time_ms if view.baseline_ms else None)
 
 
 @evolve.register

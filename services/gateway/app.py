@@ -5,8 +5,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.gateway.access import BodyLimit, api_key_check
+from services.gateway.metrics import mount_metrics
+from services.gateway.pages import mount_pages
 from services.gateway.schemas import (CancelRequest, EventPublic, FieldErrorPublic, JobAccepted, JobPublic, Problem,
                                       ValidationProblem)
 from services.gateway.stream import job_event_stream
@@ -32,17 +35,25 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=lambda: get_runtime().settings.max_request_bytes)
     # Everything under /v1 needs an API key when the server has keys; the pages and metrics do not.
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(api_key_check(get_runtime))],
-                   responses={401: {"model": Problem, "description": "a missing or unknown API key"},
-                              413: {"model": Problem, "description": "a request body over the size limit"}})
+                   responses={400: {"model": Problem, "description": "a body that cannot be read as JSON text"},
+                              401: {"model": Problem, "description": "a missing or unknown API key"},
+                              413: {"model": Problem, "description": "a request body over the size limit"},
+                              422: {"model": ValidationProblem, "description": "invalid fields, each named"}})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _invalid_fields([FieldErrorPublic(field=e.field, message=e.message)
                                 for e in field_errors(_strip_body(exc.errors()))])
 
+    @app.exception_handler(StarletteHTTPException)  # Starlette's own (an unknown path) as well as FastAPI's
+    async def _problem(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Every 422 has one shape, ValidationProblem, whether a field failed validation or a report
+        # refused an argument; other errors are a Problem.
+        body = ValidationProblem(detail=exc.detail, errors=[]) if exc.status_code == 422 else Problem(detail=exc.detail)
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
+
     @v1.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, operation_id="submit_job",
-             responses={422: {"model": ValidationProblem},
-                        429: {"model": Problem, "description": "too many unfinished jobs: retry after a while"}})
+             responses={429: {"model": Problem, "description": "too many unfinished jobs: retry after a while"}})
     def submit(spec: KernelSpec, run: Annotated[str | None, Query(
             max_length=100, pattern=r"^[\w.:-]+$", description="a run name: jobs under one are compared as a set")]
             = None) -> JobAccepted | JSONResponse:
@@ -104,6 +115,8 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
         return JobPublic.of(view)
 
     _reports(v1, get_runtime)
+    mount_pages(app)
+    mount_metrics(app, get_runtime)
     app.include_router(v1)
     return app
 
@@ -136,7 +149,7 @@ def _reports(router: APIRouter, get_runtime: Callable[[], Runtime]) -> None:
         return reported(queries.job_suggestions, job_id)
 
     @router.get("/jobs/{job_id}/profile", response_model=PipelineProfile, operation_id="get_job_profile",
-             responses={404: {"model": Problem}, 422: {"model": Problem}})
+             responses={404: {"model": Problem}})
     def job_profile(job_id: JobId, threshold: Share = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
         return reported(queries.profile, [job_id], threshold)
 
@@ -147,12 +160,12 @@ def _reports(router: APIRouter, get_runtime: Callable[[], Runtime]) -> None:
         svg = history_svg(performance_tracker(events)) if plot == "history" else landscape_svg(events)
         return Response(svg, media_type="image/svg+xml")
 
-    @router.get("/profile", response_model=PipelineProfile, operation_id="get_profile", responses={404: {"model": Problem}, 422: {"model": Problem}})
+    @router.get("/profile", response_model=PipelineProfile, operation_id="get_profile", responses={404: {"model": Problem}})
     def profile(job: Annotated[list[str] | None, Query(description="jobs to profile; default: all")] = None,
                 threshold: Share = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
         return reported(queries.profile, job or [], threshold)
 
-    @router.get("/compare", response_model=Comparison, operation_id="compare_runs", responses={404: {"model": Problem}, 422: {"model": Problem}})
+    @router.get("/compare", response_model=Comparison, operation_id="compare_runs", responses={404: {"model": Problem}})
     def compare(baseline: Annotated[str, Query(description="job id or run name")],
                 current: Annotated[str, Query(description="job id or run name")],
                 metric: Literal["best", "baseline"] = "best",
@@ -161,7 +174,7 @@ def _reports(router: APIRouter, get_runtime: Callable[[], Runtime]) -> None:
         return reported(lambda store: queries.compare(store, baseline, current, metric, files=False,
                                                       threshold_percent=threshold, alpha=alpha))
 
-    @router.get("/slow", response_model=list[KernelResult], operation_id="list_slow_kernels", responses={422: {"model": Problem}})
+    @router.get("/slow", response_model=list[KernelResult], operation_id="list_slow_kernels")
     def slow(threshold: Annotated[float, Query(gt=0, le=1000)] = 0.8) -> list[KernelResult]:
         return reported(queries.slow_kernels, threshold)
 

@@ -283,3 +283,14 @@ def test_version_1_payloads_read_with_the_new_fields_empty(vector_add_spec):
         "request_id": "7f3a9e1e-6b1e-4d8a-9f58-1d2b3c4d5e60", "device": "H100", "params": {}, "grid": [1, 1, 1],
         "block": [1, 1, 1], "samples_ms": [1.0], "median_ms": 1.0}, envelope)
     assert isinstance(measured, BaselineMeasured) and measured.facts is None
+
+
+def test_the_job_summary_agrees_with_the_tracker_when_a_rewrite_was_discarded(vector_add_spec):
+    from shared.projections import project_job
+
+    events = rewrite_job(vector_add_spec)
+    view, tracker = project_job(events), performance_tracker(events)
+
+    # The discarded rewrite tuned below the baseline too; only the accepted one is the job's best.
+    assert view.best_ms == tracker.final_time == 0.5
+    assert view.speedup == pytest.approx(2.0)
