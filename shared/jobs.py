@@ -2,7 +2,10 @@
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import uuid4
+
+from pydantic import BaseModel
 
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
@@ -10,8 +13,39 @@ from shared.events import JOB_ENDS, Event, JobCancelled, JobSubmitted
 from shared.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen
 from shared.projections import JobView, job_id_of, job_stream, project_job
 from shared.settings import Settings
-from shared.spec import KernelSpec
+from shared.spec import KernelSpec, ParamValue
 from shared.webhook_addresses import allowed_addresses
+
+
+class JobPublic(BaseModel):
+    """A job as kforge shows it outside: over HTTP and as the `data` of its webhook."""
+
+    job_id: str
+    kernel_name: str | None
+    strategy: str | None
+    run: str | None
+    status: str
+    submitted_at: datetime | None
+    updated_at: datetime | None
+    baseline_ms: float | None
+    best_ms: float | None
+    best_params: dict[str, ParamValue] | None
+    speedup: float | None
+    device: str | None
+    replay: bool
+    summary: str | None
+    failed_stage: str | None
+    failure: str | None
+    events: int
+
+    @classmethod
+    def of(cls, view: JobView) -> "JobPublic":
+        return cls(job_id=view.job_id, kernel_name=view.spec.kernel_name if view.spec else None,
+                   strategy=view.spec.strategy.name if view.spec else None, run=view.run, status=view.status,
+                   submitted_at=view.submitted_at, updated_at=view.updated_at, baseline_ms=view.baseline_ms,
+                   best_ms=view.best_ms, best_params=view.best_params, speedup=view.speedup,
+                   device=view.device, replay=view.replay, summary=view.summary, failed_stage=view.failed_stage,
+                   failure=view.failure, events=len(view.event_types))
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,14 @@ def job_id_of(stream_id: str) -> str:
     return stream_id.removeprefix("job-")
 
 
+def by_stream(events: Iterable[Event]) -> dict[str, list[Event]]:
+    """Events of many streams (as `read_types` gives them, in global order), each stream's in order."""
+    streams: dict[str, list[Event]] = {}
+    for event in events:
+        streams.setdefault(event.stream_id, []).append(event)
+    return streams
+
+
 def needs_answer(history: list[Event], request_id: UUID) -> bool:
     """Whether a worker should work on a request: not when its answer is recorded already (a redelivered
     task then appends nothing again), nor work for a cancelled job (its webhook still goes out)."""

@@ -15,7 +15,7 @@ from services.gateway.schemas import (CancelRequest, EventPublic, FieldErrorPubl
 from services.gateway.stream import job_event_stream
 from shared.errors import field_errors
 from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, get_job, job_events, list_jobs, submit_job
-from shared.projections import JobView
+from shared.projections import JobView, job_stream
 from shared.reports import queries
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT, Comparison
 from shared.reports.deliveries import WebhookDelivery
@@ -93,7 +93,8 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
                                                                    "version, as an SSE client does")] = 0
                ) -> StreamingResponse:
         rt = get_runtime()
-        _job_or_404(rt, job_id)
+        if not rt.store.stream_version(job_stream(job_id)):  # the stream reads the events itself
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
         events = job_event_stream(rt.store, job_id, last_event_id,
                                   public=lambda e: EventPublic.of(e).model_dump(mode="json"),
                                   final=lambda: JobPublic.of(get_job(rt.store, job_id)).model_dump(mode="json"))

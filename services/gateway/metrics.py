@@ -18,7 +18,7 @@ from shared.contracts import gpu_of
 from shared.events import (ANSWERS, JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled,
                            TuningRequested)
 from shared.eventstore import EventStore
-from shared.projections import TERMINAL, project_job
+from shared.projections import TERMINAL, by_stream, project_job
 from shared.runtime import Runtime
 from shared.settings import Settings
 
@@ -54,9 +54,7 @@ class KforgeCollector:
 
 
 def _jobs(store: EventStore) -> Iterator[Metric]:
-    streams = defaultdict(list)
-    for e in store.read_types(STATUS_EVENTS, stream_prefix="job-"):
-        streams[e.stream_id].append(e)
+    streams = by_stream(store.read_types(STATUS_EVENTS, stream_prefix="job-"))
     counts = Counter(project_job(events).status for events in streams.values())
     by_status = GaugeMetricFamily("kforge_jobs", "Jobs by current status", labels=["status"])
     for s in STATUSES:

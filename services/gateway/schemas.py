@@ -5,7 +5,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.events import Event
-from shared.projections import JobView
+from shared.jobs import JobPublic
+
+__all__ = ["JobPublic"]  # the gateway's job, shared with the webhook payload
 
 
 class JobAccepted(BaseModel):
@@ -24,34 +26,6 @@ class Problem(BaseModel):
     """An error: what went wrong and what to do instead."""
 
     detail: str
-
-
-class JobPublic(BaseModel):
-    job_id: str
-    kernel_name: str | None
-    strategy: str | None
-    run: str | None
-    status: str
-    submitted_at: datetime | None
-    updated_at: datetime | None
-    baseline_ms: float | None
-    best_ms: float | None
-    speedup: float | None
-    device: str | None
-    replay: bool
-    summary: str | None
-    failed_stage: str | None
-    failure: str | None
-    events: int
-
-    @classmethod
-    def of(cls, view: JobView) -> "JobPublic":
-        return cls(job_id=view.job_id, kernel_name=view.spec.kernel_name if view.spec else None,
-                   strategy=view.spec.strategy.name if view.spec else None, run=view.run, status=view.status,
-                   submitted_at=view.submitted_at, updated_at=view.updated_at, baseline_ms=view.baseline_ms,
-                   best_ms=view.best_ms, speedup=view.speedup,
-                   device=view.device, replay=view.replay, summary=view.summary, failed_stage=view.failed_stage,
-                   failure=view.failure, events=len(view.event_types))
 
 
 class EventPublic(BaseModel):

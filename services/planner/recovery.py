@@ -10,7 +10,6 @@ so a running task is never sent twice; should a message be sent twice anyway, ha
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 
 from services.planner.handlers import CONSUMER, catch_up
@@ -19,7 +18,7 @@ from shared.broker import Broker, known_queues
 from shared.bus import Bus
 from shared.events import ANSWERS, JOB_ENDS, Event
 from shared.eventstore import EventStore
-from shared.projections import ALL_ANSWERS, outstanding_requests
+from shared.projections import ALL_ANSWERS, by_stream, outstanding_requests
 
 log = logging.getLogger(__name__)
 LOCK_KEY = "kforge:recovery"
@@ -30,9 +29,7 @@ _RECORD_TYPES = sorted({t.__name__ for t in (*ANSWERS, *ALL_ANSWERS, *JOB_ENDS)}
 def resend_lost(store: EventStore, bus: Bus, broker: Broker, gpus: list[str]) -> list[Event]:
     """Send again the messages of owed requests the broker no longer holds; returns those requests."""
     passed = store.tracked_position(CONSUMER)
-    streams: dict[str, list[Event]] = defaultdict(list)
-    for event in store.read_types(_RECORD_TYPES, "job-"):
-        streams[event.stream_id].append(event)
+    streams = by_stream(store.read_types(_RECORD_TYPES, "job-"))
     owed = [r for history in streams.values() for r in outstanding_requests(history) if r.position <= passed]
     if not owed:
         return []

@@ -13,6 +13,7 @@ from shared.bus import Bus
 from shared.contracts import DeliverWebhook
 from shared.events import Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested, derived_id
 from shared.eventstore import EventStore
+from shared.jobs import JobPublic
 from shared.projections import JobView, job_stream, needs_answer, project_job
 from shared.settings import Settings
 from shared.webhook_addresses import WebhookUrlRefused, allowed_addresses
@@ -30,7 +31,9 @@ def deliver(store: EventStore, bus: Bus, job_id: str, request_id: UUID, attempt:
     done = next((e for e in history if isinstance(e, WebhookAttempted) and e.request_id == request_id
                  and e.attempt == attempt), None)
     if done is None:
-        done, *ending = _attempt(stream, request, attempt, project_job(history, job_id), settings, sender)
+        # The job as it was when it ended, not with the delivery's own records: every attempt sends one body.
+        ended = project_job(history[:request.stream_version], job_id)
+        done, *ending = _attempt(stream, request, attempt, ended, settings, sender)
         store.append(stream, [done, *ending], expected_version=None)
     if done.retry_in_s is not None:  # sent again when this task was redelivered: the next attempt is a no-op twice
         bus.dispatch(DeliverWebhook.message(job_id, request_id, attempt + 1, delay_s=done.retry_in_s))
@@ -72,10 +75,6 @@ def _attempt(stream: str, request: WebhookRequested, attempt: int, job: JobView,
 
 
 def payload(request: WebhookRequested, job: JobView) -> dict:
-    """The Standard Webhooks envelope (type, timestamp, data) around the job's outcome."""
+    """The Standard Webhooks envelope (type, timestamp, data) around the job as GET /v1/jobs/{id} shows it."""
     return {"type": request.kind, "timestamp": request.occurred_at.isoformat(),
-            "data": {"job_id": job.job_id, "kernel_name": job.spec.kernel_name if job.spec else None,
-                     "strategy": job.spec.strategy.name if job.spec else None, "run": job.run, "status": job.status,
-                     "baseline_ms": job.baseline_ms, "best_ms": job.best_ms, "speedup": job.speedup,
-                     "best_params": job.best_params, "device": job.device, "replay": job.replay,
-                     "summary": job.summary, "failed_stage": job.failed_stage, "failure": job.failure}}
+            "data": JobPublic.of(job).model_dump(mode="json")}

@@ -179,6 +179,7 @@ def test_a_failed_delivery_is_retried_with_backoff_until_it_is_delivered(store, 
         assert sent["type"] == "job.completed" and sent["data"]["job_id"] == job_id
         assert sent["data"]["status"] == "completed" and sent["data"]["summary"] == "tuned 1.0 ms"
     assert receiver.received[0][0]["host"] == receiver.url.split("/")[2]  # sent to the checked address, same Host
+    assert len({body for _, body, _ in receiver.received}) == 1  # the job as it ended: one body for every attempt
 
     # A redelivered task records nothing twice.
     handlers.deliver(store, RecordingBus(), job_id, request.event_id, 2, settings, HttpSender())
