@@ -51,6 +51,15 @@ class Settings(BaseSettings):
         description="waits before each retry of a failed delivery (each below the visibility timeout)")
     webhook_timeout_s: float = Field(10.0, gt=0, validation_alias="KFORGE_WEBHOOK_TIMEOUT_S")
 
+    # The compile sandbox (shared/device/compiler.py): every NVRTC compile runs in a child process under these.
+    # (section: compile sandbox)
+
+    # Admission limits: checked when a job is submitted, by the gateway, the CLI and the Python API alike.
+    # (section: admission limits)
+
+    # Gateway hardening and tenancy.
+    # (section: gateway)
+
     # The broker hands a task that was delivered but never acknowledged (its worker died) to another
     # worker after this long, so it must exceed the longest task and the longest webhook retry delay.
     visibility_timeout_s: float = Field(6 * 3600, gt=0, validation_alias="KFORGE_VISIBILITY_TIMEOUT_S")

@@ -105,25 +105,36 @@ def store(sqlite_url):
     store.close()
 
 
-# --- the fault table: each fault test records what it tried and what held, printed after the run ---
+# --- the fault and attack tables: each such test records what it tried and what held, printed after the run ---
 FAULTS: list[tuple[str, str, str]] = []
+ATTACKS: list[tuple[str, str, str]] = []
 
 
 def record_fault(fault: str, tried: str, held: str) -> None:
     FAULTS.append((fault, tried, held))
 
 
+def record_attack(attack: str, tried: str, held: str) -> None:
+    """One row of the attack table (tests/attacks): the attack, what was sent, and what held."""
+    ATTACKS.append((attack, tried, held))
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not FAULTS:
-        return
+    for rows, title, first in ((FAULTS, "faults tried on real Redis, PostgreSQL and worker processes", "fault"),
+                               (ATTACKS, "attacks tried on this machine's gateway, workers and compiler", "attack")):
+        if rows:
+            terminalreporter.write(_table(rows, title, first))
+
+
+def _table(rows: list[tuple[str, str, str]], title: str, first: str) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="faults tried on real Redis, PostgreSQL and worker processes")
-    for column in ("fault", "what was tried", "what held"):
+    table = Table(title=title)
+    for column in (first, "what was tried", "what held"):
         table.add_column(column, overflow="fold")
-    for row in FAULTS:
+    for row in rows:
         table.add_row(*row)
-    console = Console(file=io.StringIO(), width=120)
+    console = Console(file=io.StringIO(), width=140)
     console.print(table)
-    terminalreporter.write(console.file.getvalue())
+    return console.file.getvalue()
