@@ -52,7 +52,14 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = Field(10.0, gt=0, validation_alias="KFORGE_WEBHOOK_TIMEOUT_S")
 
     # The compile sandbox (shared/device/compiler.py): every NVRTC compile runs in a child process under these.
-    # (section: compile sandbox)
+    compile_timeout_s: float = Field(60.0, gt=0, le=3600, allow_inf_nan=False,
+                                     validation_alias="KFORGE_COMPILE_TIMEOUT_S", description="wall-clock limit of one compile; the compiler is killed past it")
+    compile_cpu_s: int = Field(60, ge=1, le=3600, validation_alias="KFORGE_COMPILE_CPU_S",
+                               description="CPU seconds one compile may use")
+    compile_memory_mb: int = Field(4096, ge=512, le=1 << 20, validation_alias="KFORGE_COMPILE_MEMORY_MB",
+                                   description="address space of a compiler process, in MiB")
+    compile_log_chars: int = Field(65536, ge=1024, le=16 << 20, validation_alias="KFORGE_COMPILE_LOG_CHARS",
+                                   description="the most of a compiler log kept in an event")
 
     # Admission limits: checked when a job is submitted, by the gateway, the CLI and the Python API alike.
     # (section: admission limits)

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
+from shared.compile_policy import check_define_value, check_options, check_source
 from shared.expressions import ExpressionError, Number, check_restriction, evaluate, names_in
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -350,7 +351,7 @@ class KernelSpec(_Strict):
         for option in options:
             if option.startswith(("-arch", "--gpu-architecture")):
                 raise ValueError(f"{option!r}: set the target with benchmark.arch (e.g. sm_90), not a compiler option")
-        return options
+        return check_options(options)
 
     @model_validator(mode="after")
     def _consistent(self) -> "KernelSpec":
@@ -360,13 +361,16 @@ class KernelSpec(_Strict):
             raise ValueError(f"args: names must be unique, repeated: {', '.join(duplicates)}")
         if not any(a.is_output for a in self.args):
             raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
-        _check_kernel_defined(self.source, self.kernel_name)
+        _check_kernel_defined(check_source(self.source), self.kernel_name)
         candidate = self.strategy.candidate
         if candidate is not None:
             try:
-                _check_kernel_defined(candidate.source, candidate.kernel_name or self.kernel_name)
+                _check_kernel_defined(check_source(candidate.source), candidate.kernel_name or self.kernel_name)
             except ValueError as exc:
                 raise ValueError(f"strategy.candidate: {exc}") from None
+        for name, values in [*((k, [v]) for k, v in self.params.items()), *self.tune_params.items()]:
+            for value in values:
+                check_define_value(name, value)
         self._check_names()
         if self.strategy.name == "tune" and not self.tune_params:
             raise ValueError("strategy tune needs tune_params, e.g. tune_params: {block_size_x: [64, 128, 256]}")

@@ -4,7 +4,8 @@ import json
 import os
 from pathlib import Path
 
-from shared.device.nvrtc import CompiledKernel, cache_key, compile_kernel, compile_options
+from shared.device.compiler import compile_kernel
+from shared.device.nvrtc import CompiledKernel, cache_key, compile_options
 from shared.spec import ParamValue
 
 

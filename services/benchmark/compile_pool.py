@@ -1,15 +1,16 @@
-"""Compile many configurations at once on the CPU cores, handing each result over as soon as it exists,
-so the GPU can time the first cubin while the rest still compile.
+"""Compile many configurations at once, handing each result over as soon as it exists, so the GPU can time
+the first cubin while the rest still compile.
 
-The pool's processes are spawned, never forked: a forked child of a process that holds a CUDA context
-inherits a context it cannot use.
+Each compile runs in a sandboxed child process (shared/device/compiler.py); the pool's threads only wait
+for them. A compile that is killed or crashes costs its child alone: the pool itself cannot break, and
+the next compile gets a fresh child.
 """
-import multiprocessing
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from shared.device.nvrtc import CompiledKernel, CompileError, compile_kernel, warm_up
+from shared.device import compiler
+from shared.device.nvrtc import CompiledKernel, CompileError
 from services.benchmark.compile_cache import CompileCache
 from shared.spec import ParamValue
 
@@ -26,14 +27,14 @@ class CompileOutcome:
 class CompilePool:
     def __init__(self, workers: int, cache: CompileCache | None = None):
         self.cache = cache
-        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        # A spawned pool starts a process per submission while none is idle; starting them all now, in the
-        # background, keeps a second of process start-up per core out of the first tuning's wall-clock.
-        self._warming = [self._executor.submit(warm_up) for _ in range(workers)]
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kforge-compile")
+        # Starting a compiler child costs about 0.2 s; starting them all now, in the background, keeps that
+        # out of the first tuning's wall-clock.
+        self._warming = self._executor.submit(compiler.warm, workers)
 
     def wait_ready(self) -> int:
-        """Wait until every process has started and loaded NVRTC; returns how many processes did."""
-        return len({future.result() for future in self._warming})
+        """Wait until the pool's compiler children have started and loaded NVRTC; returns how many did."""
+        return len(self._warming.result())
 
     def compile_all(self, source: str, kernel_name: str, configs: list[dict[str, ParamValue]], options: list[str],
                     arch: str) -> Iterator[CompileOutcome]:
@@ -46,7 +47,8 @@ class CompilePool:
             if hit is not None:
                 cached.append(CompileOutcome(index, params, hit, None, cache_hit=True))
             else:
-                pending[self._executor.submit(compile_kernel, source, kernel_name, params, options, arch)] = (index, params)
+                future = self._executor.submit(compiler.compile_kernel, source, kernel_name, params, options, arch)
+                pending[future] = (index, params)
         return self._outcomes(cached, pending)
 
     def _outcomes(self, cached: list[CompileOutcome],

@@ -12,7 +12,8 @@ import numpy as np
 
 from services.benchmark import sampling
 from services.benchmark.measurement import Measured, Order, Setup
-from shared.device.nvrtc import CompileError, compile_kernel
+from shared.device.compiler import compile_kernel
+from shared.device.nvrtc import CompileError
 from shared.device.process import Failed
 from shared.device.session import SessionBase
 from shared.inputs import make_arrays

@@ -90,6 +90,7 @@ class SpaceEvaluator:
         self._unsent: list[ConfigOutcome] = []
         self._sent_at = time.perf_counter()
         self._prepared = False
+        self._logged: dict[str, str] = {}  # each distinct compile log, stored once: log -> its configuration
         for outcome in recorded:
             self._keep(outcome, announce=False)
 
@@ -116,7 +117,7 @@ class SpaceEvaluator:
                                 replay=self.replay)
 
         if compiled.error is not None:
-            return failed("compile", str(compiled.error), compiled.error.log)
+            return failed("compile", str(compiled.error), self._log_once(compiled.error.log, key))
         kernel = compiled.kernel
         self.tally.compile_s += 0.0 if compiled.cache_hit else kernel.compile_ms / 1e3
         self.tally.cache_hits += compiled.cache_hit
@@ -144,6 +145,12 @@ class SpaceEvaluator:
                               abandoned=outcome.abandoned, max_abs_error=outcome.max_abs_error, gbps=verdict.gbps,
                               tflops=verdict.tflops, pct_of_peak=verdict.pct_of_peak, compile_ms=kernel.compile_ms,
                               cache_hit=compiled.cache_hit, replay=self.replay)
+
+    def _log_once(self, log: str, key: str) -> str:
+        """The log for a ConfigFailed: in full the first time, else a pointer to the configuration that has it
+        (every configuration of a space usually fails to compile the same way)."""
+        first = self._logged.setdefault(log, key)
+        return log if first == key or not log else f"[the same compiler log as configuration {first}]"
 
     def _prepare(self) -> None:
         ref = self.reference

@@ -10,7 +10,8 @@ from services.verifier.session import TrialRun
 from services.verifier.trials import plan_trials
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
-from shared.device.nvrtc import CompileError, compile_kernel, parameter_types
+from shared.device.compiler import compile_kernel, parameter_types
+from shared.device.nvrtc import CompileError
 from shared.device.process import DeviceProcess, Failed, NoDevice
 from shared.events import (CandidateRejected, CandidateVerified, Event, TrialPassed, VerificationIncomplete,
                            VerificationRequested, derived_id)

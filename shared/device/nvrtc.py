@@ -1,11 +1,10 @@
-"""NVRTC compilation through cuda-python's bindings: works with no GPU present and returns the full log.
+"""NVRTC compilation through cuda-python's bindings: works with no GPU present and returns the log.
 
 (cuda.core's Program reports compile errors by loading the driver library, which fails on GPU-less
 machines, so the bindings are used directly.)
 """
 import hashlib
 import json
-import os
 import re
 import time
 from contextlib import contextmanager
@@ -40,13 +39,6 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def warm_up() -> int:
-    """Compile an empty kernel, so NVRTC's library and builtins are loaded before the first real compile
-    in this process (that first one costs about twice the others); returns this process's id."""
-    compile_kernel('extern "C" __global__ void warm_up() {}', "warm_up", {}, [], "compute_75")
-    return os.getpid()
-
-
 def compile_options(defines: dict[str, ParamValue], options: list[str], arch: str) -> list[str]:
     """Tune parameters become -D defines, as Kernel Tuner injects them."""
     return [f"--gpu-architecture={arch}", *(f"-D{k}={v}" for k, v in sorted(defines.items())),
@@ -59,11 +51,11 @@ def cache_key(source: str, kernel_name: str, flags: list[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def compile_kernel(source: str, kernel_name: str, defines: dict[str, ParamValue], options: list[str],
-                   arch: str) -> CompiledKernel:
-    flags = compile_options(defines, options, arch)
+def build_cubin(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int) -> CompiledKernel:
+    """Compile in this process. Only the compile sandbox's child calls this (shared/device/compiler.py): a
+    submitted source must never reach NVRTC in a process that holds secrets or serves requests."""
     started = time.perf_counter()
-    with _compiled(source, kernel_name, flags, arch) as (program, log):
+    with _compiled(source, kernel_name, flags, arch, log_limit) as (program, log):
         size = _checked(nvrtc.nvrtcGetCUBINSize(program))
         cubin = bytearray(size)
         _checked(nvrtc.nvrtcGetCUBIN(program, cubin))
@@ -73,13 +65,11 @@ def compile_kernel(source: str, kernel_name: str, defines: dict[str, ParamValue]
                           cache_key=cache_key(source, kernel_name, flags))
 
 
-def parameter_types(source: str, kernel_name: str, defines: dict[str, ParamValue], options: list[str],
-                    arch: str) -> list[str]:
+def ptx_parameter_types(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int) -> list[str]:
     """The kernel's parameters as PTX declares them: `u64` for a pointer, `u32`/`s32`/`f32`/... for scalars,
-    `b8[16]` for a 16-byte struct. Compiled for the arch's virtual target, so it needs no GPU: the
-    verifier checks a candidate's signature on any machine."""
-    virtual = arch.replace("sm_", "compute_")
-    with _compiled(source, kernel_name, compile_options(defines, options, virtual), virtual) as (program, _):
+    `b8[16]` for a 16-byte struct. `flags` target a virtual arch (compute_NN), so this needs no GPU: the
+    verifier checks a candidate's signature on any machine. In-process, like build_cubin."""
+    with _compiled(source, kernel_name, flags, arch, log_limit) as (program, _):
         size = _checked(nvrtc.nvrtcGetPTXSize(program))
         ptx = bytearray(size)
         _checked(nvrtc.nvrtcGetPTX(program, ptx))
@@ -94,14 +84,14 @@ _PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr(?:\s
 
 
 @contextmanager
-def _compiled(source: str, kernel_name: str, flags: list[str], arch: str):
+def _compiled(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int):
     """An NVRTC program compiled with `flags`, and its log; CompileError (with the log) when it does not."""
     program = _checked(nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel_name}.cu".encode(), 0, [], []))
     try:
         # The name expression lets C++ (mangled, templated) kernels be found, not only extern "C" ones.
         _checked(nvrtc.nvrtcAddNameExpression(program, kernel_name.encode()))
         (result,) = nvrtc.nvrtcCompileProgram(program, len(flags), [f.encode() for f in flags])
-        log = _log(program)
+        log = capped_log(_log(program), log_limit)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC could not compile {kernel_name} for {arch}: {_error_name(result)}", log)
         yield program, log
@@ -116,6 +106,14 @@ def _log(program) -> str:
     buffer = bytearray(size)
     _checked(nvrtc.nvrtcGetProgramLog(program, buffer))
     return bytes(buffer).rstrip(b"\x00 ").decode(errors="replace")
+
+
+def capped_log(log: str, limit: int) -> str:
+    """At most `limit` characters of a log, saying how much was cut: a long source can make NVRTC write a log
+    a hundred times its size, and every log is stored in an event."""
+    if len(log) <= limit:
+        return log
+    return log[:limit] + f"\n[log cut: {limit} of {len(log)} characters kept (KFORGE_COMPILE_LOG_CHARS)]"
 
 
 def _error_name(result) -> str:

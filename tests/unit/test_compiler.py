@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from kforge.specfile import load_spec
-from shared.device.nvrtc import CompileError, cache_key, compile_kernel, compile_options
+from shared.device.compiler import compile_kernel
+from shared.device.nvrtc import CompileError, cache_key, compile_options
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ELF_MAGIC = b"\x7fELF"
@@ -175,11 +176,11 @@ def test_a_clean_compile_leaves_the_interpreters_shared_bytes_alone():
     """NVRTC writes its log into the buffer it is handed. An empty log is one NUL byte; written into an
     immutable `b" " * 1`, that is CPython's shared one-byte b" ", and every b" " in the process became NUL:
     on the GPU machine this silently removed spaces from generated kernels."""
-    from shared.device.nvrtc import compile_kernel, parameter_types
+    from shared.device.nvrtc import build_cubin, compile_options, ptx_parameter_types
 
     source = 'extern "C" __global__ void k(float *a) { a[0] = 1.0f; }'
-    kernel = compile_kernel(source, "k", {}, [], "sm_90")
-    assert parameter_types(source, "k", {}, [], "sm_90") == ["u64"]
+    kernel = build_cubin(source, "k", compile_options({}, [], "sm_90"), "sm_90", log_limit=1024)
+    assert ptx_parameter_types(source, "k", compile_options({}, [], "compute_90"), "compute_90", 1024) == ["u64"]
 
     assert kernel.log == "" and kernel.cubin.startswith(b"\x7fELF")
     assert b" " == bytes([32]) and " ".join(["int", "i"]) == "int i"

@@ -265,7 +265,7 @@ def test_job_files(vector_add_spec, tmp_path):
 
 
 def test_kernel_file_compiles_on_its_own_with_the_best_parameters(vector_add_spec):
-    from shared.device.nvrtc import compile_kernel
+    from shared.device.compiler import compile_kernel
 
     source = kernel_file_text(vector_add_spec.source, {"block_size_x": 512}, "// header\n")
     compiled = compile_kernel(source, vector_add_spec.kernel_name, {}, [], "sm_90")

@@ -16,7 +16,7 @@ from services.generator.providers.base import Attempt, Prompt, ProviderFailed
 from services.generator.providers.rules import RulesProvider
 from services.generator.rules.cuda_text import IDENTIFIER, mask, normalised
 from services.generator.rules.elementwise import NotElementwise, model
-from shared.device.nvrtc import compile_kernel
+from shared.device.compiler import compile_kernel
 from shared.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
 

@@ -10,7 +10,7 @@ from services.verifier.compare import POISON
 from services.verifier.judge import CHECKS, Run, judge
 from services.verifier.trials import plan_trials, prime_below
 from shared.contracts import VerifyCandidate
-from shared.device.nvrtc import parameter_types
+from shared.device.compiler import parameter_types
 from shared.device.process import NoDevice
 from shared.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed, VerificationIncomplete,
                            VerificationRequested)
