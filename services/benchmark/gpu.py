@@ -125,7 +125,12 @@ class DeviceSession(SessionBase):
             if isinstance(timed, Failed):
                 return timed
             samples.append(timed)
-        return Measured(samples_ms=samples, check_ms=check_ms, max_abs_error=max_error,
+        # A kernel that computes right once and then reuses, skips or corrupts work is caught by its last launch.
+        mismatch, last_error = self._compare(bench) if samples else ("", 0.0)
+        if mismatch:
+            return Failed("output", f"inconsistent across launches: the last timed launch's output differs from the "
+                                    f"checked launch's: {mismatch}", details={"max_abs_error": last_error})
+        return Measured(samples_ms=samples, check_ms=check_ms, max_abs_error=max(max_error, last_error),
                         abandoned=step is sampling.Next.ABANDON)
 
     # --- launches ---
@@ -134,15 +139,26 @@ class DeviceSession(SessionBase):
         kernel = self.load(compiled)
         if isinstance(kernel, Failed):
             return kernel
-        for _, buffer, pristine, _, _ in self._outputs:
-            self.copy(buffer, pristine)
-        elapsed = self.timed_launch(kernel, grid, block, args)
+        elapsed = self.timed_launch(kernel, grid, block, args, before=self._restore_outputs)
         return elapsed if isinstance(elapsed, Failed) else (elapsed, kernel)
 
     def _timed_launch(self, kernel, grid, block, args, flush: bool = True) -> float | Failed:
-        """A timed launch, after flushing L2 when the spec asks for it (so each sample reads from DRAM)."""
+        """A timed launch that faces what a real call faces: every output as it was before any launch (pristine
+        for `out`, the original values for `inout`), so no launch finds the last one's results to reuse; and
+        with an L2 flush when the spec asks for one (so each sample reads from DRAM). Both happen outside the
+        timed region."""
         flushing = flush and self._flush is not None
-        return self.timed_launch(kernel, grid, block, args, before=(lambda: self.fill(self._flush)) if flushing else None)
+
+        def before() -> None:
+            self._restore_outputs()
+            if flushing:
+                self.fill(self._flush)
+
+        return self.timed_launch(kernel, grid, block, args, before=before)
+
+    def _restore_outputs(self) -> None:
+        for _, buffer, pristine, _, _ in self._outputs:
+            self.copy(buffer, pristine)
 
     def _compare(self, bench) -> tuple[str, float]:
         """('' or why the output differs, largest absolute error) over every output argument."""

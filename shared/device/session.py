@@ -23,6 +23,7 @@ class SessionBase:
         self.device.set_current()
         self.stream = self.device.create_stream()
         self._buffers: list = []
+        _no_persisting_l2()
 
     # --- kernels ---
     def load(self, compiled):
@@ -97,6 +98,16 @@ class SessionBase:
         for buffer in self._buffers:
             buffer.close(self.stream)
         self._buffers = []
+
+
+def _no_persisting_l2() -> None:
+    """Keep the persisting-L2 carve-out at zero: no kernel may keep its data resident in L2 between launches
+    through access-policy hints, which a real call, after other work, would not find there."""
+    from cuda.bindings import driver
+
+    status = driver.cuCtxSetLimit(driver.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)[0]
+    if status not in (driver.CUresult.CUDA_SUCCESS, driver.CUresult.CUDA_ERROR_UNSUPPORTED_LIMIT):
+        raise DriverError(status.name)
 
 
 def _checked(returned) -> None:

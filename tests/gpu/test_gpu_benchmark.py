@@ -23,6 +23,7 @@ pytestmark = pytest.mark.gpu
 
 # vector_add with a `fault` parameter that breaks it the ways real candidates break.
 CUED = r"""
+__device__ int launched;
 extern "C" __global__ void vector_add(float *c, const float *a, const float *b, int n) {
     int i = blockIdx.x * block_size_x + threadIdx.x;
 #if fault == 1
@@ -33,6 +34,17 @@ extern "C" __global__ void vector_add(float *c, const float *a, const float *b, 
     long long start = clock64(); while (clock64() >= start) {}   // hangs
 #elif fault == 4
     if (i < n - 1) c[i] = a[i] + b[i];                  // misses the last element
+#elif fault == 5
+    __shared__ bool done;                               // reuses results the last launch left in the output:
+    int first = blockIdx.x * block_size_x;              // a block whose first element already holds its sum
+    if (threadIdx.x == 0) done = first < n && c[first] == a[first] + b[first];   // skips its work
+    __syncthreads();
+    if (done) return;
+    if (i < n) c[i] = a[i] + b[i];
+#elif fault == 6
+    if (launched && blockIdx.x == 0) return;            // skips work after its first launch of the module
+    if (i < n) c[i] = a[i] + b[i];
+    if (i == 0) launched = 1;
 #else
     if (i < n) c[i] = a[i] + b[i];
 #endif
@@ -64,6 +76,17 @@ def tune(spec, host, pool):
     evaluator = SpaceEvaluator(spec, host, pool, host.device.arch, "job-gpu", uuid4(), lambda batch: None)
     outcomes = search(spec, evaluator)
     return evaluator, {tuple(o.params.values()): o for o in outcomes}
+
+
+def test_a_kernel_that_reuses_or_skips_work_after_its_first_launch_is_never_ranked_fast(vector_add_spec, host, pool):
+    """Every timed launch starts from pristine outputs, and the last one's output is checked too."""
+    spec = cued_spec(vector_add_spec, modes=[0, 5, 6], blocks=(256,), n=1 << 24)
+    _, outcomes = tune(spec, host, pool)
+
+    honest, stale, counted = outcomes[(256, 0)], outcomes[(256, 5)], outcomes[(256, 6)]
+    assert isinstance(stale, ConfigMeasured) and stale.max_abs_error == 0.0
+    assert stale.median_ms > 0.7 * honest.median_ms, (stale.median_ms, honest.median_ms)  # it had to do the work
+    assert counted.stage == "output" and "inconsistent across launches" in counted.reason
 
 
 def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_goes_on(vector_add_spec, host, pool):
