@@ -3,9 +3,7 @@ checked with the Standard Webhooks reference library, retries with backoff recor
 delivery history over HTTP, and refusal of private, loopback and link-local addresses."""
 import ipaddress
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,84 +16,16 @@ from services.webhooks import handlers
 from services.webhooks.sender import HttpSender
 from services.webhooks.signing import signed_headers
 from shared import runtime
-from shared.contracts import DeliverWebhook
-from shared.events import JobCompleted, JobSubmitted, WebhookRequested
+from shared.events import JobSubmitted, WebhookRequested
 from shared.jobs import job_events
 from shared.projections import job_stream
 from shared.settings import Settings
 from shared.webhook_addresses import WebhookUrlRefused, allowed_addresses
 from tests.fakes import RecordingBus
+from tests.webhook_receivers import (SECRET, deliver_all, finished_job, receiver_factory,  # noqa: F401 (the fixture)
+                                     webhook_settings)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-class Receiver:
-    """An HTTP server on loopback answering each POST with the next scripted status (200 once they run out)."""
-
-    def __init__(self, statuses: list[int]):
-        self.statuses, self.received = list(statuses), []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["content-length"]))
-                receiver.received.append((dict(self.headers), body, time.monotonic()))
-                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
-                self.end_headers()
-                self.wfile.write(b"thanks")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/kforge?source=test"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver_factory():
-    made = []
-
-    def make(statuses=()):
-        made.append(Receiver(list(statuses)))
-        return made[-1]
-
-    yield make
-    for receiver in made:
-        receiver.close()
-
-
-def _settings(tmp_path, **env) -> Settings:
-    return Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None, KFORGE_WEBHOOK_SECRET=SECRET,
-                    KFORGE_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8", **env)
-
-
-def _finished_job(store, spec, url: str) -> tuple[str, WebhookRequested]:
-    """A job that has completed and asked for its webhook, as the planner leaves it."""
-    stream = job_stream("0123456789ab")
-    submitted = JobSubmitted(stream_id=stream, spec=spec.model_validate({**spec.model_dump(), "webhook_url": url}))
-    request = WebhookRequested(stream_id=stream, queue="webhooks", url=url, kind="job.completed")
-    store.append(stream, [submitted, JobCompleted(stream_id=stream, summary="tuned 1.0 ms"), request],
-                 expected_version=0)
-    return "0123456789ab", request
-
-
-def _deliver_all(store, settings, job_id, request_id) -> list:
-    """Run the delivery task and every retry it schedules, as the webhooks worker would (without the waits)."""
-    bus, attempt = RecordingBus(), 1
-    while True:
-        handlers.deliver(store, bus, job_id, request_id, attempt, settings, HttpSender())
-        if not bus.messages:
-            return [e for e in job_events(store, job_id) if e.type.startswith("Webhook")]
-        message = bus.messages.pop()
-        assert message.task == DeliverWebhook.task and message.kwargs["attempt"] == attempt + 1
-        assert message.message_id == f"{request_id}:{attempt + 1}"
-        attempt += 1
 
 
 # --- signing ---------------------------------------------------------------------------------------
@@ -130,6 +60,9 @@ def test_private_loopback_and_link_local_addresses_are_refused(url, kind):
 def test_public_addresses_and_allowed_networks_pass():
     assert allowed_addresses("https://8.8.8.8/hook", []) == [ipaddress.ip_address("8.8.8.8")]
     assert allowed_addresses("http://127.0.0.1:9000/x", ["127.0.0.0/8"]) == [ipaddress.ip_address("127.0.0.1")]
+    # IPv6 forms that embed a public IPv4 address (NAT64, 6to4) pass, and the request goes to the IPv6 address.
+    for public in ("64:ff9b::808:808", "2002:808:808::1"):
+        assert allowed_addresses(f"http://[{public}]/x", []) == [ipaddress.ip_address(public)]
     with pytest.raises(WebhookUrlRefused, match="does not resolve"):
         allowed_addresses("http://no-such-host.invalid/x", [])
     with pytest.raises(WebhookUrlRefused, match="http"):
@@ -150,7 +83,7 @@ def test_gateway_refuses_a_loopback_webhook_unless_configured(tmp_path, sqlite_u
     assert error["field"] == "webhook_url" and "loopback" in error["message"]
     assert strict.store.stream_ids() == []  # nothing recorded
 
-    allowing = Runtime(_settings(tmp_path), strict.store, RecordingBus())
+    allowing = Runtime(webhook_settings(tmp_path), strict.store, RecordingBus())
     with TestClient(create_app(lambda: allowing)) as client:
         assert client.post("/v1/jobs", json=body).status_code == 202
 
@@ -159,10 +92,10 @@ def test_gateway_refuses_a_loopback_webhook_unless_configured(tmp_path, sqlite_u
 
 def test_a_failed_delivery_is_retried_with_backoff_until_it_is_delivered(store, vector_add_spec, tmp_path, receiver_factory):
     receiver = receiver_factory([500, 503])
-    settings = _settings(tmp_path, KFORGE_WEBHOOK_RETRY_DELAYS_S="1,2,4")
-    job_id, request = _finished_job(store, vector_add_spec, receiver.url)
+    settings = webhook_settings(tmp_path, KFORGE_WEBHOOK_RETRY_DELAYS_S="1,2,4")
+    job_id, request = finished_job(store, vector_add_spec, receiver.url)
 
-    events = _deliver_all(store, settings, job_id, request.event_id)
+    events = deliver_all(store, settings, job_id, request.event_id)
 
     assert [e.type for e in events] == ["WebhookRequested", "WebhookAttempted", "WebhookAttempted",
                                         "WebhookAttempted", "WebhookDelivered"]
@@ -179,6 +112,7 @@ def test_a_failed_delivery_is_retried_with_backoff_until_it_is_delivered(store, 
         assert sent["type"] == "job.completed" and sent["data"]["job_id"] == job_id
         assert sent["data"]["status"] == "completed" and sent["data"]["summary"] == "tuned 1.0 ms"
     assert receiver.received[0][0]["host"] == receiver.url.split("/")[2]  # sent to the checked address, same Host
+    assert receiver.received[0][0]["accept-encoding"] == "identity"  # answers are never decompressed
     assert len({body for _, body, _ in receiver.received}) == 1  # the job as it ended: one body for every attempt
 
     # A redelivered task records nothing twice.
@@ -189,9 +123,9 @@ def test_a_failed_delivery_is_retried_with_backoff_until_it_is_delivered(store, 
 def test_delivery_is_abandoned_when_retries_run_out_or_the_receiver_is_gone(store, vector_add_spec, tmp_path,
                                                                              receiver_factory):
     failing = receiver_factory([500, 500, 500])
-    settings = _settings(tmp_path, KFORGE_WEBHOOK_RETRY_DELAYS_S="1")
-    job_id, request = _finished_job(store, vector_add_spec, failing.url)
-    events = _deliver_all(store, settings, job_id, request.event_id)
+    settings = webhook_settings(tmp_path, KFORGE_WEBHOOK_RETRY_DELAYS_S="1")
+    job_id, request = finished_job(store, vector_add_spec, failing.url)
+    events = deliver_all(store, settings, job_id, request.event_id)
     assert [e.type for e in events][1:] == ["WebhookAttempted", "WebhookAttempted", "WebhookAbandoned"]
     assert events[-1].reason == "2 attempts failed, the last: HTTP 500: thanks"
 
@@ -199,17 +133,17 @@ def test_delivery_is_abandoned_when_retries_run_out_or_the_receiver_is_gone(stor
     stream = job_stream("fedcba987654")
     request = WebhookRequested(stream_id=stream, queue="webhooks", url=gone.url, kind="job.failed")
     store.append(stream, [JobSubmitted(stream_id=stream, spec=vector_add_spec), request], expected_version=0)
-    events = _deliver_all(store, settings, "fedcba987654", request.event_id)
+    events = deliver_all(store, settings, "fedcba987654", request.event_id)
     assert [e.type for e in events][1:] == ["WebhookAttempted", "WebhookAbandoned"]
     assert events[-1].reason == "HTTP 410: thanks" and len(gone.received) == 1
 
 
 def test_a_url_refused_at_delivery_is_abandoned_without_a_request(store, vector_add_spec, tmp_path, receiver_factory):
     receiver = receiver_factory()
-    job_id, request = _finished_job(store, vector_add_spec, receiver.url)
+    job_id, request = finished_job(store, vector_add_spec, receiver.url)
     strict = Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None, KFORGE_WEBHOOK_SECRET=SECRET)
 
-    events = _deliver_all(store, strict, job_id, request.event_id)
+    events = deliver_all(store, strict, job_id, request.event_id)
 
     assert [e.type for e in events][1:] == ["WebhookAttempted", "WebhookAbandoned"]
     assert "loopback" in events[-1].reason and events[1].status_code is None
@@ -221,7 +155,7 @@ def test_embedded_job_announces_its_end_and_the_history_is_served(tmp_path, rece
     import kforge.worker  # noqa: F401  (registers every service's tasks)
 
     receiver = receiver_factory([502])
-    rt = runtime.build(_settings(tmp_path, KFORGE_WEBHOOK_RETRY_DELAYS_S="0.5"))
+    rt = runtime.build(webhook_settings(tmp_path, KFORGE_WEBHOOK_RETRY_DELAYS_S="0.5"))
     runtime.install(rt)
     try:
         body = load_spec(EXAMPLES / "vector_add.cu", EXAMPLES / "vector_add.yaml").model_dump(mode="json")
