@@ -45,7 +45,7 @@ def load_spec(kernel: Path | None, spec: Path | None) -> KernelSpec:
 
 def _read_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _without_aliases(path, path.read_text())
     except FileNotFoundError:
         raise SpecError(str(path), [FieldError("--spec", f"{path} does not exist")]) from None
     except yaml.YAMLError as exc:
@@ -55,6 +55,18 @@ def _read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise SpecError(str(path), [FieldError("", "the spec must be a mapping of fields (kernel_name: ..., args: ...)")])
     return data
+
+
+def _without_aliases(path: Path, text: str) -> object:
+    """The document, refused if it uses an alias (*name): a few lines of nested aliases expand to gigabytes
+    (a "billion laughs"), in the loaded data and in any error that shows it. Specs write values out."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            raise SpecError(str(path), [FieldError("", f"YAML alias *{event.anchor} at line {mark.line + 1}, column "
+                                                       f"{mark.column + 1}: a spec may not use anchors and aliases; "
+                                                       "write the value out")])
+    return yaml.safe_load(text)
 
 
 def _read_text(path: Path, field: str) -> str:

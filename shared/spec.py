@@ -13,30 +13,46 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 from shared.compile_policy import check_define_value, check_options, check_source
-from shared.expressions import ExpressionError, Number, check_restriction, evaluate, names_in
+from shared.expressions import ExpressionError, Number, check_restriction, evaluate, names_in, restriction_holds
 
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 DEFAULT_BLOCK = {"block_size_x": 256, "block_size_y": 1, "block_size_z": 1}
 Expression = int | str
 ParamValue = int | float | str
-IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Patterns are whole-text matches: `pattern=` runs them in pydantic's Rust engine, where $ is the end of the
+# text; the checks below use re.fullmatch, because Python's $ also matches before a final newline.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+IDENTIFIER = rf"^{_NAME}$"
+
+
+def is_identifier(name: str) -> bool:
+    return re.fullmatch(_NAME, name) is not None
 
 
 def _check_space(space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:
     for name, values in space.items():
-        if not re.match(IDENTIFIER, name):
+        if not is_identifier(name):
             raise ValueError(f"tune parameter {name!r} is not an identifier: it becomes a -D define")
         if not values:
             raise ValueError(f"tune parameter {name!r} has no values: give at least one")
     return space
 
 
+def _check_defines(params: dict[str, "ParamValue"]) -> dict[str, "ParamValue"]:
+    for name in params:
+        if not is_identifier(name):
+            raise ValueError(f"parameter {name!r} is not an identifier: it becomes a -D define")
+    return params
+
+
 TuneSpace = Annotated[dict[str, list[ParamValue]], AfterValidator(_check_space)]
+Defines = Annotated[dict[str, ParamValue], AfterValidator(_check_defines)]
 Restriction = Annotated[str, AfterValidator(check_restriction)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or Infinity in any float field: JSON's 1e999 parses as Infinity, which no limit catches.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ArgSpec(_Strict):
@@ -124,7 +140,7 @@ class BenchmarkSpec(_Strict):
     warmup: Annotated[int, Field(ge=0, le=100)] = Field(
         0, description="untimed launches before sampling; the checked launch before them already warms up")
     seed: int = 0
-    arch: Annotated[str | None, Field(pattern=r"^sm_\d{2,3}[a-z]?$")] = Field(
+    arch: Annotated[str | None, Field(pattern=r"^sm_[0-9]{2,3}[a-z]?$")] = Field(
         None, description="NVRTC target, e.g. sm_90; default: the benchmark device's own"
     )
     replay: bool = Field(False, description="serve measurements recorded on a GPU machine instead of measuring; "
@@ -163,8 +179,7 @@ class CandidateSpec(_Strict):
 
     source: Annotated[str, Field(min_length=1, description="CUDA C++ source of the candidate")]
     kernel_name: Annotated[str | None, Field(pattern=IDENTIFIER)] = Field(None, description="default: the spec's")
-    params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the candidate, over the "
-                                                                            "spec's params")
+    params: Defines = Field(default_factory=dict, description="defines for the candidate, over the spec's params")
     tune_params: TuneSpace | None = Field(None, description="the candidate's tuning space; default: the spec's")
     restrictions: list[Restriction] | None = Field(None, description="default: the spec's")
     grid_div_x: list[Expression] | None = Field(None, description="default: the spec's")
@@ -183,8 +198,7 @@ class TuningStep(_Strict):
     id: Annotated[str, Field(pattern=STEP_ID)]
     description: str = Field("", description="what the step changes, in a sentence")
     prompt_template: str = Field("", description="the rewrite prompt; {kernel_string} becomes the current kernel")
-    tune_params: dict[str, list[ParamValue]] = Field(default_factory=dict,
-                                                     description="parameters the step introduces, with their values")
+    tune_params: TuneSpace = Field(default_factory=dict, description="parameters the step introduces, with their values")
     skip_evaluation: bool = Field(False, description="apply without first asking whether the step makes sense")
     depends_on: list[str] = Field(default_factory=list,
                                   description="steps that must have brought an improvement for this one to run")
@@ -310,7 +324,7 @@ class KernelSpec(_Strict):
     grid_div_y: list[Expression] | None = None
     grid_div_z: list[Expression] | None = None
     block_size_names: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCK))
-    params: dict[str, ParamValue] = Field(default_factory=dict, description="defines for the submitted kernel")
+    params: Defines = Field(default_factory=dict, description="defines for the submitted kernel")
     tune_params: TuneSpace = Field(default_factory=dict)
     restrictions: list[Restriction] = Field(default_factory=list)
     compiler_options: list[str] = Field(default_factory=list)
@@ -325,7 +339,7 @@ class KernelSpec(_Strict):
     @classmethod
     def _positive_sizes(cls, sizes: dict[str, int]) -> dict[str, int]:
         for name, value in sizes.items():
-            if not re.match(IDENTIFIER, name):
+            if not is_identifier(name):
                 raise ValueError(f"size variable {name!r} is not an identifier: use letters, digits and _")
             if value <= 0:
                 raise ValueError(f"size {name} = {value} must be positive")
@@ -343,6 +357,9 @@ class KernelSpec(_Strict):
     def _block_names(cls, names: list[str]) -> list[str]:
         if not 1 <= len(names) <= 3:
             raise ValueError("block_size_names takes 1 to 3 names (x, y, z)")
+        for name in names:
+            if not is_identifier(name):
+                raise ValueError(f"block size name {name!r} is not an identifier: it names a tune parameter")
         return names
 
     @field_validator("compiler_options")
@@ -412,14 +429,14 @@ class KernelSpec(_Strict):
     def _block_defaults(self) -> dict[str, int]:
         return {name: DEFAULT_BLOCK.get(name, 1) for name in self.block_size_names}
 
-    def _variables(self, params: dict[str, ParamValue]) -> dict[str, Number]:
+    def variables(self, params: dict[str, ParamValue]) -> dict[str, Number]:
         """What expressions may name: default block sizes, size variables and numeric parameters."""
         numeric = {k: v for k, v in params.items() if isinstance(v, int | float)}
         return {**self._block_defaults(), **self.sizes, **numeric}
 
     def launch_geometry(self, params: dict[str, ParamValue]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """(grid, block) for a configuration, in Kernel Tuner's conventions."""
-        env = self._variables(params)
+        env = self.variables(params)
         block = [1, 1, 1]
         for i, name in enumerate(self.block_size_names):
             block[i] = int(env[name])
@@ -433,11 +450,21 @@ class KernelSpec(_Strict):
             grid[i] = math.ceil(evaluate(dim, env) / div)
         return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
 
+    def restrictions_hold(self, config: dict[str, ParamValue]) -> bool:
+        """Whether a configuration meets every restriction, each run by the bounded evaluator. Kernel Tuner
+        gets this rather than the restrictions' text, which it would run as Python, unbounded."""
+        variables = self.restriction_variables(config)
+        return all(restriction_holds(r, variables) for r in self.restrictions)
+
+    def restriction_variables(self, config: dict[str, ParamValue]) -> dict[str, ParamValue]:
+        """What restrictions may name: block sizes, sizes and every parameter, text values included."""
+        return {**self._block_defaults(), **self.sizes, **self.params, **config}
+
     def shape_of(self, arg: ArgSpec) -> tuple[int, ...]:
         return tuple(int(evaluate(dim, self.sizes)) for dim in arg.shape or [])
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
-        return np.dtype(arg.dtype).type(evaluate(arg.value, self._variables(params)))
+        return np.dtype(arg.dtype).type(evaluate(arg.value, self.variables(params)))
 
     def for_candidate(self, candidate: CandidateSpec) -> "KernelSpec":
         """The submission as the candidate would be submitted: its source, defines, space and geometry, the

@@ -19,6 +19,7 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
                            ConfigMeasured, DeviceFacts, Event, JobCancelled,
                            JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
+from shared.limits import memory_refusal
 from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.spec import KernelSpec
 
@@ -65,6 +66,8 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
                               cache_hit=cache_hit, log=kernel.log)
     if host is None:
         return [compiled, failed("device", no_device)]
+    if too_big := memory_refusal(spec, host.device.memory_bytes):
+        return [compiled, failed("device", too_big)]
     geometry = spec.launch_geometry(request.params)
     # The submitted kernel is its own reference here: the check catches NaN/Inf, and a later tuning
     # compares every configuration with the output recorded this way.
@@ -135,6 +138,9 @@ def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningR
     except NoDevice as exc:
         return ShardTuned(**common, device="none", configs=0, measured=0, failed=0, best_params=None, best_ms=None,
                           wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=str(exc))
+    if too_big := memory_refusal(spec, host.device.memory_bytes):
+        return ShardTuned(**common, device=host.device.name, configs=0, measured=0, failed=0, best_params=None,
+                          best_ms=None, wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=too_big)
     evaluator = SpaceEvaluator(spec, host, resources.pool(), spec.benchmark.arch or host.device.arch, stream, rid,
                                append, recorded=recorded, replay=spec.benchmark.replay, reference=submitted)
     replaced_before = host.replacements

@@ -212,8 +212,10 @@ def _import_kernel_tuner():
     from kernel_tuner.runners.runner import Runner
     from kernel_tuner.searchspace import Searchspace
     from kernel_tuner.util import CompilationFailedConfig, RuntimeFailedConfig, TuningBudget
+    from constraint import FunctionConstraint  # python-constraint2, Kernel Tuner's solver
 
     return SimpleNamespace(Options=Options, strategy_map=strategy_map, Runner=Runner, Searchspace=Searchspace,
+                           FunctionConstraint=FunctionConstraint,
                            CompilationFailedConfig=CompilationFailedConfig, RuntimeFailedConfig=RuntimeFailedConfig,
                            TuningBudget=TuningBudget)
 
@@ -223,8 +225,11 @@ def search(spec: KernelSpec, evaluator: SpaceEvaluator, shard: int = 0, shards: 
     every `shards`-th configuration from `shard`); return the outcomes of everything evaluated."""
     kt = _kernel_tuner()
     device = evaluator.host.device
-    space = kt.Searchspace(spec.tune_params, list(spec.restrictions) or None, device.max_threads,
-                           block_size_names=spec.block_size_names)
+    try:
+        space = kt.Searchspace(spec.tune_params, _bounded_restrictions(kt, spec), device.max_threads,
+                               block_size_names=spec.block_size_names)
+    except ExpressionError as exc:
+        raise SetupFailed(f"restrictions: {exc}") from None
     settings = spec.benchmark.search
     fevals = min(settings.max_fevals or space.size, space.size)  # Kernel Tuner caps the budget at the space
     strategy_options = dict(settings.options)
@@ -247,6 +252,16 @@ def search(spec: KernelSpec, evaluator: SpaceEvaluator, shard: int = 0, shards: 
     else:
         kt.strategy_map[settings.strategy].tune(space, runner, options)
     return list(evaluator.outcomes.values())
+
+
+def _bounded_restrictions(kt, spec: KernelSpec) -> list | None:
+    """The restrictions as one constraint that runs kforge's bounded evaluator. Given their text, Kernel
+    Tuner and python-constraint compile and fold it as Python: `9 ** 9 ** 9 > block_size_x` never returned.
+    A constraint over no named variables is called with every tune parameter's value, in tune_params order."""
+    if not spec.restrictions:
+        return None
+    names = list(spec.tune_params)
+    return [kt.FunctionConstraint(lambda *values: spec.restrictions_hold(dict(zip(names, values))))]
 
 
 def _runner_class(kt):

@@ -16,6 +16,7 @@ from shared.device.process import DeviceProcess, Failed, NoDevice
 from shared.events import (CandidateRejected, CandidateVerified, Event, TrialPassed, VerificationIncomplete,
                            VerificationRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
+from shared.limits import memory_refusal
 from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.spec import KernelSpec
 
@@ -74,6 +75,8 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
         return VerificationIncomplete(event_id=derived_id(rid, "VerificationIncomplete"), **common,
                                       passed=["compile", "signature"],
                                       reason=f"{no_device}; on a GPU machine the candidate is run on every trial")
+    if too_big := memory_refusal(spec, process.device.memory_bytes):
+        return rejected("reference", too_big)
 
     passed, skipped = [], []
     as_candidate = spec.for_candidate(candidate)  # its own launch geometry (grid divisors) at every trial

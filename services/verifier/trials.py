@@ -24,11 +24,35 @@ def plan_trials(spec: KernelSpec) -> list[Trial]:
 
 
 def prime_below(n: int) -> int | None:
-    """The largest prime < n, or None below 3."""
-    for candidate in range(n - 1, 1, -1):
-        if all(candidate % d for d in range(2, int(candidate ** 0.5) + 1)):
-            return candidate
-    return None
+    """The largest prime < n, or None below 3. Primes are dense (gaps below 2**64 are under 1,600), so
+    stepping down with a Miller-Rabin test costs microseconds at any size, where trial division took hours."""
+    return next((c for c in range(n - 1, 1, -1) if _is_prime(c)), None)
+
+
+# With these bases Miller-Rabin is exact for every n < 3.3 * 10**24 (Sorenson and Webster, 2015).
+_WITNESSES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    for p in _WITNESSES:
+        if n % p == 0:
+            return n == p
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in _WITNESSES:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = pow(x, 2, n)
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
 
 
 def _seed(base: int, *parts: object) -> int:

@@ -21,6 +21,7 @@ class DeviceInfo:
     arch: str  # NVRTC target, e.g. sm_90
     max_threads: int = 1024  # threads per block; Kernel Tuner's Searchspace drops configs above it
     peaks: Peaks | None = None
+    memory_bytes: int | None = None  # global memory; a spec whose arrays do not fit is refused (shared/limits.py)
 
 
 class NoCudaDevice(RuntimeError):
@@ -44,7 +45,15 @@ def probe(index: int = 0) -> DeviceInfo:
 
     device = Device(index)
     return DeviceInfo(index=index, name=device.name, arch=f"sm_{device.arch}",
-                      max_threads=device.properties.max_threads_per_block, peaks=_peaks(index))
+                      max_threads=device.properties.max_threads_per_block, peaks=_peaks(index),
+                      memory_bytes=_total_memory(index))
+
+
+def _total_memory(index: int) -> int | None:
+    from cuda.bindings import driver
+
+    status, total = driver.cuDeviceTotalMem(index)
+    return total if status == driver.CUresult.CUDA_SUCCESS else None
 
 
 def _peaks(index: int) -> Peaks | None:

@@ -1,11 +1,12 @@
 """What a job delivered for its kernel, folded from its events: the baseline, the best kernel found and the
 samples behind both. Comparisons, the slow-kernel list and suggestions are built on these."""
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.events import (BaselineMeasured, CandidateGenerated, ConfigMeasured, Event, JobSubmitted, StepAccepted,
                            TuningCompleted, TuningRequested)
+from shared.expressions import ExpressionError
 from shared.projections import job_id_of, project_job
 from shared.spec import KernelSpec, ParamValue
 
@@ -65,6 +66,15 @@ class KernelResult(BaseModel):
         return self.speedup
 
 
+def stored_figure(compute: Callable[[], float | None]) -> float | None:
+    """A figure computed from a stored spec, or None when it cannot be: a spec stored before expressions
+    were bounded may hold one such as (10**64)**64, and the report leaves that figure out instead of failing."""
+    try:
+        return compute()
+    except (ExpressionError, ArithmeticError):
+        return None
+
+
 def kernel_key(spec: KernelSpec) -> str:
     return f"{spec.kernel_name}[{','.join(f'{k}={v}' for k, v in sorted(spec.sizes.items()))}]"
 
@@ -103,12 +113,12 @@ def kernel_result(events: Sequence[Event]) -> KernelResult | None:
 def _baseline(e: BaselineMeasured, spec: KernelSpec) -> Measurement:
     """The benchmark records rates per tuned configuration; the baseline's come from the same figures."""
     seconds = e.median_ms / 1e3
-    gbps = spec.bytes_per_launch() / seconds / 1e9
-    flops = spec.flops_per_launch()
+    moved, flops = stored_figure(spec.bytes_per_launch), stored_figure(spec.flops_per_launch)
+    gbps = moved / seconds / 1e9 if moved is not None else None
     tflops = flops / seconds / 1e12 if flops is not None else None
     pct = None
-    if e.facts:
-        pct = 100 * max(gbps / e.facts.dram_gbps, (tflops or 0.0) / e.facts.fp32_tflops)
+    if e.facts and (gbps is not None or tflops is not None):
+        pct = 100 * max((gbps or 0.0) / e.facts.dram_gbps, (tflops or 0.0) / e.facts.fp32_tflops)
     return Measurement(params=e.params, median_ms=e.median_ms, samples_ms=e.samples_ms, grid=e.grid, block=e.block,
                        gbps=gbps, tflops=tflops, pct_of_peak=pct)
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, DeviceFacts, Event,
                            JobSubmitted, TuningRequested)
-from shared.reports.results import SUBMITTED, KernelResult, Measurement, kernel_result
+from shared.reports.results import SUBMITTED, KernelResult, Measurement, kernel_result, stored_figure
 from shared.spec import KernelSpec
 
 REACHABLE_BANDWIDTH_PCT = 85.0  # well-written streaming kernels reach 85-90% of DRAM peak on recent GPUs
@@ -157,7 +157,7 @@ def out_of_resources(ev: Evidence) -> OptimizationSuggestion | None:
 def _threads(spec: KernelSpec, params: dict) -> int:
     try:
         return math.prod(spec.launch_geometry(params)[1])
-    except (KeyError, ValueError, ZeroDivisionError):
+    except (KeyError, ValueError, ArithmeticError):  # ExpressionError is a ValueError: a stored spec's bomb
         return 0
 
 
@@ -201,9 +201,8 @@ def redundant_traffic(ev: Evidence) -> OptimizationSuggestion | None:
     """A kernel declared to move several times its arrays re-reads them from memory."""
     if ev.spec.work.bytes is None:
         return None
-    arrays = ev.spec.array_bytes()
-    declared = ev.spec.bytes_per_launch()
-    if not arrays or declared < 2 * arrays:
+    arrays, declared = stored_figure(ev.spec.array_bytes), stored_figure(ev.spec.bytes_per_launch)
+    if not arrays or declared is None or declared < 2 * arrays:
         return None
     bw = ev.bandwidth_pct()
     memory_limited = bw is not None and bw > (ev.flops_pct() or 0.0)

@@ -1,9 +1,10 @@
 """Safe arithmetic for spec fields: what is evaluated, what is refused, and how the refusal reads."""
 import math
+import time
 
 import pytest
 
-from shared.expressions import ExpressionError, check_restriction, evaluate, names_in
+from shared.expressions import MAX_MAGNITUDE, ExpressionError, check_restriction, evaluate, names_in, restriction_holds
 
 
 @pytest.mark.parametrize("expression, variables, expected", [
@@ -134,3 +135,56 @@ def test_a_spec_names_the_restriction_at_fault(vector_add_spec):
         type(vector_add_spec).model_validate({**body, "restrictions": ["__import__('os').getpid() > 0"]})
     with pytest.raises(ValidationError, match=r"restrictions\[0\]: 'tile_x > 2' uses tile_x"):
         type(vector_add_spec).model_validate({**body, "restrictions": ["tile_x > 2"]})
+
+
+# --- bounds: every intermediate value, the text, the tree --------------------------------------------
+@pytest.mark.parametrize("bomb", ["(((9**64)**64)**64)**64", "9 ** 9 ** 9", "(10**64)**64", "2 ** 65",
+                                  "0.5 ** -65", "(2**40) * (2**40)", "n * n * n", "1e308 * 10", "1e300",
+                                  "18446744073709551617", "ceil(2**63 * 4.0)", "-(2**64) - 1"])
+def test_every_intermediate_value_is_bounded_and_refused_at_once(bomb):
+    started = time.perf_counter()
+    with pytest.raises(ExpressionError, match="2\\*\\*64|finite"):
+        evaluate(bomb, {"n": 2 ** 30})
+    assert time.perf_counter() - started < 0.05
+
+
+def test_values_up_to_the_bound_evaluate():
+    assert evaluate("2 ** 64", {}) == MAX_MAGNITUDE
+    assert evaluate("n * 4 + 2 * n ** 2", {"n": 2 ** 30}) == 2 ** 32 + 2 ** 61
+    assert evaluate("0.5 ** 10", {}) == 0.5 ** 10
+    assert evaluate("(-2) ** 63", {}) == -(2 ** 63)
+
+
+def test_a_number_given_as_it_is_must_be_within_the_bound():
+    with pytest.raises(ExpressionError, match="2\\*\\*64"):
+        evaluate(2 ** 65, {})
+    with pytest.raises(ExpressionError, match="finite"):
+        evaluate(float("inf"), {})
+
+
+@pytest.mark.parametrize("expression, limit", [
+    ("+".join(["n"] * 100_000), "at most 1000"),  # 100k terms: was a RecursionError
+    ("-" * 600 + "1", "at most 500"),
+    ("(" * 250 + "n" + ")" * 250, "not a valid expression"),  # the parser's own nesting limit
+    ("+".join(["n"] * 60), "nest at most 50"),
+])
+def test_length_nodes_and_depth_are_capped_with_an_expression_error(expression, limit):
+    started = time.perf_counter()
+    with pytest.raises(ExpressionError, match=limit) as info:
+        names_in(expression)
+    assert time.perf_counter() - started < 0.5
+    assert len(str(info.value)) < 300  # the expression is quoted by its start and length, not in full
+
+
+def test_restriction_holds_evaluates_comparisons_under_the_bounds():
+    variables = {"block_size_x": 256, "n": 4096, "variant": "a", "other": "b"}
+    assert restriction_holds("block_size_x <= 512 and n % block_size_x == 0", variables)
+    assert not restriction_holds("not block_size_x < 1024 or variant == other", variables)
+    assert restriction_holds("32 <= block_size_x <= 1024", variables)
+    assert restriction_holds("variant != other", variables)
+    with pytest.raises(ExpressionError, match="past 2\\*\\*64"):
+        restriction_holds("9 ** 9 ** 9 > block_size_x", variables)
+    with pytest.raises(ExpressionError, match="not a number"):
+        restriction_holds("variant * 1000000000 == other", variables)  # text is compared, never repeated
+    with pytest.raises(ExpressionError, match="not a restriction"):
+        restriction_holds("__import__('os') == 1", variables)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from kforge.specfile import SpecError, load_spec
 from shared.errors import FieldError, field_errors
 from shared.inputs import make_arrays
+from shared.expressions import ExpressionError
 from shared.spec import DTYPES, KernelSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -416,3 +417,102 @@ def test_large_inputs_are_drawn_in_chunks_that_depend_on_the_seed_not_the_thread
     a = one_thread["a"]
     assert np.all((a >= -1) & (a < 1)) and len(np.unique(a)) == 100  # every chunk drew its own values
     assert not np.array_equal(a[:16], a[16:32])
+
+
+# --- admission limits, bounded restrictions, non-finite floats, identifiers --------------------------
+def _spec(**changes) -> KernelSpec:
+    return KernelSpec.model_validate({**vector_add_data(), "source": VECTOR_ADD_SOURCE, **changes})
+
+
+@pytest.mark.parametrize("changes, limits, field", [
+    ({"sizes": {"n": 2 ** 40}}, {}, "sizes.n"),
+    ({"sizes": {"n": 4096}}, {"max_size": 1024}, "sizes.n"),
+    ({"tune_params": {f"p{i}": list(range(10)) for i in range(6)}}, {}, "tune_params"),
+    ({"tune_params": {"block_size_x": [32, 64, 128]}}, {"max_search_space": 2}, "tune_params"),
+    ({"benchmark": {"timeout_s": 601}}, {}, "benchmark.timeout_s"),
+    ({"verify": {"timeout_s": 60}}, {"max_verify_timeout_s": 30}, "verify.timeout_s"),
+    ({"benchmark": {"search": {"time_limit_s": 5 * 3600}}}, {}, "benchmark.search.time_limit_s"),
+    ({}, {"max_array_bytes": 1 << 20}, "args"),
+    ({"work": {"bytes": "n ** 4"}}, {}, "work.bytes"),
+    ({"restrictions": ["block_size_x ** block_size_x > 0"]}, {}, "restrictions[0]"),
+    ({"grid_div_x": ["block_size_x - 32"]}, {}, "problem_size"),  # a divisor of 0 at block_size_x 32
+])
+def test_admission_refuses_each_limit_naming_the_field_and_setting(changes, limits, field):
+    from shared.limits import AdmissionRefused, Limits, check_admission
+
+    with pytest.raises(AdmissionRefused) as info:
+        check_admission(_spec(**changes), Limits(**limits))
+    assert [e.field for e in info.value.errors] == [field]
+
+
+def test_the_examples_pass_admission_and_limits_come_from_settings(monkeypatch):
+    from shared.limits import Limits, check_admission
+    from shared.settings import Settings
+
+    for name in ("vector_add", "matmul", "reduction"):
+        check_admission(example(name), Limits())
+    monkeypatch.setenv("KFORGE_MAX_SEARCH_SPACE", "7")
+    monkeypatch.setenv("KFORGE_MAX_BENCHMARK_TIMEOUT_S", "30")
+    limits = Limits.of(Settings())
+    assert (limits.max_search_space, limits.max_benchmark_timeout_s) == (7, 30.0)
+    assert Limits.of(Settings(_env_file=None)).max_size == Limits().max_size
+
+
+def test_memory_refusal_compares_arrays_and_copies_with_device_and_host():
+    from shared.limits import memory_refusal
+
+    spec = example("vector_add")  # 3 x 256 MiB arrays, one output: 1.25 GiB with the output's two copies
+    assert memory_refusal(spec, 80 << 30) is None
+    reason = memory_refusal(spec, 1 << 30)
+    assert reason and "the device" and "use smaller sizes" in reason and f"{5 * 256 << 20:,}" in reason
+    huge = spec.with_sizes({"n": 2 ** 40})
+    assert "this host" in memory_refusal(huge, None)
+
+
+def test_kernel_tuner_gets_restrictions_through_the_bounded_evaluator():
+    from services.benchmark.tuning import _bounded_restrictions, _kernel_tuner
+
+    kt = _kernel_tuner()
+    spec = _spec(tune_params={"block_size_x": [32, 64, 128, 256, 512, 1024], "t": [1, 2, 4], "v": ["a", "b"]},
+                 restrictions=["block_size_x * t <= 512 and n % block_size_x == 0", "v == v"])
+    bounded = kt.Searchspace(spec.tune_params, _bounded_restrictions(kt, spec), 1024, block_size_names=spec.block_size_names)
+    as_text = kt.Searchspace(spec.tune_params, ["block_size_x * t <= 512"], 1024, block_size_names=spec.block_size_names)
+    assert sorted(bounded.list) == sorted(as_text.list) and bounded.size == 2 * (5 + 4 + 3)
+    bomb = _spec(tune_params={"block_size_x": [32, 64]}, restrictions=["9 ** 9 ** 9 > block_size_x"])
+    with pytest.raises(ExpressionError, match="past 2\\*\\*64"):
+        kt.Searchspace(bomb.tune_params, _bounded_restrictions(kt, bomb), 1024, block_size_names=bomb.block_size_names)
+
+
+@pytest.mark.parametrize("path", ["benchmark.timeout_s", "benchmark.ci_target", "benchmark.abandon_factor",
+                                  "benchmark.atol", "verify.rtol", "verify.timeout_s", "strategy.target_speedup",
+                                  "strategy.reference_ms", "generator.temperature", "params.x"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), float("-inf")])
+def test_nan_and_infinity_are_refused(path, value):
+    first, second = path.split(".")
+    errors = errors_of({**vector_add_data(), first: {second: value}})
+    assert errors and all(e.field.startswith(path) for e in errors)  # a union reports each of its members
+    assert any("finite" in e.message for e in errors)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"kernel_name": "vector_add\n"}, "kernel_name"), ({"sizes": {"n\n": 8}}, "sizes"),
+    ({"tune_params": {"block_size_x\n": [64]}}, "tune_params"), ({"params": {"x\n": 1}}, "params"),
+    ({"block_size_names": ["block_size_x\n"]}, "block_size_names"), ({"benchmark": {"arch": "sm_90\n"}}, "benchmark.arch"),
+    ({"benchmark": {"arch": "sm_\u0669\u0660"}}, "benchmark.arch"),  # Arabic-Indic digits match \d, not [0-9]
+])
+def test_identifiers_are_whole_text_matches(changes, field):
+    assert only(errors_of({**vector_add_data(), **changes})).field == field
+
+
+def test_prime_below_is_exact_and_cheap_at_any_size():
+    import time
+
+    from services.verifier.trials import prime_below
+
+    def by_division(n):
+        return next((c for c in range(n - 1, 1, -1) if all(c % d for d in range(2, math.isqrt(c) + 1))), None)
+
+    assert [prime_below(n) for n in range(2000)] == [by_division(n) for n in range(2000)]
+    started = time.perf_counter()
+    assert prime_below(2 ** 64) == 2 ** 64 - 59 and prime_below(2 ** 34) == 17179869143
+    assert time.perf_counter() - started < 0.05
