@@ -16,6 +16,7 @@ from shared import runtime
 from shared.errors import field_errors
 from shared.events import Event
 from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, follow_job, job_events, submit_job
+from shared.limits import AdmissionRefused
 from shared.webhook_addresses import WebhookUrlRefused
 from shared.projections import project_job
 from shared.reports import queries
@@ -83,7 +84,7 @@ def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
     try:
         job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run,
                             admission=Admission.of(rt.settings))
-    except (WebhookUrlRefused, QueueFull) as exc:
+    except (WebhookUrlRefused, QueueFull, AdmissionRefused) as exc:
         raise KforgeError(str(exc)) from None
     view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s)
     if not view.finished:

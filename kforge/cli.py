@@ -28,6 +28,7 @@ from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.reports.tracker import performance_tracker
 from shared.settings import Settings
 from shared.steps import project_optimisation
+from shared.limits import AdmissionRefused
 from shared.webhook_addresses import WebhookUrlRefused
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
@@ -116,6 +117,10 @@ def tune(
         job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run, admission=Admission.of(rt.settings))
     except WebhookUrlRefused as exc:
         console.print(f"[red]webhook_url[/red]: {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    except AdmissionRefused as exc:
+        for error in exc.errors:
+            console.print(f"[red]{escape(error.field)}[/red]: {escape(error.message)}")
         raise typer.Exit(2) from None
     except QueueFull as exc:
         console.print(f"[red]not submitted[/red]: {exc}")
@@ -361,6 +366,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
 
     from services.gateway.app import create_app
 
+    _runtime()  # settings are read now: a bad one (KFORGE_API_KEYS=",") stops the gateway before it listens
     uvicorn.run(create_app(_runtime), host=host, port=port)
 
 

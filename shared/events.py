@@ -7,6 +7,7 @@ payload is upcast on read, one version step at a time, by the registry's upcaste
 build does not know, or a newer version of one, is refused with a clear error rather than guessed at.
 """
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 from uuid import UUID, NAMESPACE_URL, uuid4, uuid5
@@ -49,13 +50,19 @@ def derived_id(*parts: object) -> UUID:
 
 
 # --- jobs -------------------------------------------------------------------------------------------
-class JobSubmitted(Event):
-    """v2 adds `run`: jobs submitted under one run name are compared as a set (`kforge compare`)."""
+LOCAL_TENANT = "local"  # the CLI's and the Python API's jobs, and those of a gateway without API keys
 
-    schema_version: ClassVar[int] = 2
+
+class JobSubmitted(Event):
+    """v2 adds `run`: jobs submitted under one run name are compared as a set (`kforge compare`).
+    v3 adds `tenant`, whose the job is: the gateway records a hash of the submitting API key (never the
+    key), local submissions LOCAL_TENANT."""
+
+    schema_version: ClassVar[int] = 3
     spec: KernelSpec
     submitted_by: str = "cli"
     run: str | None = None
+    tenant: str = LOCAL_TENANT
 
 
 class JobCompleted(Event):
@@ -416,12 +423,36 @@ class EventFromNewerVersion(LookupError):
     pass
 
 
+@dataclass(frozen=True)
+class Undecodable:
+    """A stored event this build cannot read (an unknown type, a newer version, a payload that no longer
+    validates), as read models that span jobs see it: in its place, so one such event marks its own job
+    and not every job. It is no Event: nothing ever appends one."""
+
+    position: int
+    stream_id: str
+    stream_version: int
+    occurred_at: datetime
+    type: str
+    version: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"event {self.position} ({self.type} v{self.version}) cannot be read: {self.reason}"
+
+
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _added_optional_field(payload: dict[str, Any]) -> dict[str, Any]:
     """The new version only added a field with a default: the older payload reads as it is."""
     return payload
+
+
+def _submitted_before_tenants(payload: dict[str, Any]) -> dict[str, Any]:
+    """A job recorded before tenants were: it was local or on a gateway where every key saw every job, so it
+    goes to the local tenant, which only admin keys see on a gateway with keys."""
+    return {**payload, "tenant": LOCAL_TENANT}
 
 
 class EventRegistry:
@@ -458,5 +489,6 @@ EVENTS = EventRegistry(
      GenerationRequested, GeneratorCalled, PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated,
      GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled, JobCancelled,
      WebhookRequested, WebhookAttempted, WebhookDelivered, WebhookAbandoned],
-    upcasters={("JobSubmitted", 1): _added_optional_field, ("BaselineMeasured", 1): _added_optional_field},
+    upcasters={("JobSubmitted", 1): _added_optional_field, ("JobSubmitted", 2): _submitted_before_tenants,
+               ("BaselineMeasured", 1): _added_optional_field},
 )

@@ -15,12 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC
 
+from pydantic import ValidationError
 from sqlalchemy import (JSON, BigInteger, Column, DateTime, Integer, MetaData, String, Table, UniqueConstraint,
                         create_engine, event, func, insert, select, text)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from shared.events import EVENTS, Event, EventRegistry
+from shared.events import EVENTS, Event, EventRegistry, Undecodable
 
 metadata = MetaData()
 events_table = Table(
@@ -47,22 +48,32 @@ class ConcurrencyConflict(RuntimeError):
     """The stream moved on since the writer read it: reload, decide again, retry."""
 
 
-class TooManyOpen(RuntimeError):
-    """A new stream was refused: as many streams as allowed are open (opened and not yet closed)."""
-
-    def __init__(self, open_streams: int):
-        super().__init__(f"{open_streams} streams are open")
-        self.open_streams = open_streams
-
-
 @dataclass(frozen=True)
 class OpenLimit:
     """At most `limit` streams may be open: with an `opened` event and none of the `closing` types (each
-    stream closes at most once). Checked inside the append's lock, so concurrent appends cannot overshoot."""
+    stream closes at most once). With `where` (a payload field and its value) only the streams whose
+    `opened` event has it count. Checked inside the append's lock, so concurrent appends cannot overshoot."""
 
     opened: str
     closing: tuple[str, ...]
     limit: int
+    where: tuple[str, str] | None = None
+
+
+class TooManyOpen(RuntimeError):
+    """A new stream was refused: as many streams as `limit` allows are open (opened and not yet closed)."""
+
+    def __init__(self, open_streams: int, limit: OpenLimit):
+        super().__init__(f"{open_streams} streams are open")
+        self.open_streams, self.limit = open_streams, limit
+
+
+class UnreadableEvent(RuntimeError):
+    """A stored event this build cannot decode; `undecodable` says which and why."""
+
+    def __init__(self, undecodable: Undecodable):
+        super().__init__(undecodable.describe())
+        self.undecodable = undecodable
 
 
 class EventStore:
@@ -74,15 +85,15 @@ class EventStore:
 
     # --- writing ---------------------------------------------------------------------------------
     def append(self, stream_id: str, events: Sequence[Event], expected_version: int | None,
-               open_limit: OpenLimit | None = None) -> list[Event]:
-        """Append `events` to `stream_id` if it is at `expected_version` (None: any version), and, with
-        `open_limit`, only while fewer streams are open than it allows (else TooManyOpen).
+               open_limits: Sequence[OpenLimit] = ()) -> list[Event]:
+        """Append `events` to `stream_id` if it is at `expected_version` (None: any version), and only while
+        fewer streams are open than each of `open_limits` allows (else TooManyOpen).
 
         Returns the events as stored, with stream_version and position set."""
         try:
             with self._transaction() as conn:
-                if open_limit is not None:
-                    self._check_open(conn, open_limit)
+                for limit in open_limits:
+                    self._check_open(conn, limit)
                 return self._append(conn, stream_id, events, expected_version)
         except IntegrityError as exc:
             raise ConcurrencyConflict(f"stream {stream_id}: concurrent append ({exc.orig})") from None
@@ -125,6 +136,14 @@ class EventStore:
                  .order_by(events_table.c.position).limit(limit))
         with self.engine.connect() as conn:
             return [self._decode(r) for r in conn.execute(query)]
+
+    def read_log(self, after_position: int = 0, limit: int = 1000) -> list[Event | Undecodable]:
+        """As read_all, with an event that cannot be decoded in its place as Undecodable: for read models
+        spanning every stream, which must go on past it."""
+        query = (select(events_table).where(events_table.c.position > after_position)
+                 .order_by(events_table.c.position).limit(limit))
+        with self.engine.connect() as conn:
+            return [self._decode_or_undecodable(r) for r in conn.execute(query)]
 
     def read_types(self, types: Collection[str], stream_prefix: str = "") -> list[Event]:
         """Every event of the given types (in streams starting with `stream_prefix`), in global order: what a
@@ -178,12 +197,17 @@ class EventStore:
 
     @staticmethod
     def _check_open(conn: Connection, limit: OpenLimit) -> None:
-        def count(types: Collection[str]) -> int:
-            return conn.execute(select(func.count()).where(events_table.c.type.in_(types))).scalar_one()
-
-        open_streams = count([limit.opened]) - count(limit.closing)
+        opened = events_table.c.type == limit.opened
+        if limit.where is not None:
+            field, value = limit.where
+            opened &= events_table.c.payload[field].as_string() == value
+        closed = events_table.c.type.in_(limit.closing)
+        if limit.where is not None:
+            closed &= events_table.c.stream_id.in_(select(events_table.c.stream_id).where(opened))
+        open_streams = (conn.execute(select(func.count()).where(opened)).scalar_one()
+                        - conn.execute(select(func.count()).where(closed)).scalar_one())
         if open_streams >= limit.limit:
-            raise TooManyOpen(open_streams)
+            raise TooManyOpen(open_streams, limit)
 
     @staticmethod
     def _version(conn: Connection, stream_id: str) -> int:
@@ -191,10 +215,24 @@ class EventStore:
                             .where(events_table.c.stream_id == stream_id)).scalar_one() or 0
 
     def _decode(self, row) -> Event:
+        """The row's event, or UnreadableEvent naming it when this build cannot read it."""
+        decoded = self._decode_or_undecodable(row)
+        if isinstance(decoded, Undecodable):
+            raise UnreadableEvent(decoded)
+        return decoded
+
+    def _decode_or_undecodable(self, row) -> Event | Undecodable:
         occurred = row.occurred_at if row.occurred_at.tzinfo else row.occurred_at.replace(tzinfo=UTC)
         envelope = {"event_id": row.event_id, "stream_id": row.stream_id, "stream_version": row.stream_version,
                     "position": row.position, "occurred_at": occurred}
-        return self.registry.decode(row.type, row.version, dict(row.payload), envelope)
+        try:
+            return self.registry.decode(row.type, row.version, dict(row.payload), envelope)
+        except (LookupError, ValidationError) as exc:
+            # Which fields failed, not their values: the reason is shown to API clients.
+            reason = str(exc) if isinstance(exc, LookupError) else \
+                f"{exc.error_count()} invalid field(s): {', '.join(_field(e['loc']) for e in exc.errors())}"
+            return Undecodable(position=row.position, stream_id=row.stream_id, stream_version=row.stream_version,
+                               occurred_at=occurred, type=row.type, version=row.version, reason=reason)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -237,6 +275,10 @@ class Consumption:
             self._conn.execute(tracking_table.update().where(tracking_table.c.consumer == self.consumer)
                                .values(position=position))
         self.position = position
+
+
+def _field(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc) or "(the payload)"
 
 
 def _stream_query(stream_id: str, up_to_position: int | None):

@@ -1,17 +1,19 @@
 """Submitting and reading jobs: the operations the CLI, the Python API and the gateway share."""
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import uuid4
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
-from shared.events import JOB_ENDS, Event, JobCancelled, JobSubmitted
+from shared.events import JOB_ENDS, LOCAL_TENANT, Event, JobCancelled, JobSubmitted, Undecodable
 from shared.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen
-from shared.projections import JobView, job_id_of, job_stream, project_job
+from shared.limits import Limits, check_admission
+from shared.projections import JobView, by_stream, job_id_of, job_stream, project_job
 from shared.settings import Settings
 from shared.spec import KernelSpec, ParamValue
 from shared.webhook_addresses import allowed_addresses
@@ -36,12 +38,15 @@ class JobPublic(BaseModel):
     summary: str | None
     failed_stage: str | None
     failure: str | None
+    unreadable: str | None = Field(description="set, with status `unreadable`, when one of the job's stored "
+                                               "events cannot be read by this kforge: which one and why")
     events: int
 
     @classmethod
     def of(cls, view: JobView) -> "JobPublic":
         return cls(job_id=view.job_id, kernel_name=view.spec.kernel_name if view.spec else None,
-                   strategy=view.spec.strategy.name if view.spec else None, run=view.run, status=view.status,
+                   strategy=view.spec.strategy.name if view.spec else None, run=view.run,
+                   status="unreadable" if view.unreadable else view.status, unreadable=view.unreadable,
                    submitted_at=view.submitted_at, updated_at=view.updated_at, baseline_ms=view.baseline_ms,
                    best_ms=view.best_ms, best_params=view.best_params, speedup=view.speedup,
                    device=view.device, replay=view.replay, summary=view.summary, failed_stage=view.failed_stage,
@@ -53,16 +58,21 @@ class Admission:
     """What a submission must pass beyond its spec's own validation."""
 
     max_open_jobs: int | None = None  # unfinished jobs beyond which a submission is refused (QueueFull)
+    max_open_jobs_of_tenant: int | None = None  # the same, counting only the submitting tenant's jobs
     webhook_networks: list[str] = field(default_factory=list)  # non-public networks webhooks may reach
+    limits: Limits = Limits()  # sizes, spaces, timeouts and arrays beyond which a spec is refused (AdmissionRefused)
 
     @classmethod
     def of(cls, settings: Settings) -> "Admission":
-        return cls(max_open_jobs=settings.max_open_jobs, webhook_networks=settings.webhook_allowed_networks)
+        return cls(max_open_jobs=settings.max_open_jobs, webhook_networks=settings.webhook_allowed_networks,
+                   limits=Limits.of(settings))
 
 
 class QueueFull(RuntimeError):
-    def __init__(self, open_jobs: int):
-        super().__init__(f"{open_jobs} jobs are unfinished, as many as this kforge accepts; "
+    def __init__(self, open_jobs: int, of_tenant: bool = False):
+        super().__init__(f"{open_jobs} of your jobs are unfinished, as many as one API key may have open; "
+                         "submit again once some have finished" if of_tenant else
+                         f"{open_jobs} jobs are unfinished, as many as this kforge accepts; "
                          "submit again once some have finished")
         self.open_jobs = open_jobs
 
@@ -72,20 +82,28 @@ class JobFinished(RuntimeError):
 
 
 def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str = "cli", run: str | None = None,
-               admission: Admission = Admission()) -> str:
-    """Record a job and wake the planner. Refused, with nothing recorded: a webhook URL that may not be
-    called (WebhookUrlRefused) and, past `admission.max_open_jobs` unfinished jobs, any job (QueueFull)."""
+               admission: Admission = Admission(), tenant: str = LOCAL_TENANT) -> str:
+    """Record a job of `tenant` and wake the planner. Refused, with nothing recorded: a webhook URL that may
+    not be called (WebhookUrlRefused) and, past `admission.max_open_jobs` unfinished jobs (or
+    `max_open_jobs_of_tenant` of the tenant's), any job (QueueFull)."""
+    check_admission(spec, admission.limits)
     if spec.webhook_url is not None:
         allowed_addresses(str(spec.webhook_url), admission.webhook_networks)
     job_id = uuid4().hex[:12]
     stream = job_stream(job_id)
-    limit = None if admission.max_open_jobs is None else \
-        OpenLimit(JobSubmitted.__name__, tuple(t.__name__ for t in JOB_ENDS), admission.max_open_jobs)
+    ends = tuple(t.__name__ for t in JOB_ENDS)
+    limits = []
+    if admission.max_open_jobs is not None:
+        limits.append(OpenLimit(JobSubmitted.__name__, ends, admission.max_open_jobs))
+    if admission.max_open_jobs_of_tenant is not None:
+        limits.append(OpenLimit(JobSubmitted.__name__, ends, admission.max_open_jobs_of_tenant,
+                                where=("tenant", tenant)))
     try:
-        store.append(stream, [JobSubmitted(stream_id=stream, spec=spec, submitted_by=submitted_by, run=run)],
-                     expected_version=0, open_limit=limit)
+        store.append(stream, [JobSubmitted(stream_id=stream, spec=spec, submitted_by=submitted_by, run=run,
+                                           tenant=tenant)],
+                     expected_version=0, open_limits=limits)
     except TooManyOpen as exc:
-        raise QueueFull(exc.open_streams) from None
+        raise QueueFull(exc.open_streams, of_tenant=exc.limit.where is not None) from None
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} submitted"))
     return job_id
 
@@ -115,7 +133,52 @@ def get_job(store: EventStore, job_id: str) -> JobView | None:
 
 
 def list_jobs(store: EventStore) -> list[JobView]:
-    return [project_job(store.read_stream(s), job_id_of(s)) for s in store.stream_ids("job-")]
+    """Every job, oldest first: a one-off read (the CLI's); a long-running process keeps a JobIndex."""
+    index = JobIndex(store)
+    index.catch_up()
+    return index.jobs()
+
+
+class JobIndex:
+    """Every job's JobView, kept in memory and carried on from the store's global order: each catch_up
+    reads only the events after the position it reached, so listing jobs costs one indexed query, however
+    large their events are, instead of reading every event of every job per request.
+
+    In memory rather than a projection table: the store stays the one truth and the one schema, nothing
+    needs migrating, and each gateway process catching up from the store agrees with the others. An event
+    that cannot be decoded marks its own job (JobView.unreadable) and the index goes on past it."""
+
+    def __init__(self, store: EventStore, batch: int = 500):
+        self.store, self.batch = store, batch
+        self._views: dict[str, JobView] = {}  # in order of each job's first event: oldest first
+        self._position = 0
+        self._lock = threading.Lock()  # request threads and the stream poller catch up alike
+        self._listeners: list[Callable[[list[Event | Undecodable]], None]] = []
+
+    def on_events(self, listener: Callable[[list[Event | Undecodable]], None]) -> None:
+        """Have `listener` called with every batch of events read from now on, once each, in order."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def catch_up(self) -> int:
+        """Read and fold what was stored since the last catch-up; returns the position reached."""
+        with self._lock:
+            while batch := self.store.read_log(self._position, self.batch):
+                for stream, events in by_stream(e for e in batch if e.stream_id.startswith("job-")).items():
+                    job_id = job_id_of(stream)
+                    self._views[job_id] = project_job(events, job_id, since=self._views.get(job_id))
+                self._position = batch[-1].position
+                for listener in self._listeners:
+                    listener(batch)
+            return self._position
+
+    def get(self, job_id: str) -> JobView | None:
+        with self._lock:
+            return self._views.get(job_id)
+
+    def jobs(self) -> list[JobView]:
+        with self._lock:
+            return list(self._views.values())
 
 
 def job_events(store: EventStore, job_id: str) -> list[Event]:

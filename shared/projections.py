@@ -8,7 +8,7 @@ from uuid import UUID
 
 from shared.events import (ANSWERS, JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
                            JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, StepAccepted,
-                           TuningCompleted, TuningRequested, WebhookRequested)
+                           TuningCompleted, TuningRequested, Undecodable, WebhookRequested)
 from shared.spec import KernelSpec
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -21,6 +21,7 @@ class JobView:
     job_id: str
     spec: KernelSpec | None = None
     run: str | None = None
+    tenant: str | None = None  # whose the job is; None until its submission is read
     status: str = "unknown"  # submitted | benchmarking | tuning | completed | failed | cancelled
     submitted_at: datetime | None = None
     updated_at: datetime | None = None
@@ -42,6 +43,7 @@ class JobView:
     failed_stage: str | None = None
     failure: str | None = None
     event_types: tuple[str, ...] = field(default=())
+    unreadable: str | None = None  # the first of its events this build cannot read, described
 
     def shards_of(self, candidate_id: str) -> tuple[int, tuple[ShardTuned, ...]]:
         """How many shards of a candidate's space were requested, and those tuned so far."""
@@ -95,16 +97,18 @@ def submission_and_request(history: list[Event], request_id: UUID,
     return submitted, request
 
 
-def project_job(events: Iterable[Event], job_id: str | None = None) -> JobView:
+def project_job(events: Iterable[Event | Undecodable], job_id: str | None = None,
+                since: JobView | None = None) -> JobView:
+    """A job's view from its events, or with `since` that view carried on by the events that followed it."""
     events = list(events)
-    view = JobView(job_id=job_id or "")
+    view = since or JobView(job_id=job_id or "")
     for event in events:
         view = evolve(event, view)
     if not events:
         return view
     # Set once at the end, not per event: growing a tuple per event made long streams quadratic.
-    return replace(view, version=events[-1].stream_version or len(events), updated_at=events[-1].occurred_at,
-                   event_types=tuple(e.type for e in events))
+    return replace(view, version=events[-1].stream_version or view.version + len(events),
+                   updated_at=events[-1].occurred_at, event_types=(*view.event_types, *(e.type for e in events)))
 
 
 @singledispatch
@@ -114,8 +118,13 @@ def evolve(event: Event, view: JobView) -> JobView:
 
 @evolve.register
 def _(event: JobSubmitted, view: JobView) -> JobView:
-    return replace(view, job_id=job_id_of(event.stream_id), spec=event.spec, run=event.run, status="submitted",
-                   submitted_at=event.occurred_at)
+    return replace(view, job_id=job_id_of(event.stream_id), spec=event.spec, run=event.run, tenant=event.tenant,
+                   status="submitted", submitted_at=event.occurred_at)
+
+
+@evolve.register
+def _(event: Undecodable, view: JobView) -> JobView:
+    return replace(view, job_id=job_id_of(event.stream_id), unreadable=view.unreadable or event.describe())
 
 
 @evolve.register

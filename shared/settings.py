@@ -49,7 +49,9 @@ class Settings(BaseSettings):
     webhook_retry_delays_s: Annotated[list[float], NoDecode] = Field(
         [5, 300, 1800, 7200, 18000], validation_alias="KFORGE_WEBHOOK_RETRY_DELAYS_S",
         description="waits before each retry of a failed delivery (each below the visibility timeout)")
-    webhook_timeout_s: float = Field(10.0, gt=0, validation_alias="KFORGE_WEBHOOK_TIMEOUT_S")
+    webhook_timeout_s: float = Field(
+        10.0, gt=0, allow_inf_nan=False, validation_alias="KFORGE_WEBHOOK_TIMEOUT_S",
+        description="deadline of one delivery attempt: connecting, sending and the whole answer")
 
     # The compile sandbox (shared/device/compiler.py): every NVRTC compile runs in a child process under these.
     compile_timeout_s: float = Field(60.0, gt=0, le=3600, allow_inf_nan=False,
@@ -62,10 +64,36 @@ class Settings(BaseSettings):
                                    description="the most of a compiler log kept in an event")
 
     # Admission limits: checked when a job is submitted, by the gateway, the CLI and the Python API alike.
-    # (section: admission limits)
+    max_size: int = Field(1 << 34, ge=1, validation_alias="KFORGE_MAX_SIZE",
+                          description="the largest value of a size variable (sizes.*)")
+    max_array_bytes: int = Field(32 << 30, ge=1, validation_alias="KFORGE_MAX_ARRAY_BYTES",
+                                 description="the most bytes a job's array arguments may take together")
+    max_search_space: int = Field(100_000, ge=1, validation_alias="KFORGE_MAX_SEARCH_SPACE",
+                                  description="the most configurations a tune_params space may have (the product "
+                                              "of its lists' lengths)")
+    max_benchmark_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False,
+                                           validation_alias="KFORGE_MAX_BENCHMARK_TIMEOUT_S",
+                                           description="the largest benchmark.timeout_s accepted")
+    max_verify_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False, validation_alias="KFORGE_MAX_VERIFY_TIMEOUT_S",
+                                        description="the largest verify.timeout_s accepted")
+    max_search_time_s: float = Field(4 * 3600.0, gt=0, allow_inf_nan=False, validation_alias="KFORGE_MAX_SEARCH_TIME_S",
+                                     description="the largest benchmark.search.time_limit_s accepted")
 
     # Gateway hardening and tenancy.
-    # (section: gateway)
+    admin_api_keys: Annotated[list[str], NoDecode] = Field(
+        [], validation_alias="KFORGE_ADMIN_API_KEYS", repr=False,
+        description="keys that are accepted too and see every tenant's jobs")
+    max_open_jobs_per_key: int = Field(100, ge=1, validation_alias="KFORGE_MAX_OPEN_JOBS_PER_KEY",
+                                       description="a key's submissions beyond this many of its unfinished jobs "
+                                                   "are refused with 429")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        ["localhost", "127.0.0.1", "[::1]"], validation_alias="KFORGE_ALLOWED_HOSTS",
+        description="Host header names (any port) the gateway answers; * answers any: refusing others stops "
+                    "DNS rebinding")
+    sse_max_streams: int = Field(256, ge=1, validation_alias="KFORGE_SSE_MAX_STREAMS",
+                                 description="live event streams one gateway process holds open at once")
+    sse_max_streams_per_key: int = Field(16, ge=1, validation_alias="KFORGE_SSE_MAX_STREAMS_PER_KEY",
+                                         description="live event streams one API key holds open at once")
 
     # The broker hands a task that was delivered but never acknowledged (its worker died) to another
     # worker after this long, so it must exceed the longest task and the longest webhook retry delay.
@@ -77,6 +105,17 @@ class Settings(BaseSettings):
     @classmethod
     def _split(cls, value: object) -> object:
         return [g.strip() for g in value.split(",") if g.strip()] if isinstance(value, str) else value
+
+    # Defined after _split, so pydantic runs it first and it sees the variable as it was set.
+    @field_validator("api_keys", "admin_api_keys", "allowed_hosts", mode="before")
+    @classmethod
+    def _listed(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        listed = [item.strip() for item in value.split(",") if item.strip()]
+        if value.strip() and not listed:  # "," would otherwise open a gateway its operator meant to lock
+            raise ValueError(f"{value!r} lists nothing: give comma-separated values, or leave it unset")
+        return listed
 
     @field_validator("webhook_secret_override")
     @classmethod

@@ -10,6 +10,8 @@ from sqlalchemy import create_engine, text
 POSTGRES_ADMIN_URL = os.environ.get("KFORGE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_TEST_URL = os.environ.get("KFORGE_TEST_REDIS", "redis://127.0.0.1:6379/14")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# The gateway answers only the Host names it is told; TestClient and Schemathesis send `testserver`.
+os.environ.setdefault("KFORGE_ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,[::1]")
 
 
 def _has_gpu() -> bool:
@@ -135,6 +137,6 @@ def _table(rows: list[tuple[str, str, str]], title: str, first: str) -> str:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    console = Console(file=io.StringIO(), width=140)
+    console = Console(file=io.StringIO(), width=140, emoji=False, markup=False)
     console.print(table)
     return console.file.getvalue()

@@ -1,21 +1,29 @@
-"""HTTP gateway: submit jobs, read them and their events. Submitting returns 202: the work is asynchronous."""
+"""HTTP gateway: submit jobs, read them and their events. Submitting returns 202: the work is asynchronous.
+A job belongs to the tenant of the API key that submitted it: other keys get 404 for it, as for a job that
+does not exist, and never see it in lists or reports across jobs."""
+import logging
 from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Annotated, Literal
+from uuid import uuid4
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.gateway.access import BodyLimit, api_key_check
+from services.gateway.access import BodyLimit, Caller, HostCheck, JsonBodies, caller_of
 from services.gateway.metrics import mount_metrics
 from services.gateway.pages import mount_pages
+from services.gateway.reads import Reads
 from services.gateway.schemas import (CancelRequest, EventPublic, FieldErrorPublic, JobAccepted, JobPublic, Problem,
                                       ValidationProblem)
-from services.gateway.stream import job_event_stream
+from services.gateway.stream import StreamsFull, job_event_stream
 from shared.errors import field_errors
-from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, get_job, job_events, list_jobs, submit_job
-from shared.projections import JobView, job_stream
+from shared.eventstore import UnreadableEvent
+from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, job_events, submit_job
 from shared.reports import queries
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT, Comparison
 from shared.reports.deliveries import WebhookDelivery
@@ -26,19 +34,124 @@ from shared.reports.suggestions import OptimizationSuggestion
 from shared.reports.tracker import PerformanceTracker, performance_tracker
 from shared.runtime import Runtime
 from shared.spec import KernelSpec
+from shared.limits import AdmissionRefused
 from shared.webhook_addresses import WebhookUrlRefused
+
+log = logging.getLogger(__name__)
 
 
 def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
-    app = FastAPI(title="kforge", version="0.1.0",
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        get_runtime()  # settings that cannot be read (KFORGE_API_KEYS=",") stop the server before it listens
+        yield
+
+    app = FastAPI(title="kforge", version="0.1.0", lifespan=lifespan,
                   description="Submit a CUDA kernel; get back a faster, proven-correct version with its history.")
+    # The middleware added last runs first: a foreign Host is refused before anything else is looked at.
     app.add_middleware(BodyLimit, max_bytes=lambda: get_runtime().settings.max_request_bytes)
+    app.add_middleware(JsonBodies)
+    app.add_middleware(HostCheck, allowed=lambda: get_runtime().settings.allowed_hosts)
+    reads = Reads(get_runtime)
+    caller = caller_of(get_runtime)
+    Who = Annotated[Caller, Depends(caller)]
     # Everything under /v1 needs an API key when the server has keys; the pages and metrics do not.
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(api_key_check(get_runtime))],
-                   responses={400: {"model": Problem, "description": "a body that cannot be read as JSON text"},
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller)],
+                   responses={400: {"model": Problem, "description": "a body that cannot be read as JSON text, "
+                                                                    "or a Host this server does not answer to"},
                               401: {"model": Problem, "description": "a missing or unknown API key"},
                               413: {"model": Problem, "description": "a request body over the size limit"},
+                              415: {"model": Problem, "description": "a POST without Content-Type: application/json"},
                               422: {"model": ValidationProblem, "description": "invalid fields, each named"}})
+    _error_handlers(app)
+
+    @v1.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, operation_id="submit_job",
+             responses={429: {"model": Problem, "description": "too many unfinished jobs: retry after a while"}})
+    def submit(spec: KernelSpec, who: Who, run: Annotated[str | None, Query(
+            max_length=100, pattern=r"^[\w.:-]+$", description="a run name: jobs under one are compared as a set")]
+            = None) -> JobAccepted | JSONResponse:
+        rt = get_runtime()
+        admission = Admission.of(rt.settings)
+        if who.keyed:
+            admission = replace(admission, max_open_jobs_of_tenant=rt.settings.max_open_jobs_per_key)
+        try:
+            job_id = submit_job(rt.store, rt.bus, spec, submitted_by="http", run=run, admission=admission,
+                                tenant=who.tenant)
+        except WebhookUrlRefused as exc:
+            return _invalid_fields([FieldErrorPublic(field="webhook_url", message=str(exc))])
+        except AdmissionRefused as exc:
+            return _invalid_fields([FieldErrorPublic(field=e.field, message=e.message) for e in exc.errors])
+        except QueueFull as exc:
+            return _too_many(str(exc))
+        return JobAccepted(job_id=job_id, status_url=f"/v1/jobs/{job_id}", events_url=f"/v1/jobs/{job_id}/events",
+                           stream_url=f"/v1/jobs/{job_id}/stream")
+
+    @v1.get("/jobs", response_model=list[JobPublic], operation_id="list_jobs")
+    def jobs(who: Who) -> list[JobPublic]:
+        """The caller's jobs (every tenant's for an admin key), oldest first."""
+        return [JobPublic.of(v) for v in reads.jobs(who)]
+
+    @v1.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={404: {"model": Problem}})
+    def job(job_id: JobId, who: Who) -> JobPublic:
+        return JobPublic.of(reads.job(who, job_id))
+
+    @v1.get("/jobs/{job_id}/events", response_model=list[EventPublic], operation_id="get_job_events",
+            responses={404: {"model": Problem}, 500: {"model": Problem, "description": "an event that cannot be read"}})
+    def events(job_id: JobId, who: Who) -> list[EventPublic]:
+        reads.job(who, job_id)
+        return [EventPublic.of(e) for e in job_events(get_runtime().store, job_id)]
+
+    @v1.get("/jobs/{job_id}/stream", operation_id="stream_job_events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "each event as `event: <type>`, `id: <stream version>`, `data: <JSON as "
+                                            "in /events>`; then `event: end` with the finished job"},
+                       404: {"model": Problem},
+                       429: {"model": Problem, "description": "as many live streams are open as allowed"}})
+    async def stream(job_id: JobId, who: Who, last_event_id: Annotated[int, Header(
+            ge=0, description="resume after this stream version, as an SSE client does")] = 0) -> Response:
+        await run_in_threadpool(reads.job, who, job_id)
+        try:
+            subscription = reads.hub.open(job_id, key=who.tenant if who.keyed else None)
+        except StreamsFull as exc:
+            return _too_many(str(exc))
+        try:  # read after subscribing: what is stored meanwhile comes live, and nothing falls between
+            history = await run_in_threadpool(job_events, get_runtime().store, job_id)
+        except BaseException:
+            reads.hub.close(subscription)
+            raise
+
+        def final() -> dict:
+            return JobPublic.of(reads.job(who, job_id)).model_dump(mode="json")
+
+        events = job_event_stream(reads.hub, subscription, history, last_event_id,
+                                  public=lambda e: EventPublic.of(e).model_dump(mode="json"), final=final)
+        return StreamingResponse(events, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @v1.post("/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic,
+             operation_id="cancel_job", responses={404: {"model": Problem},
+                                                   409: {"model": Problem, "description": "the job has ended"}})
+    def cancel(job_id: JobId, who: Who, body: CancelRequest | None = None) -> JobPublic:
+        """Cancel an unfinished job: nothing new starts for it, and a running search stops at its next batch."""
+        reads.job(who, job_id)
+        rt = get_runtime()
+        try:
+            view = cancel_job(rt.store, rt.bus, job_id, reason=(body or CancelRequest()).reason, cancelled_by="http")
+        except KeyError:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}") from None
+        except JobFinished as exc:
+            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+        return JobPublic.of(view)
+
+    _reports(v1, get_runtime, reads, Who)
+    mount_pages(app)
+    mount_metrics(app, get_runtime)
+    app.include_router(v1)
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    """Every error is a JSON Problem, an unexpected one included: its details go to the log, not the client."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -52,78 +165,24 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
         body = ValidationProblem(detail=exc.detail, errors=[]) if exc.status_code == 422 else Problem(detail=exc.detail)
         return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
 
-    @v1.post("/jobs", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, operation_id="submit_job",
-             responses={429: {"model": Problem, "description": "too many unfinished jobs: retry after a while"}})
-    def submit(spec: KernelSpec, run: Annotated[str | None, Query(
-            max_length=100, pattern=r"^[\w.:-]+$", description="a run name: jobs under one are compared as a set")]
-            = None) -> JobAccepted | JSONResponse:
-        rt = get_runtime()
-        try:
-            job_id = submit_job(rt.store, rt.bus, spec, submitted_by="http", run=run, admission=Admission.of(rt.settings))
-        except WebhookUrlRefused as exc:
-            return _invalid_fields([FieldErrorPublic(field="webhook_url", message=str(exc))])
-        except QueueFull as exc:
-            return JSONResponse(Problem(detail=str(exc)).model_dump(), status_code=status.HTTP_429_TOO_MANY_REQUESTS,
-                                headers={"Retry-After": str(RETRY_AFTER_S)})
-        return JobAccepted(job_id=job_id, status_url=f"/v1/jobs/{job_id}", events_url=f"/v1/jobs/{job_id}/events",
-                           stream_url=f"/v1/jobs/{job_id}/stream")
+    @app.exception_handler(UnreadableEvent)
+    async def _unreadable(_: Request, exc: UnreadableEvent) -> JSONResponse:
+        # A stored event this build cannot read: the job is there, its history cannot be shown whole.
+        detail = f"{exc}; this kforge may be older than the one that recorded it"
+        return JSONResponse(Problem(detail=detail).model_dump(), status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
 
-    @v1.get("/jobs", response_model=list[JobPublic], operation_id="list_jobs")
-    def jobs() -> list[JobPublic]:
-        return [JobPublic.of(v) for v in list_jobs(get_runtime().store)]
-
-    @v1.get("/jobs/{job_id}", response_model=JobPublic, operation_id="get_job", responses={404: {"model": Problem}})
-    def job(job_id: JobId) -> JobPublic:
-        return JobPublic.of(_job_or_404(get_runtime(), job_id))
-
-    @v1.get("/jobs/{job_id}/events", response_model=list[EventPublic], operation_id="get_job_events",
-            responses={404: {"model": Problem}})
-    def events(job_id: JobId) -> list[EventPublic]:
-        stored = job_events(get_runtime().store, job_id)
-        if not stored:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-        return [EventPublic.of(e) for e in stored]
-
-    @v1.get("/jobs/{job_id}/stream", operation_id="stream_job_events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}},
-                             "description": "each event as `event: <type>`, `id: <stream version>`, `data: <JSON as "
-                                            "in /events>`; then `event: end` with the finished job"},
-                       404: {"model": Problem}})
-    def stream(job_id: JobId, last_event_id: Annotated[int, Header(ge=0, description="resume after this stream "
-                                                                   "version, as an SSE client does")] = 0
-               ) -> StreamingResponse:
-        rt = get_runtime()
-        if not rt.store.stream_version(job_stream(job_id)):  # the stream reads the events itself
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-        events = job_event_stream(rt.store, job_id, last_event_id,
-                                  public=lambda e: EventPublic.of(e).model_dump(mode="json"),
-                                  final=lambda: JobPublic.of(get_job(rt.store, job_id)).model_dump(mode="json"))
-        return StreamingResponse(events, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    @v1.post("/jobs/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic,
-             operation_id="cancel_job", responses={404: {"model": Problem},
-                                                   409: {"model": Problem, "description": "the job has ended"}})
-    def cancel(job_id: JobId, body: CancelRequest | None = None) -> JobPublic:
-        """Cancel an unfinished job: nothing new starts for it, and a running search stops at its next batch."""
-        rt = get_runtime()
-        try:
-            view = cancel_job(rt.store, rt.bus, job_id, reason=(body or CancelRequest()).reason, cancelled_by="http")
-        except KeyError:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}") from None
-        except JobFinished as exc:
-            raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-        return JobPublic.of(view)
-
-    _reports(v1, get_runtime)
-    mount_pages(app)
-    mount_metrics(app, get_runtime)
-    app.include_router(v1)
-    return app
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        incident = uuid4().hex[:12]
+        log.error("incident %s: %s %s failed", incident, request.method, request.url.path,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+        detail = f"the server failed to answer (incident {incident}, in its log); retry, or report the incident"
+        return JSONResponse(Problem(detail=detail).model_dump(), status_code=status.HTTP_500_INTERNAL_SERVER_ERROR)
 
 
-def _reports(router: APIRouter, get_runtime: Callable[[], Runtime]) -> None:
-    """The reports, rebuilt from events on every request; a missing job is 404, a bad argument 422."""
+def _reports(router: APIRouter, get_runtime: Callable[[], Runtime], reads: Reads, Who) -> None:
+    """The reports, rebuilt from events on every request; a job the caller cannot see is 404, a bad argument
+    422, and reports across jobs read only the caller's."""
 
     def reported(query, *args):
         try:
@@ -135,49 +194,62 @@ def _reports(router: APIRouter, get_runtime: Callable[[], Runtime]) -> None:
 
     @router.get("/jobs/{job_id}/tracker", response_model=PerformanceTracker, operation_id="get_job_tracker",
              responses={404: {"model": Problem}})
-    def tracker(job_id: JobId) -> PerformanceTracker:
+    def tracker(job_id: JobId, who: Who) -> PerformanceTracker:
+        reads.job(who, job_id)
         return reported(queries.job_tracker, job_id)
 
     @router.get("/jobs/{job_id}/webhooks", response_model=list[WebhookDelivery], operation_id="get_job_webhooks",
                 responses={404: {"model": Problem}})
-    def webhooks(job_id: JobId) -> list[WebhookDelivery]:
+    def webhooks(job_id: JobId, who: Who) -> list[WebhookDelivery]:
         """The job's webhook deliveries: every attempt, what the receiver answered, and the outcome."""
+        reads.job(who, job_id)
         return reported(queries.job_webhooks, job_id)
 
     @router.get("/jobs/{job_id}/suggestions", response_model=list[OptimizationSuggestion],
              operation_id="get_job_suggestions", responses={404: {"model": Problem}})
-    def suggestions(job_id: JobId) -> list[OptimizationSuggestion]:
+    def suggestions(job_id: JobId, who: Who) -> list[OptimizationSuggestion]:
+        reads.job(who, job_id)
         return reported(queries.job_suggestions, job_id)
 
     @router.get("/jobs/{job_id}/profile", response_model=PipelineProfile, operation_id="get_job_profile",
              responses={404: {"model": Problem}})
-    def job_profile(job_id: JobId, threshold: Share = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
+    def job_profile(job_id: JobId, who: Who, threshold: Share = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
+        reads.job(who, job_id)
         return reported(queries.profile, [job_id], threshold)
 
     @router.get("/jobs/{job_id}/plots/{plot}.svg", operation_id="get_job_plot", responses={404: {"model": Problem}},
              response_class=Response)
-    def plot(job_id: JobId, plot: Literal["history", "landscape"]) -> Response:
+    def plot(job_id: JobId, plot: Literal["history", "landscape"], who: Who) -> Response:
+        reads.job(who, job_id)
         events = reported(queries.events_of, job_id)
         svg = history_svg(performance_tracker(events)) if plot == "history" else landscape_svg(events)
         return Response(svg, media_type="image/svg+xml")
 
-    @router.get("/profile", response_model=PipelineProfile, operation_id="get_profile", responses={404: {"model": Problem}})
-    def profile(job: Annotated[list[str] | None, Query(description="jobs to profile; default: all")] = None,
+    @router.get("/profile", response_model=PipelineProfile, operation_id="get_profile",
+                responses={404: {"model": Problem}})
+    def profile(who: Who, job: Annotated[list[str] | None, Query(description="jobs to profile; default: all")] = None,
                 threshold: Share = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
-        return reported(queries.profile, job or [], threshold)
+        for job_id in job or []:
+            reads.job(who, job_id)
+        return reported(lambda store: queries.profile(store, job or [], threshold, among=reads.among(who)))
 
     @router.get("/compare", response_model=Comparison, operation_id="compare_runs", responses={404: {"model": Problem}})
-    def compare(baseline: Annotated[str, Query(description="job id or run name")],
+    def compare(who: Who, baseline: Annotated[str, Query(description="job id or run name")],
                 current: Annotated[str, Query(description="job id or run name")],
                 metric: Literal["best", "baseline"] = "best",
                 threshold: Annotated[float, Query(ge=0, le=1000)] = DEFAULT_THRESHOLD_PERCENT,
                 alpha: Annotated[float, Query(gt=0, lt=1)] = DEFAULT_ALPHA) -> Comparison:
         return reported(lambda store: queries.compare(store, baseline, current, metric, files=False,
-                                                      threshold_percent=threshold, alpha=alpha))
+                                                      among=reads.among(who), threshold_percent=threshold, alpha=alpha))
 
     @router.get("/slow", response_model=list[KernelResult], operation_id="list_slow_kernels")
-    def slow(threshold: Annotated[float, Query(gt=0, le=1000)] = 0.8) -> list[KernelResult]:
-        return reported(queries.slow_kernels, threshold)
+    def slow(who: Who, threshold: Annotated[float, Query(gt=0, le=1000)] = 0.8) -> list[KernelResult]:
+        return reported(lambda store: queries.slow_kernels(store, threshold, among=reads.among(who)))
+
+
+def _too_many(detail: str) -> JSONResponse:
+    return JSONResponse(Problem(detail=detail).model_dump(), status_code=status.HTTP_429_TOO_MANY_REQUESTS,
+                        headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 def _invalid_fields(errors: list[FieldErrorPublic]) -> JSONResponse:
@@ -185,14 +257,7 @@ def _invalid_fields(errors: list[FieldErrorPublic]) -> JSONResponse:
     return JSONResponse(problem.model_dump(), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
-def _job_or_404(rt: Runtime, job_id: str) -> JobView:
-    view = get_job(rt.store, job_id)
-    if view is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id}")
-    return view
-
-
-RETRY_AFTER_S = 30  # what a refused submission is told to wait: long enough for some jobs to finish
+RETRY_AFTER_S = 30  # what a refused submission or stream is told to wait: long enough for some to finish
 JobId = Annotated[str, Path(max_length=64, description="the id submit_job returned")]
 Share = Annotated[float, Query(gt=0, le=1, description="share of the total from which a stage is a bottleneck")]
 

@@ -14,7 +14,7 @@ from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.errors import field_errors
 from shared.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
-                           PlanProposed, StepBrokenDown, StepValidated, derived_id)
+                           JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
 from shared.eventstore import EventStore
 from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.settings import Settings
@@ -28,13 +28,14 @@ def generate(store: EventStore, bus: Bus, job_id: str, request_id: UUID, setting
     if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, GenerationRequested)
         calls = [e for e in history if isinstance(e, GeneratorCalled)]
-        store.append(stream, _answer(store, settings, submitted.spec, request, project_optimisation(history), calls),
+        store.append(stream, _answer(store, settings, submitted, request, project_optimisation(history), calls),
                      expected_version=None)
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} generator answered"))
 
 
-def _answer(store: EventStore, settings: Settings, spec: KernelSpec, request: GenerationRequested,
+def _answer(store: EventStore, settings: Settings, submitted: JobSubmitted, request: GenerationRequested,
             opt: Optimisation, calls: list[GeneratorCalled]) -> list[Event]:
+    spec = submitted.spec
     rid, step_id = request.event_id, request.step.id if request.step else None
 
     def failed(reason: str) -> GenerationFailed:
@@ -42,10 +43,11 @@ def _answer(store: EventStore, settings: Settings, spec: KernelSpec, request: Ge
                                 request_id=rid, kind=request.kind, step_id=step_id, reason=reason)
 
     try:
-        provider = provider_for(spec.generator, settings, store, calls)
+        provider = provider_for(spec.generator, settings, store, calls, submitted.tenant)
     except ProviderFailed as exc:
         return [failed(str(exc))]
-    examples = similar_optimisations(store, spec.source, spec.generator.rag_k, exclude_stream=request.stream_id)
+    examples = similar_optimisations(store, spec.source, spec.generator.rag_k, exclude_stream=request.stream_id,
+                                     tenant=submitted.tenant)
     prompt = prompts.build(request, spec, opt, examples)
     started = time.perf_counter()
     record = dict(event_id=derived_id(rid, "GeneratorCalled"), stream_id=request.stream_id, request_id=rid,

@@ -32,12 +32,14 @@ def similarity(a: str, b: str) -> float:
     return len(ta & tb) / len(ta | tb) if ta | tb else 0.0
 
 
-def similar_optimisations(store: EventStore, source: str, k: int, exclude_stream: str) -> list[Example]:
-    """The k accepted steps of other jobs whose submitted kernels are most like `source`, best first."""
+def similar_optimisations(store: EventStore, source: str, k: int, exclude_stream: str, tenant: str) -> list[Example]:
+    """The k accepted steps of `tenant`'s other jobs whose submitted kernels are most like `source`, best
+    first. Only the tenant's own: a prompt quoting them shows their code to whoever reads its job."""
     if k == 0:
         return []
     events = store.read_types(["JobSubmitted", "CandidateGenerated", "StepAccepted"], stream_prefix="job-")
-    submitted = {e.stream_id: e.spec for e in events if isinstance(e, JobSubmitted) and e.stream_id != exclude_stream}
+    submitted = {e.stream_id: e.spec for e in events
+                 if isinstance(e, JobSubmitted) and e.stream_id != exclude_stream and e.tenant == tenant}
     generated = {(e.stream_id, e.candidate_id): e for e in events if isinstance(e, CandidateGenerated)}
     examples = []
     for accepted in (e for e in events if isinstance(e, StepAccepted) and e.stream_id in submitted):

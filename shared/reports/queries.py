@@ -1,5 +1,5 @@
 """Reports read from the store: the operations the CLI, the Python API and the gateway share."""
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -8,7 +8,7 @@ from shared.bus import Bus
 from shared.events import JobSubmitted
 from shared.eventstore import EventStore
 from shared.jobs import job_events, submit_job
-from shared.projections import job_id_of
+from shared.projections import job_id_of, job_stream
 from shared.reports.deliveries import WebhookDelivery, webhook_deliveries
 from shared.reports.comparison import Comparison, Run, compare_runs, run_of
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile, pipeline_profile
@@ -42,21 +42,30 @@ def job_suggestions(store: EventStore, job_id: str) -> list[OptimizationSuggesti
 
 
 def profile(store: EventStore, job_ids: list[str] | None = None,
-            bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
-    """One job's profile, several jobs' summed, or every job's when none is named."""
-    ids = job_ids if job_ids else [job_id_of(s) for s in store.stream_ids("job-")]
+            bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE,
+            among: Collection[str] | None = None) -> PipelineProfile:
+    """One job's profile, several jobs' summed, or every job's (of those `among`, when given) when none is named."""
+    ids = job_ids if job_ids else _job_ids(store, among)
     return pipeline_profile((events_of(store, j) for j in ids), bottleneck_share)
 
 
-def results(store: EventStore, run: str | None = None) -> list[KernelResult]:
-    """Every job's result, oldest first; only those submitted under `run` when it is given."""
-    found = (kernel_result(store.read_stream(s)) for s in store.stream_ids("job-"))
+def results(store: EventStore, run: str | None = None, among: Collection[str] | None = None) -> list[KernelResult]:
+    """Every job's result (of the jobs `among`, when given), oldest first; only those submitted under `run`
+    when it is given."""
+    found = (kernel_result(store.read_stream(job_stream(j))) for j in _job_ids(store, among))
     return [r for r in found if r is not None and (run is None or r.run == run)]
 
 
-def load_run(store: EventStore, reference: str, metric: str = "best", files: bool = True) -> Run:
+def _job_ids(store: EventStore, among: Collection[str] | None, prefix: str = "") -> list[str]:
+    """Jobs whose id starts with `prefix`, oldest first; only those `among` when it is given (a caller's own)."""
+    ids = [job_id_of(s) for s in store.stream_ids(f"job-{prefix}")]
+    return ids if among is None else [j for j in ids if j in among]
+
+
+def load_run(store: EventStore, reference: str, metric: str = "best", files: bool = True,
+             among: Collection[str] | None = None) -> Run:
     """A run named by a file exported earlier (unless `files` is off, as over HTTP), a run name given at
-    submission, or a job id (or prefix)."""
+    submission, or a job id (or prefix); of the jobs `among` only, when given."""
     path = Path(reference)
     if files and path.suffix == ".json" and path.is_file():
         try:
@@ -64,10 +73,10 @@ def load_run(store: EventStore, reference: str, metric: str = "best", files: boo
         except ValidationError as exc:
             raise ReportError(f"{reference} is not a run exported by kforge ({exc.error_count()} problems): export "
                               "one with `kforge export-run RUN FILE`") from None
-    named = results(store, run=reference)
+    named = results(store, run=reference, among=among)
     if named:
         return run_of(reference, named, metric)
-    jobs = [job_id_of(s) for s in store.stream_ids(f"job-{reference}")] if reference else []
+    jobs = _job_ids(store, among, prefix=reference) if reference else []
     if len(jobs) == 1:
         result = kernel_result(events_of(store, jobs[0]))
         return run_of(jobs[0], [result], metric)
@@ -78,17 +87,18 @@ def load_run(store: EventStore, reference: str, metric: str = "best", files: boo
 
 
 def compare(store: EventStore, baseline: str, current: str, metric: str = "best", files: bool = True,
-            **options) -> Comparison:
-    return compare_runs(load_run(store, baseline, metric, files), load_run(store, current, metric, files), **options)
+            among: Collection[str] | None = None, **options) -> Comparison:
+    return compare_runs(load_run(store, baseline, metric, files, among), load_run(store, current, metric, files, among),
+                        **options)
 
 
-def slow_kernels(store: EventStore, threshold: float) -> list[KernelResult]:
+def slow_kernels(store: EventStore, threshold: float, among: Collection[str] | None = None) -> list[KernelResult]:
     """Kernels whose best speedup so far, over all their jobs, is below `threshold` (against the spec's
     reference time when it has one, else against the submitted kernel); the slowest first."""
     if threshold <= 0:
         raise ValueError(f"threshold {threshold}: give a speedup ratio above 0, e.g. 0.8")
     best: dict[str, KernelResult] = {}
-    for result in results(store):
+    for result in results(store, among=among):
         speedup = result.speedup_vs_reference
         if speedup is None:
             continue

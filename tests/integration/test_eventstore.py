@@ -5,12 +5,15 @@ PostgreSQL database, so a guarantee that holds on one backend but not the other 
 """
 import threading
 from datetime import UTC, datetime, timedelta, timezone
+from uuid import uuid4
+
 import pytest
+from sqlalchemy import insert
 
 from shared.spec import TuningStep
 from shared.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
-                           PlanProposed)
-from shared.eventstore import ConcurrencyConflict, EventStore
+                           PlanProposed, Undecodable)
+from shared.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen, UnreadableEvent, events_table
 
 
 @pytest.fixture
@@ -398,3 +401,38 @@ def test_consumer_of_some_types_passes_over_the_rest(store):
             assert consumption.next_event(types={"Nothing"}) is None
             1 / 0
     assert store.tracked_position("d") == 0
+
+
+# --- bounds on open streams, and events this build cannot read ------------------------------------------------
+
+def test_an_open_limit_where_counts_only_the_streams_opened_with_that_field(store, vector_add_spec):
+    def submit(stream: str, tenant: str, limit: OpenLimit) -> None:
+        store.append(stream, [JobSubmitted(stream_id=stream, spec=vector_add_spec, tenant=tenant)], 0, [limit])
+
+    of = lambda tenant: OpenLimit("JobSubmitted", ("JobCompleted",), 2, where=("tenant", tenant))  # noqa: E731
+    submit("job-a1", "a", of("a"))
+    submit("job-a2", "a", of("a"))
+    submit("job-b1", "b", of("b"))
+    with pytest.raises(TooManyOpen) as refused:
+        submit("job-a3", "a", of("a"))
+    assert refused.value.open_streams == 2 and refused.value.limit == of("a")
+    store.append("job-a1", [note("job-a1")], None)  # one of a's closes: room for one more of a's
+    submit("job-a3", "a", of("a"))
+    assert store.stream_ids("job-a") == ["job-a1", "job-a2", "job-a3"]
+
+
+def test_read_log_puts_an_undecodable_event_in_its_place(store):
+    store.append("job-x", [note("job-x")], 0)
+    with store.engine.begin() as conn:
+        conn.execute(insert(events_table).values(event_id=str(uuid4()), stream_id="job-x", stream_version=2,
+                                                 type="FromTheFuture", version=1, occurred_at=datetime.now(UTC),
+                                                 payload={}))
+    store.append("job-y", [note("job-y")], 0)
+
+    first, bad, last = store.read_log()
+
+    assert isinstance(bad, Undecodable)
+    assert (bad.stream_id, bad.stream_version, bad.type) == ("job-x", 2, "FromTheFuture")
+    assert first.stream_id == "job-x" and last.stream_id == "job-y"
+    with pytest.raises(UnreadableEvent, match=f"event {bad.position} \\(FromTheFuture v1\\)"):
+        store.read_stream("job-x")

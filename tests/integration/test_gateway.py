@@ -87,11 +87,12 @@ def test_get_events_lists_job_submitted_with_position_and_payload(client, spec_j
     assert response.status_code == 200
     (event,) = response.json()
     assert event["type"] == "JobSubmitted"
-    assert event["version"] == 2  # v2 added `run`
+    assert event["version"] == 3  # v2 added `run`, v3 `tenant`
     assert event["stream_id"] == f"job-{job_id}"
     assert event["stream_version"] == 1
     assert isinstance(event["position"], int) and event["position"] >= 1
     assert event["payload"]["submitted_by"] == "http"
+    assert event["payload"]["tenant"] == "local"  # an open gateway's callers are the local tenant, as the CLI is
     assert event["payload"]["spec"]["kernel_name"] == "vector_add"
     assert event["payload"]["spec"]["source"] == spec_json["source"]
     assert event["payload"]["spec"]["sizes"] == {"n": 67108864}

@@ -19,6 +19,7 @@ from shared.settings import Settings
 from tests.fakes import RecordingBus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
@@ -50,9 +51,9 @@ def test_cancel_ends_an_unfinished_job_once(make_client, spec_json):
 
     assert response.status_code == 202
     assert response.json()["status"] == "cancelled" and response.json()["failure"] == "wrong problem size"
-    again = client.post(f"/v1/jobs/{job_id}/cancel")
+    again = client.post(f"/v1/jobs/{job_id}/cancel", headers=JSON)  # no body: the default reason
     assert again.status_code == 409 and "cancelled already" in again.json()["detail"]
-    assert client.post("/v1/jobs/nosuchjob/cancel").status_code == 404
+    assert client.post("/v1/jobs/nosuchjob/cancel", headers=JSON).status_code == 404
     # The planner, reaching the submission only now, starts nothing for the cancelled job.
     catch_up(rt.store, RecordingBus(), ["0"])
     assert [e.type for e in rt.store.read_stream(job_stream(job_id))] == ["JobSubmitted", "JobCancelled"]
@@ -151,5 +152,5 @@ def test_submissions_beyond_the_open_job_limit_get_429_and_nothing_is_lost(make_
     assert {s.removeprefix("job-") for s in rt.store.stream_ids("job-")} == accepted
     # Once one has ended there is room again.
     first = sorted(accepted)[0]
-    client.post(f"/v1/jobs/{first}/cancel")
+    client.post(f"/v1/jobs/{first}/cancel", json={})
     assert client.post("/v1/jobs", json=spec_json).status_code == 202

@@ -45,8 +45,9 @@ def serve(tmp_path):
     """Starts the gateway over a fresh embedded runtime with these API keys; returns its runtime and address."""
     started = []
 
-    def start(api_keys: str = ""):
-        rt = runtime.build(Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None, KFORGE_API_KEYS=api_keys))
+    def start(api_keys: str = "", admin_api_keys: str = ""):
+        rt = runtime.build(Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None, KFORGE_API_KEYS=api_keys,
+                                    KFORGE_ADMIN_API_KEYS=admin_api_keys))
         runtime.install(rt)  # the in-process tasks a cancel sets off read the runtime from here
         server = _Server(create_app(lambda: rt))
         started.append((rt, server))
@@ -227,7 +228,7 @@ def test_cancel_button_cancels_an_unfinished_job(serve, page, vector_add_spec):
 
 
 def test_asks_for_the_api_key_when_the_server_has_keys(serve, page, vector_add_spec):
-    rt, url = serve(api_keys="key-one,key-two")
+    rt, url = serve(api_keys="key-one", admin_api_keys="key-two")  # an admin key sees the local tenant's jobs
     _finished_jobs(rt.store, vector_add_spec)
 
     page.goto(url + "/")

@@ -39,7 +39,7 @@ def test_payload_is_the_fields_without_envelope_type_and_version(vector_add_spec
 
     payload = event.payload()
 
-    assert set(payload) == {"spec", "submitted_by", "run"}
+    assert set(payload) == {"spec", "submitted_by", "run", "tenant"}
     assert payload["submitted_by"] == "api"
     assert payload["spec"]["kernel_name"] == "vector_add"
     assert payload["spec"]["sizes"] == vector_add_spec.sizes

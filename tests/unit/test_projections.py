@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
-                           KernelCompiled, StepSkipped)
+                           KernelCompiled, StepSkipped, Undecodable)
 from shared.eventstore import EventStore
 from shared.projections import JobView, job_id_of, job_stream, project_job
 
@@ -146,3 +146,20 @@ def test_views_are_immutable(job):
     view = project_job(job)
     with pytest.raises(AttributeError):
         view.status = "completed"
+
+
+def test_a_view_carried_on_equals_the_view_folded_at_once(job):
+    for cut in range(len(job) + 1):
+        assert project_job(job[cut:], "j1", since=project_job(job[:cut], "j1")) == project_job(job, "j1")
+
+
+def test_an_undecodable_event_marks_the_job_and_the_fold_goes_on(job):
+    unknown = Undecodable(position=9, stream_id=job_stream("j1"), stream_version=5, occurred_at=at(4),
+                          type="JobRenamed", version=1, reason="unknown type")
+    completed = JobCompleted(stream_id=job_stream("j1"), summary="done", stream_version=6, occurred_at=at(5))
+
+    view = project_job([*job, unknown, completed], "j1")
+
+    assert view.unreadable == "event 9 (JobRenamed v1) cannot be read: unknown type"
+    assert view.status == "completed" and view.version == 6 and view.event_types[-2] == "JobRenamed"
+    assert view.tenant == "local"

@@ -278,7 +278,8 @@ def test_version_1_payloads_read_with_the_new_fields_empty(vector_add_spec):
     envelope = {"event_id": "7f3a9e1e-6b1e-4d8a-9f58-1d2b3c4d5e6f", "stream_id": "job-1", "occurred_at": T0}
     submitted = EVENTS.decode("JobSubmitted", 1, {"spec": vector_add_spec.model_dump(mode="json"),
                                                   "submitted_by": "cli"}, envelope)
-    assert isinstance(submitted, JobSubmitted) and submitted.run is None and submitted.version == 2
+    assert isinstance(submitted, JobSubmitted) and submitted.run is None and submitted.version == 3
+    assert submitted.tenant == "local"  # recorded before tenants: the local tenant's
     measured = EVENTS.decode("BaselineMeasured", 1, {
         "request_id": "7f3a9e1e-6b1e-4d8a-9f58-1d2b3c4d5e60", "device": "H100", "params": {}, "grid": [1, 1, 1],
         "block": [1, 1, 1], "samples_ms": [1.0], "median_ms": 1.0}, envelope)

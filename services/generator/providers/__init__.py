@@ -1,6 +1,6 @@
 """Choosing the provider of a job: the spec's choice, with auto meaning Claude when a key is set."""
 from services.generator.providers.base import Provider, ProviderFailed
-from shared.events import GeneratorCalled
+from shared.events import GeneratorCalled, JobSubmitted
 from shared.eventstore import EventStore
 from shared.projections import job_stream
 from shared.settings import Settings
@@ -8,7 +8,8 @@ from shared.spec import GeneratorSpec
 
 
 def provider_for(spec: GeneratorSpec, settings: Settings, store: EventStore,
-                 answered_here: list[GeneratorCalled]) -> Provider:
+                 answered_here: list[GeneratorCalled], tenant: str) -> Provider:
+    """The job's provider; a replay replays only a job of the same `tenant`, as if another's had no calls."""
     name = spec.provider
     if name == "auto":
         name = "anthropic" if settings.anthropic_api_key else "rules"
@@ -22,7 +23,9 @@ def provider_for(spec: GeneratorSpec, settings: Settings, store: EventStore,
         return ClaudeProvider.from_settings(settings, spec)
     from services.generator.providers.replay import ReplayProvider
 
-    transcript = [e for e in store.read_stream(job_stream(spec.replay_job)) if isinstance(e, GeneratorCalled)]
+    replayed = store.read_stream(job_stream(spec.replay_job))
+    own = any(isinstance(e, JobSubmitted) and e.tenant == tenant for e in replayed)
+    transcript = [e for e in replayed if isinstance(e, GeneratorCalled)] if own else []
     if not transcript:
         raise ProviderFailed(f"generator.replay_job: job {spec.replay_job} has no recorded generator calls to replay")
     return ReplayProvider(spec.replay_job, transcript, answered_here)
