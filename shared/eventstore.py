@@ -147,11 +147,14 @@ class EventStore:
 
     def read_types(self, types: Collection[str], stream_prefix: str = "") -> list[Event]:
         """Every event of the given types (in streams starting with `stream_prefix`), in global order: what a
-        read model spanning jobs needs, without reading their measurements."""
+        read model spanning jobs needs, without reading their measurements. An event this build cannot decode
+        is left out, so one job's unreadable event never breaks a read model of every job; that job reports it
+        when it is read on its own."""
         query = select(events_table).where(events_table.c.type.in_(types)
                                            & events_table.c.stream_id.startswith(stream_prefix, autoescape=True))
         with self.engine.connect() as conn:
-            return [self._decode(r) for r in conn.execute(query.order_by(events_table.c.position))]
+            decoded = [self._decode_or_undecodable(r) for r in conn.execute(query.order_by(events_table.c.position))]
+        return [e for e in decoded if not isinstance(e, Undecodable)]
 
     def stream_has(self, stream_id: str, type_name: str) -> bool:
         """Whether a stream holds an event of this type (a running task asks if its job was cancelled)."""

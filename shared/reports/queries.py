@@ -1,12 +1,12 @@
 """Reports read from the store: the operations the CLI, the Python API and the gateway share."""
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from shared.bus import Bus
 from shared.events import JobSubmitted
-from shared.eventstore import EventStore
+from shared.eventstore import EventStore, UnreadableEvent
 from shared.jobs import job_events, submit_job
 from shared.projections import job_id_of, job_stream
 from shared.reports.deliveries import WebhookDelivery, webhook_deliveries
@@ -45,15 +45,25 @@ def profile(store: EventStore, job_ids: list[str] | None = None,
             bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE,
             among: Collection[str] | None = None) -> PipelineProfile:
     """One job's profile, several jobs' summed, or every job's (of those `among`, when given) when none is named."""
-    ids = job_ids if job_ids else _job_ids(store, among)
-    return pipeline_profile((events_of(store, j) for j in ids), bottleneck_share)
+    events = (events_of(store, j) for j in job_ids) if job_ids else _readable_jobs(store, _job_ids(store, among))
+    return pipeline_profile(events, bottleneck_share)
 
 
 def results(store: EventStore, run: str | None = None, among: Collection[str] | None = None) -> list[KernelResult]:
     """Every job's result (of the jobs `among`, when given), oldest first; only those submitted under `run`
     when it is given."""
-    found = (kernel_result(store.read_stream(job_stream(j))) for j in _job_ids(store, among))
+    found = (kernel_result(events) for events in _readable_jobs(store, _job_ids(store, among)))
     return [r for r in found if r is not None and (run is None or r.run == run)]
+
+
+def _readable_jobs(store: EventStore, job_ids: list[str]) -> Iterator[list]:
+    """Each job's events, leaving out a job with an event this build cannot decode: a report over many jobs
+    goes on without it (the job's own reads name the event)."""
+    for job_id in job_ids:
+        try:
+            yield store.read_stream(job_stream(job_id))
+        except UnreadableEvent:
+            continue
 
 
 def _job_ids(store: EventStore, among: Collection[str] | None, prefix: str = "") -> list[str]:

@@ -267,10 +267,13 @@ def test_an_undecodable_event_marks_only_its_own_job(gateway, spec_json):
     events = client.get(f"/v1/jobs/{unknown}/events")
     assert events.status_code == 500 and f"event {positions[unknown]}" in events.json()["detail"]
     assert client.get(f"/v1/jobs/{fine}/events").status_code == 200
+    for report in ("/v1/slow", "/v1/profile", f"/v1/compare?baseline={fine}&current={fine}"):
+        assert client.get(report).status_code == 200, report  # reports over many jobs go on without those two
     assert client.post(f"/v1/jobs/{fine}/cancel", json={}).status_code == 202
     record_attack("an event this build cannot read", "an unknown event type in one job, a JobCompleted whose payload "
-                  "no longer validates in another", "/v1/jobs answers 200: those two jobs show status unreadable "
-                  "naming the event's position and type; the third job reads and cancels as usual")
+                  "no longer validates in another", "/v1/jobs, /v1/slow, /v1/profile and /v1/compare answer 200: "
+                  "those two jobs show status unreadable naming the event's position and type; the third job reads "
+                  "and cancels as usual")
 
 
 def test_an_internal_error_is_a_json_problem_without_internals(gateway, caplog):

@@ -436,3 +436,14 @@ def test_read_log_puts_an_undecodable_event_in_its_place(store):
     assert first.stream_id == "job-x" and last.stream_id == "job-y"
     with pytest.raises(UnreadableEvent, match=f"event {bad.position} \\(FromTheFuture v1\\)"):
         store.read_stream("job-x")
+
+
+def test_read_types_leaves_out_an_event_it_cannot_decode(store):
+    store.append("job-x", [note("job-x")], 0)
+    with store.engine.begin() as conn:
+        conn.execute(insert(events_table).values(event_id=str(uuid4()), stream_id="job-x", stream_version=2,
+                                                 type=note("job-x").type, version=1, occurred_at=datetime.now(UTC),
+                                                 payload={"no such field": 1}))
+    store.append("job-y", [note("job-y")], 0)
+
+    assert [e.stream_id for e in store.read_types([note("job-x").type])] == ["job-x", "job-y"]
