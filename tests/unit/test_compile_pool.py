@@ -77,3 +77,23 @@ def test_every_pool_process_starts_and_loads_nvrtc_at_creation():
     """Compiler children start when the pool is made, not one per submission during the first batch."""
     with CompilePool(workers=3) as pool:
         assert pool.wait_ready() == 3
+
+
+def test_a_compile_killed_for_its_limit_costs_its_child_not_the_pool(monkeypatch):
+    """A configuration that turns the source into a compile bomb is killed and reported; the rest of the batch
+    and every later batch compile as usual (a process pool whose child died stayed broken for every job)."""
+    monkeypatch.setenv("KFORGE_COMPILE_CPU_S", "2")
+    source = """#define A(x) x x x x x x x x x x
+#define B(x) A(A(A(A(x))))
+#define C(x) B(B(B(B(x))))
+#define D(x) C(C(C(C(x))))
+#if BOMB
+__device__ int v[] = {D(1)};
+#endif
+extern "C" __global__ void k(float *out) { out[0] = BOMB; }
+"""
+    with CompilePool(workers=2) as pool:
+        first = {o.index: o for o in pool.compile_all(source, "k", [{"BOMB": 1}, {"BOMB": 0}], [], ARCH)}
+        again = list(pool.compile_all(source, "k", [{"BOMB": 0}], [], ARCH))
+    assert isinstance(first[0].error, CompileError) and "KFORGE_COMPILE_CPU_S" in str(first[0].error)
+    assert first[1].kernel is not None and again[0].kernel is not None
