@@ -1,21 +1,27 @@
-"""The verifier's session in the GPU process: run the reference, then the candidate twice, on one
-trial's inputs, every array fenced by canary bytes.
+"""The verifier's session in the GPU process: run the reference, then the candidate twice, on one trial's
+inputs, every array fenced by canary bytes; every check made on the device, only its findings read back.
 
-Two requests per trial (reference, then candidate) so that a hang is pinned on the kernel that hung. The
-candidate's module stays loaded across trials, as it would in a benchmark loop: a kernel that keeps
-results in device globals between launches shows it on the next trial's fresh inputs.
+Two requests per trial (reference, then candidate) so that a hang is pinned on the kernel that hung. A
+trial's inputs are generated on the device (shared/inputs.py's generator, in shared/device/own_kernels.py)
+and kept there with the reference's outputs, in a cache under a byte budget, for every later candidate of
+the job. The candidate's module stays loaded across trials, as it would in a benchmark loop: a kernel that
+keeps results in device globals between launches shows it on the next trial's fresh inputs.
 """
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
-from services.verifier.compare import POISON
+from services.verifier.cache import TrialCache
+from services.verifier.compare import POISON, Difference, OutputCheck, example
 from services.verifier.judge import Run, Verdict, judge
 from shared.device.nvrtc import CompiledKernel
+from shared.device.own_kernels import OwnKernels
 from shared.device.process import Failed
 from shared.device.session import SessionBase
-from shared.inputs import make_arrays
-from shared.spec import KernelSpec, ParamValue
+from shared.inputs import special_values, stream_key
+from shared.settings import Settings
+from shared.spec import ArgSpec, KernelSpec, ParamValue
 
 CANARY = 0xA5  # every guard byte; a kernel writing out of bounds changes some
 
@@ -34,86 +40,231 @@ class TrialRun:
         """What the inputs are drawn from; a candidate's spec differs from the reference's only elsewhere."""
         return self.spec.model_dump_json(include={"args", "sizes"}), self.seed
 
+    @property
+    def reference_key(self) -> tuple:
+        """What the reference's outputs on these inputs depend on, besides the inputs."""
+        return (*self.inputs_key, self.spec.verify.guard_bytes, self.kernel.cache_key,
+                json.dumps(self.params, sort_keys=True), self.spec.launch_geometry(self.params))
+
+
+@dataclass(frozen=True)
+class _Array:
+    """One array argument as laid out on the device: `guard` canary bytes, its `nbytes`, `guard` more."""
+
+    arg: ArgSpec
+    position: int  # in the kernel's arguments: the generator's key
+    shape: tuple[int, ...]
+    guard: int
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * np.dtype(self.arg.dtype).itemsize
+
+    @property
+    def fenced_bytes(self) -> int:
+        return self.nbytes + 2 * self.guard
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 256) * 256
+
+
+def _layout(spec: KernelSpec) -> tuple[_Array, ...]:
+    return tuple(_Array(a, i, spec.shape_of(a), spec.verify.guard_bytes) for i, a in enumerate(spec.args) if a.is_array)
+
+
+@dataclass(frozen=True)
+class _Region:
+    """Part of an allocation, usable wherever SessionBase takes a buffer."""
+
+    handle: int
+    size: int
+
+
+@dataclass
+class _Trial:
+    """A trial kept on the device, every buffer fenced like the working arrays, so one copy restores both."""
+
+    pristine: dict[str, object]  # in and inout arrays: the generated inputs
+    reference: dict[str, object]  # out and inout arrays: what the reference left
+    ms: float = 0.0
+
+    def close(self, stream) -> None:
+        for buffer in [*self.pristine.values(), *self.reference.values()]:
+            buffer.close(stream)
+
 
 class VerifySession(SessionBase):
-    def __init__(self, index: int):
+    def __init__(self, index: int, cache_bytes: int | None = None):
+        """`cache_bytes`: the trial cache's budget; default KFORGE_VERIFY_CACHE_FRACTION of device memory."""
         super().__init__(index)
+        if cache_bytes is None:
+            cache_bytes = int(Settings().verify_cache_fraction * (self.info.memory_bytes or 0))
+        self.cache: TrialCache[_Trial] = TrialCache(cache_bytes, lambda trial: trial.close(self.stream))
+        self._own = OwnKernels(self)
         self._kernels: dict[str, object] = {}
-        self._trial: tuple | None = None  # (inputs key, host arrays, device buffers, reference outputs)
+        self._trial: tuple[tuple, _Trial] | None = None  # (inputs key, trial) of the last reference()
+        # (layout, working arrays, the first run's outputs, the allocation holding them all)
+        self._scratch: tuple[tuple[_Array, ...], dict[str, _Region], dict[str, _Region], object] | None = None
 
     def reference(self, request: TrialRun) -> float | Failed:
-        """Run the submitted kernel on fresh buffers; its outputs become this trial's reference. Returns
-        its time, or Failed (its own launch error, or out-of-bounds writes) when it cannot serve."""
-        self.release()
+        """The trial's inputs and the submitted kernel's outputs on them, from the cache or made now (the
+        kernel's own launch error, or out-of-bounds writes, make it Failed: it cannot serve). Its time."""
         self._trial = None
-        arrays = make_arrays(request.spec, request.seed)
-        guard = request.spec.verify.guard_bytes
-        buffers = {name: self.allocate(array.nbytes + 2 * guard) for name, array in arrays.items()}
-        run = self._run(request, arrays, buffers)
-        if isinstance(run, Failed):
-            return run
-        ms, outcome = run
-        if outcome.guard_violations:
-            return Failed("out_of_bounds", "; ".join(outcome.guard_violations))
-        self._trial = (request.inputs_key, arrays, buffers, outcome.outputs)
-        return ms
+        trial = self.cache.get(request.reference_key)
+        if trial is None:
+            layout = _layout(request.spec)
+            nbytes = sum(a.fenced_bytes * ((a.arg.effective_role != "out") + a.arg.is_output) for a in layout)
+            self.cache.make_room(nbytes)
+            trial = self._new_trial(request, layout)
+            if isinstance(trial, Failed):
+                return trial
+            self.cache.add(request.reference_key, trial, nbytes)
+        self._trial = (request.inputs_key, trial)
+        return trial.ms
 
     def candidate(self, request: TrialRun) -> Verdict | Failed:
-        """Run the candidate twice on the reference's inputs and judge what it left."""
+        """Run the candidate twice on the reference's inputs and judge what the device finds."""
         assert self._trial is not None and self._trial[0] == request.inputs_key, "reference() of this trial first"
-        _, arrays, buffers, reference = self._trial
+        trial, layout = self._trial[1], _layout(request.spec)
+        work, first_run = self._scratch_for(layout)
         runs = []
-        for _ in range(2):
-            run = self._run(request, arrays, buffers)
-            if isinstance(run, Failed):
-                return run
-            runs.append(run[1])
-        return judge(request.spec, reference, runs)
+        for number in (1, 2):
+            ran = self._run(request, layout, trial)
+            if isinstance(ran, Failed):
+                return ran
+            if number == 1:
+                for name, buffer in first_run.items():
+                    self.copy(buffer, work[name])
+            runs.append(ran[1])
+        outputs = [a for a in layout if a.arg.is_output]
+        checked = [Run(guards, modified, {a.arg.name: self._output_check(request.spec, a, run_outputs[a.arg.name],
+                                                                         trial.reference[a.arg.name])
+                                          for a in outputs})
+                   for (guards, modified), run_outputs in zip(runs, (first_run, work))]
+        disagreement = {a.arg.name: self._output_check(request.spec, a, work[a.arg.name],
+                                                       first_run[a.arg.name]).mismatch for a in outputs}
+        return judge(request.spec, checked, disagreement)
+
+    # --- a trial ---
+    def _new_trial(self, request: TrialRun, layout: tuple[_Array, ...]) -> _Trial | Failed:
+        """Generate the inputs on the device, run the reference on them, keep its outputs."""
+        trial = _Trial(pristine={}, reference={})
+        for a in layout:
+            if a.arg.effective_role != "out":
+                buffer = trial.pristine[a.arg.name] = self.allocate(a.fenced_bytes, keep=False)
+                self.fill(buffer, CANARY)
+                self._own.generate(int(buffer.handle) + a.guard, a.arg.dtype, a.count,
+                                   stream_key(request.seed, a.position), special_values(a.arg))
+            if a.arg.is_output:
+                trial.reference[a.arg.name] = self.allocate(a.fenced_bytes, keep=False)
+        ran = self._run(request, layout, trial)
+        if not isinstance(ran, Failed) and ran[1][0]:
+            ran = Failed("out_of_bounds", "; ".join(ran[1][0]))
+        if isinstance(ran, Failed):
+            trial.close(self.stream)
+            return ran
+        work, _ = self._scratch_for(layout)
+        for name, buffer in trial.reference.items():
+            self.copy(buffer, work[name])
+        trial.ms = ran[0]
+        return trial
 
     # --- one run ---
-    def _run(self, request: TrialRun, arrays: dict[str, np.ndarray], buffers: dict) -> tuple[float, Run] | Failed:
-        spec, guard = request.spec, request.spec.verify.guard_bytes
+    def _run(self, request: TrialRun, layout: tuple[_Array, ...], trial: _Trial) -> tuple[float, tuple[list[str], list[str]]] | Failed:
+        """Launch once on freshly restored arrays; (ms, (guard violations, inputs modified)) or Failed."""
         kernel = self._kernel(request.kernel)
         if isinstance(kernel, Failed):
             return kernel
-        self._reset(spec, arrays, buffers, guard)
-        args = [np.uint64(int(buffers[a.name].handle) + guard) if a.is_array else spec.scalar_of(a, request.params)
-                for a in spec.args]
-        grid, block = spec.launch_geometry(request.params)
-        ms = self.timed_launch(kernel, grid, block, args)
+        work, _ = self._scratch_for(layout)
+
+        def restore() -> None:
+            """Outside the timed region: canaries around every array, the inputs' values (also an inout
+            array's) inside, poison inside every pure output, so no run finds another's results."""
+            for a in layout:
+                if a.arg.effective_role == "out":
+                    self.fill(work[a.arg.name], CANARY, 0, a.guard)
+                    self.fill(work[a.arg.name], POISON, a.guard, a.nbytes)
+                    self.fill(work[a.arg.name], CANARY, a.guard + a.nbytes, a.guard)
+                else:
+                    self.copy(work[a.arg.name], trial.pristine[a.arg.name])
+
+        arrays = {a.arg.name: a for a in layout}
+        args = [np.uint64(int(work[arg.name].handle) + arrays[arg.name].guard) if arg.is_array
+                else request.spec.scalar_of(arg, request.params) for arg in request.spec.args]
+        grid, block = request.spec.launch_geometry(request.params)
+        ms = self.timed_launch(kernel, grid, block, args, before=restore)
         if isinstance(ms, Failed):
             return ms
-        outputs = {a.name: self.download(np.empty_like(arrays[a.name]), buffers[a.name], guard)
-                   for a in spec.output_args}
-        inputs_modified = [a.name for a in spec.args if a.is_array and not a.is_output and not np.array_equal(
-            self.download(np.empty_like(arrays[a.name]), buffers[a.name], guard).view(np.uint8),
-            arrays[a.name].view(np.uint8))]
-        violations = [v for name, array in arrays.items() if (v := self._guard_violation(name, array, buffers[name], guard))]
-        return ms, Run(outputs=outputs, guard_violations=violations, inputs_modified=inputs_modified)
+        violations = [v for a in layout if (v := self._guard_violation(a, work[a.arg.name]))]
+        modified = [m for a in layout if a.arg.effective_role == "in"
+                    and (m := self._modification(a, work[a.arg.name], trial.pristine[a.arg.name]))]
+        return ms, (violations, modified)
 
-    def _reset(self, spec: KernelSpec, arrays: dict[str, np.ndarray], buffers: dict, guard: int) -> None:
-        """Canaries around every array, the inputs' values inside, poison inside every pure output."""
-        roles = {a.name: a.effective_role for a in spec.args}
-        for name, array in arrays.items():
-            buffer = buffers[name]
-            self.fill(buffer, CANARY)
-            if roles[name] == "out":
-                self.fill(buffer, POISON, guard, array.nbytes)
-            else:
-                self.upload(array, into=buffer, offset=guard)
-
-    def _guard_violation(self, name: str, array: np.ndarray, buffer, guard: int) -> str:
-        before = self.download(np.empty(guard, np.uint8), buffer, 0)
-        after = self.download(np.empty(guard, np.uint8), buffer, guard + array.nbytes)
-        touched_before, touched_after = np.flatnonzero(before != CANARY), np.flatnonzero(after != CANARY)
-        parts = []
-        if touched_after.size:
-            parts.append(f"changed {touched_after.size} guard bytes after the end of {name} (first at element "
-                         f"{array.size + int(touched_after[0]) // array.itemsize}, {array.size} elements long)")
-        if touched_before.size:
-            parts.append(f"changed {touched_before.size} guard bytes before the start of {name} (first "
-                         f"{guard - int(touched_before[0])} bytes before it)")
+    def _guard_violation(self, a: _Array, buffer) -> str:
+        start = int(buffer.handle)
+        before = self._own.changed_bytes(start, a.guard, value=CANARY)
+        after = self._own.changed_bytes(start + a.guard + a.nbytes, a.guard, value=CANARY)
+        itemsize, name, parts = np.dtype(a.arg.dtype).itemsize, a.arg.name, []
+        if after.count:
+            parts.append(f"changed {after.count} guard bytes after the end of {name} (first at element "
+                         f"{a.count + after.first // itemsize}, {a.count} elements long)")
+        if before.count:
+            parts.append(f"changed {before.count} guard bytes before the start of {name} (first "
+                         f"{a.guard - before.first} bytes before it)")
         return "; ".join(parts)
+
+    def _modification(self, a: _Array, buffer, pristine) -> str:
+        changed = self._own.changed_bytes(int(buffer.handle) + a.guard, a.nbytes, int(pristine.handle) + a.guard)
+        return f"{a.arg.name} ({changed.count} bytes changed, the first at byte {changed.first})" if changed.count else ""
+
+    def _output_check(self, spec: KernelSpec, a: _Array, out, ref) -> OutputCheck:
+        """`out` against `ref` on the device, each finding with the first element it found quoted."""
+        atol, rtol = spec.verify_tolerance(a.arg.dtype)
+        found = self._own.compare(int(out.handle) + a.guard, int(ref.handle) + a.guard, a.count, a.arg.dtype,
+                                  atol, rtol)
+
+        def difference(count: int, first: int | None, max_abs: float = 0.0, max_rel: float = 0.0) -> Difference:
+            quoted = ""
+            if first is not None:  # two elements read back, to quote
+                at = a.guard + first * np.dtype(a.arg.dtype).itemsize
+                value, instead_of = (self.download(np.empty(1, a.arg.dtype), buffer, at)[0] for buffer in (out, ref))
+                quoted = example(a.arg.name, a.shape, first, value, instead_of)
+            return Difference(count, a.count, first, max_abs, max_rel, quoted)
+
+        return OutputCheck(unwritten=difference(found.unwritten.count, found.unwritten.first),
+                           not_finite=difference(found.not_finite.count, found.not_finite.first),
+                           mismatch=difference(found.beyond_tolerance.count, found.beyond_tolerance.first,
+                                               found.max_abs, found.max_rel))
+
+    def _scratch_for(self, layout: tuple[_Array, ...]) -> tuple[dict[str, _Region], dict[str, _Region]]:
+        """The working arrays and a copy of each output for the first run's results, remade for a new layout.
+
+        One allocation, laid out as: first-run copies, working outputs, working inputs, then `guard` more
+        canary bytes. A kernel may read past its inputs' guard bands unnoticed (reads change no canary);
+        what it finds there is then the same in both runs, so its result differs from the reference's
+        (mismatch), where memory that changes between the runs (an output, a copy of one) would make it
+        differ from itself instead."""
+        if self._scratch is None or self._scratch[0] != layout:
+            if self._scratch is not None:
+                self._scratch[3].close(self.stream)
+            outputs, inputs = [a for a in layout if a.arg.is_output], [a for a in layout if not a.arg.is_output]
+            guard = layout[0].guard
+            order = [("first run", a) for a in outputs] + [("work", a) for a in outputs + inputs]
+            whole = self.allocate(sum(_aligned(a.fenced_bytes) for _, a in order) + guard, keep=False)
+            regions, at = {}, int(whole.handle)
+            for role, a in order:
+                regions[role, a.arg.name] = _Region(at, a.fenced_bytes)
+                at += _aligned(a.fenced_bytes)  # every array keeps cudaMalloc's 256-byte alignment
+            self.fill(whole, CANARY, at - int(whole.handle), guard)
+            work = {a.arg.name: regions["work", a.arg.name] for a in layout}
+            first_run = {a.arg.name: regions["first run", a.arg.name] for a in outputs}
+            self._scratch = (layout, work, first_run, whole)
+        return self._scratch[1], self._scratch[2]
 
     def _kernel(self, compiled: CompiledKernel):
         if compiled.cache_key not in self._kernels:

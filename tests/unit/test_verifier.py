@@ -6,7 +6,8 @@ from pydantic import ValidationError
 
 from services.planner import handlers as planner
 from services.verifier import handlers, signature
-from services.verifier.compare import POISON
+from services.verifier.cache import TrialCache
+from services.verifier.compare import Difference, OutputCheck, example
 from services.verifier.judge import CHECKS, Run, judge
 from services.verifier.trials import plan_trials, prime_below
 from shared.contracts import VerifyCandidate
@@ -63,52 +64,80 @@ def test_the_examples_match_their_args_and_wrong_signatures_are_named():
     assert message.startswith("the kernel takes 3 parameters (u64, u64, u32) but args lists 4 (c, a, b, n)")
 
 
-# --- the judge, on crafted outputs ------------------------------------------------------------------------------
+# --- the judge, on the device's findings -------------------------------------------------------------------------
+SIZE = 1000
+NONE = Difference(0, SIZE)
+
+
 @pytest.fixture
 def small():
-    spec = spec_of("good_grid_stride.cu")
-    spec = spec.with_sizes({"n": 1000})
-    reference = {"c": np.linspace(-1, 1, 1000, dtype=np.float32)}
-    return spec, reference
+    return spec_of("good_grid_stride.cu").with_sizes({"n": SIZE})
 
 
-def run(c, guards=(), modified=()):
-    return Run(outputs={"c": c}, guard_violations=list(guards), inputs_modified=list(modified))
+def found(count: int, first: int = 0, max_abs: float = 0.0, max_rel: float = 0.0) -> Difference:
+    return Difference(count, SIZE, first, max_abs, max_rel, f"c[{first}]: 1.5 instead of 2.0")
+
+
+def run(unwritten=NONE, not_finite=NONE, mismatch=NONE, guards=(), modified=()):
+    return Run(guard_violations=list(guards), inputs_modified=list(modified),
+               outputs={"c": OutputCheck(unwritten, not_finite, mismatch)})
 
 
 def test_a_faithful_candidate_passes_with_its_largest_error(small):
-    spec, ref = small
-    close = ref["c"] + np.float32(1e-6)
-    verdict = judge(spec, ref, [run(close), run(close.copy())])
-    assert verdict.passed and 0 < verdict.max_abs_error < 2e-6
+    close = Difference(0, SIZE, None, 1e-6, 2e-6)
+    verdict = judge(small, [run(mismatch=close), run(mismatch=close)], {"c": NONE})
+    assert verdict.passed and verdict.max_abs_error == 1e-6 and verdict.max_rel_error == 2e-6
 
 
 def test_checks_come_in_their_order(small):
-    spec, ref = small
-    poisoned = ref["c"].copy()
-    poisoned.view(np.uint8)[:8] = POISON  # two elements never written
-    wrong = ref["c"] + 1
-    nan = ref["c"].copy()
-    nan[7] = np.nan
-    assert judge(spec, ref, [run(wrong, guards=["wrote 4 bytes after the end of c"])]).check == "out_of_bounds"
-    assert judge(spec, ref, [run(wrong, modified=["a"])]).check == "input_modified"
-    unwritten = judge(spec, ref, [run(poisoned), run(poisoned)])
+    every = dict(unwritten=found(2), not_finite=found(1, 7), mismatch=found(SIZE, 0, 1.0, 1.0))
+    disagree = {"c": found(SIZE, 0, 1.0)}
+    assert judge(small, [run(**every), run(**every, guards=["changed 4 guard bytes after the end of c"])],
+                 disagree).check == "out_of_bounds"
+    modified = judge(small, [run(**every, modified=["a (4 bytes changed, the first at byte 0)"]), run()], disagree)
+    assert modified.check == "input_modified" and "a (4 bytes changed" in modified.reason
+    unwritten = judge(small, [run(**every), run(**every)], disagree)
     assert unwritten.check == "unwritten" and "2 of 1000 elements of c unwritten" in unwritten.reason
-    cached = judge(spec, ref, [run(ref["c"].copy()), run(poisoned)])
+    cached = judge(small, [run(), run(unwritten=found(2))], {"c": NONE})
     assert cached.check == "unwritten" and cached.reason.startswith("run 2 left")
-    race = judge(spec, ref, [run(ref["c"].copy()), run(wrong)])
-    assert race.check == "nondeterministic" and "1000 of 1000" in race.reason
-    assert judge(spec, ref, [run(nan), run(nan.copy())]).check == "not_finite"
-    mismatch = judge(spec, ref, [run(wrong), run(wrong.copy())])
-    assert mismatch.check == "mismatch" and "c[0]: " in mismatch.reason and mismatch.max_abs_error == pytest.approx(1)
+    race = judge(small, [run(not_finite=found(1, 7)), run()], disagree)
+    assert race.check == "nondeterministic" and "1000 of 1000" in race.reason and "c[0]: 1.5" in race.reason
+    nan = judge(small, [run(not_finite=found(1, 7), mismatch=found(1, 7)), run()], {"c": NONE})
+    assert nan.check == "not_finite" and "the first c[7]" in nan.reason
+    mismatch = judge(small, [run(mismatch=found(SIZE, 0, 1.0, 1.0)), run()], {"c": NONE})
+    assert mismatch.check == "mismatch" and "c[0]: " in mismatch.reason and mismatch.max_abs_error == 1.0
     assert set(CHECKS) >= {"out_of_bounds", "input_modified", "unwritten", "nondeterministic", "not_finite", "mismatch"}
 
 
-def test_nan_where_the_reference_has_nan_is_a_match(small):
-    spec, ref = small
-    ref = {"c": ref["c"].copy()}
-    ref["c"][3] = np.nan
-    assert judge(spec, ref, [run(ref["c"].copy()), run(ref["c"].copy())]).passed
+def test_examples_quote_elements_in_the_arrays_own_dimensions():
+    assert example("c", (1000,), 7, np.float32(1.5), np.float32(2)) == "c[7]: 1.5 instead of 2.0"
+    assert example("m", (4, 8), 10, np.int32(3), np.int32(-1)) == "m[1,2]: 3 instead of -1"
+
+
+# --- the trial cache's budget ----------------------------------------------------------------------------------
+def test_the_cache_keeps_trials_within_its_budget_oldest_out_first():
+    released = []
+    cache = TrialCache(100, released.append)
+    for key, nbytes in (("t1", 40), ("t2", 40)):
+        cache.make_room(nbytes)
+        cache.add(key, f"trial {key}", nbytes)
+    assert cache.keys() == ["t1", "t2"] and cache.total_bytes == 80 and cache.get("t1") == "trial t1"
+    cache.make_room(40)  # before allocating t3: t1 goes, so the device never holds all three
+    assert released == ["trial t1"] and cache.get("t1") is None
+    cache.add("t3", "trial t3", 40)
+    assert cache.keys() == ["t2", "t3"] and cache.total_bytes == 80
+    cache.add("huge", "trial huge", 500)  # alone over budget: kept, since the candidate about to run needs it
+    assert released == ["trial t1", "trial t2", "trial t3"] and cache.keys() == ["huge"]
+    cache.add("t4", "trial t4", 10)
+    assert released[-1] == "trial huge" and cache.keys() == ["t4"] and cache.total_bytes == 10
+
+
+def test_no_budget_keeps_only_the_trial_in_use():
+    released = []
+    cache = TrialCache(0, released.append)
+    cache.add("t1", 1, 8)
+    cache.add("t2", 2, 8)
+    assert cache.keys() == ["t2"] and released == [1]
 
 
 # --- the corpus, as far as a machine without a GPU can go ------------------------------------------------------

@@ -1,0 +1,108 @@
+"""kforge's own kernels and the verifier's trial cache on a real GPU: the device generator gives numpy's
+bits for every dtype, the device comparison finds what numpy finds, and trials beyond the cache's budget
+are evicted oldest first and made again, identical, when asked for."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kforge.specfile import load_spec
+from services.verifier.compare import POISON
+from services.verifier.session import TrialRun, VerifySession
+from shared.device.compiler import compile_kernel
+from shared.device.own_kernels import OwnKernels
+from shared.inputs import SPECIAL_STRIDE, draw, special_values, stream_key
+from shared.spec import DTYPES, KernelSpec
+from tests.conftest import EXAMPLES
+
+pytestmark = pytest.mark.gpu
+N = 3 * (1 << 20) + 17  # more elements than the kernels' threads, so every thread loops; not a multiple of anything
+
+
+@pytest.fixture(scope="module")
+def session():
+    session = VerifySession(0, cache_bytes=0)
+    yield session
+    session.stream.sync()
+
+
+@pytest.fixture(scope="module")
+def own(session):
+    return OwnKernels(session)
+
+
+def read(session, buffer, dtype, count) -> np.ndarray:
+    return session.download(np.empty(count, dtype), buffer)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_device_draws_numpys_bits_for_every_dtype(session, own, dtype):
+    key = stream_key(12345, 2)
+    buffer = session.allocate(N * np.dtype(dtype).itemsize, keep=False)
+    own.generate(int(buffer.handle), dtype, N, key, np.zeros(0, dtype))
+    expected = draw(np.dtype(dtype), key, 0, N)
+    got = read(session, buffer, dtype, N)
+    assert got.tobytes() == expected.tobytes(), f"first difference at {np.flatnonzero(got != expected)[:5]}"
+    if dtype.startswith("float"):  # and the specials, at the same places as make_array puts them
+        arg = KernelSpec.model_validate({
+            "kernel_name": "k", "source": 'extern "C" __global__ void k(float *x) {}', "sizes": {"n": N},
+            "args": [{"name": "y", "dtype": dtype, "shape": ["n"], "role": "out"},
+                     {"name": "x", "dtype": dtype, "shape": ["n"], "specials": ["nan", "-inf", "denormal", "-zero"]}],
+        }).args[1]
+        own.generate(int(buffer.handle), dtype, N, key, special_values(arg))
+        expected[::SPECIAL_STRIDE] = np.resize(special_values(arg), expected[::SPECIAL_STRIDE].size)
+        assert read(session, buffer, dtype, N).tobytes() == expected.tobytes()
+    buffer.close(session.stream)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint8"])
+def test_the_device_comparison_finds_what_numpy_finds(session, own, dtype):
+    rng = np.random.default_rng(1)
+    ref = draw(np.dtype(dtype), stream_key(1, 0), 0, N)
+    out = ref.copy()
+    changed = np.sort(rng.choice(N, 50, replace=False))
+    out[changed[:20]] += np.array(1, dtype)  # beyond tolerance
+    out.view(np.uint8).reshape(N, -1)[changed[20:30]] = POISON  # unwritten (NaN or the maximum)
+    if dtype.startswith("float"):
+        out[changed[30:40]] = np.inf  # not finite where the reference is
+        out[changed[40]] = ref[changed[40]] * np.array(1 + 1e-3, dtype)  # within a loose tolerance
+        ref[changed[45]] = out[changed[45]] = np.nan  # NaN against NaN: a match
+    buffers = [session.upload(a, keep=False) for a in (out, ref)]
+    found = own.compare(int(buffers[0].handle), int(buffers[1].handle), N, dtype, 1e-2, 1e-2)
+    o, r = out.astype(np.float64), ref.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        special = ~np.isfinite(o) | ~np.isfinite(r)
+        bad = np.where(special, ~((np.isnan(o) & np.isnan(r)) | (np.isinf(o) & (o == r))),
+                       np.abs(o - r) > 1e-2 + 1e-2 * np.abs(r))
+        error = np.where(special, 0, np.abs(o - r))
+        poisoned = (np.all(out.view(np.uint8).reshape(N, -1) == POISON, axis=1)
+                    & ~np.all(ref.view(np.uint8).reshape(N, -1) == POISON, axis=1))  # -1 in a reference is written
+    assert (found.beyond_tolerance.count, found.beyond_tolerance.first) == (bad.sum(), np.flatnonzero(bad)[0])
+    assert (found.unwritten.count, found.unwritten.first) == (poisoned.sum(), np.flatnonzero(poisoned)[0])
+    not_finite = ~np.isfinite(o) & np.isfinite(r)
+    assert found.not_finite.count == not_finite.sum()
+    assert found.max_abs == error.max()
+    for buffer in buffers:
+        buffer.close(session.stream)
+
+
+def test_trials_beyond_the_budget_are_evicted_oldest_first_and_made_again_alike():
+    spec = load_spec(EXAMPLES / "vector_add.cu", EXAMPLES / "vector_add.yaml").with_sizes({"n": 1 << 20})
+    params = spec.baseline_params()
+    kernel = compile_kernel(spec.source, spec.kernel_name, params, [], "sm_90")
+    good = Path(__file__).resolve().parents[1] / "corpus" / "vector_add" / "good_grid_stride.cu"
+    candidate = compile_kernel(good.read_text(), spec.kernel_name, params, [], "sm_90")
+    per_trial = 3 * ((1 << 22) + 2 * spec.verify.guard_bytes)  # a and b pristine, c's reference
+    session = VerifySession(0, cache_bytes=2 * per_trial)
+    trials = [TrialRun(spec, seed, kernel, params) for seed in (1, 2, 3)]
+    for trial in trials:
+        assert isinstance(session.reference(trial), float)
+        assert session.candidate(TrialRun(spec, trial.seed, candidate, params)).passed
+    assert session.cache.keys() == [trials[1].reference_key, trials[2].reference_key]
+    assert session.cache.total_bytes == 2 * per_trial
+    kept = session.cache.get(trials[2].reference_key)
+    session.reference(trials[2])  # cached: nothing made again
+    assert session.cache.get(trials[2].reference_key) is kept
+    session.reference(trials[0])  # evicted: made again, pushing out the oldest
+    assert session.cache.keys() == [trials[2].reference_key, trials[0].reference_key]
+    assert session.candidate(TrialRun(spec, 1, candidate, params)).passed
