@@ -3,8 +3,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
-                           CandidateVerified, ConfigFailed, ConfigMeasured, Event, GenerationFailed, GenerationRequested,
-                           GeneratorCalled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, PlanProposed,
+                           CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured, Event, GenerationFailed,
+                           GenerationRequested, GeneratorCalled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
+                           KernelsCompared, PlanProposed, SanitizerChecked,
                            ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
                            TaskProfiled, TuningCompleted, TuningRequested, VerificationIncomplete,
                            VerificationRequested)
@@ -13,6 +14,7 @@ from shared.reports.comparison import ChangeType, Comparison
 from shared.reports.profile import PipelineProfile
 from shared.reports.results import KernelResult
 from shared.reports.suggestions import OptimizationSuggestion
+from shared.speedup import speedup_text
 from shared.steps import Optimisation
 
 
@@ -49,6 +51,8 @@ def describe(event: Event) -> str:
                     f"error {error:.3g}" + (f"; {len(skipped)} skipped" if skipped else ""))
         case CandidateRejected(check=check, reason=reason, trial=trial):
             return f"{check}: {reason}" + (f" [{trial}]" if trial else "")
+        case SanitizerChecked(note=note):
+            return note
         case VerificationIncomplete(passed=passed, reason=reason):
             return f"{', '.join(passed)} passed; not proven: {reason}"
         case GenerationRequested(kind=kind, step=step, focus=focus):
@@ -71,7 +75,14 @@ def describe(event: Event) -> str:
         case StepSkipped(step_id=step, reason=reason):
             return f"{step}: {reason}"
         case StepAccepted(step_id=step, old_time_ms=old, new_time_ms=new, best_params=params):
-            return f"{step}: {old:.4f} -> {new:.4f} ms ({(old - new) / old:+.1%}) with {_params(params)}"
+            return (f"{step}: {old:.4f} -> {new:.4f} ms, {speedup_text(event.speedup, event.speedup_ci)} with "
+                    f"{_params(params)}")
+        case ComparisonRequested(queue=queue, candidate_id=candidate, incumbent_ms=old, candidate_ms=new):
+            return f"{candidate} ({new:.4f} ms tuned) against the best so far ({old:.4f} ms), in turn on {queue}"
+        case KernelsCompared(error=error) if error:
+            return f"{event.candidate_id} could not be compared: {error}"
+        case KernelsCompared():
+            return _compared(event)
         case StepDiscarded(step_id=step, stage=stage, reason=reason):
             return f"{step} at {stage}: {reason}"
         case TaskProfiled(task=task, worker=worker, wall_s=wall, peak_rss_mb=peak, started_at=started):
@@ -94,6 +105,13 @@ def _measured(e: ConfigMeasured) -> str:
             + (" [REPLAY]" if e.replay else ""))
 
 
+def _compared(e: KernelsCompared) -> str:
+    timed = f"{len(e.candidate_samples_ms)} pairs" if len(e.candidate_samples_ms) > 1 else "tuning medians"
+    return (f"{e.candidate_id}: {speedup_text(e.speedup, e.speedup_ci)} the best so far ({e.incumbent_ms:.4f} -> "
+            f"{e.candidate_ms:.4f} ms, {timed} on {e.device})" + (f"; {e.note}" if e.note else "")
+            + (" [REPLAY]" if e.replay else ""))
+
+
 def _call(e: GeneratorCalled) -> str:
     spent = f", {e.input_tokens}+{e.output_tokens} tokens, ${e.cost_usd:.4f}" if e.input_tokens else ""
     retried = f", after {len(e.attempts)} retries" if e.attempts else ""
@@ -102,12 +120,14 @@ def _call(e: GeneratorCalled) -> str:
 
 def steps_table(opt: Optimisation) -> Table:
     """One row per step the job acted on: what it tried, what it cost or gained, why it was kept or not."""
-    table = Table("step", "status", "before ms", "after ms", "change", "best params", "why", title="optimisation steps")
+    table = Table("step", "status", "before ms", "after ms", "change", "speedup [95% CI]", "best params", "why",
+                  title="optimisation steps")
     for r in opt.steps:
         change = f"{(r.old_ms - r.new_ms) / r.old_ms:+.1%}" if r.old_ms and r.new_ms else "-"
         colour = {"accepted": "green", "discarded": "red"}.get(r.status, "yellow")
         table.add_row(r.step.id, f"[{colour}]{r.status}[/{colour}]", f"{r.old_ms:.4f}" if r.old_ms else "-",
                       f"{r.new_ms:.4f}" if r.new_ms else "-", change,
+                      escape(speedup_text(r.speedup, r.speedup_ci)) if r.speedup is not None else "-",
                       _params(r.best_params) if r.status == "accepted" else "-",
                       escape(r.reason) if r.status != "accepted" else "")
     return table

@@ -82,6 +82,12 @@ class TuneShard(GpuRequest):
     task = "benchmark.tune_shard"
 
 
+class CompareKernels(GpuRequest):
+    """Time a job's best kernel so far and a tuned candidate interleaved on this GPU."""
+
+    task = "benchmark.compare_kernels"
+
+
 class VerifyCandidate(GpuRequest):
     """Prove a job's candidate computes what its submitted kernel computes, or reject it saying why."""
 

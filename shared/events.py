@@ -126,7 +126,7 @@ class BaselineMeasured(Event):
 
 class BaselineFailed(Event):
     request_id: UUID
-    stage: str  # compile | device | launch
+    stage: str  # compile | device | the check that failed: load | launch | output | timeout | crashed | replay
     reason: str
     log: str = ""
 
@@ -215,13 +215,19 @@ class StepSkipped(Event):
 
 
 class StepAccepted(Event):
-    """A step's tuned candidate beat the best kernel so far and becomes the best."""
+    """A step's tuned candidate beat the best kernel so far beyond the noise and becomes the best.
 
+    v2 adds `speedup` (best so far / candidate, from their interleaved timing) and `speedup_ci`, its 95%
+    interval; None where none could be measured (no device, or a step accepted before v2)."""
+
+    schema_version: ClassVar[int] = 2
     step_id: str
     candidate_id: str
     old_time_ms: float
     new_time_ms: float
     best_params: dict[str, ParamValue]
+    speedup: float
+    speedup_ci: tuple[float, float] | None
 
 
 class StepDiscarded(Event):
@@ -269,6 +275,25 @@ class CandidateRejected(Event):
     reason: str
     trial: str | None = None  # the trial that showed it: label, sizes and seed
     log: str = ""  # NVRTC's log for a compile rejection
+
+
+class SanitizerCheck(BaseModel):
+    tool: str  # memcheck | racecheck | initcheck | synccheck
+    verdict: str  # passed | failed (rejects the candidate) | error (the run itself broke) | timeout
+    first_error: str = ""  # the tool's first error line, or why the run gave no verdict
+    seconds: float
+
+
+class SanitizerChecked(Event):
+    """compute-sanitizer's checks of a verified candidate, one small launch each, recorded whether they ran
+    or not: `tool_path` None means the tool is not installed and nothing was sanitised."""
+
+    request_id: UUID
+    candidate_id: str
+    tool_path: str | None
+    sizes: dict[str, int]  # the small trial's sizes
+    checks: list[SanitizerCheck]
+    note: str
 
 
 class VerificationIncomplete(Event):
@@ -356,6 +381,39 @@ class TuningCompleted(Event):
     speedup: float | None  # baseline time / best time
 
 
+# --- comparison: a tuned candidate against the best kernel so far, timed in turn in one GPU session -----
+class ComparisonRequested(Event):
+    """Time the best kernel so far (`incumbent`, with its params) and the candidate's best configuration
+    interleaved on one GPU. The tuning's medians (`incumbent_ms`, `candidate_ms`) are what the step is judged
+    on where no device can time them."""
+
+    queue: str
+    candidate_id: str
+    incumbent: CandidateSpec
+    candidate: CandidateSpec
+    incumbent_ms: float
+    candidate_ms: float
+
+
+class KernelsCompared(Event):
+    """The paired timing of a ComparisonRequested: `speedup` is incumbent time / candidate time and
+    `speedup_ci` its 95% interval, None when unavailable (`note` says why). `error`: the comparison could
+    not run (a launch failed, an output differed), and the candidate is not kept."""
+
+    request_id: UUID
+    candidate_id: str
+    device: str
+    incumbent_samples_ms: list[float]
+    candidate_samples_ms: list[float]
+    incumbent_ms: float
+    candidate_ms: float
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
+    note: str = ""
+    replay: bool = False
+    error: str | None = None
+
+
 # --- the work of a worker task, for the pipeline profile ----------------------------------------------
 class TaskProfiled(Event):
     """One task a worker ran for a request of this job: when it started (queue wait is the time since the
@@ -409,6 +467,7 @@ ANSWERS: dict[type[Event], tuple[type[Event], ...]] = {
     BaselineRequested: (BaselineMeasured, BaselineFailed),
     TuningRequested: (ShardTuned,),
     VerificationRequested: (CandidateVerified, CandidateRejected, VerificationIncomplete),
+    ComparisonRequested: (KernelsCompared,),
     GenerationRequested: (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, GenerationFailed),
     WebhookRequested: (WebhookDelivered, WebhookAbandoned),
 }
@@ -449,6 +508,11 @@ def _added_optional_field(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def _accepted_before_intervals(payload: dict[str, Any]) -> dict[str, Any]:
+    """A step accepted on the tuning's medians alone: its speedup is their ratio, with no interval."""
+    return {**payload, "speedup": payload["old_time_ms"] / payload["new_time_ms"], "speedup_ci": None}
+
+
 def _submitted_before_tenants(payload: dict[str, Any]) -> dict[str, Any]:
     """A job recorded before tenants were: it was local or on a gateway where every key saw every job, so it
     goes to the local tenant, which only admin keys see on a gateway with keys."""
@@ -485,10 +549,10 @@ class EventRegistry:
 EVENTS = EventRegistry(
     [JobSubmitted, JobCompleted, JobFailed, BaselineRequested, KernelCompiled, BaselineMeasured, BaselineFailed,
      TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
-     VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete,
+     VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete, SanitizerChecked,
      GenerationRequested, GeneratorCalled, PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated,
      GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled, JobCancelled,
-     WebhookRequested, WebhookAttempted, WebhookDelivered, WebhookAbandoned],
+     WebhookRequested, WebhookAttempted, WebhookDelivered, WebhookAbandoned, ComparisonRequested, KernelsCompared],
     upcasters={("JobSubmitted", 1): _added_optional_field, ("JobSubmitted", 2): _submitted_before_tenants,
-               ("BaselineMeasured", 1): _added_optional_field},
+               ("BaselineMeasured", 1): _added_optional_field, ("StepAccepted", 1): _accepted_before_intervals},
 )

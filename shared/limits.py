@@ -59,12 +59,14 @@ def check_admission(spec: KernelSpec, limits: Limits) -> None:
         raise AdmissionRefused(errors)
 
 
-def memory_refusal(spec: KernelSpec, device_memory_bytes: int | None) -> str | None:
-    """Why a worker must not allocate `spec`'s arrays, or None. The worker holds every array plus two copies
-    of each output (the pristine and the reference output), on the device and on the host alike."""
+def memory_refusal(spec: KernelSpec, device_memory_bytes: int | None, input_sets: int = 1) -> str | None:
+    """Why a worker must not allocate `spec`'s arrays, or None. A set of inputs is every array plus two copies
+    of each output (the pristine and the reference output); the device holds `input_sets` of them (the
+    benchmark rotates two), the host one at a time."""
     outputs = sum(math.prod(spec.shape_of(a)) * np.dtype(a.dtype).itemsize for a in spec.output_args)
-    need = spec.array_bytes() + 2 * outputs
-    for where, have in (("the device", device_memory_bytes), ("this host", _host_available_bytes())):
+    one_set = spec.array_bytes() + 2 * outputs
+    for where, have, need in (("the device", device_memory_bytes, input_sets * one_set),
+                              ("this host", _host_available_bytes(), one_set)):
         if have is not None and need > have:
             return (f"the arrays and their copies need {need:,} bytes, more than the {have:,} {where} has "
                     "available: use smaller sizes")

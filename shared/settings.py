@@ -63,6 +63,24 @@ class Settings(BaseSettings):
     compile_log_chars: int = Field(65536, ge=1024, le=16 << 20, validation_alias="KFORGE_COMPILE_LOG_CHARS",
                                    description="the most of a compiler log kept in an event")
 
+    # The verifier's GPU process keeps each trial's inputs and reference outputs on the device for the job's
+    # next candidates, within this share of device memory (oldest trials evicted first).
+    verify_cache_fraction: float = Field(0.25, ge=0, le=0.9, allow_inf_nan=False,
+                                         validation_alias="KFORGE_VERIFY_CACHE_FRACTION",
+                                         description="share of device memory for cached verification trials")
+
+    # compute-sanitizer as a gate of verified candidates (services/verifier/sanitizer.py): one small launch per check.
+    compute_sanitizer: str | None = Field(None, validation_alias="KFORGE_COMPUTE_SANITIZER",
+                                          description="the compute-sanitizer to use; default: found on PATH, "
+                                                      "under /usr/local/cuda*/bin or in the nvidia pip packages")
+    sanitizer_timeout_s: float = Field(120.0, gt=0, le=3600, allow_inf_nan=False,
+                                       validation_alias="KFORGE_SANITIZER_TIMEOUT_S",
+                                       description="wall-clock limit of one sanitizer check; past it the check "
+                                                   "is recorded as timeout and does not reject")
+    sanitizer_elements: int = Field(4096, ge=1, le=1 << 24, validation_alias="KFORGE_SANITIZER_ELEMENTS",
+                                    description="the sanitised trial's sizes are halved until no array holds more "
+                                                "elements than this, then made one less")
+
     # Admission limits: checked when a job is submitted, by the gateway, the CLI and the Python API alike.
     max_size: int = Field(1 << 34, ge=1, validation_alias="KFORGE_MAX_SIZE",
                           description="the largest value of a size variable (sizes.*)")

@@ -151,6 +151,8 @@ class BenchmarkSpec(_Strict):
     abandon_factor: Annotated[float, Field(gt=1)] = Field(
         1.25, description="one sample this many times slower than the best so far ends a configuration")
     l2_flush: bool = Field(False, description="evict the L2 cache before every timed launch")
+    comparison_pairs: Annotated[int, Field(ge=2, le=1000)] = Field(
+        15, description="launches of each kernel, in turn, when a tuned candidate is compared with the best so far")
     atol: Annotated[float | None, Field(ge=0)] = Field(None, description="absolute tolerance; default per dtype")
     rtol: Annotated[float | None, Field(ge=0)] = Field(None, description="relative tolerance; default per dtype")
     timeout_s: Annotated[float, Field(gt=0)] = Field(60.0, description="a configuration running longer is killed")
@@ -265,6 +267,9 @@ class StrategySpec(_Strict):
     patience: Annotated[int, Field(ge=1, le=10)] = Field(2, description="iterations without progress before stopping")
     reference_ms: Annotated[float | None, Field(gt=0)] = Field(
         None, description="time the speedup categories compare with (e.g. a library's); default: the baseline")
+    min_speedup_margin: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.02, description="a step is kept only when the 95% interval of its speedup over the best so far lies "
+                          "above 1 + this margin")
     options: dict[str, ParamValue | list[ParamValue]] = Field(default_factory=dict,
                                                                description="settings of a custom strategy")
 

@@ -4,8 +4,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import singledispatch
 
-from shared.events import (BaselineMeasured, CandidateGenerated, Event,
-                           GenerationFailed, GenerationRequested, GeneratorCalled, JobSubmitted, PlanProposed,
+from shared.events import (BaselineMeasured, CandidateGenerated, ComparisonRequested, Event,
+                           GenerationFailed, GenerationRequested, GeneratorCalled, JobSubmitted, KernelsCompared,
+                           PlanProposed,
                            StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated, TuningCompleted,
                            TuningRequested)
 from shared.spec import CandidateSpec, KernelSpec, ParamValue, TuningStep
@@ -19,7 +20,7 @@ class StepRecord:
     """A step from the moment the planner first acts on it."""
 
     step: TuningStep
-    status: str  # validating | valid | breaking_down | generating | verifying | tuning | accepted | FINAL...
+    status: str  # validating | valid | breaking_down | generating | verifying | tuning | comparing | FINAL...
     depth: int = 0  # how many breakdowns led to it
     validated: bool = False
     breakdown_asked: bool = False
@@ -32,6 +33,8 @@ class StepRecord:
     old_ms: float | None = None  # the best time when the step was decided
     new_ms: float | None = None  # the candidate's best tuned time
     best_params: dict[str, ParamValue] | None = None
+    speedup: float | None = None  # best so far / candidate, timed in turn
+    speedup_ci: tuple[float, float] | None = None  # its 95% interval; None: not measured
 
     @property
     def finished(self) -> bool:
@@ -204,10 +207,21 @@ def _(event: TuningCompleted, view: Optimisation) -> Optimisation:
 
 
 @evolve.register
+def _(event: ComparisonRequested, view: Optimisation) -> Optimisation:
+    return _with_step(view, view.by_candidate(event.candidate_id).step.id, status="comparing")
+
+
+@evolve.register
+def _(event: KernelsCompared, view: Optimisation) -> Optimisation:
+    return _with_step(view, view.by_candidate(event.candidate_id).step.id, speedup=event.speedup,
+                      speedup_ci=event.speedup_ci)
+
+
+@evolve.register
 def _(event: StepAccepted, view: Optimisation) -> Optimisation:
     record = view.record(event.step_id)
     view = _with_step(view, event.step_id, status="accepted", old_ms=event.old_time_ms, new_ms=event.new_time_ms,
-                      best_params=event.best_params)
+                      best_params=event.best_params, speedup=event.speedup, speedup_ci=event.speedup_ci)
     best = Best(candidate=record.candidate, time_ms=event.new_time_ms, params=event.best_params, step_id=event.step_id,
                 lineage=(*record.lineage, event.step_id))
     return replace(view, best=best)

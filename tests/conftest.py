@@ -110,6 +110,7 @@ def store(sqlite_url):
 # --- the fault and attack tables: each such test records what it tried and what held, printed after the run ---
 FAULTS: list[tuple[str, str, str]] = []
 ATTACKS: list[tuple[str, str, str]] = []
+CHEATS: list[tuple[str, str, str]] = []
 
 
 def record_fault(fault: str, tried: str, held: str) -> None:
@@ -121,9 +122,16 @@ def record_attack(attack: str, tried: str, held: str) -> None:
     ATTACKS.append((attack, tried, held))
 
 
+def record_cheat(cheat: str, tried: str, held: str) -> None:
+    """One row of the cheat table (tests/gpu/test_cheat_catalogue.py): the answer, its family and expected
+    catch, and how its job ended."""
+    CHEATS.append((cheat, tried, held))
+
+
 def pytest_terminal_summary(terminalreporter):
     for rows, title, first in ((FAULTS, "faults tried on real Redis, PostgreSQL and worker processes", "fault"),
-                               (ATTACKS, "attacks tried on this machine's gateway, workers and compiler", "attack")):
+                               (ATTACKS, "attacks tried on this machine's gateway, workers and compiler", "attack"),
+                               (CHEATS, "cheating rewrites served as the model's answer to one_prompt jobs", "cheat")):
         if rows:
             terminalreporter.write(_table(rows, title, first))
 

@@ -61,6 +61,17 @@ class ScriptedSession:
                         max_abs_error=0.0, abandoned=abandoned)
 
 
+    def compare(self, duel):
+        """The two scripted times, each pair sharing a drift, the candidate's with a little noise of its own."""
+        from services.benchmark.measurement import Paired
+
+        incumbent, candidate = (scripted_time_ms(o.params.get("block_size_x", 256), o.params.get("elements_per_thread", 1))
+                                for o in (duel.incumbent, duel.candidate))
+        drift = [1 + 0.01 * (i % 3) for i in range(duel.pairs)]
+        return Paired(incumbent_ms=[incumbent * d for d in drift],
+                      candidate_ms=[candidate * d * (1 + 0.004 * (-1) ** i) for i, d in enumerate(drift)])
+
+
 def scripted_time_ms(block: int, elements_per_thread: int = 1) -> float:
     """Fastest at 256 threads; more work per thread helps a little (generated candidates tune it)."""
     import math

@@ -91,9 +91,10 @@ class JobStream:
                  trials=[], max_abs_error=0.0, max_rel_error=0.0)
         self.profiled(verify, VerifyCandidate.task, 0.2, verify_wall_s, peak_mb=2048.0)
 
-    def accept(self, step_id: str, old_ms: float, new_ms: float, params: dict) -> None:
+    def accept(self, step_id: str, old_ms: float, new_ms: float, params: dict,
+               speedup_ci: tuple[float, float] | None = None) -> None:
         self.add(StepAccepted, step_id=step_id, candidate_id=step_id, old_time_ms=old_ms, new_time_ms=new_ms,
-                 best_params=params)
+                 best_params=params, speedup=old_ms / new_ms, speedup_ci=speedup_ci)
 
     def discard(self, step_id: str, reason: str, new_ms: float | None = None) -> None:
         self.add(StepDiscarded, step_id=step_id, candidate_id=step_id, stage="compare", reason=reason,
@@ -137,11 +138,13 @@ def rewrite_job(spec: KernelSpec, job_id: str = "rewrite1") -> list[Event]:
     job.rewrite(step, ept, tokens=(1200, 800), cost_usd=0.0156)
     job.tune("elements_per_thread", {2: [0.7] * 5, 4: [0.5, 0.5, 0.51, 0.49, 0.5]}, spec=spec.for_candidate(ept),
              param="elements_per_thread", extra={"block_size_x": 256}, baseline_ms=1.0)
-    job.accept("elements_per_thread", 1.0, 0.5, {"block_size_x": 256, "elements_per_thread": 4})
+    job.accept("elements_per_thread", 1.0, 0.5, {"block_size_x": 256, "elements_per_thread": 4},
+               speedup_ci=(1.96, 2.04))
     restrict = CandidateSpec(source=EPT_SOURCE.replace("const float *a", "const float *__restrict__ a"),
                              tune_params=ept.tune_params, grid_div_x=ept.grid_div_x, params=ept.params)
     job.rewrite(TuningStep(id="restrict", description="__restrict__ pointers"), restrict)
     job.tune("restrict", {4: [0.52] * 5}, spec=spec.for_candidate(restrict), param="elements_per_thread",
              extra={"block_size_x": 256}, baseline_ms=1.0)
-    job.discard("restrict", "0.5200 ms is no faster than the best 0.5000 ms", new_ms=0.52)
+    job.discard("restrict", "slower than the best so far (step elements_per_thread): 0.962x [0.955, 0.969]",
+                new_ms=0.52)
     return job.complete()

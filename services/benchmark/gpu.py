@@ -5,13 +5,20 @@ is initialised only there, never in a process that forks.
 
 Every launch and synchronisation is checked. A configuration's output is compared with the reference on
 the device (a small comparison kernel), so a 64 MB matrix is not copied back to be checked.
+
+Launches face what a real call faces: two input sets drawn with different seeds, each with the reference
+output the submitted kernel computes from it, alternate from one timed launch to the next, and every output
+is restored before each launch; so a kernel that keys a cached result on its inputs, or reuses the last
+launch's output, computes wrong or gains nothing.
 """
 import math
+import random
+from dataclasses import dataclass
 
 import numpy as np
 
 from services.benchmark import sampling
-from services.benchmark.measurement import Measured, Order, Setup
+from services.benchmark.measurement import INPUT_SETS, Duel, Measured, Order, Paired, Setup
 from shared.device.compiler import compile_kernel
 from shared.device.nvrtc import CompileError
 from shared.device.process import Failed
@@ -56,8 +63,18 @@ _VALUE_TYPES = {"float16": ("unsigned short", "half_bits_to_float"), "float32": 
                 "uint64": ("unsigned long long", "(double)")}
 
 
+@dataclass
+class InputSet:
+    """One set of arguments on the device: `arrays` per array argument in signature order (None for a
+    scalar), and per output argument (arg, buffer, pristine copy, reference output, elements)."""
+
+    seed: int
+    arrays: list
+    outputs: list
+
+
 class DeviceSession(SessionBase):
-    """One GPU, one space at a time: inputs uploaded once, the reference output kept on the device."""
+    """One GPU, one space at a time: the input sets uploaded once, their reference outputs kept on the device."""
 
     def __init__(self, index: int):
         super().__init__(index)
@@ -65,107 +82,163 @@ class DeviceSession(SessionBase):
         self._flush = None
         self._setup: Setup | None = None
         self._setup_key: tuple | None = None
+        self._sets: list[InputSet] = []
 
     # --- per space ---
     def prepare(self, setup: Setup) -> Failed | None:
-        """Upload the inputs and run the reference once; a failing reference fails the whole space.
+        """Upload the input sets and run the reference once on each; a failing reference fails the whole space.
         The same setup again (a job's tuning after its baseline) keeps what is on the device."""
         key = (setup.spec.model_dump_json(), setup.seed, setup.reference.cache_key, setup.reference_geometry)
         if self._setup is not None and key == self._setup_key:
             return None
         self._release()
         spec = setup.spec
-        arrays = make_arrays(spec, setup.seed)
-        self._args, self._outputs = [], []
-        for arg in spec.args:
-            if not arg.is_array:
-                self._args.append(spec.scalar_of(arg, setup.reference_params))
-                continue
-            buffer = self.upload(arrays[arg.name])
-            self._args.append(buffer)
-            if arg.is_output:
-                pristine, reference = self.allocate(buffer.size), self.allocate(buffer.size)
-                self.copy(pristine, buffer)
-                self._outputs.append((arg, buffer, pristine, reference, arrays[arg.name].size))
-        if spec.benchmark.l2_flush and self.info.peaks and self.info.peaks.l2_bytes:
+        self._sets = [self._upload(spec, setup.seed + i) for i in range(INPUT_SETS)]
+        if self.info.peaks and self.info.peaks.l2_bytes:  # for the spec's l2_flush, and every comparison
             self._flush = self.allocate(2 * self.info.peaks.l2_bytes)
         self._setup, self._setup_key = setup, key
         grid, block = setup.reference_geometry
-        outcome = self._checked_launch(setup.reference, grid, block, self._args)
-        if isinstance(outcome, Failed):
-            return Failed(outcome.stage, f"the submitted kernel, the reference, failed: {outcome.reason}", outcome.poisoned)
-        for _, buffer, _, reference, _ in self._outputs:
-            self.copy(reference, buffer)
+        for inputs in self._sets:
+            outcome = self._checked_launch(setup.reference, grid, block, inputs, setup.reference_params)
+            if isinstance(outcome, Failed):
+                self._setup = None
+                return Failed(outcome.stage, f"the submitted kernel, the reference, failed on the inputs of seed "
+                                             f"{inputs.seed}: {outcome.reason}", outcome.poisoned)
+            for _, buffer, _, reference, _ in inputs.outputs:
+                self.copy(reference, buffer)
         return None
+
+    def _upload(self, spec, seed: int) -> InputSet:
+        arrays = make_arrays(spec, seed)  # one set at a time on the host: the device holds them all
+        inputs = InputSet(seed=seed, arrays=[], outputs=[])
+        for arg in spec.args:
+            if not arg.is_array:
+                inputs.arrays.append(None)
+                continue
+            buffer = self.upload(arrays[arg.name])
+            inputs.arrays.append(buffer)
+            if arg.is_output:
+                pristine, reference = self.allocate(buffer.size), self.allocate(buffer.size)
+                self.copy(pristine, buffer)
+                inputs.outputs.append((arg, buffer, pristine, reference, arrays[arg.name].size))
+        return inputs
+
+    def _args(self, inputs: InputSet, params: dict) -> list:
+        return [self._setup.spec.scalar_of(a, params) if buffer is None else buffer
+                for a, buffer in zip(self._setup.spec.args, inputs.arrays)]
+
+    def _timed_set(self, i: int) -> InputSet:
+        """The input set of timed launch `i`: they alternate, the checked launch (on set 0) counting as -1."""
+        return self._sets[(i + 1) % len(self._sets)]
 
     # --- per configuration ---
     def measure(self, order: Order) -> Measured | Failed:
         assert self._setup is not None, "prepare() first"
         bench = self._setup.spec.benchmark
-        args = [self._setup.spec.scalar_of(a, order.params) if not a.is_array else b
-                for a, b in zip(self._setup.spec.args, self._args)]
-        checked = self._checked_launch(order.kernel, order.grid, order.block, args)
+        checked = self._checked_launch(order.kernel, order.grid, order.block, self._sets[0], order.params)
         if isinstance(checked, Failed):
             return checked
         check_ms, kernel = checked
-        mismatch, max_error = self._compare(bench)
+        mismatch, max_error = self._compare(bench, self._sets[0])
         if mismatch:
             return Failed("output", mismatch, details={"max_abs_error": max_error})
         # The checked launch ran cold (module load, first touch): only a far slower one is abandoned on it.
         if order.best_ms is not None and check_ms > 2 * bench.abandon_factor * order.best_ms:
             return Measured(samples_ms=[check_ms], check_ms=check_ms, max_abs_error=max_error, abandoned=True)
-        for _ in range(bench.warmup):
-            warm = self._timed_launch(kernel, order.grid, order.block, args, flush=False)
+        for i in range(bench.warmup):
+            warm = self._timed_launch(kernel, order, self._timed_set(i), flush=False)
             if isinstance(warm, Failed):
                 return warm
         policy = sampling.SamplingPolicy(bench.min_samples, bench.iterations, bench.ci_target, bench.abandon_factor)
+        spot = random.randrange(policy.min_samples)  # a timed launch checked besides the last ones, unpredictably
         samples: list[float] = []
         while (step := sampling.next_step(samples, order.best_ms, policy)) is sampling.Next.SAMPLE:
-            timed = self._timed_launch(kernel, order.grid, order.block, args)
+            inputs = self._timed_set(len(samples))
+            timed = self._timed_launch(kernel, order, inputs)
             if isinstance(timed, Failed):
                 return timed
             samples.append(timed)
-        # A kernel that computes right once and then reuses, skips or corrupts work is caught by its last launch.
-        mismatch, last_error = self._compare(bench) if samples else ("", 0.0)
-        if mismatch:
-            return Failed("output", f"inconsistent across launches: the last timed launch's output differs from the "
-                                    f"checked launch's: {mismatch}", details={"max_abs_error": last_error})
-        return Measured(samples_ms=samples, check_ms=check_ms, max_abs_error=max(max_error, last_error),
+            if len(samples) - 1 == spot:
+                mismatch, error = self._compare(bench, inputs)
+                if mismatch:
+                    return _inconsistent(f"timed launch {spot + 1}", inputs, mismatch, error)
+                max_error = max(max_error, error)
+        # Each set's outputs hold its latest launch's: the last timed launch's, and the one before it.
+        for inputs in self._sets:
+            mismatch, error = self._compare(bench, inputs)
+            if mismatch:
+                return _inconsistent("the latest launch", inputs, mismatch, error)
+            max_error = max(max_error, error)
+        return Measured(samples_ms=samples, check_ms=check_ms, max_abs_error=max_error,
                         abandoned=step is sampling.Next.ABANDON)
 
+    def compare(self, duel: Duel) -> Paired | Failed:
+        """Time two configurations in turn, each launch on the same input set as its partner's, and check
+        both outputs of the last pair."""
+        assert self._setup is not None, "prepare() first"
+        bench = self._setup.spec.benchmark
+        orders = (duel.incumbent, duel.candidate)
+        kernels = [self.load(order.kernel) for order in orders]
+        if failed := next((k for k in kernels if isinstance(k, Failed)), None):
+            return failed
+        for side in (0, 1):
+            for i in range(bench.warmup):
+                warm = self._timed_launch(kernels[side], orders[side], self._timed_set(i), flush=False)
+                if isinstance(warm, Failed):
+                    return _named(side, warm)
+        samples: tuple[list[float], list[float]] = ([], [])
+        for i in range(duel.pairs):
+            inputs = self._timed_set(i)
+            # Which goes first alternates every other pair, so neither always follows the other (and each
+            # input set sees both orders): a cache the first leaves warm would otherwise favour the second.
+            for side in ((0, 1) if (i // 2) % 2 == 0 else (1, 0)):
+                # Always from a flushed L2: what one kernel leaves resident (or pins there) never speeds up the
+                # next launch, so a step cannot be accepted for a time a real call, after other work, would
+                # not see.
+                timed = self._timed_launch(kernels[side], orders[side], inputs, flush=True)
+                if isinstance(timed, Failed):
+                    return _named(side, timed)
+                samples[side].append(timed)
+                if i == duel.pairs - 1:
+                    mismatch, error = self._compare(bench, inputs)
+                    if mismatch:
+                        return _named(side, _inconsistent("its last launch", inputs, mismatch, error))
+        return Paired(incumbent_ms=samples[0], candidate_ms=samples[1])
+
     # --- launches ---
-    def _checked_launch(self, compiled, grid, block, args):
+    def _checked_launch(self, compiled, grid, block, inputs: InputSet, params: dict):
         """Reset the outputs, launch once with timing, wait: (ms, kernel) or Failed with the driver's words."""
         kernel = self.load(compiled)
         if isinstance(kernel, Failed):
             return kernel
-        elapsed = self.timed_launch(kernel, grid, block, args, before=self._restore_outputs)
+        elapsed = self.timed_launch(kernel, grid, block, self._args(inputs, params),
+                                    before=lambda: self._restore_outputs(inputs))
         return elapsed if isinstance(elapsed, Failed) else (elapsed, kernel)
 
-    def _timed_launch(self, kernel, grid, block, args, flush: bool = True) -> float | Failed:
-        """A timed launch that faces what a real call faces: every output as it was before any launch (pristine
-        for `out`, the original values for `inout`), so no launch finds the last one's results to reuse; and
-        with an L2 flush when the spec asks for one (so each sample reads from DRAM). Both happen outside the
-        timed region."""
-        flushing = flush and self._flush is not None
+    def _timed_launch(self, kernel, order: Order, inputs: InputSet, flush: bool | None = None) -> float | Failed:
+        """A timed launch that faces what a real call faces: every output of its input set as it was before
+        any launch (pristine for `out`, the original values for `inout`), so no launch finds the last one's
+        results to reuse; and with L2 flushed when `flush` says so (default: when the spec asks for it), so
+        each sample reads from DRAM. Both happen outside the timed region."""
+        flushing = (self._setup.spec.benchmark.l2_flush if flush is None else flush) and self._flush is not None
 
         def before() -> None:
-            self._restore_outputs()
+            self._restore_outputs(inputs)
             if flushing:
                 self.fill(self._flush)
 
-        return self.timed_launch(kernel, grid, block, args, before=before)
+        return self.timed_launch(kernel, order.grid, order.block, self._args(inputs, order.params), before=before)
 
-    def _restore_outputs(self) -> None:
-        for _, buffer, pristine, _, _ in self._outputs:
+    def _restore_outputs(self, inputs: InputSet) -> None:
+        for _, buffer, pristine, _, _ in inputs.outputs:
             self.copy(buffer, pristine)
 
-    def _compare(self, bench) -> tuple[str, float]:
-        """('' or why the output differs, largest absolute error) over every output argument."""
+    def _compare(self, bench, inputs: InputSet) -> tuple[str, float]:
+        """('' or why the outputs of `inputs` differ from its reference, largest absolute error)."""
         from cuda.core import LaunchConfig, launch
 
         worst, problems = 0.0, []
-        for arg, buffer, _, reference, size in self._outputs:
+        for arg, buffer, _, reference, size in inputs.outputs:
             atol, rtol = bench.tolerance(arg.dtype)
             stats = np.array([0, np.iinfo(np.uint64).max, 0], dtype=np.uint64)
             stats_buffer = self.upload(stats, keep=False)
@@ -198,4 +271,15 @@ class DeviceSession(SessionBase):
 
     def _release(self) -> None:
         self.release()
-        self._flush, self._setup = None, None
+        self._flush, self._setup, self._sets = None, None, []
+
+
+def _inconsistent(which: str, inputs: InputSet, mismatch: str, error: float) -> Failed:
+    return Failed("output", f"inconsistent across launches: {which}, on the inputs of seed {inputs.seed}, differs "
+                            f"from their reference output: {mismatch}", details={"max_abs_error": error})
+
+
+def _named(side: int, failed: Failed) -> Failed:
+    """Which of the two compared kernels failed, in the reason."""
+    who = ("the best kernel so far", "the candidate")[side]
+    return Failed(failed.stage, f"{who}: {failed.reason}", failed.poisoned, failed.details)

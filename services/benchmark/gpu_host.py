@@ -1,9 +1,9 @@
-"""The benchmark's side of the process that owns a GPU: prepare a space, measure configurations, and
-after a replacement (a fault, hang or crash cost the old process) upload the space again before the next
-configuration runs."""
+"""The benchmark's side of the process that owns a GPU: prepare a space, measure configurations or time two
+in turn, and after a replacement (a fault, hang or crash cost the old process) upload the space again before
+the next request runs."""
 from collections.abc import Callable
 
-from services.benchmark.measurement import Measured, Order, Setup
+from services.benchmark.measurement import Duel, Measured, Order, Paired, Setup
 from shared.device.process import DeviceProcess, Failed
 
 PREPARE_EXTRA_S = 120.0  # uploading inputs and running the reference take longer than one configuration
@@ -31,9 +31,15 @@ class GpuHost:
         return self._send_prepare()
 
     def measure(self, order: Order) -> Measured | Failed:
+        return self._call("measure", order)
+
+    def compare(self, duel: Duel) -> Paired | Failed:
+        return self._call("compare", duel)
+
+    def _call(self, op: str, request) -> Measured | Paired | Failed:
         assert self._setup is not None, "prepare() first"
         replaced_before = self._process.replacements
-        outcome = self._process.call("measure", order, self._setup.spec.benchmark.timeout_s, "benchmark.timeout_s")
+        outcome = self._process.call(op, request, self._setup.spec.benchmark.timeout_s, "benchmark.timeout_s")
         if self._process.replacements != replaced_before:
             failed = self._send_prepare()
             if failed is not None:

@@ -1,4 +1,5 @@
-"""Benchmark requests of a job: measure the submitted kernel, or search part of its tuning space.
+"""Benchmark requests of a job: measure the submitted kernel, search part of its tuning space, or time a
+tuned candidate and the best kernel so far in turn.
 
 Every outcome is an event with an id derived from the request, so a redelivered task appends nothing
 twice, and a tuning task that died half-way resumes after the configurations it already recorded.
@@ -7,17 +8,18 @@ import statistics
 from uuid import UUID
 
 from services.benchmark.compile_cache import compile_through
-from services.benchmark.measurement import Order, Setup
+from services.benchmark.measurement import INPUT_SETS, Duel, Order, Setup
 from services.benchmark.resources import BenchmarkResources
-from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator, search
+from services.benchmark.sampling import speedup_interval
+from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator, reference_setup, search
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.device.nvrtc import CompileError
 from shared.device.probe import Peaks
 from shared.device.process import Failed, NoDevice
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ConfigFailed,
-                           ConfigMeasured, DeviceFacts, Event, JobCancelled,
-                           JobSubmitted, KernelCompiled, ShardTuned, TuningRequested, derived_id)
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ComparisonRequested,
+                           ConfigFailed, ConfigMeasured, DeviceFacts, Event, JobCancelled, JobSubmitted, KernelCompiled,
+                           KernelsCompared, ShardTuned, TuningRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
 from shared.limits import memory_refusal
 from shared.projections import job_stream, needs_answer, submission_and_request
@@ -66,7 +68,7 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
                               cache_hit=cache_hit, log=kernel.log)
     if host is None:
         return [compiled, failed("device", no_device)]
-    if too_big := memory_refusal(spec, host.device.memory_bytes):
+    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS):
         return [compiled, failed("device", too_big)]
     geometry = spec.launch_geometry(request.params)
     # The submitted kernel is its own reference here: the check catches NaN/Inf, and a later tuning
@@ -75,8 +77,8 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
                                   reference_params=request.params))
     outcome = prepared or host.measure(Order(params=request.params, kernel=kernel, grid=geometry[0],
                                              block=geometry[1], best_ms=None))
-    if isinstance(outcome, Failed):
-        return [compiled, failed("replay" if outcome.stage == "replay" else "launch", outcome.reason)]
+    if isinstance(outcome, Failed):  # its stage names the check: launch, output (with the figures), timeout...
+        return [compiled, failed(outcome.stage, outcome.reason)]
     measured = BaselineMeasured(event_id=derived_id(rid, "BaselineMeasured"), stream_id=stream, request_id=rid,
                                 device=host.device.name, params=request.params, grid=geometry[0], block=geometry[1],
                                 samples_ms=outcome.samples_ms, median_ms=statistics.median(outcome.samples_ms),
@@ -138,7 +140,7 @@ def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningR
     except NoDevice as exc:
         return ShardTuned(**common, device="none", configs=0, measured=0, failed=0, best_params=None, best_ms=None,
                           wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=str(exc))
-    if too_big := memory_refusal(spec, host.device.memory_bytes):
+    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS):
         return ShardTuned(**common, device=host.device.name, configs=0, measured=0, failed=0, best_params=None,
                           best_ms=None, wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=too_big)
     evaluator = SpaceEvaluator(spec, host, resources.pool(), spec.benchmark.arch or host.device.arch, stream, rid,
@@ -156,3 +158,69 @@ def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningR
                       best_ms=best.median_ms if best else None, wall_s=tally.wall_s, compile_s=tally.compile_s,
                       gpu_busy_s=tally.gpu_busy_s, first_result_s=tally.first_result_s or 0.0,
                       cache_hits=tally.cache_hits, host_replacements=host.replacements - replaced_before, error=error)
+
+
+def compare_kernels(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
+    stream = job_stream(job_id)
+    history = store.read_stream(stream)
+    if needs_answer(history, request_id):
+        submitted, request = submission_and_request(history, request_id, ComparisonRequested)
+        # A derived id: a second answer to the same request is a no-op.
+        store.append(stream, [_compare(stream, submitted.spec, request, resources)], expected_version=None)
+    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} comparison answered"))
+
+
+def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resources: BenchmarkResources) -> KernelsCompared:
+    """Time the best kernel so far and the candidate in turn: on the GPU, from the recordings in replay, and
+    where there is no device, the tuning's medians stand, without an interval."""
+    rid = request.event_id
+    specs = [spec.for_candidate(c) for c in (request.incumbent, request.candidate)]
+
+    def answer(incumbent_ms: list[float], candidate_ms: list[float], device: str, note: str = "") -> KernelsCompared:
+        speedup, interval = speedup_interval(incumbent_ms, candidate_ms)
+        return KernelsCompared(event_id=derived_id(rid, "KernelsCompared"), stream_id=stream, request_id=rid,
+                               candidate_id=request.candidate_id, device=device, incumbent_samples_ms=incumbent_ms,
+                               candidate_samples_ms=candidate_ms, incumbent_ms=statistics.median(incumbent_ms),
+                               candidate_ms=statistics.median(candidate_ms), speedup=speedup, speedup_ci=interval,
+                               note=note, replay=spec.benchmark.replay)
+
+    def not_compared(device: str, error: str) -> KernelsCompared:
+        return KernelsCompared(event_id=derived_id(rid, "KernelsCompared"), stream_id=stream, request_id=rid,
+                               candidate_id=request.candidate_id, device=device, incumbent_samples_ms=[],
+                               candidate_samples_ms=[], incumbent_ms=request.incumbent_ms,
+                               candidate_ms=request.candidate_ms, speedup=None, speedup_ci=None,
+                               replay=spec.benchmark.replay, error=error)
+
+    tuning_medians = ([request.incumbent_ms], [request.candidate_ms])
+    if spec.benchmark.replay:
+        recorded = [resources.replay_book().find(s, s.baseline_params()) for s in specs]
+        if any(r is None or not r.samples_ms for r in recorded):
+            return answer(*tuning_medians, "replay", "no recorded samples of both: the tuning's medians, no interval")
+        pairs = min(len(r.samples_ms) for r in recorded)
+        return answer(recorded[0].samples_ms[:pairs], recorded[1].samples_ms[:pairs], f"{recorded[1].device} (recorded)",
+                      "recorded samples, paired in recording order rather than timed in turn")
+    try:
+        host = resources.host(spec)
+    except NoDevice as exc:
+        return answer(*tuning_medians, "none", f"no device to time them in turn ({exc}): the tuning's medians, "
+                                               "no interval")
+    arch = spec.benchmark.arch or host.device.arch
+    try:
+        orders = [_order(s, resources, arch) for s in specs]
+        setup = reference_setup(spec, resources.cache, arch)
+    except (CompileError, SetupFailed) as exc:
+        return not_compared(host.device.name, f"compile: {exc}")
+    failed = host.prepare(setup)
+    outcome = failed or host.compare(Duel(incumbent=orders[0], candidate=orders[1],
+                                          pairs=spec.benchmark.comparison_pairs))
+    if isinstance(outcome, Failed):
+        return not_compared(host.device.name, f"{outcome.stage}: {outcome.reason}")
+    return answer(outcome.incumbent_ms, outcome.candidate_ms, host.device.name)
+
+
+def _order(spec: KernelSpec, resources: BenchmarkResources, arch: str) -> Order:
+    """A kernel with its defines (the configuration that won its tuning), compiled and placed."""
+    params = spec.baseline_params()
+    kernel, _ = compile_through(resources.cache, spec.source, spec.kernel_name, params, spec.compiler_options, arch)
+    grid, block = spec.launch_geometry(params)
+    return Order(params=params, kernel=kernel, grid=grid, block=block, best_ms=None)

@@ -6,6 +6,9 @@ from shared.device.nvrtc import CompiledKernel
 from shared.spec import KernelSpec, ParamValue
 
 Dim3 = tuple[int, int, int]
+# Timed launches alternate between input sets drawn from consecutive seeds, so that no kernel can key a cached
+# result on inputs that never change.
+INPUT_SETS = 2
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,20 @@ class Measured:
     check_ms: float  # the checked launch, timed too: a clearly slow configuration needs no more
     max_abs_error: float
     abandoned: bool = False
+
+
+@dataclass(frozen=True)
+class Duel:
+    """Time two configurations (each already checked and timed alone) in turn, `pairs` times each."""
+
+    incumbent: Order
+    candidate: Order
+    pairs: int
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Sample i of each was taken one right after the other, on the same inputs."""
+
+    incumbent_ms: list[float]
+    candidate_ms: list[float]

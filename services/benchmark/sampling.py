@@ -63,3 +63,18 @@ def next_step(samples_ms: list[float], best_ms: float | None, policy: SamplingPo
         if stats.ci95_ms <= policy.ci_target * stats.mean_ms:
             return Next.DONE
     return Next.SAMPLE
+
+
+def speedup_interval(old_ms: list[float], new_ms: list[float]) -> tuple[float, tuple[float, float] | None]:
+    """How many times faster `new` is than `old` from paired samples (timed in turn, pair i one after the
+    other), and the 95% interval of that ratio; None with fewer than two pairs.
+
+    A log-ratio t-interval: d_i = ln(old_i / new_i) are taken as independent and roughly normal (pairing
+    removes the drift both kernels share), so mean(d) +- t95 * sd(d) / sqrt(n) exponentiated bounds the
+    geometric mean ratio, the point estimate returned."""
+    logs = [math.log(o / n) for o, n in zip(old_ms, new_ms)]
+    centre = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(centre), None
+    half = _t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(centre), (math.exp(centre - half), math.exp(centre + half))

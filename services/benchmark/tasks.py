@@ -12,7 +12,7 @@ from services.benchmark.compile_cache import CompileCache
 from services.benchmark.resources import BenchmarkResources, compile_workers_per_gpu
 from shared import runtime
 from shared.bus import celery_app
-from shared.contracts import MeasureBaseline, TuneShard
+from shared.contracts import CompareKernels, MeasureBaseline, TuneShard
 from shared.device.process import device_index
 from shared.eventstore import ConcurrencyConflict
 from shared.task_profile import profiled
@@ -43,3 +43,10 @@ def tune_shard(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
     with profiled(rt.store, job_id, UUID(request_id), TuneShard.task):
         handlers.tune_shard(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
+
+
+@celery_app.task(name=CompareKernels.task)
+def compare_kernels(job_id: str, request_id: str, gpu: str = "0") -> None:
+    rt = runtime.current()
+    with profiled(rt.store, job_id, UUID(request_id), CompareKernels.task):
+        handlers.compare_kernels(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))

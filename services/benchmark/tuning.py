@@ -153,15 +153,7 @@ class SpaceEvaluator:
         return log if first == key or not log else f"[the same compiler log as configuration {first}]"
 
     def _prepare(self) -> None:
-        ref = self.reference
-        params = ref.baseline_params()
-        try:
-            reference, _ = compile_through(self.pool.cache, ref.source, ref.kernel_name, params, ref.compiler_options,
-                                           self.arch)
-        except CompileError as exc:
-            raise SetupFailed(f"the submitted kernel (the reference) does not compile: {exc}\n{exc.log}") from None
-        failed = self.host.prepare(Setup(spec=ref, seed=ref.benchmark.seed, reference=reference,
-                                         reference_geometry=ref.launch_geometry(params), reference_params=params))
+        failed = self.host.prepare(reference_setup(self.reference, self.pool.cache, self.arch))
         if failed is not None:
             raise SetupFailed(failed.reason)
         self._prepared = True
@@ -184,6 +176,19 @@ class SpaceEvaluator:
         if self._unsent and (force or time.perf_counter() - self._sent_at >= FLUSH_EVERY_S):
             self.on_outcomes(self._unsent)
             self._unsent, self._sent_at = [], time.perf_counter()
+
+
+def reference_setup(reference: KernelSpec, cache, arch: str) -> Setup:
+    """The device setup every configuration of a job is checked against: the submitted kernel, as submitted,
+    on inputs from the spec's seed. Raises SetupFailed when it does not compile."""
+    params = reference.baseline_params()
+    try:
+        kernel, _ = compile_through(cache, reference.source, reference.kernel_name, params,
+                                    reference.compiler_options, arch)
+    except CompileError as exc:
+        raise SetupFailed(f"the submitted kernel (the reference) does not compile: {exc}\n{exc.log}") from None
+    return Setup(spec=reference, seed=reference.benchmark.seed, reference=kernel,
+                 reference_geometry=reference.launch_geometry(params), reference_params=params)
 
 
 # --- Kernel Tuner's side --------------------------------------------------------------------------------

@@ -11,10 +11,11 @@ from functools import singledispatch
 
 from services.planner import step_flow
 from services.planner.strategies import UnknownStrategy, strategy_for
-from shared.contracts import (WEBHOOKS_QUEUE, DeliverWebhook, Generate, MeasureBaseline, Message, TuneShard,
-                              VerifyCandidate, benchmark_queue, verifier_queue)
+from shared.contracts import (WEBHOOKS_QUEUE, CompareKernels, DeliverWebhook, Generate, MeasureBaseline, Message,
+                              TuneShard, VerifyCandidate, benchmark_queue, verifier_queue)
 from shared.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
-                           CandidateVerified, Event, GenerationFailed, GenerationRequested, JobCancelled, JobCompleted,
+                           CandidateVerified, ComparisonRequested, Event, GenerationFailed, GenerationRequested,
+                           JobCancelled, JobCompleted, KernelsCompared,
                            JobFailed, JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
                            StepSkipped, StepValidated, TuningCompleted, TuningRequested, VerificationIncomplete,
                            VerificationRequested, WebhookRequested, derived_id)
@@ -85,6 +86,7 @@ def _(event: JobSubmitted, job: JobView, gpus: list[str], opt: Optimisation | No
 @_react.register(BaselineRequested)
 @_react.register(TuningRequested)
 @_react.register(VerificationRequested)
+@_react.register(ComparisonRequested)
 @_react.register(GenerationRequested)
 def _(event: Event, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     return Reaction(messages=[request_message(event)])
@@ -101,6 +103,8 @@ def request_message(request: Event) -> Message:
             return TuneShard.message(request.queue, job_id, request.event_id)
         case VerificationRequested():
             return VerifyCandidate.message(request.queue, job_id, request.event_id)
+        case ComparisonRequested():
+            return CompareKernels.message(request.queue, job_id, request.event_id)
         case GenerationRequested():
             return Generate.message(job_id, request.event_id)
         case WebhookRequested():
@@ -152,7 +156,8 @@ def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None
     if candidate_id != "submitted":
         gpu = gpus[_home_gpu(event.stream_id, gpus)]
         errors = [s.error for s in shards if s.error]
-        return Reaction(events=[completed, *step_flow.after_tuning(completed, merged, opt, verifier_queue(gpu), errors)])
+        return Reaction(events=[completed, *step_flow.after_tuning(completed, merged, opt, verifier_queue(gpu),
+                                                                   benchmark_queue(gpu), errors)])
     if best is None:
         return Reaction(events=[completed, JobFailed(event_id=derived_id(merged, "JobFailed"),
                                                      stream_id=event.stream_id, stage="tuning",
@@ -176,7 +181,8 @@ def _(event: BaselineFailed, job: JobView, gpus: list[str], opt: Optimisation | 
 def _(event: CandidateVerified, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     if job.spec.strategy.generates:
         if event.candidate_id.endswith(TUNED_SUFFIX):
-            return Reaction(events=[step_flow.compare(event, opt)])
+            gpu = gpus[_home_gpu(event.stream_id, gpus)]
+            return Reaction(events=[step_flow.compare(event, opt, benchmark_queue(gpu))])
         return Reaction(events=_tuning(event, job, gpus, event.candidate_id))
     skipped = f"; {len(event.skipped)} trial(s) skipped, the submitted kernel itself failed them" if event.skipped else ""
     summary = (f"candidate verified on {event.device}: {len(event.trials)} trials "
@@ -184,6 +190,11 @@ def _(event: CandidateVerified, job: JobView, gpus: list[str], opt: Optimisation
                f"{event.max_rel_error:.3g} relative{skipped}")
     return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"), stream_id=event.stream_id,
                                          summary=summary)])
+
+
+@_react.register
+def _(event: KernelsCompared, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    return Reaction(events=[step_flow.judge(event, opt)])
 
 
 @_react.register

@@ -1,6 +1,7 @@
 """The life of an optimisation step, from the planner's side: ask the job's strategy what comes next, and
 carry a generated candidate through verification, tuning, verification of its tuned configuration, and the
-comparison that accepts it as the new best or discards it.
+comparison with the best kernel so far (the two timed in turn on one GPU) that accepts it as the new best or
+discards it.
 
 Every event gets an id derived from the event it answers, so deciding twice appends nothing twice.
 """
@@ -8,10 +9,11 @@ from uuid import UUID
 
 from services.planner.strategies import Ask, Finish, Skip, strategy_for
 from shared.contracts import GENERATOR_QUEUE
-from shared.events import (CandidateRejected, CandidateVerified, Event, GenerationRequested, JobCompleted, JobFailed,
-                           StepAccepted, StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested,
-                           derived_id)
+from shared.events import (CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationRequested,
+                           JobCompleted, JobFailed, KernelsCompared, StepAccepted, StepDiscarded, StepSkipped,
+                           TuningCompleted, VerificationRequested, derived_id)
 from shared.projections import JobView
+from shared.speedup import speedup_text
 from shared.steps import TUNED_SUFFIX, Optimisation, StepRecord
 
 
@@ -43,7 +45,7 @@ def summary(opt: Optimisation, reason: str) -> str:
 
 
 def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, verifier_queue: str,
-                 errors: list[str]) -> list[Event]:
+                 benchmark_queue: str, errors: list[str]) -> list[Event]:
     """A candidate's space is searched: discard it, or verify its best configuration too before comparing."""
     record = opt.by_candidate(completed.candidate_id)
     if completed.best_time_ms is None:
@@ -52,17 +54,17 @@ def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, ve
         return [_discarded(completed.stream_id, merged, record, "tune", why)]
     best = _winning_params(record, completed.best_params)
     if best == record.candidate.params:
-        return [_compared(completed.stream_id, merged, record, opt, completed.best_time_ms, best)]
+        return [_comparison(completed.stream_id, merged, record, opt, completed.best_time_ms, best, benchmark_queue)]
     # The verifier proved the default configuration; the configuration that won is proven before it counts.
     return [VerificationRequested(event_id=derived_id(merged, "VerificationRequested"), stream_id=completed.stream_id,
                                   queue=verifier_queue, candidate_id=record.candidate_id + TUNED_SUFFIX,
                                   candidate=record.candidate.model_copy(update={"params": best}))]
 
 
-def compare(verified: CandidateVerified, opt: Optimisation) -> Event:
+def compare(verified: CandidateVerified, opt: Optimisation, benchmark_queue: str) -> Event:
     record = opt.by_candidate(verified.candidate_id)
-    return _compared(verified.stream_id, verified.event_id, record, opt, record.new_ms,
-                     _winning_params(record, record.best_params))
+    return _comparison(verified.stream_id, verified.event_id, record, opt, record.new_ms,
+                       _winning_params(record, record.best_params), benchmark_queue)
 
 
 def _winning_params(record: StepRecord, tuned: dict) -> dict:
@@ -77,14 +79,39 @@ def discard_rejected(rejected: CandidateRejected, opt: Optimisation) -> Event:
     return _discarded(rejected.stream_id, rejected.event_id, record, stage, f"{rejected.check}: {rejected.reason}{where}")
 
 
-def _compared(stream: str, cause: UUID, record: StepRecord, opt: Optimisation, new_ms: float, params: dict) -> Event:
-    old_ms = opt.best.time_ms
-    if new_ms < old_ms:
-        return StepAccepted(event_id=derived_id(cause, "StepAccepted"), stream_id=stream, step_id=record.step.id,
-                            candidate_id=record.candidate_id, old_time_ms=old_ms, new_time_ms=new_ms, best_params=params)
+def _comparison(stream: str, cause: UUID, record: StepRecord, opt: Optimisation, new_ms: float, params: dict,
+                queue: str) -> Event:
+    """Time the best kernel so far and the candidate's winning configuration in turn, on one GPU: their tuning
+    medians, measured apart, differ by run-to-run noise as much as by the rewrite."""
+    best = opt.best
+    return ComparisonRequested(event_id=derived_id(cause, "ComparisonRequested"), stream_id=stream, queue=queue,
+                               candidate_id=record.candidate_id,
+                               incumbent=best.candidate.model_copy(update={"params": best.params}),
+                               candidate=record.candidate.model_copy(update={"params": params}),
+                               incumbent_ms=best.time_ms, candidate_ms=new_ms)
+
+
+def judge(compared: KernelsCompared, opt: Optimisation) -> Event:
+    """Keep the candidate only when it is faster beyond the noise: the 95% interval of its speedup lies above
+    1 + the strategy's margin (without an interval, its point estimate must)."""
+    record, old_ms, cause = opt.by_candidate(compared.candidate_id), opt.best.time_ms, compared.event_id
     where = f"step {opt.best.step_id}" if opt.best.step_id else "the submitted kernel"
-    return _discarded(stream, cause, record, "compare", f"{new_ms:.4f} ms is not faster than the best so far, {old_ms:.4f} ms "
-                                                f"({where})", new_ms)
+    if compared.error:
+        return _discarded(compared.stream_id, cause, record, "compare", f"could not be timed against the best so far "
+                                                                         f"({where}): {compared.error}", record.new_ms)
+    bar = 1 + opt.spec.strategy.min_speedup_margin
+    low, high = compared.speedup_ci or (compared.speedup, compared.speedup)
+    figure = speedup_text(compared.speedup, compared.speedup_ci)
+    if low > bar:
+        return StepAccepted(event_id=derived_id(cause, "StepAccepted"), stream_id=compared.stream_id,
+                            step_id=record.step.id, candidate_id=record.candidate_id, old_time_ms=old_ms,
+                            new_time_ms=record.new_ms, best_params=_winning_params(record, record.best_params),
+                            speedup=compared.speedup, speedup_ci=compared.speedup_ci)
+    if high < 1:
+        reason = f"slower than the best so far ({where}): {figure}"
+    else:
+        reason = f"within noise: {figure} does not clear {bar:g} (against {where})"
+    return _discarded(compared.stream_id, cause, record, "compare", reason, record.new_ms)
 
 
 def _discarded(stream: str, cause: UUID, record: StepRecord, stage: str, reason: str, new_ms: float | None = None) -> Event:

@@ -5,7 +5,7 @@ VerificationIncomplete."""
 from collections.abc import Callable
 from uuid import UUID
 
-from services.verifier import signature
+from services.verifier import sanitizer, signature
 from services.verifier.session import TrialRun
 from services.verifier.trials import plan_trials
 from shared.bus import Bus
@@ -29,8 +29,9 @@ def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
     if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, VerificationRequested)
         answer = _verify(stream, submitted.spec, request, device, default_arch)
-        try:
-            store.append(stream, [answer], expected_version=history[-1].stream_version)
+        try:  # a verified candidate is sanitised too: SanitizerChecked, then the answer (or its rejection)
+            store.append(stream, sanitizer.gate(submitted.spec, request, answer, device),
+                         expected_version=history[-1].stream_version)
         except ConcurrencyConflict:
             if needs_answer(store.read_stream(stream), request_id):
                 raise

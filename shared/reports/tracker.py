@@ -1,7 +1,9 @@
 """The PerformanceTracker of a job, in LLM Kernel Tuner's terms, rebuilt from the job's events.
 
 Times are milliseconds (kforge measures in ms throughout, as Kernel Tuner does). `steps` holds the steps that
-made the kernel faster, in order; `tried` holds every step acted on, kept or not, with the reason."""
+made the kernel faster, in order; `tried` holds every step acted on, kept or not, with the reason. A step's
+speedup comes with its 95% interval from timing it in turn with the kernel it replaced; None where there is
+none (no device, a strategy tune search, a step recorded before intervals were)."""
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -11,6 +13,7 @@ from shared.events import Event, JobSubmitted, StepAccepted, TuningCompleted
 from shared.projections import job_id_of, project_job
 from shared.reports.results import SUBMITTED
 from shared.spec import ParamValue
+from shared.speedup import speedup_text
 from shared.steps import project_optimisation
 
 
@@ -25,6 +28,8 @@ class PerformanceStep(BaseModel):
                                                          "the first step)")
     new_execution_time: float = Field(description="ms: the tuned time after this step")
     improvement_percentage: float | None
+    speedup: float | None = Field(description="times faster than the kernel it replaced")
+    speedup_ci: tuple[float, float] | None = Field(description="95% interval of the speedup; None: not measured")
     tunable_parameters: dict[str, list[ParamValue]]
     restrictions: list[str]
     best_tune_params: dict[str, ParamValue]
@@ -41,6 +46,8 @@ class TriedStep(BaseModel):
     reason: str
     old_ms: float | None
     new_ms: float | None
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
 
 
 class PerformanceTracker(BaseModel):
@@ -97,7 +104,8 @@ class PerformanceTracker(BaseModel):
         for i, step in enumerate(self.steps, 1):
             gain = f"{step.improvement_percentage:+.2f}%" if step.improvement_percentage is not None else "-"
             lines.append(f"  {i}. {step.step_id}: {step.step_description}")
-            lines.append(f"     {step.old_execution_time or 0:.4f} -> {step.new_execution_time:.4f} ms ({gain}) "
+            speedup = f", {speedup_text(step.speedup, step.speedup_ci)}" if step.speedup is not None else ""
+            lines.append(f"     {step.old_execution_time or 0:.4f} -> {step.new_execution_time:.4f} ms ({gain}{speedup}) "
                          f"at {step.timestamp:%Y-%m-%d %H:%M:%S} UTC")
             lines.append(f"     tunable parameters: {_space(step.tunable_parameters)}")
             if step.restrictions:
@@ -133,8 +141,9 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
                 step_id=event.step_id, step_description=record.step.description or record.step.id,
                 kernel_code=candidate.source, old_execution_time=event.old_time_ms,
                 new_execution_time=event.new_time_ms,
-                improvement_percentage=_gain(event.old_time_ms, event.new_time_ms),
-                tunable_parameters=candidate.tune_params or {}, restrictions=candidate.restrictions or [],
+                improvement_percentage=_gain(event.old_time_ms, event.new_time_ms), speedup=event.speedup,
+                speedup_ci=event.speedup_ci, tunable_parameters=candidate.tune_params or {},
+                restrictions=candidate.restrictions or [],
                 best_tune_params=event.best_params, timestamp=event.occurred_at))
         elif isinstance(event, TuningCompleted) and event.candidate_id == SUBMITTED and event.best_time_ms is not None \
                 and view.baseline_ms and event.best_time_ms < view.baseline_ms:
@@ -142,10 +151,11 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
             steps.append(PerformanceStep(
                 step_id="tune", step_description=f"search tune_params ({event.configs_evaluated} configurations)",
                 kernel_code=spec.source, old_execution_time=view.baseline_ms, new_execution_time=event.best_time_ms,
-                improvement_percentage=_gain(view.baseline_ms, event.best_time_ms), tunable_parameters=spec.tune_params,
+                improvement_percentage=_gain(view.baseline_ms, event.best_time_ms), speedup=event.speedup,
+                speedup_ci=None, tunable_parameters=spec.tune_params,
                 restrictions=spec.restrictions, best_tune_params=event.best_params or {}, timestamp=event.occurred_at))
     tried = [TriedStep(step_id=r.step.id, description=r.step.description, status=r.status, reason=r.reason,
-                       old_ms=r.old_ms, new_ms=r.new_ms) for r in opt.steps]
+                       old_ms=r.old_ms, new_ms=r.new_ms, speedup=r.speedup, speedup_ci=r.speedup_ci) for r in opt.steps]
     return PerformanceTracker(job_id=job_id_of(submitted.stream_id), kernel_name=spec.kernel_name,
                               strategy=spec.strategy.name, status=view.status, device=view.device, replay=view.replay,
                               baseline_time=view.baseline_ms, steps=steps, tried=tried, llm_calls=opt.llm_calls,

@@ -142,7 +142,8 @@ def test_retrieval_quotes_no_other_tenants_kernel(gateway, spec_json, messages_a
     messages_api.answer(REWRITE)
     ask(alices, "rewrite", {"id": "unroll", "description": "unroll", "tune_params": {"unroll": [1, 2]}})
     rt.store.append(stream, [StepAccepted(stream_id=stream, step_id="unroll", candidate_id="unroll", old_time_ms=1.0,
-                                          new_time_ms=0.8, best_params={"block_size_x": 128})], expected_version=None)
+                                          new_time_ms=0.8, best_params={"block_size_x": 128}, speedup=1.25,
+                                          speedup_ci=(1.2, 1.3))], expected_version=None)
     bobs, alices_next = _submit(client, explicit, BOB), _submit(client, explicit, ALICE)
     replaying = _submit(client, {**explicit, "generator": {"provider": "replay", "replay_job": alices}}, BOB)
     for _ in range(2):

@@ -58,8 +58,10 @@ def test_flower_lists_a_real_worker_and_the_worker_answers_its_healthcheck(redis
     try:
         assert _poll("Flower did not answer its healthcheck", lambda: _get(f"{base}/healthcheck")) == "OK"
         # refresh=1: Flower asks the workers now (inspect) rather than waiting for their events.
-        workers = _poll(f"Flower did not list {node}", lambda: (w := _get(f"{base}/api/workers?refresh=1")) and
-                        node in json.loads(w) and json.loads(w) or None)
+        # Flower may list the node from its events before the inspect reply with its queues arrives: wait for both.
+        workers = _poll(f"Flower did not list {node} with its queues",
+                        lambda: (w := _get(f"{base}/api/workers?refresh=1")) and
+                        "active_queues" in json.loads(w).get(node, {}) and json.loads(w) or None)
         assert [q["name"] for q in workers[node]["active_queues"]] == ["planner"]
         assert "planner.catch_up" in workers[node]["registered"]
         # Flower's own Prometheus metrics (the scrape target deploy/README.md lists) see the worker's heartbeat.

@@ -181,7 +181,8 @@ def test_prompts_quote_accepted_optimisations_of_similar_kernels(store, settings
     _, generated = ask(store, settings, earlier, "rewrite", STEP)
     store.append(job_stream(earlier), [StepAccepted(stream_id=job_stream(earlier), step_id="unroll",
                                                     candidate_id="unroll", old_time_ms=1.0, new_time_ms=0.8,
-                                                    best_params={"block_size_x": 128})], expected_version=None)
+                                                    best_params={"block_size_x": 128}, speedup=1.25,
+                                                    speedup_ci=(1.2, 1.3))], expected_version=None)
     quoted, unquoted = start_job(store, vector_add_spec, rag_k=1), start_job(store, vector_add_spec, rag_k=0)
     for _ in range(2):
         messages_api.answer('```json\n{"steps": []}\n```')

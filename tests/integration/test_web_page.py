@@ -158,6 +158,13 @@ def test_job_page_shows_figures_both_plots_and_the_whole_history(serve, page, ve
     expect(log).to_have_count(len(rewrite_job(vector_add_spec, "cccc3")) + 1)  # every event, then the end
     expect(log.last).to_have_text(re.compile("job completed"))
     expect(page.locator("#log")).to_contain_text("StepAccepted")
+    # every step with its speedup and the interval it was kept on, and why the others were not kept
+    steps = page.locator("#steps tbody tr")
+    expect(steps).to_have_count(2)
+    expect(steps.nth(0).locator("td")).to_have_text(
+        ["elements_per_thread", "accepted", "1.0000", "0.5000", "2.000× [1.960, 2.040]", ""])
+    expect(steps.nth(1)).to_contain_text("slower than the best so far (step elements_per_thread): 0.962x")
+    expect(page.locator("#no-steps")).to_be_hidden()
     for plot in ("history", "landscape"):
         _expect_svg_plot(page, plot)
     page.screenshot(path=SCREENSHOT, full_page=True)

@@ -10,7 +10,7 @@ from services.benchmark.resources import BenchmarkResources
 from services.generator import handlers as generator
 from services.planner.handlers import catch_up
 from services.verifier import handlers as verifier
-from shared.contracts import Generate, MeasureBaseline, TuneShard, VerifyCandidate
+from shared.contracts import CompareKernels, Generate, MeasureBaseline, TuneShard, VerifyCandidate
 from shared.device.process import DeviceProcess
 from shared.events import (CandidateGenerated, CandidateVerified, GeneratorCalled, JobCompleted, StepAccepted,
                            StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested)
@@ -19,6 +19,10 @@ from shared.settings import Settings
 from shared.steps import TUNED_SUFFIX, project_optimisation
 from tests.fakes import RecordingBus, ScriptedSession, ScriptedVerifySession, scripted_time_ms
 from tests.unit.test_tune_job import submit
+
+
+BENCHMARK = {MeasureBaseline.task: benchmark.measure_baseline, TuneShard.task: benchmark.tune_shard,
+             CompareKernels.task: benchmark.compare_kernels}
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +45,8 @@ def run_until_quiet(store, gpu, tmp_path):
         for message in bus.messages[done:]:
             done += 1
             kw = message.kwargs
-            if message.task in (MeasureBaseline.task, TuneShard.task):
-                handler = benchmark.measure_baseline if message.task == MeasureBaseline.task else benchmark.tune_shard
-                handler(store, bus, kw["job_id"], UUID(kw["request_id"]), resources)
+            if message.task in BENCHMARK:
+                BENCHMARK[message.task](store, bus, kw["job_id"], UUID(kw["request_id"]), resources)
             elif message.task == VerifyCandidate.task:
                 verifier.verify_candidate(store, bus, kw["job_id"], UUID(kw["request_id"]), lambda: verify, "sm_90")
             elif message.task == Generate.task:

@@ -57,7 +57,8 @@ class History:
         best = self.optimisation.best.time_ms
         if new_ms is not None and new_ms < best:
             return self.add(StepAccepted(stream_id=STREAM, step_id=step.id, candidate_id=step.id, old_time_ms=best,
-                                         new_time_ms=new_ms, best_params={"block_size_x": 128}))
+                                         new_time_ms=new_ms, best_params={"block_size_x": 128},
+                                         speedup=best / new_ms, speedup_ci=None))
         return self.add(StepDiscarded(stream_id=STREAM, step_id=step.id, candidate_id=step.id, stage="compare",
                                       reason="not faster", new_time_ms=new_ms))
 

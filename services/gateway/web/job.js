@@ -5,7 +5,7 @@ const RETRY_MS = 2000;
 const REFRESH_MS = 500;
 // Payload fields worth a glance in the log; the whole event is at /v1/jobs/{id}/events.
 const DETAIL = ["task", "wall_s", "candidate_id", "step_id", "params", "median_ms", "best_ms", "best_time_ms",
-  "speedup", "configs_evaluated", "stage", "reason", "summary"];
+  "speedup", "speedup_ci", "configs_evaluated", "stage", "reason", "summary"];
 
 const jobId = decodeURIComponent(location.pathname.split("/").pop());
 const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
@@ -40,11 +40,39 @@ function render(job) {
   }));
 }
 
+// A step's speedup over the kernel it replaced, with the 95% interval of timing the two in turn.
+const speedup = (value, ci) => value == null ? "—"
+  : `${value.toFixed(3)}× ` + (ci ? `[${ci[0].toFixed(3)}, ${ci[1].toFixed(3)}]` : "(no interval)");
+
+// Every step the job acted on (strategy tune: its one search step), from the tracker.
+async function loadSteps() {
+  const response = await api(`${base}/tracker`);
+  if (!response.ok) return;
+  const tracker = await response.json();
+  const rows = tracker.tried.length ? tracker.tried : tracker.steps.map((s) => ({
+    step_id: s.step_id, status: "accepted", old_ms: s.old_execution_time, new_ms: s.new_execution_time,
+    speedup: s.speedup, speedup_ci: s.speedup_ci, reason: "" }));
+  $("steps").tBodies[0].replaceChildren(...rows.map((r) => {
+    const tr = document.createElement("tr");
+    const cells = [r.step_id, r.status, ms(r.old_ms), ms(r.new_ms), speedup(r.speedup, r.speedup_ci),
+      r.status === "accepted" ? "" : r.reason];
+    for (const [i, text] of cells.entries()) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (i === 2 || i === 3) td.className = "num";
+      tr.append(td);
+    }
+    return tr;
+  }));
+  $("no-steps").hidden = rows.length > 0;
+}
+
 async function load() {
   const response = await api(base);
   if (!response.ok) throw new Error(`Could not read job ${jobId}: ${await problem(response)}`);
   const job = await response.json();
   render(job);
+  loadSteps().catch((e) => showError(e.message));
   return job;
 }
 
