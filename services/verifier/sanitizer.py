@@ -23,6 +23,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -30,6 +31,7 @@ from pathlib import Path
 from shared.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
                            VerificationRequested, derived_id)
 from shared.settings import Settings
+from shared.steps import TUNED_SUFFIX
 from shared.spec import KernelSpec, ParamValue
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -63,11 +65,17 @@ class SanitisedRun:
 
 
 # --- the gate, in the verifier --------------------------------------------------------------------------
+def _may_be_kept(spec: KernelSpec, request: VerificationRequested) -> bool:
+    """Whether this verification can lead to a kept kernel: a rewrite's first verification cannot (its tuned
+    version is verified again, and sanitised then); a verify job's candidate and a tuned rewrite can."""
+    return not spec.strategy.generates or request.candidate_id.endswith(TUNED_SUFFIX)
+
+
 def gate(spec: KernelSpec, request: VerificationRequested, answer: Event, device: Callable,
          settings: Settings | None = None) -> list[Event]:
     """The events to record for the verifier's answer: a verified candidate's SanitizerChecked, then the
     answer, or a CandidateRejected (check `sanitizer`) in its place when a check found an error."""
-    if not isinstance(answer, CandidateVerified):
+    if not isinstance(answer, CandidateVerified) or not _may_be_kept(spec, request):
         return [answer]
     from shared.device.compiler import compile_kernel
 
@@ -134,7 +142,9 @@ def _largest_array(spec: KernelSpec, sizes: dict[str, int]) -> int:
 def check_all(tool: Path, run: SanitisedRun, timeout_s: float) -> list[SanitizerCheck]:
     with tempfile.TemporaryDirectory(prefix="kforge-sanitise-") as folder:
         run_file = run.write(Path(folder))
-        return [check_one(tool, name, run_file, timeout_s) for name in TOOLS]
+        # The four tools at once: each is a process of its own around one small launch, mostly start-up.
+        with ThreadPoolExecutor(len(TOOLS)) as tools:
+            return list(tools.map(lambda name: check_one(tool, name, run_file, timeout_s), TOOLS))
 
 
 def check_one(tool: Path, name: str, run_file: Path, timeout_s: float) -> SanitizerCheck:

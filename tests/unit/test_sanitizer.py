@@ -251,3 +251,16 @@ def test_the_verifier_records_the_sanitiser_verdict_with_its_answer(store, vecto
     checked, verified_ = store.read_stream(job_stream(job_id))[-2:]
     assert isinstance(checked, SanitizerChecked) and checked.note == NOT_INSTALLED
     assert isinstance(verified_, CandidateVerified) and verified_.request_id == request.event_id
+
+
+def test_a_rewrite_is_sanitised_once_tuned_the_version_that_may_be_kept(vector_add_spec, tmp_path):
+    from shared.steps import TUNED_SUFFIX
+
+    rewriting = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "strategy": {"name": "one_prompt"}})
+    request, answer = verified(rewriting)
+    settings = Settings(KFORGE_HOME=str(tmp_path), KFORGE_COMPUTE_SANITIZER=str(tmp_path / "none"))
+
+    assert gate(rewriting, request, answer, no_device, settings) == [answer]
+    tuned = request.model_copy(update={"candidate_id": "one_prompt" + TUNED_SUFFIX})
+    checked, kept = gate(rewriting, tuned, answer, no_device, settings)
+    assert isinstance(checked, SanitizerChecked) and kept is answer
