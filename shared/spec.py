@@ -10,7 +10,8 @@ import re
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, ValidationInfo, field_validator,
+                      model_validator)
 
 from shared.compile_policy import check_define_value, check_options, check_source
 from shared.expressions import ExpressionError, Number, check_restriction, evaluate, names_in, restriction_holds
@@ -29,6 +30,37 @@ def is_identifier(name: str) -> bool:
     return re.fullmatch(_NAME, name) is not None
 
 
+STORED = {"stored": True}
+"""Validation context of a spec read back from the event store. It was admitted under the rules of its day,
+which later versions may tighten: it is checked for its shape only, never against today's submission rules,
+so stored history stays readable (a rule tightened later would otherwise make old jobs unreadable)."""
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
+
+
+def submission_rule(check):
+    """A check of a value that submissions must pass and stored specs skip (see STORED)."""
+    def rule(value, info: ValidationInfo):
+        return value if _stored(info) else check(value)
+    return rule
+
+
+def field_rule(check):
+    """submission_rule for a field validator of a model (a classmethod)."""
+    def rule(cls, value, info: ValidationInfo):
+        return value if _stored(info) else check(cls, value)
+    return rule
+
+
+def model_rule(check):
+    """submission_rule for a model validator run after the fields (takes the model)."""
+    def rule(self, info: ValidationInfo):
+        return self if _stored(info) else check(self)
+    return rule
+
+
 def _check_space(space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:
     for name, values in space.items():
         if not is_identifier(name):
@@ -45,9 +77,9 @@ def _check_defines(params: dict[str, "ParamValue"]) -> dict[str, "ParamValue"]:
     return params
 
 
-TuneSpace = Annotated[dict[str, list[ParamValue]], AfterValidator(_check_space)]
-Defines = Annotated[dict[str, ParamValue], AfterValidator(_check_defines)]
-Restriction = Annotated[str, AfterValidator(check_restriction)]
+TuneSpace = Annotated[dict[str, list[ParamValue]], AfterValidator(submission_rule(_check_space))]
+Defines = Annotated[dict[str, ParamValue], AfterValidator(submission_rule(_check_defines))]
+Restriction = Annotated[str, AfterValidator(submission_rule(check_restriction))]
 
 
 class _Strict(BaseModel):
@@ -68,12 +100,14 @@ class ArgSpec(_Strict):
 
     @field_validator("dtype")
     @classmethod
+    @field_rule
     def _known_dtype(cls, dtype: str) -> str:
         if dtype not in DTYPES:
             raise ValueError(f"{dtype!r} is not a dtype kforge knows: use one of {', '.join(DTYPES)}")
         return dtype
 
     @model_validator(mode="after")
+    @model_rule
     def _array_or_scalar(self) -> "ArgSpec":
         if self.shape is not None and self.value is not None:
             raise ValueError(f"argument {self.name!r} has both shape and value: arrays take shape, scalars take value")
@@ -129,6 +163,7 @@ class SearchSpec(_Strict):
 
     @field_validator("strategy")
     @classmethod
+    @field_rule
     def _known_strategy(cls, name: str) -> str:
         if name not in SEARCH_STRATEGIES:
             raise ValueError(f"{name!r} is not a Kernel Tuner strategy: use one of {', '.join(SEARCH_STRATEGIES)}")
@@ -207,6 +242,7 @@ class TuningStep(_Strict):
 
     @field_validator("prompt_template")
     @classmethod
+    @field_rule
     def _has_kernel_string(cls, template: str) -> str:
         if template and "{kernel_string}" not in template:
             raise ValueError("prompt_template must contain {kernel_string}, where the current kernel is pasted")
@@ -274,6 +310,7 @@ class StrategySpec(_Strict):
                                                                description="settings of a custom strategy")
 
     @model_validator(mode="after")
+    @model_rule
     def _candidate_for_verify(self) -> "StrategySpec":
         if (self.name == "verify") != (self.candidate is not None):
             raise ValueError("strategy verify takes a candidate (candidate: {source: ...}), and only verify does")
@@ -311,6 +348,7 @@ class GeneratorSpec(_Strict):
         None, description="provider replay: the job whose recorded answers are replayed")
 
     @model_validator(mode="after")
+    @model_rule
     def _replay_source(self) -> "GeneratorSpec":
         if (self.provider == "replay") != (self.replay_job is not None):
             raise ValueError("provider replay takes replay_job (the job whose transcript is replayed), and only it does")
@@ -342,6 +380,7 @@ class KernelSpec(_Strict):
 
     @field_validator("sizes")
     @classmethod
+    @field_rule
     def _positive_sizes(cls, sizes: dict[str, int]) -> dict[str, int]:
         for name, value in sizes.items():
             if not is_identifier(name):
@@ -352,6 +391,7 @@ class KernelSpec(_Strict):
 
     @field_validator("problem_size")
     @classmethod
+    @field_rule
     def _up_to_three(cls, dims: list[Expression] | None) -> list[Expression] | None:
         if dims is not None and not 1 <= len(dims) <= 3:
             raise ValueError(f"problem_size has {len(dims)} dimensions: give 1 to 3, as in Kernel Tuner")
@@ -359,6 +399,7 @@ class KernelSpec(_Strict):
 
     @field_validator("block_size_names")
     @classmethod
+    @field_rule
     def _block_names(cls, names: list[str]) -> list[str]:
         if not 1 <= len(names) <= 3:
             raise ValueError("block_size_names takes 1 to 3 names (x, y, z)")
@@ -369,6 +410,7 @@ class KernelSpec(_Strict):
 
     @field_validator("compiler_options")
     @classmethod
+    @field_rule
     def _no_arch_override(cls, options: list[str]) -> list[str]:
         for option in options:
             if option.startswith(("-arch", "--gpu-architecture")):
@@ -376,6 +418,7 @@ class KernelSpec(_Strict):
         return check_options(options)
 
     @model_validator(mode="after")
+    @model_rule
     def _consistent(self) -> "KernelSpec":
         names = [a.name for a in self.args]
         duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from shared.events import (EVENTS, BaselineMeasured, BaselineRequested, Event, EventFromNewerVersion, EventRegistry,
                            JobCompleted, JobSubmitted, UnknownEventType, derived_id)
 from shared.eventstore import EventStore
+from shared.spec import KernelSpec
 
 
 def envelope(stream_id: str = "job-1", **extra) -> dict:
@@ -217,3 +218,25 @@ def test_event_stored_by_an_older_build_is_upcast_on_read(sqlite_url):
 def test_default_registry_knows_the_planner_events():
     for cls in (JobSubmitted, BaselineRequested, BaselineMeasured, JobCompleted):
         assert EVENTS.types[cls.__name__] is cls
+
+
+def test_a_stored_submission_admitted_under_older_rules_still_decodes(vector_add_spec):
+    """Submission rules tighten over time (empty tune-parameter lists refused, compiler options and includes
+    allowlisted): a job stored before such a change must stay readable."""
+    submitted = JobSubmitted(stream_id="job-old", spec=vector_add_spec)
+    payload = submitted.payload()
+    payload["spec"] = {**payload["spec"], "compiler_options": ["-O3"], "tune_params": {"block_size_x": []},
+                       "source": '#include "/etc/passwd"\n' + payload["spec"]["source"]}
+    with pytest.raises(ValidationError):
+        KernelSpec.model_validate(payload["spec"])  # a new submission of it is refused
+
+    decoded = EVENTS.decode("JobSubmitted", submitted.version, payload, envelope())
+
+    assert decoded.spec.compiler_options == ["-O3"] and decoded.spec.tune_params == {"block_size_x": []}
+
+
+def test_a_stored_event_must_still_have_its_shape(vector_add_spec):
+    payload = JobSubmitted(stream_id="job-old", spec=vector_add_spec).payload()
+    payload["spec"] = {**payload["spec"], "benchmark": {"iterations": "many"}}
+    with pytest.raises(ValidationError):
+        EVENTS.decode("JobSubmitted", 3, payload, envelope())
