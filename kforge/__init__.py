@@ -1,7 +1,10 @@
 """kforge: submit a CUDA kernel, get back a faster, tunable, proven-correct version with its history.
 
-This package is the composition root: it wires the services in `services/` to the adapters in
-`shared/` for the CLI and for worker processes. The services themselves never import each other.
+This package is what people run: the CLI (`kforge.cli`), the Python API (`kforge.api`, re-exported here)
+and the worker entry point (`kforge.worker`, every service's Celery tasks). The adapters they all use, the
+event store and the bus with Celery's configuration, are built from settings in `shared/runtime.py`;
+`kforge.worker` also configures Celery when imported, as `celery -A kforge.worker` needs a configured app
+before any task builds a runtime. The services in `services/` never import each other.
 """
 __version__ = "0.1.0"
 

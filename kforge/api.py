@@ -11,17 +11,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kforge.job_files import write_job_files
 from kforge.specfile import SpecError, load_spec
+from shared import report_queries as queries
 from shared import runtime
 from shared.errors import field_errors
 from shared.events import Event
-from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, follow_job, job_events, submit_job
+from shared.jobs import (Admission, JobFinished, NoProgress, QueueFull, cancel_job, follow_job, job_events,
+                         submit_job)
 from shared.limits import AdmissionRefused
 from shared.webhook_addresses import WebhookUrlRefused
 from shared.projections import project_job
-from shared.reports import queries
 from shared.reports.comparison import Comparison
-from shared.reports.files import write_job_files
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
 from shared.reports.results import KernelResult
 from shared.reports.suggestions import OptimizationSuggestion
@@ -86,12 +87,32 @@ def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
                             admission=Admission.of(rt.settings))
     except (WebhookUrlRefused, QueueFull, AdmissionRefused) as exc:
         raise KforgeError(str(exc)) from None
-    view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s)
+    try:
+        view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s, stalled=rt.bus.stalled,
+                          stall_s=rt.settings.stall_timeout_s if rt.settings.embedded else None)
+    except NoProgress as exc:
+        stop_embedded_job(rt, job_id, f"stopped following: {exc.reason}", "python")
+        raise KforgeError(f"{exc}; it was cancelled") from None
     if not view.finished:
+        if stop_embedded_job(rt, job_id, f"not finished within the {timeout_s:.0f} s timeout", "python"):
+            raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: cancelled, as its "
+                              "in-process workers stop with this process")
         raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: read it later with "
                           f"kforge.tracker({job_id!r})")
     rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before reading
     return job_id
+
+
+def stop_embedded_job(rt: runtime.Runtime, job_id: str, reason: str, cancelled_by: str) -> bool:
+    """Cancel a job no longer followed in embedded mode, where its workers are threads of this process that
+    end with it: left as it is, it would stay unfinished for ever. Returns whether it was cancelled."""
+    if not rt.settings.embedded:
+        return False  # worker processes carry on with it
+    try:
+        cancel_job(rt.store, rt.bus, job_id, reason=reason, cancelled_by=cancelled_by)
+    except JobFinished:
+        return False
+    return True
 
 
 def make_kernel_tunable(kernel: str | Path, spec: KernelSpec | dict | str | Path | None = None, *,

@@ -1,6 +1,8 @@
 """The `kforge` command line."""
 import json
+import logging
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -10,20 +12,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from kforge.api import merged
+from kforge.api import merged, stop_embedded_job
+from kforge.job_files import write_job_files
 from kforge.render import (comparison_summary, comparison_table, describe, events_table, jobs_table, profile_facts,
                            profile_table, slow_table, steps_table, suggestions_table)
 from kforge.specfile import SpecError, load_spec
+from shared import report_queries as queries
 from shared import runtime
 from shared.contracts import PLANNER_QUEUE, gpu_of
 from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
-from shared.jobs import (Admission, JobFinished, QueueFull, cancel_job, follow_job, get_job, job_events, list_jobs,
-                         submit_job)
+from shared.jobs import (Admission, JobFinished, NoProgress, QueueFull, cancel_job, follow_job, get_job, job_events,
+                         list_jobs, submit_job)
 from shared.projections import job_id_of
-from shared.reports import queries
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
-from shared.reports.files import write_job_files
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.reports.tracker import performance_tracker
 from shared.settings import Settings
@@ -40,12 +42,19 @@ def _runtime() -> runtime.Runtime:
     try:
         import kforge.worker  # noqa: F401  (embedded mode runs every service's tasks in this process)
 
-        return runtime.current()
+        rt = runtime.current()
     except ValidationError as exc:
         console.print("[red]invalid setting[/red] in the environment:")
         for error in field_errors(exc.errors()):
             console.print(f"  [bold]{error.field}[/bold]: {error.message}")
         raise typer.Exit(2) from None
+    if rt.settings.embedded:
+        # The in-process workers log here, as a worker process logs to its own output: a failed task's
+        # traceback is for a bug report, not for the terminal of the person running the command.
+        rt.settings.home.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(filename=_log_file(rt.settings), level=logging.WARNING,
+                            format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
+    return rt
 
 
 def _resolve(rt: runtime.Runtime, job: str) -> str:
@@ -112,6 +121,7 @@ def tune(
                 console.print(f"[red]{error.field}[/red]: {error.message}")
             raise typer.Exit(2) from None
     rt = _runtime()
+    _interrupt_on_signals()
     mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
     try:
         job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run, admission=Admission.of(rt.settings))
@@ -132,10 +142,19 @@ def tune(
         if isinstance(event, BaselineFailed | CandidateRejected) and event.log:
             console.print(Panel(event.log, title="NVRTC log", border_style="red"))
 
-    with console.status("working…"):
-        view = follow_job(rt.store, job_id, show, timeout_s=timeout)
-        if view.finished:
-            rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
+    try:
+        with console.status("working…"):
+            view = follow_job(rt.store, job_id, show, timeout_s=timeout, stalled=rt.bus.stalled,
+                              stall_s=rt.settings.stall_timeout_s if rt.settings.embedded else None)
+            if view.finished:
+                rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (_interrupt_on_signals)
+        _cancel_interrupted(rt, job_id, exc.args[0] if exc.args else "SIGINT")
+    except NoProgress as exc:
+        stop_embedded_job(rt, job_id, f"kforge tune stopped following: {exc.reason}", "cli")
+        console.print(f"[red]stopped[/red]: {escape(str(exc))}; the job was cancelled. "
+                      f"Warnings and tracebacks are in {_log_file(rt.settings)}")
+        raise typer.Exit(1) from None
     history = job_events(rt.store, job_id)
     if kernel_spec.strategy.generates:
         console.print(steps_table(project_optimisation(history)))
@@ -152,8 +171,38 @@ def tune(
         if view.failed_stage == "device" and kernel_spec.strategy.name != "verify":  # replay holds measurements only
             _offer_replay(kernel_spec, kernel, spec)
         raise typer.Exit(1)
-    console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
+    if stop_embedded_job(rt, job_id, f"not finished within kforge tune --timeout {timeout:g}", "cli"):
+        console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: cancelled, as its in-process "
+                      "workers stop with this command")
+    else:
+        console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
     raise typer.Exit(3)
+
+
+def _interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP end `kforge tune` as Ctrl-C does, so its job is cancelled rather than left running."""
+    def interrupt(signum: int, frame) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
+def _cancel_interrupted(rt: runtime.Runtime, job_id: str, signame: str) -> None:
+    """One line and exit 130; the job is cancelled (a worker stops it at its next check). The exit skips the
+    interpreter's clean-up, which would first wait for the work in progress in this process (a compile pool's
+    tasks, a measurement): the job is cancelled, so none of it is wanted, and what it recorded is stored."""
+    try:
+        cancel_job(rt.store, rt.bus, job_id, reason=f"kforge tune was interrupted ({signame})", cancelled_by="cli")
+        console.print(f"[yellow]interrupted[/yellow] ({signame}): job {job_id} cancelled")
+    except JobFinished:
+        console.print(f"[yellow]interrupted[/yellow] ({signame}): job {job_id} had ended already")
+    console.file.flush()
+    os._exit(130)
+
+
+def _log_file(settings: Settings) -> Path:
+    return settings.home / "kforge.log"
 
 
 def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:

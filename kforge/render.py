@@ -4,11 +4,12 @@ from rich.table import Table
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
                            CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured, Event, GenerationFailed,
-                           GenerationRequested, GeneratorCalled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
-                           KernelsCompared, PlanProposed, SanitizerChecked,
+                           GenerationRequested, GeneratorCalled, JobCancelled, JobCompleted, JobFailed, JobSubmitted,
+                           KernelCompiled, KernelsCompared, PlanProposed, SanitizerChecked,
                            ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
-                           TaskProfiled, TuningCompleted, TuningRequested, VerificationIncomplete,
-                           VerificationRequested)
+                           TaskFailed, TaskProfiled, TuningCompleted, TuningRequested, VerificationIncomplete,
+                           VerificationRequested, WebhookAbandoned, WebhookAttempted, WebhookDelivered,
+                           WebhookRequested)
 from shared.projections import JobView
 from shared.reports.comparison import ChangeType, Comparison
 from shared.reports.profile import PipelineProfile
@@ -87,11 +88,29 @@ def describe(event: Event) -> str:
             return f"{step} at {stage}: {reason}"
         case TaskProfiled(task=task, worker=worker, wall_s=wall, peak_rss_mb=peak, started_at=started):
             return f"{task} on {worker}: started {started:%H:%M:%S}, ran {wall:.2f} s, worker peak {peak:,.0f} MB"
+        case TaskFailed(task=task, error_type=kind, error=error, attempts=attempts):
+            return f"{task} failed on all {attempts} attempt(s): {kind}: {error}"
+        case WebhookRequested(kind=kind, url=url, queue=queue):
+            return f"{kind} to {url}, on {queue}"
+        case WebhookAttempted():
+            return _attempted(event)
+        case WebhookDelivered(status_code=code, attempts=attempts):
+            return f"HTTP {code} on attempt {attempts}"
+        case WebhookAbandoned(attempts=attempts, reason=reason):
+            return f"after {attempts} attempt(s): {reason}"
         case JobCompleted(summary=summary):
             return summary
         case JobFailed(stage=stage, reason=reason):
             return f"{stage}: {reason}"
+        case JobCancelled(cancelled_by=who, reason=reason):
+            return f"by {who}: {reason}"
     return ""
+
+
+def _attempted(e: WebhookAttempted) -> str:
+    answer = e.error or f"HTTP {e.status_code}"
+    retry = f"; next attempt in {e.retry_in_s:g} s" if e.retry_in_s is not None else ""
+    return f"attempt {e.attempt} to {e.url}: {answer} in {e.duration_ms:.0f} ms{retry}"
 
 
 def _params(params: dict | None) -> str:

@@ -2,8 +2,8 @@
 
 Two ways to carry a message:
 - CeleryBus sends it to Redis, to the worker serving its queue (`planner`, `benchmark.0`, ...).
-- InProcessBus (embedded mode, no REDIS_URL) runs the same Celery task in this process, on one
-  background thread in arrival order: one process then runs a whole job, and the CLI shows progress
+- InProcessBus (embedded mode, no REDIS_URL) runs the same Celery task in this process, on a background
+  thread per queue, each in arrival order: one process then runs a whole job, and the CLI shows progress
   from the event store exactly as it does when real workers do the work.
 Handlers are idempotent, which is what makes acks_late with reject-on-worker-loss safe: a message
 redelivered after a crash appends nothing twice (deterministic event ids, expected versions).
@@ -53,6 +53,9 @@ class Bus(Protocol):
     def wait_idle(self) -> None:
         """Return once this process's own tasks have run (a CLI waits so its workers' last records land)."""
 
+    def stalled(self) -> str | None:
+        """Why the work this process runs can move no job on any more, or None while it may."""
+
 
 class CeleryBus:
     def __init__(self, app: Celery):
@@ -65,6 +68,10 @@ class CeleryBus:
     def wait_idle(self) -> None:
         """Tasks run in worker processes, which record on their own: nothing here to wait for."""
 
+    def stalled(self) -> str | None:
+        """The workers are other processes: whether they still work is not known here."""
+        return None
+
 
 class InProcessBus:
     """Celery's tasks run in this process: one thread per queue, as one worker per queue would, so the
@@ -73,6 +80,7 @@ class InProcessBus:
     def __init__(self, app: Celery):
         self.app = app
         self._queues: dict[str, queue.Queue[Message]] = {}
+        self._threads: list[threading.Thread] = []
         self._pending = 0
         self._idle = threading.Condition()
 
@@ -90,14 +98,26 @@ class InProcessBus:
         with self._idle:
             if message.queue not in self._queues:
                 self._queues[message.queue] = queue.Queue()
-                threading.Thread(target=self._work, args=(self._queues[message.queue],), daemon=True,
-                                 name=f"kforge-inprocess-{message.queue}").start()
+                self._threads.append(threading.Thread(target=self._work, args=(self._queues[message.queue],),
+                                                      daemon=True, name=f"kforge-inprocess-{message.queue}"))
+                self._threads[-1].start()
             self._queues[message.queue].put(message)
 
     def wait_idle(self) -> None:
         """Block until every dispatched message, and every message those dispatched, has run."""
         with self._idle:
             self._idle.wait_for(lambda: self._pending == 0)
+
+    def stalled(self) -> str | None:
+        """A worker thread that died (a task that raised past every handler, even SystemExit) leaves its queue
+        unserved; with nothing pending, nothing is left to run. Either way no event is coming from here."""
+        with self._idle:
+            dead = [t.name for t in self._threads if not t.is_alive()]
+            if dead:
+                return f"the in-process worker {dead[0]} stopped"
+            if self._pending == 0:
+                return "the in-process workers have nothing left to run"
+        return None
 
     def _work(self, messages: "queue.Queue[Message]") -> None:
         while True:

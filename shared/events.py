@@ -427,6 +427,19 @@ class TaskProfiled(Event):
     peak_rss_mb: float
 
 
+class TaskFailed(Event):
+    """A worker task raised what its handler did not expect, on its first attempt and on each of its retries
+    (KFORGE_TASK_RETRIES): the request's answer, so nothing waits for another, and the planner ends the job.
+    `request_id` is the request the task answered or, for the planner, the event it was reacting to. The
+    traceback stays in the worker's log: an event holds what a user can act on."""
+
+    request_id: UUID
+    task: str  # the Celery task name, e.g. verifier.verify_candidate
+    error_type: str  # e.g. ImportError
+    error: str  # the exception's message
+    attempts: int  # 1 + the retries made
+
+
 # --- webhooks: a finished job is announced to its webhook_url, signed, retried with backoff ----------------
 class WebhookRequested(Event):
     """Announce the job's end (`kind`: job.completed | job.failed | job.cancelled) to `url`."""
@@ -462,14 +475,16 @@ class WebhookAbandoned(Event):
     reason: str
 
 
-# What answers each request: a request with none of these is still owed its answer.
+# What answers each request: a request with none of these is still owed its answer. TaskFailed answers
+# every request, so recovery does not send again the work of a task that failed on every attempt.
 ANSWERS: dict[type[Event], tuple[type[Event], ...]] = {
-    BaselineRequested: (BaselineMeasured, BaselineFailed),
-    TuningRequested: (ShardTuned,),
-    VerificationRequested: (CandidateVerified, CandidateRejected, VerificationIncomplete),
-    ComparisonRequested: (KernelsCompared,),
-    GenerationRequested: (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, GenerationFailed),
-    WebhookRequested: (WebhookDelivered, WebhookAbandoned),
+    BaselineRequested: (BaselineMeasured, BaselineFailed, TaskFailed),
+    TuningRequested: (ShardTuned, TaskFailed),
+    VerificationRequested: (CandidateVerified, CandidateRejected, VerificationIncomplete, TaskFailed),
+    ComparisonRequested: (KernelsCompared, TaskFailed),
+    GenerationRequested: (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, GenerationFailed,
+                          TaskFailed),
+    WebhookRequested: (WebhookDelivered, WebhookAbandoned, TaskFailed),
 }
 
 
@@ -551,7 +566,7 @@ EVENTS = EventRegistry(
      TuningRequested, ConfigMeasured, ConfigFailed, ShardTuned, TuningCompleted,
      VerificationRequested, CandidateVerified, CandidateRejected, VerificationIncomplete, SanitizerChecked,
      GenerationRequested, GeneratorCalled, PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated,
-     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled, JobCancelled,
+     GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled, TaskFailed, JobCancelled,
      WebhookRequested, WebhookAttempted, WebhookDelivered, WebhookAbandoned, ComparisonRequested, KernelsCompared],
     upcasters={("JobSubmitted", 1): _added_optional_field, ("JobSubmitted", 2): _submitted_before_tenants,
                ("BaselineMeasured", 1): _added_optional_field, ("StepAccepted", 1): _accepted_before_intervals},

@@ -185,17 +185,38 @@ def job_events(store: EventStore, job_id: str) -> list[Event]:
     return store.read_stream(job_stream(job_id))
 
 
+class NoProgress(RuntimeError):
+    """Following a job stopped before its end: nothing is left that could move it on (`reason` says why)."""
+
+    def __init__(self, view: JobView, reason: str):
+        super().__init__(f"job {view.job_id} is still {view.status}, but {reason}")
+        self.view, self.reason = view, reason
+
+
 def follow_job(store: EventStore, job_id: str, on_event: Callable[[Event], None], timeout_s: float,
-               poll_s: float = 0.1) -> JobView:
-    """Report each new event of a job until it finishes or `timeout_s` passes; returns the last view."""
+               poll_s: float = 0.1, stalled: Callable[[], str | None] = lambda: None,
+               stall_s: float | None = None) -> JobView:
+    """Report each new event of a job until it finishes or `timeout_s` passes; returns the last view.
+    NoProgress when `stalled` (Bus.stalled) says no work is left to move the job on, or no event came for
+    `stall_s` seconds."""
     seen: list[Event] = []
     deadline = time.monotonic() + timeout_s
+    progressed = time.monotonic()
     while True:
+        why = stalled()  # asked before reading: what the work did before it stopped is then read, not missed
         events = store.read_stream(job_stream(job_id))
         for event in events[len(seen):]:
             on_event(event)
+        if len(events) > len(seen):
+            progressed = time.monotonic()
         seen = events
         view = project_job(events, job_id)
-        if view.finished or time.monotonic() > deadline:
+        if view.finished:
+            return view
+        if why is None and stall_s is not None and time.monotonic() - progressed > stall_s:
+            why = f"it recorded no event for {stall_s:.0f} s"
+        if why is not None:
+            raise NoProgress(view, why)
+        if time.monotonic() > deadline:
             return view
         time.sleep(poll_s)

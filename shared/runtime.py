@@ -1,4 +1,6 @@
-"""The adapters a process uses, built once from settings on first use (never at import time).
+"""The adapters a process uses, built once from settings on first use (never at import time): the event
+store, and the bus on Celery's app configured from the same settings (the one other place that configures
+it is `kforge.worker`, on import, for the `celery` command).
 
 Celery tasks are entry points that cannot take parameters beyond their message, so they read the
 store and bus from here; tests install their own.

@@ -7,7 +7,7 @@ import secrets
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from typing import Annotated
 
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -113,6 +113,14 @@ class Settings(BaseSettings):
     sse_max_streams_per_key: int = Field(16, ge=1, validation_alias="KFORGE_SSE_MAX_STREAMS_PER_KEY",
                                          description="live event streams one API key holds open at once")
 
+    # A worker task that raises what its handler did not expect is tried again this many times, then its
+    # request is answered with TaskFailed and the job ends (shared/worker_task.py).
+    task_retries: int = Field(2, ge=0, le=20, validation_alias="KFORGE_TASK_RETRIES",
+                              description="retries of a worker task that raised unexpectedly")
+    stall_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False, validation_alias="KFORGE_STALL_TIMEOUT_S",
+                                   description="embedded mode: `kforge tune` and the Python API stop following "
+                                               "(and cancel) a job that recorded no event for this long")
+
     # The broker hands a task that was delivered but never acknowledged (its worker died) to another
     # worker after this long, so it must exceed the longest task and the longest webhook retry delay.
     visibility_timeout_s: float = Field(6 * 3600, gt=0, validation_alias="KFORGE_VISIBILITY_TIMEOUT_S")
@@ -156,6 +164,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"KFORGE_WEBHOOK_ALLOWED_NETWORKS: {network!r} is not a network such as "
                                  "127.0.0.0/8 or ::1/128") from None
         return value
+
+    @model_validator(mode="after")
+    def _retries_within_visibility(self) -> "Settings":
+        """A retry waits (Celery's countdown) in a worker that holds its message unacknowledged: past the
+        visibility timeout the broker hands the message to another worker as if the first had died."""
+        longest = max(self.webhook_retry_delays_s, default=0.0)
+        if longest >= self.visibility_timeout_s:
+            raise ValueError(f"KFORGE_WEBHOOK_RETRY_DELAYS_S holds {longest:g} s, not below "
+                             f"KFORGE_VISIBILITY_TIMEOUT_S ({self.visibility_timeout_s:g} s): shorten the delay or "
+                             "raise the timeout")
+        return self
 
     @cached_property
     def database_url(self) -> str:

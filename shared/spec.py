@@ -276,9 +276,6 @@ DEFAULT_STEPS = (
 )
 """The explicit strategy's steps when none are given: each a real, tunable change of the code."""
 
-BUILTIN_STRATEGIES = ("baseline", "tune", "verify", "one_prompt", "autonomous", "explicit", "multiturn")
-GENERATING_STRATEGIES = ("one_prompt", "autonomous", "explicit", "multiturn")
-
 
 class StrategySpec(_Strict):
     """What the job does. baseline: measure the submitted kernel. tune: baseline, then search tune_params.

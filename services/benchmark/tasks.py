@@ -16,6 +16,7 @@ from shared.contracts import CompareKernels, MeasureBaseline, TuneShard
 from shared.device.process import device_index
 from shared.eventstore import ConcurrencyConflict
 from shared.task_profile import profiled
+from shared.worker_task import AnsweringTask
 
 _resources: dict[str, BenchmarkResources] = {}
 
@@ -31,21 +32,22 @@ def resources(gpu: str) -> BenchmarkResources:
     return _resources[gpu]
 
 
-@celery_app.task(name=MeasureBaseline.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
+@celery_app.task(base=AnsweringTask, name=MeasureBaseline.task, autoretry_for=(ConcurrencyConflict,),
+                 retry_backoff=0.5, max_retries=5)
 def measure_baseline(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
     with profiled(rt.store, job_id, UUID(request_id), MeasureBaseline.task):
         handlers.measure_baseline(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
 
 
-@celery_app.task(name=TuneShard.task)
+@celery_app.task(base=AnsweringTask, name=TuneShard.task)
 def tune_shard(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
     with profiled(rt.store, job_id, UUID(request_id), TuneShard.task):
         handlers.tune_shard(rt.store, rt.bus, job_id, UUID(request_id), resources(gpu))
 
 
-@celery_app.task(name=CompareKernels.task)
+@celery_app.task(base=AnsweringTask, name=CompareKernels.task)
 def compare_kernels(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
     with profiled(rt.store, job_id, UUID(request_id), CompareKernels.task):

@@ -21,10 +21,10 @@ from services.gateway.reads import Reads
 from services.gateway.schemas import (CancelRequest, EventPublic, FieldErrorPublic, JobAccepted, JobPublic, Problem,
                                       ValidationProblem)
 from services.gateway.stream import StreamsFull, job_event_stream
+from shared import report_queries as queries
 from shared.errors import field_errors
 from shared.eventstore import UnreadableEvent
 from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, job_events, submit_job
-from shared.reports import queries
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT, Comparison
 from shared.reports.deliveries import WebhookDelivery
 from shared.reports.plots import history_svg, landscape_svg

@@ -6,9 +6,10 @@ from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import Generate
 from shared.task_profile import profiled
+from shared.worker_task import AnsweringTask
 
 
-@celery_app.task(name=Generate.task)
+@celery_app.task(base=AnsweringTask, name=Generate.task)
 def generate(job_id: str, request_id: str) -> None:
     rt = runtime.current()
     with profiled(rt.store, job_id, UUID(request_id), Generate.task):

@@ -1,11 +1,13 @@
 """The planner follows the global event log from its tracked position, one event per transaction."""
 import logging
 
-from services.planner.policy import TRIGGERS, react
+from services.planner.policy import NOTHING, TRIGGERS, Reaction, react
 from shared.bus import Bus
+from shared.events import Event, TaskFailed
 from shared.eventstore import EventStore
 from shared.projections import project_job
 from shared.steps import project_optimisation
+from shared.worker_task import FailedAt
 
 CONSUMER = "planner"
 log = logging.getLogger(__name__)
@@ -23,7 +25,7 @@ def catch_up(store: EventStore, bus: Bus, gpus: list[str]) -> int:
                 # The job as it is now, not as of the event: a result queued behind another for a job
                 # that has since finished must see that it finished.
                 events = consumption.read_stream(event.stream_id)
-                reaction = react(event, project_job(events), gpus, project_optimisation(events))
+                reaction = _reaction(event, events, gpus)
                 # The consuming transaction holds the store's write lock, so no other writer can move the
                 # stream between this read and this append; derived ids make a repeat a no-op.
                 consumption.append(event.stream_id, reaction.events, expected_version=None)
@@ -33,3 +35,16 @@ def catch_up(store: EventStore, bus: Bus, gpus: list[str]) -> int:
                     bus.dispatch(message)
             consumption.advance(event.position)
             processed += 1
+
+
+def _reaction(event: Event, events: list[Event], gpus: list[str]) -> Reaction:
+    """The planner's reaction to one event of a job. Only deciding is tied to the event: a fault there is the
+    job's (FailedAt names it, and the task's retries and TaskFailed follow), while a fault of the store is no
+    job's and leaves the event to the next catch-up. An event whose reaction failed on every attempt is passed
+    over: the TaskFailed recorded after it ends the job."""
+    if any(isinstance(e, TaskFailed) and e.request_id == event.event_id for e in events):
+        return NOTHING
+    try:
+        return react(event, project_job(events), gpus, project_optimisation(events))
+    except Exception as exc:
+        raise FailedAt(event.stream_id, event.event_id) from exc

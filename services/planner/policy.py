@@ -17,7 +17,8 @@ from shared.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineR
                            CandidateVerified, ComparisonRequested, Event, GenerationFailed, GenerationRequested,
                            JobCancelled, JobCompleted, KernelsCompared,
                            JobFailed, JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
-                           StepSkipped, StepValidated, TuningCompleted, TuningRequested, VerificationIncomplete,
+                           StepSkipped, StepValidated, TaskFailed, TuningCompleted, TuningRequested,
+                           VerificationIncomplete,
                            VerificationRequested, WebhookRequested, derived_id)
 from shared.projections import JobView, job_id_of
 from shared.steps import TUNED_SUFFIX, Optimisation
@@ -239,6 +240,18 @@ def _(event: CandidateGenerated, job: JobView, gpus: list[str], opt: Optimisatio
     return Reaction(events=[VerificationRequested(
         event_id=derived_id(event.event_id, "VerificationRequested"), stream_id=event.stream_id,
         queue=verifier_queue(gpu), candidate_id=event.candidate_id, candidate=event.candidate)])
+
+
+@_react.register
+def _(event: TaskFailed, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
+    # The job fails, even where a failed answer would only discard a step (a rewrite, a verification): the
+    # fault is kforge's, not the candidate's, and a job that went on would report a step judged that never
+    # was. (A webhook's task fails after its job has ended: react() leaves a finished job as it is.)
+    service = event.task.split(".")[0]
+    reason = (f"the {service} task failed after {event.attempts} attempt(s): {event.error_type}: {event.error}; "
+              f"report it with the job id {job.job_id} (the worker's log holds the traceback)")
+    return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
+                                      stage=event.task, reason=reason)])
 
 
 TRIGGERS = frozenset([*(cls.__name__ for cls in _react.registry if cls not in (object, Event)),

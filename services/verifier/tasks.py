@@ -11,6 +11,7 @@ from shared.contracts import VerifyCandidate
 from shared.device.process import DeviceProcess, NoDevice, device_index
 from shared.eventstore import ConcurrencyConflict
 from shared.task_profile import profiled
+from shared.worker_task import AnsweringTask
 
 _processes: dict[str, DeviceProcess | NoDevice] = {}
 
@@ -30,7 +31,8 @@ def device(gpu: str) -> DeviceProcess:
     return found
 
 
-@celery_app.task(name=VerifyCandidate.task, autoretry_for=(ConcurrencyConflict,), retry_backoff=0.5, max_retries=5)
+@celery_app.task(base=AnsweringTask, name=VerifyCandidate.task, autoretry_for=(ConcurrencyConflict,),
+                 retry_backoff=0.5, max_retries=5)
 def verify_candidate(job_id: str, request_id: str, gpu: str = "0") -> None:
     rt = runtime.current()
     with profiled(rt.store, job_id, UUID(request_id), VerifyCandidate.task):

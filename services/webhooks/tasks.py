@@ -6,9 +6,10 @@ from services.webhooks.sender import HttpSender
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import DeliverWebhook
+from shared.worker_task import AnsweringTask
 
 
-@celery_app.task(name=DeliverWebhook.task)
+@celery_app.task(base=AnsweringTask, name=DeliverWebhook.task)
 def deliver(job_id: str, request_id: str, attempt: int = 1) -> None:
     rt = runtime.current()
     handlers.deliver(rt.store, rt.bus, job_id, UUID(request_id), attempt, rt.settings, HttpSender())

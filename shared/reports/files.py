@@ -1,9 +1,8 @@
-"""The files a job leaves behind: the optimised kernel named with its speedup, the history as JSON, the
-generator's transcript, and the plots. All are written from the job's events, so any job can be exported
-again at any time."""
+"""What the files a job leaves behind contain: the optimised kernel named with its speedup, the history as
+JSON, the generator's transcript, and the plots. All come from the job's events, so any job can be exported
+again at any time; `kforge.job_files` writes them."""
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 from shared.events import Event, GeneratorCalled
 from shared.reports.plots import history_svg, landscape_svg
@@ -38,34 +37,27 @@ def transcript_text(events: Sequence[Event]) -> str:
     return "\n".join(parts)
 
 
-def write_job_files(events: Sequence[Event], directory: Path) -> list[Path]:
-    """Write the job's files into `directory` (created if need be); returns their paths."""
+def job_files(events: Sequence[Event]) -> dict[str, str]:
+    """The job's files, each name with its text, in the order they are written."""
     tracker, result = performance_tracker(events), kernel_result(events)
     if tracker is None or result is None:
         raise ValueError("these events hold no submitted job")
-    directory.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-
-    def write(name: str, text: str) -> None:
-        path = directory / name
-        path.write_text(text)
-        written.append(path)
-
+    files: dict[str, str] = {}
     if result.best is not None:
         speedup = result.speedup or 1.0
         header = (f"// {result.kernel_name} optimised by kforge job {result.job_id}: {speedup:.3f}x the submitted "
                   f"kernel ({result.baseline.median_ms:.4f} -> {result.best.median_ms:.4f} ms on {result.device})"
                   f"{' [REPLAY]' if result.replay else ''}\n"
                   f"// through: {' -> '.join(s.step_id for s in tracker.steps) or 'no step (the submitted kernel)'}\n")
-        write(f"{result.kernel_name}_optimised_{speedup:.3f}x.cu",
-              kernel_file_text(result.best_source, result.best.params, header))
+        files[f"{result.kernel_name}_optimised_{speedup:.3f}x.cu"] = kernel_file_text(result.best_source,
+                                                                                      result.best.params, header)
     history = {"tracker": tracker.model_dump(mode="json"), "result": result.model_dump(mode="json"),
                "total_improvement_percent": tracker.get_total_improvement(), "speedup": tracker.speedup,
                "suggestions": [s.model_dump(mode="json") for s in suggest(events)]}
-    write("history.json", json.dumps(history, indent=2))
-    write("transcript.log", transcript_text(events))
-    write("overview.txt", tracker.generate_overview() + "\n")
+    files["history.json"] = json.dumps(history, indent=2)
+    files["transcript.log"] = transcript_text(events)
+    files["overview.txt"] = tracker.generate_overview() + "\n"
     if tracker.baseline_time is not None:
-        write("history.svg", history_svg(tracker))
-        write("landscape.svg", landscape_svg(events))
-    return written
+        files["history.svg"] = history_svg(tracker)
+        files["landscape.svg"] = landscape_svg(events)
+    return files

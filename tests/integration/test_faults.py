@@ -45,6 +45,7 @@ class Cluster:
         self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
         self.env = {**os.environ, "REDIS_URL": self.redis_url, "DATABASE_URL": database_url,
                     "KFORGE_HOME": str(tmp_path), "KFORGE_GPUS": "0", "KFORGE_VISIBILITY_TIMEOUT_S": "6",
+                    "KFORGE_WEBHOOK_RETRY_DELAYS_S": "1,2",  # each below the visibility timeout
                     "KFORGE_RECOVERY_INTERVAL_S": "1", **settings}
         self.processes: dict[str, subprocess.Popen] = {}
         self.store = EventStore(database_url)

@@ -6,7 +6,7 @@ import pytest
 
 from shared.events import EVENTS, BaselineMeasured, JobSubmitted, TaskProfiled
 from shared.reports.comparison import ChangeType, RunEntry, Run, compare_runs, run_of
-from shared.reports.files import kernel_file_text, transcript_text, write_job_files
+from shared.reports.files import job_files, kernel_file_text, transcript_text
 from shared.reports.profile import pipeline_profile
 from shared.reports.results import kernel_result
 from shared.reports.suggestions import Priority, SuggestionType, suggest
@@ -247,23 +247,25 @@ def test_profile_across_jobs_adds_them_up_and_counts_unprofiled_requests(vector_
 
 
 # --- files ---------------------------------------------------------------------------------------------
-def test_job_files(vector_add_spec, tmp_path):
-    events = rewrite_job(vector_add_spec)
-    written = write_job_files(events, tmp_path / "out")
+def test_job_files(vector_add_spec):
+    files = job_files(rewrite_job(vector_add_spec))
 
-    names = sorted(p.name for p in written)
-    assert names == ["history.json", "history.svg", "landscape.svg", "overview.txt", "transcript.log",
-                     "vector_add_optimised_2.000x.cu"]
-    kernel = (tmp_path / "out" / "vector_add_optimised_2.000x.cu").read_text()
+    assert list(files) == ["vector_add_optimised_2.000x.cu", "history.json", "transcript.log", "overview.txt",
+                           "history.svg", "landscape.svg"]
+    kernel = files["vector_add_optimised_2.000x.cu"]
     assert "#ifndef elements_per_thread\n#define elements_per_thread 4\n#endif" in kernel
     assert "1.0000 -> 0.5000 ms" in kernel and kernel.rstrip().endswith("}")
-    history = json.loads((tmp_path / "out" / "history.json").read_text())
+    history = json.loads(files["history.json"])
     assert history["speedup"] == 2.0 and history["tracker"]["steps"][0]["step_id"] == "elements_per_thread"
     assert history["suggestions"] and history["result"]["best_step"] == "elements_per_thread"
-    transcript = (tmp_path / "out" / "transcript.log").read_text()
-    assert "=== call 1: rewrite elements_per_thread" in transcript
-    assert "--- prompt\napply elements_per_thread" in transcript
-    assert "<svg" in (tmp_path / "out" / "history.svg").read_text()
+    assert "=== call 1: rewrite elements_per_thread" in files["transcript.log"]
+    assert "--- prompt\napply elements_per_thread" in files["transcript.log"]
+    assert "<svg" in files["history.svg"]
+
+
+def test_job_files_need_a_submitted_job():
+    with pytest.raises(ValueError, match="no submitted job"):
+        job_files([])
 
 
 def test_kernel_file_compiles_on_its_own_with_the_best_parameters(vector_add_spec):

@@ -1,4 +1,6 @@
-"""Reports read from the store: the operations the CLI, the Python API and the gateway share."""
+"""Reports read from the store: the operations the CLI, the Python API and the gateway share. The I/O
+around the pure folds of `shared.reports`: reading jobs' events, a run file exported earlier, and
+submitting a batch of jobs again."""
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
@@ -9,8 +11,8 @@ from shared.events import JobSubmitted
 from shared.eventstore import EventStore, UnreadableEvent
 from shared.jobs import job_events, submit_job
 from shared.projections import job_id_of, job_stream
-from shared.reports.deliveries import WebhookDelivery, webhook_deliveries
 from shared.reports.comparison import Comparison, Run, compare_runs, run_of
+from shared.reports.deliveries import WebhookDelivery, webhook_deliveries
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile, pipeline_profile
 from shared.reports.results import KernelResult, kernel_result
 from shared.reports.suggestions import OptimizationSuggestion, suggest

@@ -1,0 +1,18 @@
+"""Writes the files a job leaves behind (what they contain: `shared.reports.files`) into a directory."""
+from collections.abc import Sequence
+from pathlib import Path
+
+from shared.events import Event
+from shared.reports.files import job_files
+
+
+def write_job_files(events: Sequence[Event], directory: Path) -> list[Path]:
+    """Write the job's files into `directory` (created if need be); returns their paths."""
+    files = job_files(events)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        path = directory / name
+        path.write_text(text)
+        written.append(path)
+    return written
