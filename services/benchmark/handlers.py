@@ -32,11 +32,11 @@ def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
     if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, BaselineRequested)
         outcome = _measure_baseline(stream, submitted, request, resources)
-        try:
-            store.append(stream, outcome, expected_version=history[-1].stream_version)
+        try:  # after whatever else the stream gained meanwhile (a TaskProfiled, a cancel): never measured again
+            store.append(stream, outcome, expected_version=None)
         except ConcurrencyConflict:
-            # The stream moved while we measured. If another worker answered this request, its answer
-            # stands; otherwise the task is retried and measures again against the new stream.
+            # Another worker answered this request with other events (their ids derive from the request, so
+            # the same answer twice is stored once): its answer stands. Anything else is retried.
             if needs_answer(store.read_stream(stream), request_id):
                 raise
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} baseline answered"))

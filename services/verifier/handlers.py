@@ -29,9 +29,11 @@ def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
     if needs_answer(history, request_id):
         submitted, request = submission_and_request(history, request_id, VerificationRequested)
         answer = _verify(stream, submitted.spec, request, device, default_arch)
-        try:  # a verified candidate is sanitised too: SanitizerChecked, then the answer (or its rejection)
-            store.append(stream, sanitizer.gate(submitted.spec, request, answer, device),
-                         expected_version=history[-1].stream_version)
+        # A verified candidate is sanitised too: SanitizerChecked, then the answer (or its rejection). Appended
+        # after whatever else the stream gained meanwhile, so an unrelated event never costs a second verification;
+        # a second worker's answer with other events is refused by the store (ids derive from the request).
+        try:
+            store.append(stream, sanitizer.gate(submitted.spec, request, answer, device), expected_version=None)
         except ConcurrencyConflict:
             if needs_answer(store.read_stream(stream), request_id):
                 raise

@@ -145,3 +145,28 @@ def test_a_second_job_with_the_same_kernel_is_served_from_the_compile_cache(stor
     assert [c.cache_hit for c in compiled] == [False, True]
     assert compiled[0].cache_key == compiled[1].cache_key
     assert (cache.misses, cache.hits) == (1, 1)
+
+
+@no_gpu_only
+def test_an_unrelated_event_landing_meanwhile_costs_no_second_measurement(store, bus, monkeypatch):
+    """A TaskProfiled, a cancel or any other event may land while the GPU measures: the answer goes after it,
+    instead of the task failing and measuring again."""
+    from services.benchmark import handlers
+    from shared.events import StepSkipped
+
+    job_id, request = _job_with_request(store, _spec())
+    measured = []
+
+    def measure_while_the_stream_moves(stream, *args):
+        measured.append(stream)
+        store.append(stream, [StepSkipped(stream_id=stream, step_id="elsewhere", reason="unrelated")], None)
+        return original(stream, *args)
+
+    original = handlers._measure_baseline
+    monkeypatch.setattr(handlers, "_measure_baseline", measure_while_the_stream_moves)
+    measure_baseline(store, bus, job_id, request.event_id, BenchmarkResources(0, "sm_90"))
+
+    history = store.read_stream(job_stream(job_id))
+    assert len(measured) == 1
+    assert [e.type for e in history] == ["JobSubmitted", "BaselineRequested", "StepSkipped", "KernelCompiled",
+                                         "BaselineFailed"]
