@@ -16,6 +16,7 @@ from shared.errors import field_errors
 from shared.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
                            JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
 from shared.eventstore import EventStore
+from shared.expressions import names_in
 from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.settings import Settings
 from shared.spec import CandidateSpec, KernelSpec, TuningStep
@@ -86,7 +87,10 @@ def _candidate(rewrite: answers.Rewrite, step: TuningStep, spec: KernelSpec,
     """The rewrite as a candidate whose parameters match its code, checked like a submission would be."""
     current, given = opt.best.candidate, rewrite.settings
     space = given.get("tune_params") or {**(current.tune_params or spec.tune_params), **step.tune_params}
-    fixed = reconcile(rewrite.source, space, spec.block_size_names)
+    geometry = [*(spec.problem_size or []), *(d for k in ("grid_div_x", "grid_div_y", "grid_div_z")
+                                              for d in given.get(k, getattr(current, k)) or [])]
+    launch_reads = {name for expression in geometry for name in names_in(expression)}
+    fixed = reconcile(rewrite.source, space, spec.block_size_names, launch_reads)
     defaults = {name: values[0] for name, values in fixed.tune_params.items()}
     chosen = {fixed.renames.get(k, k): v for k, v in (given.get("params") or {}).items()}
     # Default configuration: the space's first values, then what the best kernel ran with, then the answer's.

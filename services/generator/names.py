@@ -27,17 +27,23 @@ def _normal(name: str) -> str:
     return name.replace("_", "").lower()
 
 
-def reconcile(source: str, tune_params: dict[str, list[ParamValue]], launch_names: list[str]) -> Reconciled:
+def reconcile(source: str, tune_params: dict[str, list[ParamValue]], launch_names: list[str],
+              launch_reads: set[str] = frozenset()) -> Reconciled:
     """`launch_names` (block_size_x ...) set the launch geometry, so the code is renamed to them; any
-    other parameter is renamed to what the code calls it."""
+    other parameter is renamed to what the code calls it. A parameter is dropped only when neither the code
+    nor the launch reads it: the launch reads the block size names and `launch_reads` (the names in the grid
+    divisors and the problem size), whether or not the code does (a kernel may use blockDim instead)."""
     code_names = set(IDENTIFIER.findall(COMMENT.sub(" ", source)))
+    read_by_launch = set(launch_names) | set(launch_reads)
     params, renames, dropped = {}, {}, []
     for name, values in tune_params.items():
         if name in code_names:
             params[name] = values
             continue
         similar = sorted(n for n in code_names if _normal(n) == _normal(name))
-        if not similar:
+        if not similar and name in read_by_launch:
+            params[name] = values
+        elif not similar:
             dropped.append(name)
         elif name in launch_names:
             source = re.sub(rf"\b{similar[0]}\b", name, source)
