@@ -67,6 +67,8 @@ def _check_space(space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValu
             raise ValueError(f"tune parameter {name!r} is not an identifier: it becomes a -D define")
         if not values:
             raise ValueError(f"tune parameter {name!r} has no values: give at least one")
+        for value in values:
+            check_define_value(name, value)
     return space
 
 
@@ -74,6 +76,7 @@ def _check_defines(params: dict[str, "ParamValue"]) -> dict[str, "ParamValue"]:
     for name in params:
         if not is_identifier(name):
             raise ValueError(f"parameter {name!r} is not an identifier: it becomes a -D define")
+        check_define_value(name, params[name])
     return params
 
 
@@ -430,9 +433,6 @@ class KernelSpec(_Strict):
                 _check_kernel_defined(check_source(candidate.source), candidate.kernel_name or self.kernel_name)
             except ValueError as exc:
                 raise ValueError(f"strategy.candidate: {exc}") from None
-        for name, values in [*((k, [v]) for k, v in self.params.items()), *self.tune_params.items()]:
-            for value in values:
-                check_define_value(name, value)
         self._check_names()
         if self.strategy.name == "tune" and not self.tune_params:
             raise ValueError("strategy tune needs tune_params, e.g. tune_params: {block_size_x: [64, 128, 256]}")

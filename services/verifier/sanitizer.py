@@ -148,21 +148,19 @@ def check_all(tool: Path, run: SanitisedRun, timeout_s: float) -> list[Sanitizer
 
 
 def check_one(tool: Path, name: str, run_file: Path, timeout_s: float) -> SanitizerCheck:
+    from shared.device.compiler import import_path  # as in gate: the runner, this module, stays light
+
     started = time.perf_counter()
     try:
         done = subprocess.run(command(tool, name, run_file), cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout_s, env={**os.environ, "PYTHONPATH": _import_path()})
+                              timeout=timeout_s,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *import_path()])})
     except subprocess.TimeoutExpired:
         return SanitizerCheck(tool=name, verdict="timeout", first_error=f"no verdict within {timeout_s:g} s "
                                                                         "(KFORGE_SANITIZER_TIMEOUT_S)",
                               seconds=time.perf_counter() - started)
     verdict, first_error = parse(done.returncode, done.stdout + done.stderr)
     return SanitizerCheck(tool=name, verdict=verdict, first_error=first_error, seconds=time.perf_counter() - started)
-
-
-def _import_path() -> str:
-    """Where the runner finds kforge and what kforge imports: this process's own import path."""
-    return os.pathsep.join([str(ROOT), *(p for p in sys.path if p and os.path.isdir(p))])
 
 
 def command(tool: Path, name: str, run_file: Path) -> list[str]:

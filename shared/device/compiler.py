@@ -83,6 +83,11 @@ def warm(count: int, limits: CompileLimits | None = None) -> set[int]:
     return {sandbox.pid for sandbox in started}
 
 
+def import_path() -> list[str]:
+    """This process's import path, for a child of it that runs kforge's code without its environment."""
+    return [p for p in sys.path if p and os.path.isdir(p)]
+
+
 def _checked_flags(source: str, defines: dict[str, ParamValue], options: list[str], arch: str) -> list[str]:
     try:
         check_source(source)
@@ -129,12 +134,13 @@ class Sandbox:
 
         self.limits = limits
         self.workdir = tempfile.mkdtemp(prefix="kforge-compile-")
-        config = {"paths": [p for p in sys.path if p and os.path.isdir(p)], "memory_bytes": limits.memory_bytes,
+        config = {"paths": import_path(), "memory_bytes": limits.memory_bytes,
                   "nvrtc": load_nvidia_dynamic_lib("nvrtc").abs_path}
         self.process = subprocess.Popen([sys.executable, "-I", str(CHILD), json.dumps(config)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env={}, cwd=self.workdir, start_new_session=True)
         self.pid = self.process.pid
+        self.timed_out = False  # set when the deadline passed and the child was killed
         ready = self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
         if ready is None or not ready.get("ready"):
             reason = self._death("the sandbox's start")
@@ -180,8 +186,6 @@ class Sandbox:
             chunks.append(chunk)
             received += len(chunk)
         return b"".join(chunks)
-
-    timed_out = False
 
     def _death(self, what: str) -> str:
         code = self.process.wait()

@@ -167,11 +167,7 @@ def test_on_a_scripted_gpu_the_two_are_timed_in_turn(store, vector_add_spec):
     faster = events[-1].candidate.model_copy(update={"params": {**events[-1].candidate.params, "block_size_x": 256}})
     slower = events[-1].incumbent.model_copy(update={"params": {**events[-1].incumbent.params, "block_size_x": 512}})
     request = _stored(store, [*events[:-1], events[-1].model_copy(update={"candidate": faster, "incumbent": slower})])
-    resources = BenchmarkResources(0, compile_workers=1, session_factory=ScriptedSession)
-    try:
-        compare_kernels(store, RecordingBus(), JOB, request.event_id, resources)
-    finally:
-        resources.close()
+    _on_the_scripted_gpu(compare_kernels, store, request)
 
     answer = store.read_stream(STREAM)[-1]
     assert isinstance(answer, KernelsCompared) and answer.error is None and answer.device == "Scripted GPU"
@@ -210,6 +206,14 @@ def test_in_replay_without_recordings_the_tuning_medians_stand(store, vector_add
     assert answer.replay and answer.speedup_ci is None and "no recorded samples" in answer.note
 
 
+def _on_the_scripted_gpu(handler, store, request) -> None:
+    resources = BenchmarkResources(0, compile_workers=1, session_factory=ScriptedSession)
+    try:
+        handler(store, RecordingBus(), JOB, request.event_id, resources)
+    finally:
+        resources.close()
+
+
 def _measured(samples):
     from services.benchmark.measurement import Measured
 
@@ -223,11 +227,7 @@ def test_a_baseline_output_mismatch_is_reported_at_stage_output(store, vector_ad
     submitted = JobSubmitted(stream_id=STREAM, spec=spec)
     (request,) = react(submitted, project_job([submitted]), ["0"]).events
     store.append(STREAM, [submitted, request], expected_version=0)
-    resources = BenchmarkResources(0, compile_workers=1, session_factory=ScriptedSession)
-    try:
-        measure_baseline(store, RecordingBus(), JOB, request.event_id, resources)
-    finally:
-        resources.close()
+    _on_the_scripted_gpu(measure_baseline, store, request)
 
     failed = store.read_stream(STREAM)[-1]
     assert isinstance(failed, BaselineFailed)
