@@ -28,12 +28,14 @@ test-gpu: install
 	$(BIN)/pytest -q -m gpu
 
 # On a GPU machine: kforge and Kernel Tuner tune the same spaces side by side (bench/tune_vs_kernel_tuner.py),
-# then the offline rules optimise vector_add against torch.add's bandwidth (bench/optimise_vector_add.py),
+# then the offline rules optimise vector_add against torch.add's bandwidth, with the explicit and the one_prompt
+# strategy, each job's time printed against its target (bench/optimise_vector_add.py),
 # then one vector_add candidate at 64M floats is verified, every trial (bench/verify_speed.py).
 # Rebuilding every report from 10,000 events needs no GPU: `make bench-reports` runs it alone.
 bench: install bench-reports
 	$(BIN)/python bench/tune_vs_kernel_tuner.py
-	$(BIN)/python bench/optimise_vector_add.py
+	$(BIN)/python bench/optimise_vector_add.py --strategy explicit
+	$(BIN)/python bench/optimise_vector_add.py --strategy one_prompt
 	$(BIN)/python bench/verify_speed.py
 
 bench-reports: install

@@ -26,7 +26,10 @@ def peak_rss_mb() -> float:
 def _children() -> list[int]:
     pids: list[int] = []
     for task in Path("/proc/self/task").glob("*/children"):
-        pids += [int(pid) for pid in task.read_text().split()]
+        try:
+            pids += [int(pid) for pid in task.read_text().split()]
+        except OSError:  # the thread ended between the listing and the read
+            continue
     return pids
 
 

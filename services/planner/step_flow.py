@@ -53,9 +53,9 @@ def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, ve
                                     "see the ConfigFailed events")
         return [_discarded(completed.stream_id, merged, record, "tune", why)]
     best = _winning_params(record, completed.best_params)
-    if best == record.candidate.params:
-        return [_comparison(completed.stream_id, merged, record, opt, completed.best_time_ms, best, benchmark_queue)]
-    # The verifier proved the default configuration; the configuration that won is proven before it counts.
+    # The configuration that won is proven before it counts, even when it is the one verified first: this
+    # verification is the one that sanitises what may be kept, and it reuses the job's trials (a fraction of a
+    # second on the GPU).
     return [VerificationRequested(event_id=derived_id(merged, "VerificationRequested"), stream_id=completed.stream_id,
                                   queue=verifier_queue, candidate_id=record.candidate_id + TUNED_SUFFIX,
                                   candidate=record.candidate.model_copy(update={"params": best}))]

@@ -104,7 +104,15 @@ class DeviceProcess:
 
 
 def _serve(conn: Connection, device_index: int, session_factory: Callable) -> None:
-    """The child: own the GPU, answer requests until told to close or the context is poisoned."""
+    """The child: own the GPU, answer requests until told to close, the context is poisoned, or the worker
+    that owns it has gone (an interrupted `kforge tune` exits while its GPU process may still be starting)."""
+    try:
+        _answer_requests(conn, device_index, session_factory)
+    except (EOFError, BrokenPipeError, ConnectionError):
+        return
+
+
+def _answer_requests(conn: Connection, device_index: int, session_factory: Callable) -> None:
     try:
         session = session_factory(device_index)
     except NoCudaDevice as exc:

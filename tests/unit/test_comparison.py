@@ -17,12 +17,12 @@ from services.planner.policy import react
 from shared.contracts import CompareKernels
 from shared.device.probe import DeviceInfo
 from shared.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
-                           ComparisonRequested, GenerationRequested, JobSubmitted, KernelsCompared, StepAccepted,
-                           StepDiscarded, TuningCompleted, TuningRequested)
+                           CandidateVerified, ComparisonRequested, GenerationRequested, JobSubmitted, KernelsCompared, StepAccepted,
+                           StepDiscarded, TuningCompleted, TuningRequested, VerificationRequested)
 from shared.projections import job_stream, outstanding_requests, project_job
 from shared.reports.tracker import performance_tracker
 from shared.spec import CandidateSpec, TuningStep
-from shared.steps import project_optimisation
+from shared.steps import TUNED_SUFFIX, project_optimisation
 from tests.conftest import HAS_GPU
 from tests.fakes import RecordingBus, ScriptedSession
 from tests.report_streams import rewrite_job
@@ -51,9 +51,16 @@ def comparing(spec) -> list:
               TuningRequested(stream_id=STREAM, queue="benchmark.0", candidate_id="unroll"),
               TuningCompleted(stream_id=STREAM, candidate_id="unroll", best_params=candidate.params, best_time_ms=0.99,
                               configs_evaluated=1, configs_failed=0, speedup=1 / 0.99)]
-    # The tuned configuration is the verified one, so the planner compares at once.
-    (request,) = step_flow.after_tuning(events[-1], uuid4(), project_optimisation(events), "verifier.0",
-                                        "benchmark.0", [])
+    # The configuration that won is verified (and sanitised) again, even when it is the one verified first;
+    # then the planner asks for the comparison.
+    (verify,) = step_flow.after_tuning(events[-1], uuid4(), project_optimisation(events), "verifier.0",
+                                       "benchmark.0", [])
+    assert isinstance(verify, VerificationRequested) and verify.candidate_id == "unroll" + TUNED_SUFFIX
+    assert verify.candidate.params == candidate.params
+    verified = CandidateVerified(stream_id=STREAM, request_id=verify.event_id, candidate_id=verify.candidate_id,
+                                 device="GPU", trials=[], max_abs_error=0.0, max_rel_error=0.0)
+    events += [verify, verified]
+    request = step_flow.compare(verified, project_optimisation(events), "benchmark.0")
     assert isinstance(request, ComparisonRequested)
     return [*events, request]
 

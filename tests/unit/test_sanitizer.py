@@ -39,6 +39,18 @@ RACECHECK_FAILED = """\
 runner done
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
+# What the H100's racecheck (2025.3.1) printed for matmul with its first barrier removed, at n = 63.
+RACECHECK_HAZARD = """\
+========= COMPUTE-SANITIZER
+========= Error: Potential RAW hazard detected at __shared__ 0xc00 in block (0,2,0) :
+=========     Write Thread (0,0,0) at matmul+0x1680
+=========     Read Thread (0,5,0) at matmul+0x16e0
+=========     Current Value : 42
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: main in sanitizer.py:215
+========= 
+========= RACECHECK SUMMARY: 10 hazards displayed (131072 errors, 16384 warnings)
+"""
 INITCHECK_FAILED = """\
 ========= COMPUTE-SANITIZER
 ========= Uninitialized __global__ memory read of size 4 bytes
@@ -93,6 +105,7 @@ TOOL_BROKE = "========= COMPUTE-SANITIZER\n========= Error: No attachable proces
     (SYNCCHECK_FAILED, 86, "failed", "Barrier error detected. Divergent thread(s) in warp."),
     (MEMCHECK_PASSED, 0, "passed", ""),
     (RACECHECK_PASSED, 0, "passed", ""),
+    (RACECHECK_HAZARD, 86, "failed", "Error: Potential RAW hazard detected at __shared__ 0xc00 in block (0,2,0) :"),
     (RUNNER_BROKE, 1, "error", "cuda.core._utils.cuda_utils.CUDAError: CUDA_ERROR_NOT_FOUND: This indicates "
                                "that a named symbol was not found."),
     (TOOL_BROKE, 1, "error", "Error: No attachable process found. compute-sanitizer timed-out."),
@@ -104,8 +117,9 @@ def test_the_tools_output_becomes_a_verdict_with_its_first_error_line(output, re
 def test_the_command_runs_this_module_under_the_tool(tmp_path):
     run_file = tmp_path / "run.json"
     assert command(Path("/opt/cuda/bin/compute-sanitizer"), "racecheck", run_file) == [
-        "/opt/cuda/bin/compute-sanitizer", "--tool", "racecheck", "--error-exitcode", "86", "--print-limit", "10",
-        "--report-api-errors", "no", sys.executable, "-m", "services.verifier.sanitizer", str(run_file)]
+        "/opt/cuda/bin/compute-sanitizer", "--tool", "racecheck", "--racecheck-report", "all", "--error-exitcode",
+        "86", "--print-limit", "10", "--report-api-errors", "no", sys.executable, "-m", "services.verifier.sanitizer",
+        str(run_file)]
 
 
 def test_a_configured_tool_is_used_only_when_it_can_run(tmp_path):
