@@ -142,6 +142,9 @@ SEARCH_STRATEGIES = ("brute_force", "random_sample", "minimize", "basinhopping",
                      "greedy_mls", "ordered_greedy_mls", "greedy_ils", "dual_annealing", "mls", "pso",
                      "simulated_annealing", "firefly_algorithm", "bayes_opt")
 
+# The strategies that measure or prove the submitted kernel and never rewrite it.
+MEASURING_STRATEGIES = ("baseline", "tune", "verify")
+
 # Output comparison against the reference: (atol, rtol) per dtype kind and size, for |out - ref| <= atol + rtol*|ref|.
 # Float sums computed in another order differ in the last bits, so floats get room; integers must match exactly.
 DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-2), "float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9)}
@@ -284,7 +287,8 @@ class StrategySpec(_Strict):
     """What the job does. baseline: measure the submitted kernel. tune: baseline, then search tune_params.
     verify: prove `candidate` computes what the submitted kernel computes. one_prompt, autonomous, explicit,
     multiturn: rewrite the kernel step by step, every candidate verified and tuned, the best kept. Any other
-    name is a custom strategy registered with the planner."""
+    name is a custom strategy registered with the planner. Left out, it is tune when the spec has tune_params
+    and baseline when it has none."""
 
     name: Annotated[str, Field(pattern=IDENTIFIER)] = "baseline"
     candidate: CandidateSpec | None = None
@@ -309,6 +313,15 @@ class StrategySpec(_Strict):
     options: dict[str, ParamValue | list[ParamValue]] = Field(default_factory=dict,
                                                                description="settings of a custom strategy")
 
+    @field_validator("name")
+    @classmethod
+    @field_rule
+    def _not_a_search_strategy(cls, name: str) -> str:
+        if name in SEARCH_STRATEGIES:
+            raise ValueError(f"{name!r} is one of Kernel Tuner's search strategies, which kforge runs inside tuning: "
+                             f"set strategy: {{name: tune}} and benchmark: {{search: {{strategy: {name}}}}}")
+        return name
+
     @model_validator(mode="after")
     @model_rule
     def _candidate_for_verify(self) -> "StrategySpec":
@@ -331,7 +344,7 @@ class StrategySpec(_Strict):
     @property
     def generates(self) -> bool:
         """Whether the job rewrites the kernel (every strategy but the three measuring ones)."""
-        return self.name not in ("baseline", "tune", "verify")
+        return self.name not in MEASURING_STRATEGIES
 
 
 class GeneratorSpec(_Strict):
@@ -377,6 +390,15 @@ class KernelSpec(_Strict):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     generator: GeneratorSpec = Field(default_factory=GeneratorSpec)
     webhook_url: HttpUrl | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tune_when_tune_params(cls, data, info: ValidationInfo):
+        """A submission with tune_params and no strategy tunes them, as Kernel Tuner would; without tune_params it
+        measures the kernel (strategy baseline). A stored spec names its strategy already."""
+        if isinstance(data, dict) and "strategy" not in data and data.get("tune_params") and not _stored(info):
+            return {**data, "strategy": {"name": "tune"}}
+        return data
 
     @field_validator("sizes")
     @classmethod

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from services.benchmark import sampling
 from services.benchmark.measurement import Measured, Order, Setup
 from shared.device.probe import DeviceInfo, Peaks
 from shared.device.process import Failed
@@ -104,7 +105,31 @@ class ReplayHost:
             recorded = sorted({r.kernel_name for r in self.book.recordings.values()}) or ["none"]
             return Failed("replay", f"no recorded measurement of {self.spec.kernel_name} with {order.params} at these "
                                     f"sizes; recordings exist for: {', '.join(recorded)}")
-        return recording.outcome()
+        outcome = recording.outcome()
+        return outcome if isinstance(outcome, Failed) else self._against_best(outcome, order, recording)
+
+    def _against_best(self, recorded: Measured, order: Order, recording: Recording) -> Measured | Failed:
+        """The recorded launches taken again one by one against this run's best so far, as the GPU would have
+        taken them: abandonment is decided here, not copied from a run whose best was another configuration."""
+        policy = sampling.policy_of(self.spec.benchmark)
+        if sampling.abandoned_on_check(recorded.check_ms, order.best_ms, policy):
+            return Measured(samples_ms=[recorded.check_ms], check_ms=recorded.check_ms,
+                            max_abs_error=recorded.max_abs_error, abandoned=True)
+        samples: list[float] = []
+        for sample in recorded.samples_ms:
+            if sampling.next_step(samples, order.best_ms, policy) is not sampling.Next.SAMPLE:
+                break
+            samples.append(sample)
+        step = sampling.next_step(samples, order.best_ms, policy)
+        if step is sampling.Next.SAMPLE and recorded.abandoned:
+            best = f"{order.best_ms:.4g} ms" if order.best_ms is not None else "no best yet"
+            return Failed("replay", f"{self.spec.kernel_name} with {order.params} was recorded only until it was "
+                                    f"abandoned ({len(recorded.samples_ms)} sample(s), {min(recorded.samples_ms):.4g} "
+                                    f"ms at best) against that run's best; here ({best}) it would be timed in full, "
+                                    "and those launches were never recorded: record it again on a GPU machine "
+                                    "(bench/record_replays.py)")
+        return Measured(samples_ms=samples, check_ms=recorded.check_ms, max_abs_error=recorded.max_abs_error,
+                        abandoned=step is sampling.Next.ABANDON)
 
     def close(self) -> None:
         pass

@@ -9,6 +9,8 @@ import statistics
 from dataclasses import dataclass
 from enum import Enum
 
+from shared.spec import BenchmarkSpec
+
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; beyond that the normal 1.96 is close enough.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -48,6 +50,15 @@ def summarize(samples_ms: list[float]) -> Stats:
 
 def _t95(degrees_of_freedom: int) -> float:
     return _T95[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T95) else 1.96
+
+
+def policy_of(bench: BenchmarkSpec) -> SamplingPolicy:
+    return SamplingPolicy(bench.min_samples, bench.iterations, bench.ci_target, bench.abandon_factor)
+
+
+def abandoned_on_check(check_ms: float, best_ms: float | None, policy: SamplingPolicy) -> bool:
+    """The checked launch runs cold (module load, first touch): only a far slower one ends the configuration."""
+    return best_ms is not None and check_ms > 2 * policy.abandon_factor * best_ms
 
 
 def next_step(samples_ms: list[float], best_ms: float | None, policy: SamplingPolicy) -> Next:

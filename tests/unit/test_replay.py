@@ -9,7 +9,10 @@ import pytest
 from kforge.specfile import load_spec
 from services.benchmark.handlers import measure_baseline
 from services.benchmark.resources import BenchmarkResources
-from services.benchmark.replay import Recording, ReplayBook, measurement_key
+from services.benchmark.measurement import Measured, Order
+from services.benchmark.replay import Recording, ReplayBook, ReplayHost, measurement_key
+from shared.device.probe import DeviceInfo
+from shared.device.process import Failed
 from services.planner.policy import react
 from shared.events import BaselineFailed, BaselineMeasured, JobSubmitted
 from shared.eventstore import EventStore
@@ -89,3 +92,36 @@ def test_the_cli_offers_replay_without_a_gpu_and_labels_it(tmp_path):
     assert "tuned" in replayed.stdout and replayed.stdout.count("ConfigMeasured") == 6
     jobs = subprocess.run([str(kforge), "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
     assert "[REPLAY]" in jobs
+
+
+def replayed(recorded: Measured, best_ms: float | None) -> Measured | Failed:
+    """What a replay host answers for one configuration recorded as `recorded`, when this run's best is `best_ms`."""
+    spec = replaying(example("vector_add"))
+    book = ReplayBook(Path("/nonexistent"))
+    params = {"block_size_x": 128}
+    book.add(spec, Recording.of(spec, DeviceInfo(index=0, name="H100", arch="sm_90"), "2026-11-23", params, recorded))
+    return ReplayHost(book, spec).measure(Order(params=params, kernel=None, grid=(1, 1, 1), block=(128, 1, 1),
+                                                best_ms=best_ms))
+
+
+def test_replay_decides_abandonment_against_this_runs_best_not_the_recordings():
+    full = Measured(samples_ms=[10.0, 10.1, 10.05, 10.02, 10.0, 10.1, 10.0], check_ms=10.3, max_abs_error=0.0)
+    # Recorded in full; this run's best makes it clearly slower, so it is abandoned as the GPU would have.
+    slower = replayed(full, best_ms=5.0)
+    assert isinstance(slower, Measured) and slower.abandoned and slower.samples_ms == [10.0]
+    # Far slower than this run's best already on the checked launch.
+    assert replayed(full, best_ms=2.0).samples_ms == [10.3]
+    # Not abandoned here: every recorded launch the sampling policy would take, and no flag.
+    kept = replayed(full, best_ms=9.0)
+    assert isinstance(kept, Measured) and not kept.abandoned and kept.samples_ms[0] == 10.0
+
+
+def test_a_configuration_abandoned_in_the_recording_but_not_here_is_refused_and_named():
+    cut_short = Measured(samples_ms=[10.07], check_ms=10.2, max_abs_error=0.0, abandoned=True)
+    # The recording's run had a best near 8 ms; this run's best is 24 ms, so the 10.07 ms configuration would be
+    # timed in full: its time was never recorded, and no flag from the other run may hide it as abandoned.
+    refused = replayed(cut_short, best_ms=24.15)
+    assert isinstance(refused, Failed) and refused.stage == "replay"
+    assert "{'block_size_x': 128}" in refused.reason and "record it again" in refused.reason
+    # Where it is abandoned here too, the recorded launches suffice.
+    assert replayed(cut_short, best_ms=7.0).abandoned

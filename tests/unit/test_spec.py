@@ -516,3 +516,22 @@ def test_prime_below_is_exact_and_cheap_at_any_size():
     started = time.perf_counter()
     assert prime_below(2 ** 64) == 2 ** 64 - 59 and prime_below(2 ** 34) == 17179869143
     assert time.perf_counter() - started < 0.05
+
+
+# --- the strategy ---------------------------------------------------------------------------------------
+def test_tune_params_without_a_strategy_tune_them_and_without_tune_params_the_kernel_is_measured():
+    data = {k: v for k, v in vector_add_data().items() if k != "strategy"}
+    assert KernelSpec.model_validate({"source": VECTOR_ADD_SOURCE, **data}).strategy.name == "tune"
+    measured = {**data, "tune_params": {}, "params": {"block_size_x": 256}}
+    assert KernelSpec.model_validate({"source": VECTOR_ADD_SOURCE, **measured}).strategy.name == "baseline"
+    # A strategy named outright is kept: baseline with tune_params measures only the params.
+    named = {**data, "strategy": {"name": "baseline"}}
+    assert KernelSpec.model_validate({"source": VECTOR_ADD_SOURCE, **named}).strategy.name == "baseline"
+
+
+def test_a_kernel_tuner_search_strategy_as_the_job_strategy_points_to_benchmark_search():
+    data = {**vector_add_data(), "strategy": {"name": "brute_force"}}
+    error = only(errors_of(data))
+    assert error.field == "strategy.name"
+    assert "Kernel Tuner's search strategies" in error.message
+    assert "benchmark: {search: {strategy: brute_force}}" in error.message

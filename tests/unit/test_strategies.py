@@ -4,7 +4,8 @@ from uuid import uuid4
 
 import pytest
 
-from services.planner.strategies import Ask, Finish, Skip, UnknownStrategy, register, registered, strategy_for
+from services.planner.strategies import (Ask, Finish, Skip, UnknownStrategy, register, registered, strategy_for,
+                                         unknown_strategy)
 from services.planner.strategies.multiturn import category
 from shared.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested, JobSubmitted,
                            PlanProposed, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated)
@@ -238,3 +239,10 @@ def test_a_custom_strategy_registered_by_name_decides(vector_add_spec):
     assert job.decide().step.id == "round-1"
     job.execute(job.decide().step, new_ms=0.5)
     assert job.decide() == Finish("1 rounds")
+
+
+def test_an_unknown_strategy_is_named_with_the_nearest_known_one():
+    assert unknown_strategy("one_promt").startswith("strategy 'one_promt' is not known: did you mean 'one_prompt'?")
+    assert "explicit" in unknown_strategy("no_such_thing") and "did you mean" not in unknown_strategy("no_such_thing")
+    assert [unknown_strategy(name) for name in ("baseline", "tune", "verify", *registered())] == [None] * (
+        3 + len(registered()))

@@ -5,9 +5,11 @@ refinement users of kernel-optimisation loops know. A custom strategy is any obj
 `decide(optimisation, strategy_spec) -> Decision`, registered by name with `register`, or published by
 an installed package under the entry-point group `kforge.strategies`.
 """
+from difflib import get_close_matches
 from importlib.metadata import entry_points
 
 from services.planner.strategies.decisions import Ask, Decision, Finish, Skip, Strategy
+from shared.spec import MEASURING_STRATEGIES
 
 _REGISTRY: dict[str, Strategy] = {}
 
@@ -39,7 +41,23 @@ def registered() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def unknown_strategy(name: str) -> str | None:
+    """Why `name` cannot run, with the nearest known name, or None when it can: checked at submission, so that a
+    typo is refused there and not after the baseline has been measured."""
+    if name in MEASURING_STRATEGIES:
+        return None
+    try:
+        strategy_for(name)
+    except UnknownStrategy:
+        known = [*MEASURING_STRATEGIES, *registered()]
+        near = get_close_matches(name, known, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        return f"strategy {name!r} is not known: {hint}use one of {', '.join(known)}"
+    return None
+
+
 # The built-ins register themselves on import.
 from services.planner.strategies import autonomous, explicit, multiturn, one_prompt  # noqa: E402,F401
 
-__all__ = ["Ask", "Decision", "Finish", "Skip", "Strategy", "UnknownStrategy", "register", "registered", "strategy_for"]
+__all__ = ["Ask", "Decision", "Finish", "Skip", "Strategy", "UnknownStrategy", "register", "registered", "strategy_for",
+           "unknown_strategy"]
