@@ -17,10 +17,8 @@ from shared import report_queries as queries
 from shared import runtime
 from shared.errors import field_errors
 from shared.events import Event
-from shared.jobs import (Admission, JobFinished, NoProgress, QueueFull, cancel_job, follow_job, job_events,
-                         submit_job)
-from shared.limits import AdmissionRefused
-from shared.webhook_addresses import WebhookUrlRefused
+from shared.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, cancel_job, follow_job,
+                         job_events, submit_job)
 from shared.projections import project_job
 from shared.reports.comparison import Comparison
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
@@ -84,15 +82,19 @@ def optimise(spec: KernelSpec, run: str | None = None, timeout_s: float = 3600,
     rt = _runtime()
     try:
         job_id = submit_job(rt.store, rt.bus, spec, submitted_by="python", run=run,
-                            admission=Admission.of(rt.settings))
-    except (WebhookUrlRefused, QueueFull, AdmissionRefused) as exc:
+                            admission=Admission.of(rt.settings), owner=rt.owner)
+    except AdmissionRefused as exc:
+        raise KforgeError("invalid spec: " + "; ".join(map(str, exc.errors))) from None
+    except QueueFull as exc:
         raise KforgeError(str(exc)) from None
     try:
         view = follow_job(rt.store, job_id, on_event, timeout_s=timeout_s, stalled=rt.bus.stalled,
-                          stall_s=rt.settings.stall_timeout_s if rt.settings.embedded else None)
+                          stall_s=rt.settings.stall_timeout_s)
     except NoProgress as exc:
-        stop_embedded_job(rt, job_id, f"stopped following: {exc.reason}", "python")
-        raise KforgeError(f"{exc}; it was cancelled") from None
+        if stop_embedded_job(rt, job_id, f"stopped following: {exc.reason}", "python"):
+            raise KforgeError(f"{exc}; it was cancelled") from None
+        raise KforgeError(f"{exc}; it is left to the workers (is one serving each queue?): read it later with "
+                          f"kforge.tracker({job_id!r})") from None
     if not view.finished:
         if stop_embedded_job(rt, job_id, f"not finished within the {timeout_s:.0f} s timeout", "python"):
             raise KforgeError(f"job {job_id} still {view.status} after {timeout_s:.0f} s: cancelled, as its "

@@ -22,16 +22,14 @@ from shared import runtime
 from shared.contracts import PLANNER_QUEUE, gpu_of
 from shared.errors import field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
-from shared.jobs import (Admission, JobFinished, NoProgress, QueueFull, cancel_job, follow_job, get_job, job_events,
-                         list_jobs, submit_job)
+from shared.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, cancel_job, follow_job,
+                         get_job, job_events, list_jobs, submit_job)
 from shared.projections import job_id_of
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.reports.tracker import performance_tracker
 from shared.settings import Settings
 from shared.steps import project_optimisation
-from shared.limits import AdmissionRefused
-from shared.webhook_addresses import WebhookUrlRefused
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -124,13 +122,12 @@ def tune(
     _interrupt_on_signals()
     mode = "embedded (in-process, SQLite)" if rt.settings.embedded else "services (Celery over Redis)"
     try:
-        job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run, admission=Admission.of(rt.settings))
-    except WebhookUrlRefused as exc:
-        console.print(f"[red]webhook_url[/red]: {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run, admission=Admission.of(rt.settings),
+                            owner=rt.owner)
     except AdmissionRefused as exc:
+        console.print(f"[red]invalid submission[/red] ({spec or kernel}):")
         for error in exc.errors:
-            console.print(f"[red]{escape(error.field)}[/red]: {escape(error.message)}")
+            console.print(f"  [bold]{escape(error.field)}[/bold]: {escape(error.message)}")
         raise typer.Exit(2) from None
     except QueueFull as exc:
         console.print(f"[red]not submitted[/red]: {exc}")
@@ -145,16 +142,19 @@ def tune(
     try:
         with console.status("working…"):
             view = follow_job(rt.store, job_id, show, timeout_s=timeout, stalled=rt.bus.stalled,
-                              stall_s=rt.settings.stall_timeout_s if rt.settings.embedded else None)
+                              stall_s=rt.settings.stall_timeout_s)
             if view.finished:
                 rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (_interrupt_on_signals)
         _cancel_interrupted(rt, job_id, exc.args[0] if exc.args else "SIGINT")
     except NoProgress as exc:
-        stop_embedded_job(rt, job_id, f"kforge tune stopped following: {exc.reason}", "cli")
-        console.print(f"[red]stopped[/red]: {escape(str(exc))}; the job was cancelled. "
-                      f"Warnings and tracebacks are in {_log_file(rt.settings)}")
-        raise typer.Exit(1) from None
+        if stop_embedded_job(rt, job_id, f"kforge tune stopped following: {exc.reason}", "cli"):
+            console.print(f"[red]stopped[/red]: {escape(str(exc))}; the job was cancelled. "
+                          f"Warnings and tracebacks are in {_log_file(rt.settings)}")
+            raise typer.Exit(1) from None
+        console.print(f"[yellow]stopped following[/yellow]: {escape(str(exc))}. It is left to the workers (is one "
+                      f"serving each queue?); `kforge show {job_id}` follows up, `kforge cancel {job_id}` ends it")
+        raise typer.Exit(3) from None
     history = job_events(rt.store, job_id)
     if kernel_spec.strategy.generates:
         console.print(steps_table(project_optimisation(history)))
@@ -389,7 +389,8 @@ def slow(
         return
     name = run or f"slow-{threshold:g}"
     job_ids = _report(queries.optimise_batch, rt.store, rt.bus, found, strategy, name,
-                      lambda r, j: console.print(f"{r.kernel}: job {j} submitted ({strategy})", markup=False))
+                      lambda r, j: console.print(f"{r.kernel}: job {j} submitted ({strategy})", markup=False),
+                      rt.owner)
     with console.status(f"optimising {len(job_ids)} kernel(s)…"):
         views = [follow_job(rt.store, j, lambda e: None, timeout_s=timeout) for j in job_ids]
         if all(v.finished for v in views):

@@ -7,9 +7,9 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
                            GenerationRequested, GeneratorCalled, JobCancelled, JobCompleted, JobFailed, JobSubmitted,
                            KernelCompiled, KernelsCompared, PlanProposed, SanitizerChecked,
                            ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
-                           TaskFailed, TaskProfiled, TuningCompleted, TuningRequested, VerificationIncomplete,
-                           VerificationRequested, WebhookAbandoned, WebhookAttempted, WebhookDelivered,
-                           WebhookRequested)
+                           TaskFailed, TaskProfiled, Tolerance, TuningCompleted, TuningRequested,
+                           VerificationIncomplete, VerificationRequested, WebhookAbandoned, WebhookAttempted,
+                           WebhookDelivered, WebhookRequested)
 from shared.projections import JobView
 from shared.reports.comparison import ChangeType, Comparison
 from shared.reports.profile import PipelineProfile
@@ -27,8 +27,9 @@ def describe(event: Event) -> str:
             return f"to {queue} with {params}"
         case KernelCompiled(arch=arch, compile_ms=ms, cache_hit=hit):
             return f"NVRTC {arch}: " + ("from the compile cache" if hit else f"compiled in {ms:.0f} ms")
-        case BaselineMeasured(median_ms=ms, device=device, samples_ms=samples, replay=replay):
-            return f"{ms:.4f} ms median of {len(samples)} on {device}" + (" [REPLAY]" if replay else "")
+        case BaselineMeasured(median_ms=ms, device=device, samples_ms=samples, replay=replay, tolerances=tolerances):
+            return (f"{ms:.4f} ms median of {len(samples)} on {device}" + (" [REPLAY]" if replay else "")
+                    + _widened(tolerances))
         case BaselineFailed(stage=stage, reason=reason):
             return f"{stage}: {reason}"
         case TuningRequested(queue=queue, shard=shard, shards=shards):
@@ -49,7 +50,8 @@ def describe(event: Event) -> str:
             return f"{candidate} to {queue}"
         case CandidateVerified(trials=trials, skipped=skipped, max_abs_error=error, device=device):
             return (f"matches on {len(trials)} trials ({', '.join(t.label for t in trials)}) on {device}, largest "
-                    f"error {error:.3g}" + (f"; {len(skipped)} skipped" if skipped else ""))
+                    f"error {error:.3g}" + (f"; {len(skipped)} skipped" if skipped else "")
+                    + _widened([t for trial in trials for t in trial.tolerances]))
         case CandidateRejected(check=check, reason=reason, trial=trial):
             return f"{check}: {reason}" + (f" [{trial}]" if trial else "")
         case SanitizerChecked(note=note):
@@ -111,6 +113,16 @@ def _attempted(e: WebhookAttempted) -> str:
     answer = e.error or f"HTTP {e.status_code}"
     retry = f"; next attempt in {e.retry_in_s:g} s" if e.retry_in_s is not None else ""
     return f"attempt {e.attempt} to {e.url}: {answer} in {e.duration_ms:.0f} ms{retry}"
+
+
+def _widened(tolerances: list[Tolerance]) -> str:
+    """Each output whose tolerance the reference's own spread widened, at its widest; '' when none was."""
+    widest: dict[str, Tolerance] = {}
+    for t in tolerances:
+        if t.spread > 0 and (t.output not in widest or t.atol > widest[t.output].atol):
+            widest[t.output] = t
+    return "".join(f"; {t.output} within atol {t.atol:.3g} + rtol {t.rtol:.3g} x |ref|, as {t.reason}"
+                   for t in widest.values())
 
 
 def _params(params: dict | None) -> str:

@@ -4,7 +4,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from shared.array_files import ArrayFileError, array_file, array_file_errors
 from shared.errors import FieldError, field_errors
+from shared.settings import Settings
 from shared.spec import KernelSpec
 
 
@@ -23,7 +25,8 @@ def spec_path_for(kernel: Path) -> Path | None:
 
 def load_spec(kernel: Path | None, spec: Path | None) -> KernelSpec:
     """The spec from `spec` (default: the .yaml beside `kernel`), with its source read from `kernel`,
-    or from the spec's `source_file` (relative to the spec) when no kernel file is given."""
+    or from the spec's `source_file` (relative to the spec) when no kernel file is given; `data` and
+    `answer` files, relative to the spec too, are checked and recorded with their sha256."""
     if kernel is not None and not kernel.is_file():
         raise SpecError(str(kernel), [FieldError("KERNEL", f"{kernel} does not exist: give the path of a .cu file")])
     if spec is None:
@@ -37,10 +40,30 @@ def load_spec(kernel: Path | None, spec: Path | None) -> KernelSpec:
         data["source"] = _read_text(kernel, "KERNEL")
     elif source_file is not None:
         data["source"] = _read_text(spec.parent / str(source_file), "source_file")
+    _record_array_files(data, spec)
     try:
-        return KernelSpec.model_validate(data)
+        loaded = KernelSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(str(spec), field_errors(exc.errors())) from None
+    if errors := array_file_errors(loaded):
+        raise SpecError(str(spec), errors)
+    return loaded
+
+
+def _record_array_files(data: dict, spec: Path) -> None:
+    """Each argument's `data` and `answer` path, relative to the spec file, becomes the file's absolute path and
+    the sha256 of its bytes: the job uses exactly this content, or is refused where the file has changed."""
+    errors, max_bytes = [], Settings().max_array_bytes
+    args = data.get("args")
+    for i, arg in enumerate(args if isinstance(args, list) else []):
+        for field in ("data", "answer"):
+            if isinstance(arg, dict) and isinstance(arg.get(field), str):
+                try:
+                    arg[field] = array_file(spec.parent / arg[field], max_bytes).model_dump()
+                except ArrayFileError as exc:
+                    errors.append(FieldError(f"args[{i}].{field}", str(exc)))
+    if errors:
+        raise SpecError(str(spec), errors)
 
 
 def _read_yaml(path: Path) -> dict:

@@ -78,7 +78,7 @@ class JobCancelled(Event):
     """Stopped on request: no further work is started for it, and running work stops at its next check."""
 
     reason: str
-    cancelled_by: str  # cli | http | python
+    cancelled_by: str  # cli | http | python | kforge (the process that ran it in-process had ended)
 
 
 JOB_ENDS = (JobCompleted, JobFailed, JobCancelled)  # a job ends with exactly one of these
@@ -109,10 +109,26 @@ class DeviceFacts(BaseModel):
     l2_mb: float
 
 
-class BaselineMeasured(Event):
-    """v2 adds `facts`, the device's peaks and SM count (none on a device without the attributes)."""
+class Tolerance(BaseModel):
+    """How one output was compared with the reference's, |out - ref| <= atol + rtol x |ref|, and why
+    (shared/tolerance.py): `spread` is how far the reference's own runs on the same inputs disagreed,
+    absolutely and relative to |ref|; a nonzero one widens the tolerance of an output left unset in the spec."""
 
-    schema_version: ClassVar[int] = 2
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    output: str
+    atol: float
+    rtol: float
+    spread: float = 0.0
+    spread_rel: float = 0.0
+    reason: str
+
+
+class BaselineMeasured(Event):
+    """v2 adds `facts`, the device's peaks and SM count (none on a device without the attributes).
+    v3 adds `tolerances`, what each output of every configuration is checked against the reference with, and
+    why (none recorded before v3, nor in replay)."""
+
+    schema_version: ClassVar[int] = 3
     request_id: UUID
     device: str
     params: dict[str, ParamValue]
@@ -122,11 +138,12 @@ class BaselineMeasured(Event):
     median_ms: float
     replay: bool = False
     facts: DeviceFacts | None = None
+    tolerances: list[Tolerance] = Field(default_factory=list)
 
 
 class BaselineFailed(Event):
     request_id: UUID
-    stage: str  # compile | device | the check that failed: load | launch | output | timeout | crashed | replay
+    stage: str  # compile | device | data | the check that failed: load | launch | output | timeout | crashed | replay
     reason: str
     log: str = ""
 
@@ -256,9 +273,13 @@ class TrialPassed(BaseModel):
     seed: int
     max_abs_error: float
     max_rel_error: float
+    tolerances: list[Tolerance] = Field(default_factory=list, description="per output: within what, and why")
 
 
 class CandidateVerified(Event):
+    """v2 adds each trial's `tolerances`."""
+
+    schema_version: ClassVar[int] = 2
     request_id: UUID
     candidate_id: str
     device: str
@@ -269,12 +290,17 @@ class CandidateVerified(Event):
 
 
 class CandidateRejected(Event):
+    """v2 adds `tolerances`: those the outputs were judged with on the trial that showed it (none for a
+    rejection made before the outputs were compared)."""
+
+    schema_version: ClassVar[int] = 2
     request_id: UUID
     candidate_id: str
     check: str  # compile | signature | launch | timeout | crashed | out_of_bounds | ... | reference
     reason: str
     trial: str | None = None  # the trial that showed it: label, sizes and seed
     log: str = ""  # NVRTC's log for a compile rejection
+    tolerances: list[Tolerance] = Field(default_factory=list)
 
 
 class SanitizerCheck(BaseModel):
@@ -569,5 +595,7 @@ EVENTS = EventRegistry(
      GenerationFailed, StepSkipped, StepAccepted, StepDiscarded, TaskProfiled, TaskFailed, JobCancelled,
      WebhookRequested, WebhookAttempted, WebhookDelivered, WebhookAbandoned, ComparisonRequested, KernelsCompared],
     upcasters={("JobSubmitted", 1): _added_optional_field, ("JobSubmitted", 2): _submitted_before_tenants,
-               ("BaselineMeasured", 1): _added_optional_field, ("StepAccepted", 1): _accepted_before_intervals},
+               ("BaselineMeasured", 1): _added_optional_field, ("BaselineMeasured", 2): _added_optional_field,
+               ("CandidateVerified", 1): _added_optional_field, ("CandidateRejected", 1): _added_optional_field,
+               ("StepAccepted", 1): _accepted_before_intervals},
 )

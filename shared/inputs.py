@@ -1,31 +1,71 @@
 """Kernel inputs generated from the argument spec and a seed, by a counter-based generator.
 
 Element i of the argument at position p under seed s is a function of (s, p, i) alone: splitmix64's
-output for counter i+1 of a stream keyed by (s, p). The GPU computes the same function in kforge's own
-kernels (shared/device/own_kernels.py), so the verifier draws a trial's inputs where they are used and
-the host computes the very same bits whenever it needs them (the benchmark's arrays, a test). Every value
-is made exactly, without rounding: floats are a random integer of the dtype's precision times a power of
-two, minus 1; integers are a multiply-shift of 32 random bits. Large arrays are drawn in chunks on all
-cores at once; the values depend on the seed alone, never on the chunking.
+output for counter i+1 of a stream keyed by (s, p), made a value of the argument's range [low, high) (its
+`range`, else its dtype's default) by a few IEEE-rounded steps. The GPU repeats those steps exactly in
+kforge's own kernels (shared/device/own_kernels.py), so the verifier draws a trial's inputs where they are
+used and the host computes the very same bits whenever it needs them (the benchmark's arrays, a test). A
+sorted input's element i is low + (i + u) * (high - low) / count, with u in [0, 1) from its bits: every
+step is monotone, so the values never decrease, and still each element is computed alone. An input with
+`data` is that file's array instead. Large arrays are drawn in chunks on all cores at once; the values
+depend on the seed alone, never on the chunking.
 """
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
+from shared.array_files import read_array
 from shared.spec import ArgSpec, KernelSpec
 
 CHUNK = 1 << 20  # elements drawn by one thread at a time
 SPECIAL_STRIDE = 97  # a prime, so specials do not line up with block or warp boundaries
 SPECIAL_VALUES = {"nan": lambda t: np.nan, "inf": lambda t: np.inf, "-inf": lambda t: -np.inf, "zero": lambda t: 0.0,
                   "-zero": lambda t: -0.0, "denormal": lambda t: np.finfo(t).smallest_subnormal}
-# Significant bits drawn per float dtype: every value k * 2**(1 - bits) - 1 is exact in the dtype.
+# Random bits per float of an unsorted input, the dtype's precision: with the default range [-1, 1) every
+# value k * 2**(1 - bits) - 1 is exact, and any range gets as many distinct values as its dtype resolves.
 FLOAT_BITS = {"float16": 11, "float32": 24, "float64": 53}
-INT_RANGES = {"i": (-100, 200), "u": (0, 100)}  # (lowest value, how many values) by dtype kind
 
 _MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's counter increment
 _MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How an input's random bits become values in [low, high) of its dtype: the constants the device's
+    generator takes as they are, computed once here so that both sides round the very same numbers."""
+
+    dtype: np.dtype
+    low: int = 0  # integers: the lowest value, as 64-bit two's complement
+    span: int = 0  # integers: how many values [low, high) holds
+    origin: float = 0.0  # floats: the lowest value, as the dtype holds it
+    scale: float = 0.0  # floats: high - low; sorted, that width (integers: span) over the array's elements
+    limit: float = 0.0  # floats: high, the first value left out; sorted integers: span, the first offset left out
+    below: float = 0.0  # floats: the dtype's largest value below high, for one that rounding took up to high
+    sorted: bool = False
+
+
+def distribution(dtype, low: int | float, high: int | float, sorted_count: int = 0) -> Distribution:
+    """[low, high) of `dtype`, as KernelSpec.value_range checked it; sorted over `sorted_count` elements if any."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        low_held, high_held = dtype.type(low), dtype.type(high)
+        width = float(high_held) - float(low_held)
+        return Distribution(dtype, origin=float(low_held), scale=width / sorted_count if sorted_count else width,
+                            limit=float(high_held), below=float(np.nextafter(high_held, dtype.type(-np.inf))),
+                            sorted=bool(sorted_count))
+    span = int(high) - int(low)
+    return Distribution(dtype, low=int(low) & _MASK, span=span, scale=span / sorted_count if sorted_count else 0.0,
+                        limit=float(span) if sorted_count else 0.0, sorted=bool(sorted_count))
+
+
+def distribution_of(spec: KernelSpec, arg: ArgSpec) -> Distribution:
+    """The distribution of input `arg` at `spec`'s sizes."""
+    low, high = spec.value_range(arg)
+    return distribution(arg.dtype, low, high, math.prod(spec.shape_of(arg)) if arg.sorted else 0)
 
 
 def stream_key(seed: int, position: int) -> int:
@@ -33,25 +73,33 @@ def stream_key(seed: int, position: int) -> int:
     return _mix((seed & _MASK) ^ _mix(((position + 1) * GOLDEN) & _MASK))
 
 
-def draw(dtype: np.dtype, key: int, start: int, count: int) -> np.ndarray:
-    """Elements start .. start+count-1 of the stream `key`, as `dtype`, with no specials."""
-    bits = np.arange(start + 1, start + count + 1, dtype=np.uint64)
+def draw(how: Distribution, key: int, start: int, count: int) -> np.ndarray:
+    """Elements start .. start+count-1 of the stream `key`, drawn as `how` says, with no specials."""
+    index = np.arange(start, start + count, dtype=np.uint64)
+    bits = index + np.uint64(1)
     bits *= np.uint64(GOLDEN)
     bits += np.uint64(key)
     _mix_in_place(bits)
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        precision = FLOAT_BITS[dtype.name]
-        exact = np.float64 if dtype == np.float64 else np.float32  # holds k and k * 2**(1 - bits) - 1 exactly
-        values = (bits >> np.uint64(64 - precision)).astype(exact)
-        values *= exact(2.0 ** (1 - precision))
-        values -= exact(1)
-        return values.astype(dtype, copy=False)
-    low, span = INT_RANGES[dtype.kind]
-    bits >>= np.uint64(32)
-    bits *= np.uint64(span)
-    bits >>= np.uint64(32)
-    return (bits.astype(np.int64) + low).astype(dtype)
+    if how.sorted:
+        # i + u, u in [0, 1): below i + 1, so below the next element's whatever the rounding of either.
+        scaled = (index.astype(np.float64) + (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53) * how.scale
+    if how.dtype.kind == "f":
+        if not how.sorted:
+            precision = FLOAT_BITS[how.dtype.name]
+            scaled = (bits >> np.uint64(64 - precision)).astype(np.float64) * 2.0 ** -precision * how.scale
+        values = (how.origin + scaled).astype(how.dtype)
+        values[values.astype(np.float64) >= how.limit] = how.below  # rounding may reach high, which is left out
+        return values
+    if how.sorted:
+        whole = np.floor(scaled)
+        offsets = np.full(count, how.span - 1, np.uint64)  # where rounding reached the span itself
+        fits = whole < how.limit
+        offsets[fits] = whole[fits].astype(np.uint64)
+    elif how.span <= 1 << 32:  # multiply-shift of the top 32 bits: exact in 64-bit arithmetic
+        offsets = ((bits >> np.uint64(32)) * np.uint64(how.span)) >> np.uint64(32)
+    else:
+        offsets = _high_product(bits, how.span)
+    return (offsets + np.uint64(how.low)).astype(how.dtype)  # wraps as two's complement, as the device's cast
 
 
 def special_values(arg: ArgSpec) -> np.ndarray:
@@ -61,18 +109,21 @@ def special_values(arg: ArgSpec) -> np.ndarray:
 
 
 def make_array(spec: KernelSpec, arg: ArgSpec, seed: int) -> np.ndarray:
-    """Inputs get values in a dtype-appropriate range (floats in [-1, 1), signed integers in [-100, 100),
-    unsigned ones in [0, 100)); outputs start zeroed."""
+    """An input's `data`, or values drawn in its range (default: floats in [-1, 1), signed integers in
+    [-100, 100), unsigned ones in [0, 100)); outputs start zeroed."""
     shape, dtype = spec.shape_of(arg), np.dtype(arg.dtype)
+    if arg.data is not None:
+        return read_array(arg.data, arg.dtype, shape)
     array = np.zeros(shape, dtype)
     if arg.effective_role == "out":
         return array
     flat = array.reshape(-1)
     # Keyed by the argument's position, so adding an argument does not change the others.
     key = stream_key(seed, spec.args.index(arg))
+    how = distribution_of(spec, arg)
 
     def fill(start: int) -> None:
-        flat[start:start + CHUNK] = draw(dtype, key, start, min(CHUNK, flat.size - start))
+        flat[start:start + CHUNK] = draw(how, key, start, min(CHUNK, flat.size - start))
 
     chunks = range(0, flat.size, CHUNK)
     if len(chunks) > 1:
@@ -97,6 +148,17 @@ def _mix(z: int) -> int:
     z = ((z ^ (z >> 30)) * _MIX[0]) & _MASK
     z = ((z ^ (z >> 27)) * _MIX[1]) & _MASK
     return z ^ (z >> 31)
+
+
+def _high_product(bits: np.ndarray, factor: int) -> np.ndarray:
+    """The high 64 bits of each 128-bit product `bits * factor` (the device's __umul64hi), from 32-bit halves."""
+    half = np.uint64(32)
+    low32 = np.uint64(0xFFFFFFFF)
+    bits_high, bits_low = bits >> half, bits & low32
+    factor_high, factor_low = np.uint64(factor >> 32), np.uint64(factor & 0xFFFFFFFF)
+    low_low, high_low, low_high = bits_low * factor_low, bits_high * factor_low, bits_low * factor_high
+    carry = ((low_low >> half) + (high_low & low32) + (low_high & low32)) >> half
+    return bits_high * factor_high + (high_low >> half) + (low_high >> half) + carry
 
 
 def _mix_in_place(z: np.ndarray) -> None:

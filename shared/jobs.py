@@ -4,19 +4,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from uuid import uuid4
 
 from pydantic import BaseModel, Field
 
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
+from shared.errors import FieldError
 from shared.events import JOB_ENDS, LOCAL_TENANT, Event, JobCancelled, JobSubmitted, Undecodable
 from shared.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen
-from shared.limits import Limits, check_admission
+from shared.job_owners import JobOwner, dead_owners
+from shared.kernel_admission import kernel_errors
+from shared.limits import Limits, limit_errors
 from shared.projections import JobView, by_stream, job_id_of, job_stream, project_job
 from shared.settings import Settings
 from shared.spec import KernelSpec, ParamValue
-from shared.webhook_addresses import allowed_addresses
+from shared.strategy_names import unknown_strategy
+from shared.webhook_addresses import WebhookUrlRefused, allowed_addresses
 
 
 class JobPublic(BaseModel):
@@ -61,11 +66,20 @@ class Admission:
     max_open_jobs_of_tenant: int | None = None  # the same, counting only the submitting tenant's jobs
     webhook_networks: list[str] = field(default_factory=list)  # non-public networks webhooks may reach
     limits: Limits = Limits()  # sizes, spaces, timeouts and arrays beyond which a spec is refused (AdmissionRefused)
+    default_arch: str = "sm_90"  # the submitted kernel is compiled for this arch unless its spec names one
 
     @classmethod
     def of(cls, settings: Settings) -> "Admission":
         return cls(max_open_jobs=settings.max_open_jobs, webhook_networks=settings.webhook_allowed_networks,
-                   limits=Limits.of(settings))
+                   limits=Limits.of(settings), default_arch=settings.default_arch)
+
+
+class AdmissionRefused(ValueError):
+    """The spec cannot run as it is; nothing was recorded. `errors` name every field at fault and its fix."""
+
+    def __init__(self, errors: list[FieldError]):
+        super().__init__("; ".join(map(str, errors)))
+        self.errors = errors
 
 
 class QueueFull(RuntimeError):
@@ -82,13 +96,15 @@ class JobFinished(RuntimeError):
 
 
 def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str = "cli", run: str | None = None,
-               admission: Admission = Admission(), tenant: str = LOCAL_TENANT) -> str:
-    """Record a job of `tenant` and wake the planner. Refused, with nothing recorded: a webhook URL that may
-    not be called (WebhookUrlRefused) and, past `admission.max_open_jobs` unfinished jobs (or
-    `max_open_jobs_of_tenant` of the tenant's), any job (QueueFull)."""
-    check_admission(spec, admission.limits)
-    if spec.webhook_url is not None:
-        allowed_addresses(str(spec.webhook_url), admission.webhook_networks)
+               admission: Admission = Admission(), tenant: str = LOCAL_TENANT, owner: JobOwner | None = None) -> str:
+    """Record a job of `tenant` and wake the planner; `owner`, in embedded mode, is this process, which runs
+    the job. Refused, with nothing recorded: a spec that cannot run as it is (AdmissionRefused, naming every
+    field at fault at once) and, past `admission.max_open_jobs` unfinished jobs (or `max_open_jobs_of_tenant`
+    of the tenant's), any job (QueueFull)."""
+    errors = [*limit_errors(spec, admission.limits), *_webhook_errors(spec, admission.webhook_networks),
+              *_strategy_errors(spec), *kernel_errors(spec, admission.default_arch)]
+    if errors:
+        raise AdmissionRefused(errors)
     job_id = uuid4().hex[:12]
     stream = job_stream(job_id)
     ends = tuple(t.__name__ for t in JOB_ENDS)
@@ -98,6 +114,8 @@ def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str 
     if admission.max_open_jobs_of_tenant is not None:
         limits.append(OpenLimit(JobSubmitted.__name__, ends, admission.max_open_jobs_of_tenant,
                                 where=("tenant", tenant)))
+    if owner is not None:
+        owner.claim(job_id)
     try:
         store.append(stream, [JobSubmitted(stream_id=stream, spec=spec, submitted_by=submitted_by, run=run,
                                            tenant=tenant)],
@@ -108,9 +126,31 @@ def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str 
     return job_id
 
 
+def _strategy_errors(spec: KernelSpec) -> list[FieldError]:
+    unknown = unknown_strategy(spec.strategy.name)
+    return [FieldError("strategy.name", unknown)] if unknown else []
+
+
+def _webhook_errors(spec: KernelSpec, networks: list[str]) -> list[FieldError]:
+    if spec.webhook_url is None:
+        return []
+    try:
+        allowed_addresses(str(spec.webhook_url), networks)
+    except WebhookUrlRefused as exc:
+        return [FieldError("webhook_url", str(exc))]
+    return []
+
+
 def cancel_job(store: EventStore, bus: Bus, job_id: str, reason: str, cancelled_by: str) -> JobView:
-    """End an unfinished job; JobFinished if it has ended. Racing the planner's last word is safe: the
-    append expects the version read, so whichever end is recorded first stands."""
+    """End an unfinished job; JobFinished if it has ended."""
+    _record_cancel(store, job_id, reason, cancelled_by)
+    bus.dispatch(PlannerCatchUp.message(reason=f"{job_stream(job_id)} cancelled"))  # its webhook goes out
+    return get_job(store, job_id)
+
+
+def _record_cancel(store: EventStore, job_id: str, reason: str, cancelled_by: str) -> None:
+    """Racing the planner's last word is safe: the append expects the version read, so whichever end is
+    recorded first stands."""
     stream = job_stream(job_id)
     while True:
         view = get_job(store, job_id)
@@ -121,10 +161,32 @@ def cancel_job(store: EventStore, bus: Bus, job_id: str, reason: str, cancelled_
         try:
             store.append(stream, [JobCancelled(stream_id=stream, reason=reason, cancelled_by=cancelled_by)],
                          expected_version=view.version)
+            return
         except ConcurrencyConflict:
             continue  # the job moved on meanwhile: look again
-        bus.dispatch(PlannerCatchUp.message(reason=f"{stream} cancelled"))  # its webhook goes out
-        return get_job(store, job_id)
+
+
+def cancel_orphaned_jobs(store: EventStore, home: Path, database_url: str) -> list[str]:
+    """Cancel the unfinished jobs of the embedded processes that ran jobs of `store` (at `database_url`) from
+    `home` and have ended (shared/job_owners.py); returns their ids.
+
+    Cancelled rather than resumed: the process that finds them may be a `kforge jobs` that exits at once, its
+    in-process workers with it, which would orphan them again, and a job resumed unasked would spend GPU time
+    that nobody follows. For the same reason the planner is not woken here: the next process that runs one
+    catches up with the cancellations (and sends their webhooks) from its tracked position."""
+    cancelled = []
+    for owner in dead_owners(home, database_url):
+        reason = (f"`{owner.command}` (pid {owner.pid}), which ran this job in its own process, was killed or "
+                  "ended before the job did; submit the job again to rerun it (for kforge tune: run that command "
+                  "again)")
+        for job_id in owner.job_ids:
+            try:
+                _record_cancel(store, job_id, reason, cancelled_by="kforge")
+            except (JobFinished, KeyError):  # it had ended, or was never recorded
+                continue
+            cancelled.append(job_id)
+        owner.release()
+    return cancelled
 
 
 def get_job(store: EventStore, job_id: str) -> JobView | None:

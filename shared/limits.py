@@ -37,16 +37,8 @@ class Limits:
                    max_verify_timeout_s=settings.max_verify_timeout_s, max_search_time_s=settings.max_search_time_s)
 
 
-class AdmissionRefused(ValueError):
-    """The submission passes a limit; nothing was recorded. `errors` name each field and the fix."""
-
-    def __init__(self, errors: list[FieldError]):
-        super().__init__("; ".join(map(str, errors)))
-        self.errors = errors
-
-
-def check_admission(spec: KernelSpec, limits: Limits) -> None:
-    """Raise AdmissionRefused with every limit `spec` passes."""
+def limit_errors(spec: KernelSpec, limits: Limits) -> list[FieldError]:
+    """Every limit `spec` passes, each naming the field and the setting that moves it."""
     errors = [*_size_errors(spec, limits), *_timeout_errors(spec, limits), *_space_errors(spec, limits)]
     if not errors:  # expressions are evaluated only once their sizes and spaces are known to be bounded
         errors = _expression_errors(spec, "") + _candidate_errors(spec)
@@ -55,8 +47,7 @@ def check_admission(spec: KernelSpec, limits: Limits) -> None:
         if total > limits.max_array_bytes:
             errors.append(FieldError("args", f"the arrays take {total:,} bytes, above the {limits.max_array_bytes:,} "
                                              "a job may use (KFORGE_MAX_ARRAY_BYTES): use smaller sizes"))
-    if errors:
-        raise AdmissionRefused(errors)
+    return errors
 
 
 def memory_refusal(spec: KernelSpec, device_memory_bytes: int | None, input_sets: int = 1) -> str | None:
@@ -110,13 +101,15 @@ def _candidate_errors(spec: KernelSpec) -> list[FieldError]:
 
 
 def _expression_errors(spec: KernelSpec, prefix: str) -> list[FieldError]:
-    """Evaluate every expression of `spec` where it is used: shapes and work at the spec's sizes, the rest
+    """Evaluate every expression of `spec` where it is used: shapes, ranges and work at the spec's sizes, the rest
     at the submitted configuration and at the smallest, first and largest value of every tune parameter.
     The workers evaluate them under the same bounds; here a bomb is a field error instead of a failed job."""
     checks: list[tuple[str, Callable[[], object]]] = []
     for i, arg in enumerate(spec.args):
         if arg.is_array:
             checks.append((f"args[{i}].shape", lambda arg=arg: _extents(spec.shape_of(arg))))
+        if arg.range is not None:
+            checks.append((f"args[{i}].range", lambda arg=arg: spec.value_range(arg)))
     checks += [("work.bytes", spec.bytes_per_launch), ("work.flops", spec.flops_per_launch)]
     checks += [("problem_size", lambda dim=dim: evaluate(dim, spec.sizes)) for dim in spec.problem_size or []]
     for config in _corners(spec):

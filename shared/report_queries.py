@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from shared.bus import Bus
 from shared.events import JobSubmitted
 from shared.eventstore import EventStore, UnreadableEvent
+from shared.job_owners import JobOwner
 from shared.jobs import job_events, submit_job
 from shared.projections import job_id_of, job_stream
 from shared.reports.comparison import Comparison, Run, compare_runs, run_of
@@ -122,14 +123,16 @@ def slow_kernels(store: EventStore, threshold: float, among: Collection[str] | N
 
 
 def optimise_batch(store: EventStore, bus: Bus, kernels: list[KernelResult], strategy: str, run: str,
-                   on_submitted: Callable[[KernelResult, str], None] = lambda r, j: None) -> list[str]:
-    """Submit each kernel again, as its latest job submitted it, under a rewriting strategy and one run name."""
+                   on_submitted: Callable[[KernelResult, str], None] = lambda r, j: None,
+                   owner: JobOwner | None = None) -> list[str]:
+    """Submit each kernel again, as its latest job submitted it, under a rewriting strategy and one run name;
+    `owner` as submit_job takes it."""
     job_ids = []
     for result in kernels:
         submitted = next(e for e in events_of(store, result.job_id) if isinstance(e, JobSubmitted))
         spec = submitted.spec.model_validate({**submitted.spec.model_dump(),
                                               "strategy": {**submitted.spec.strategy.model_dump(), "name": strategy}})
-        job_id = submit_job(store, bus, spec, submitted_by="batch", run=run)
+        job_id = submit_job(store, bus, spec, submitted_by="batch", run=run, owner=owner)
         on_submitted(result, job_id)
         job_ids.append(job_id)
     return job_ids

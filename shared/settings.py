@@ -118,8 +118,8 @@ class Settings(BaseSettings):
     task_retries: int = Field(2, ge=0, le=20, validation_alias="KFORGE_TASK_RETRIES",
                               description="retries of a worker task that raised unexpectedly")
     stall_timeout_s: float = Field(1800.0, gt=0, allow_inf_nan=False, validation_alias="KFORGE_STALL_TIMEOUT_S",
-                                   description="embedded mode: `kforge tune` and the Python API stop following "
-                                               "(and cancel) a job that recorded no event for this long")
+                                   description="`kforge tune` and the Python API stop following a job that "
+                                               "recorded no event for this long; embedded, they cancel it too")
 
     # The broker hands a task that was delivered but never acknowledged (its worker died) to another
     # worker after this long, so it must exceed the longest task and the longest webhook retry delay.

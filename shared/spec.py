@@ -7,6 +7,7 @@ where `grid_div_x` defaults to `[block_size_x]` (likewise y and z).
 """
 import math
 import re
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 import numpy as np
@@ -90,6 +91,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class ArrayFile(_Strict):
+    """A .npy file on the workers' machine and the sha256 of its bytes when the spec file was read, so that a
+    file changed since is refused where it is used (shared/array_files.py) rather than used unnoticed. A spec
+    file names only the path (`data: x.npy`, relative to the spec file); its loader records the rest."""
+
+    path: str = Field(description="absolute path of the .npy file")
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="of the file's bytes")]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_bare_path(cls, value):
+        if isinstance(value, str):
+            raise ValueError(f"{value!r} is a path alone: a spec file's loader (kforge tune --spec) reads it and "
+                             "records its sha256; elsewhere give {path: <absolute path>, sha256: <of its bytes>}")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    @field_rule
+    def _absolute(cls, path: str) -> str:
+        if not PurePosixPath(path).is_absolute():
+            raise ValueError(f"{path!r} is relative, which would depend on each worker's directory: give an absolute "
+                             "path (a spec file's relative paths are resolved against the spec file)")
+        return path
+
+
+# [low, high) of an input without a range, by dtype kind: within every dtype of the kind, int8 and uint8 too.
+DEFAULT_RANGES = {"f": (-1.0, 1.0), "i": (-100, 100), "u": (0, 100)}
+MAX_SPAN = 2 ** 64 - 1  # values an integer range may hold: the count travels to the device as a 64-bit integer
+
+
 class ArgSpec(_Strict):
     """One kernel argument, in the order of the kernel's signature."""
 
@@ -100,6 +132,15 @@ class ArgSpec(_Strict):
     value: Expression | float | None = Field(None, description="a scalar argument's value")
     specials: list[Literal["nan", "inf", "-inf", "zero", "-zero", "denormal"]] = Field(
         default_factory=list, description="special values the verifier mixes into this input (floats only)")
+    range: list[Expression | float] | None = Field(
+        None, min_length=2, max_length=2,
+        description="[low, high): an input's values, uniform from low (included) to high (left out); expressions "
+                    "over sizes, evaluated at each trial's sizes, e.g. [0, n] for indices into n elements")
+    sorted: bool = Field(False, description="an input's values non-decreasing in memory order (row pointers, "
+                                            "sorted keys), within range")
+    data: ArrayFile | None = Field(None, description="an input's values, fixed: a .npy file of its dtype and shape")
+    answer: ArrayFile | None = Field(None, description="an output's expected values (Kernel Tuner's answer): a .npy "
+                                                       "file of its dtype and shape, compared with verify.atol/rtol")
 
     @field_validator("dtype")
     @classmethod
@@ -122,6 +163,26 @@ class ArgSpec(_Strict):
             raise ValueError(f"argument {self.name!r} has a value, so it is a scalar: drop role or set role: scalar")
         if self.specials and (not self.dtype.startswith("float") or self.shape is None or self.role == "out"):
             raise ValueError(f"argument {self.name!r}: specials apply to float input arrays only; drop them here")
+        return self
+
+    @model_validator(mode="after")
+    @model_rule
+    def _values_given_once(self) -> "ArgSpec":
+        given = [name for name in ("range", "sorted", "data", "answer") if getattr(self, name)]
+        if self.value is not None and given:
+            raise ValueError(f"{given[0]}: argument {self.name!r} is a scalar; range, sorted, data and answer "
+                             "describe arrays: drop it")
+        if self.effective_role == "out" and (given := [name for name in given if name != "answer"]):
+            raise ValueError(f"{given[0]}: argument {self.name!r} is an output (role out), which starts with no "
+                             "values: make it role inout to give it input values, or give its expected values as answer")
+        if self.answer is not None and not self.is_output:
+            raise ValueError(f"answer: argument {self.name!r} is an input, and answer holds an output's expected "
+                             "values: set role out or inout, or give fixed input values as data")
+        if self.data is not None and (self.range is not None or self.sorted or self.specials):
+            raise ValueError(f"data: it fixes the values of {self.name!r}, so range, sorted and specials have "
+                             "nothing to draw: drop them")
+        if self.sorted and self.specials:
+            raise ValueError(f"sorted: specials would break the order of {self.name!r}: drop one of the two")
         return self
 
     @property
@@ -456,15 +517,25 @@ class KernelSpec(_Strict):
             except ValueError as exc:
                 raise ValueError(f"strategy.candidate: {exc}") from None
         self._check_names()
+        self._check_answers()
         if self.strategy.name == "tune" and not self.tune_params:
             raise ValueError("strategy tune needs tune_params, e.g. tune_params: {block_size_x: [64, 128, 256]}")
         return self
+
+    def _check_answers(self) -> None:
+        answered = [i for i, a in enumerate(self.args) if a.answer is not None]
+        drawn = [a.name for a in self.drawn_inputs]
+        if answered and drawn:
+            raise ValueError(f"args[{answered[0]}].answer: expected outputs hold for fixed inputs only (as Kernel "
+                             f"Tuner's answer goes with fixed arguments): give data for every input array; "
+                             f"{', '.join(drawn)} has none")
 
     def _check_names(self) -> None:
         sizes, params = set(self.sizes), set(self.params) | set(self.tune_params) | set(self.block_size_names)
         checks: list[tuple[str, Expression | float, set[str]]] = [
             (f"args[{i}].shape", dim, sizes) for i, a in enumerate(self.args) for dim in a.shape or []
         ]
+        checks += [(f"args[{i}].range", bound, sizes) for i, a in enumerate(self.args) for bound in a.range or []]
         checks += [(f"args[{i}].value", a.value, sizes | params) for i, a in enumerate(self.args) if a.value is not None]
         checks += [("problem_size", dim, sizes) for dim in self.problem_size or []]
         checks += [(f"work.{k}", v, sizes) for k, v in (("bytes", self.work.bytes), ("flops", self.work.flops)) if v is not None]
@@ -529,6 +600,46 @@ class KernelSpec(_Strict):
 
     def shape_of(self, arg: ArgSpec) -> tuple[int, ...]:
         return tuple(int(evaluate(dim, self.sizes)) for dim in arg.shape or [])
+
+    def value_range(self, arg: ArgSpec) -> tuple[Number, Number]:
+        """[low, high) of an input's values at this spec's sizes (a trial at other sizes has a spec of its own):
+        its range, or its dtype's default. Refused, with the fix, when it is empty or the dtype cannot hold it."""
+        dtype = np.dtype(arg.dtype)
+        if arg.range is None:
+            return DEFAULT_RANGES[dtype.kind]
+        low, high = (evaluate(bound, self.sizes) for bound in arg.range)
+        shown, at = f"[{low}, {high})", f" at sizes {self.sizes}"
+        if dtype.kind == "f":
+            largest = float(np.finfo(dtype).max)
+            if max(abs(low), abs(high)) > largest:
+                raise ValueError(f"{shown} reaches beyond the largest {arg.dtype} ({largest:g}): narrow the range")
+            if not dtype.type(low) < dtype.type(high):
+                raise ValueError(f"{shown} holds no {arg.dtype} value{at}: make high greater than low")
+            return low, high
+        if any(isinstance(bound, float) and not bound.is_integer() for bound in (low, high)):
+            raise ValueError(f"{shown}{at} has a bound that is not an integer, for {arg.dtype} values: use // to "
+                             "divide sizes")
+        low, high = int(low), int(high)
+        held = np.iinfo(dtype)
+        if low < held.min or high > held.max + 1:
+            raise ValueError(f"{shown}{at} reaches beyond the {arg.dtype} values [{held.min}, {held.max + 1}): "
+                             "narrow the range")
+        if low >= high:
+            raise ValueError(f"{shown} is empty{at}: make high greater than low")
+        if high - low > MAX_SPAN:
+            raise ValueError(f"{shown} holds {high - low} values, more than the {MAX_SPAN} (2**64 - 1) kforge draws "
+                             "from: raise low or lower high by one")
+        return low, high
+
+    @property
+    def fixed_inputs(self) -> list[ArgSpec]:
+        """The input arrays whose values come from a file (`data`) rather than the generator."""
+        return [a for a in self.args if a.data is not None]
+
+    @property
+    def drawn_inputs(self) -> list[ArgSpec]:
+        """The input arrays (in and inout) whose values the generator draws."""
+        return [a for a in self.args if a.is_array and a.effective_role != "out" and a.data is None]
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
         return np.dtype(arg.dtype).type(evaluate(arg.value, self.variables(params)))

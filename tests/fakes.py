@@ -17,8 +17,9 @@ class ScriptedSession:
 
     Times follow a smooth curve with its minimum at 256 threads. Some block sizes are cues for what real
     kernels do to a GPU process: 96 hangs, 160 kills the process, 224 poisons the context (a sticky fault),
-    288 computes a wrong output, 320 fails to launch, 32 reports an impossibly short time. It runs inside
-    GpuHost's spawned child, so it must stay importable by name.
+    288 computes a wrong output, 320 fails to launch, 32 reports an impossibly short time. Its reference repeats
+    itself exactly, so every output is checked with the tolerance shared/tolerance.py gives such a reference.
+    It runs inside GpuHost's spawned child, so it must stay importable by name.
     """
 
     HANG, CRASH, POISON, WRONG, NO_LAUNCH, TOO_FAST = 96, 160, 224, 288, 320, 32
@@ -29,9 +30,15 @@ class ScriptedSession:
         self.info = DeviceInfo(index=device_index, name="Scripted GPU", arch="sm_90", max_threads=1024,
                                peaks=Peaks(dram_bytes_per_s=3.35e12, fp32_flops_per_s=67e12, l2_bytes=50 * 2**20))
         self.prepared = 0
+        self.tolerances = ()
 
     def prepare(self, setup):
+        from shared.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
+
         self.prepared += 1
+        repeated = Observed(spread=0.0, spread_rel=0.0, runs=REFERENCE_RUNS, terms=0, largest=0.0)
+        self.tolerances = tuple(derive(a.name, a.dtype, set_in_spec(setup.spec, verifying=False), repeated)
+                                for a in setup.spec.output_args)
         return None
 
     def measure(self, order):
@@ -54,11 +61,11 @@ class ScriptedSession:
         if block == self.NO_LAUNCH:
             return Failed("launch", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: too many resources requested for launch")
         if block == self.TOO_FAST:
-            return Measured(samples_ms=[1e-6] * 3, check_ms=1e-6, max_abs_error=0.0)
+            return Measured(samples_ms=[1e-6] * 3, check_ms=1e-6, max_abs_error=0.0, tolerances=self.tolerances)
         ms = scripted_time_ms(block, order.params.get("elements_per_thread", 1))
         abandoned = order.best_ms is not None and ms > 1.25 * order.best_ms
         return Measured(samples_ms=[ms] if abandoned else [ms, ms * 1.001, ms * 0.999], check_ms=ms,
-                        max_abs_error=0.0, abandoned=abandoned)
+                        max_abs_error=0.0, abandoned=abandoned, tolerances=self.tolerances)
 
 
     def compare(self, duel):

@@ -4,7 +4,9 @@ Runs only in the process that owns the GPU (see gpu_host.py); nothing here runs 
 is initialised only there, never in a process that forks.
 
 Every launch and synchronisation is checked. A configuration's output is compared with the reference on
-the device (a small comparison kernel), so a 64 MB matrix is not copied back to be checked.
+the device (kforge's own comparison kernel), so a 64 MB matrix is not copied back to be checked, within a
+tolerance the reference's own runs decide: it runs REFERENCE_RUNS times on each input set, and how far those
+runs disagree widens the tolerance of a kernel whose result depends on order (shared/tolerance.py).
 
 Launches face what a real call faces: two input sets drawn with different seeds, each with the reference
 output the submitted kernel computes from it, alternate from one timed launch to the next, and every output
@@ -19,48 +21,13 @@ import numpy as np
 
 from services.benchmark import sampling
 from services.benchmark.measurement import INPUT_SETS, Duel, Measured, Order, Paired, Setup
-from shared.device.compiler import compile_kernel
-from shared.device.nvrtc import CompileError
+from shared.device.own_kernels import OwnKernels
 from shared.device.process import Failed
 from shared.device.session import SessionBase
+from shared.array_files import ArrayFileError, read_array
+from shared.events import Tolerance
 from shared.inputs import make_arrays
-
-COMPARE_SOURCE = r"""
-// Compare a configuration's output with the reference: mismatch count, first mismatching index and the
-// largest absolute error (non-negative doubles order like their bit patterns, so atomicMax on the bits works).
-#define INF __longlong_as_double(0x7ff0000000000000ll)
-__device__ float half_bits_to_float(unsigned short h);
-__device__ double load(const VALUE *p, unsigned long long i) { return TO_DOUBLE(p[i]); }
-__device__ float half_bits_to_float(unsigned short h) {
-    unsigned int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    float magnitude = exp == 0 ? ldexpf((float)mant, -24)
-                    : exp == 31 ? (mant ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000))
-                    : ldexpf((float)(mant | 0x400), (int)exp - 25);
-    return sign ? -magnitude : magnitude;
-}
-extern "C" __global__ void compare_outputs(const VALUE *out, const VALUE *ref, unsigned long long n,
-                                           double atol, double rtol, unsigned long long *stats) {
-    unsigned long long bad = 0, first = ~0ull;
-    double worst = 0.0;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        double o = load(out, i), r = load(ref, i), err;
-        bool mismatch;
-        if (isnan(o) || isnan(r)) { mismatch = isnan(o) != isnan(r); err = mismatch ? INF : 0.0; }
-        else if (isinf(o) || isinf(r)) { mismatch = o != r; err = mismatch ? INF : 0.0; }
-        else { err = fabs(o - r); mismatch = err > atol + rtol * fabs(r); }
-        if (mismatch) { bad++; if (i < first) first = i; }
-        if (err > worst) worst = err;
-    }
-    if (bad) { atomicAdd(&stats[0], bad); atomicMin(&stats[1], first); }
-    if (worst > 0.0) atomicMax(&stats[2], (unsigned long long)__double_as_longlong(worst));
-}
-"""
-_VALUE_TYPES = {"float16": ("unsigned short", "half_bits_to_float"), "float32": ("float", "(double)"),
-                "float64": ("double", "(double)"), "int8": ("signed char", "(double)"), "int16": ("short", "(double)"),
-                "int32": ("int", "(double)"), "int64": ("long long", "(double)"), "uint8": ("unsigned char", "(double)"),
-                "uint16": ("unsigned short", "(double)"), "uint32": ("unsigned int", "(double)"),
-                "uint64": ("unsigned long long", "(double)")}
+from shared.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
 
 
 @dataclass
@@ -78,7 +45,8 @@ class DeviceSession(SessionBase):
 
     def __init__(self, index: int):
         super().__init__(index)
-        self._comparers: dict[str, object] = {}
+        self._own = OwnKernels(self)
+        self._tolerances: dict[str, Tolerance] = {}  # per output of the space, from the reference's runs
         self._flush = None
         self._setup: Setup | None = None
         self._setup_key: tuple | None = None
@@ -86,30 +54,63 @@ class DeviceSession(SessionBase):
 
     # --- per space ---
     def prepare(self, setup: Setup) -> Failed | None:
-        """Upload the input sets and run the reference once on each; a failing reference fails the whole space.
-        The same setup again (a job's tuning after its baseline) keeps what is on the device."""
+        """Upload the input sets and run the reference REFERENCE_RUNS times on each, keeping its first output
+        and the tolerance its runs' disagreement decides; a failing reference fails the whole space. The same
+        setup again (a job's tuning after its baseline) keeps what is on the device."""
         key = (setup.spec.model_dump_json(), setup.seed, setup.reference.cache_key, setup.reference_geometry)
         if self._setup is not None and key == self._setup_key:
             return None
         self._release()
         spec = setup.spec
-        self._sets = [self._upload(spec, setup.seed + i) for i in range(INPUT_SETS)]
+        try:
+            self._sets = [self._upload(spec, setup.seed + i) for i in range(INPUT_SETS)]
+            answers = {a.name: read_array(a.answer, a.dtype, spec.shape_of(a)) for a in spec.args if a.answer}
+        except ArrayFileError as exc:
+            return Failed("data", str(exc))
         if self.info.peaks and self.info.peaks.l2_bytes:  # for the spec's l2_flush, and every comparison
             self._flush = self.allocate(2 * self.info.peaks.l2_bytes)
         self._setup, self._setup_key = setup, key
         grid, block = setup.reference_geometry
+        spread = {arg.name: (0.0, 0.0) for arg, *_ in self._sets[0].outputs}
         for inputs in self._sets:
-            outcome = self._checked_launch(setup.reference, grid, block, inputs, setup.reference_params)
-            if isinstance(outcome, Failed):
-                self._setup = None
-                return Failed(outcome.stage, f"the submitted kernel, the reference, failed on the inputs of seed "
-                                             f"{inputs.seed}: {outcome.reason}", outcome.poisoned)
-            for _, buffer, _, reference, _ in inputs.outputs:
-                self.copy(reference, buffer)
+            for run in range(REFERENCE_RUNS):
+                outcome = self._checked_launch(setup.reference, grid, block, inputs, setup.reference_params)
+                if isinstance(outcome, Failed):
+                    self._setup = None
+                    return Failed(outcome.stage, f"the submitted kernel, the reference, failed on the inputs of "
+                                                 f"seed {inputs.seed}: {outcome.reason}", outcome.poisoned)
+                for arg, buffer, _, reference, size in inputs.outputs:
+                    if run == 0:
+                        self.copy(reference, buffer)
+                        continue
+                    found = self._own.compare(int(buffer.handle), int(reference.handle), size, arg.dtype, 0.0, 0.0)
+                    spread[arg.name] = (max(spread[arg.name][0], found.max_abs),
+                                        max(spread[arg.name][1], found.max_rel))
+        self._tolerances = self._derived_tolerances(spread)
+        # An answer comes with fixed data on every input, so both sets hold the same inputs: one is checked.
+        if answers and (wrong := self._answer_mismatch(self._sets[0], answers)):
+            self._setup = None
+            return Failed("output", wrong)
         return None
 
+    def _derived_tolerances(self, spread: dict[str, tuple[float, float]]) -> dict[str, Tolerance]:
+        """Each output's tolerance (shared/tolerance.py) from the reference's spread, (absolute, relative) by
+        output, and the scale of the float inputs: their elements in one set, the largest finite in any."""
+        spec = self._setup.spec
+        floats = [a for a in spec.args if a.is_array and a.effective_role != "out" and np.dtype(a.dtype).kind == "f"]
+        counts = {a.name: math.prod(spec.shape_of(a)) for a in floats}
+        largest = max((self._own.max_abs(int(buffer.handle), counts[a.name], a.dtype) for inputs in self._sets
+                       for a, buffer in zip(spec.args, inputs.arrays) if a.name in counts), default=0.0)
+        in_spec = set_in_spec(spec, verifying=False)
+        return {arg.name: derive(arg.name, arg.dtype, in_spec, Observed(
+                    spread=spread[arg.name][0], spread_rel=spread[arg.name][1], runs=REFERENCE_RUNS,
+                    terms=sum(counts.values()), largest=largest))
+                for arg, *_ in self._sets[0].outputs}
+
     def _upload(self, spec, seed: int) -> InputSet:
-        arrays = make_arrays(spec, seed)  # one set at a time on the host: the device holds them all
+        # One set at a time on the host: the device holds them all. An input with fixed `data` is the same in
+        # both sets, so a kernel could key a cached result on it: the user chose that input, and accepts it.
+        arrays = make_arrays(spec, seed)
         inputs = InputSet(seed=seed, arrays=[], outputs=[])
         for arg in spec.args:
             if not arg.is_array:
@@ -139,12 +140,14 @@ class DeviceSession(SessionBase):
         if isinstance(checked, Failed):
             return checked
         check_ms, kernel = checked
-        mismatch, max_error = self._compare(bench, self._sets[0])
+        mismatch, max_error = self._compare(self._sets[0])
         if mismatch:
             return Failed("output", mismatch, details={"max_abs_error": max_error})
+        tolerances = tuple(self._tolerances.values())
         # The checked launch ran cold (module load, first touch): only a far slower one is abandoned on it.
         if order.best_ms is not None and check_ms > 2 * bench.abandon_factor * order.best_ms:
-            return Measured(samples_ms=[check_ms], check_ms=check_ms, max_abs_error=max_error, abandoned=True)
+            return Measured(samples_ms=[check_ms], check_ms=check_ms, max_abs_error=max_error, abandoned=True,
+                            tolerances=tolerances)
         for i in range(bench.warmup):
             warm = self._timed_launch(kernel, order, self._timed_set(i), flush=False)
             if isinstance(warm, Failed):
@@ -159,18 +162,18 @@ class DeviceSession(SessionBase):
                 return timed
             samples.append(timed)
             if len(samples) - 1 == spot:
-                mismatch, error = self._compare(bench, inputs)
+                mismatch, error = self._compare(inputs)
                 if mismatch:
                     return _inconsistent(f"timed launch {spot + 1}", inputs, mismatch, error)
                 max_error = max(max_error, error)
         # Each set's outputs hold its latest launch's: the last timed launch's, and the one before it.
         for inputs in self._sets:
-            mismatch, error = self._compare(bench, inputs)
+            mismatch, error = self._compare(inputs)
             if mismatch:
                 return _inconsistent("the latest launch", inputs, mismatch, error)
             max_error = max(max_error, error)
         return Measured(samples_ms=samples, check_ms=check_ms, max_abs_error=max_error,
-                        abandoned=step is sampling.Next.ABANDON)
+                        abandoned=step is sampling.Next.ABANDON, tolerances=tolerances)
 
     def compare(self, duel: Duel) -> Paired | Failed:
         """Time two configurations in turn, each launch on the same input set as its partner's, and check
@@ -200,7 +203,7 @@ class DeviceSession(SessionBase):
                     return _named(side, timed)
                 samples[side].append(timed)
                 if i == duel.pairs - 1:
-                    mismatch, error = self._compare(bench, inputs)
+                    mismatch, error = self._compare(inputs)
                     if mismatch:
                         return _named(side, _inconsistent("its last launch", inputs, mismatch, error))
         return Paired(incumbent_ms=samples[0], candidate_ms=samples[1])
@@ -233,41 +236,42 @@ class DeviceSession(SessionBase):
         for _, buffer, pristine, _, _ in inputs.outputs:
             self.copy(buffer, pristine)
 
-    def _compare(self, bench, inputs: InputSet) -> tuple[str, float]:
+    def _compare(self, inputs: InputSet) -> tuple[str, float]:
         """('' or why the outputs of `inputs` differ from its reference, largest absolute error)."""
-        from cuda.core import LaunchConfig, launch
-
         worst, problems = 0.0, []
         for arg, buffer, _, reference, size in inputs.outputs:
-            atol, rtol = bench.tolerance(arg.dtype)
-            stats = np.array([0, np.iinfo(np.uint64).max, 0], dtype=np.uint64)
-            stats_buffer = self.upload(stats, keep=False)
-            blocks = max(1, min(math.ceil(size / 256), 4 * 1024))
-            launch(self.stream, LaunchConfig(grid=blocks, block=256), self._comparer(arg.dtype), buffer, reference,
-                   np.uint64(size), np.float64(atol), np.float64(rtol), stats_buffer)
-            self.download(stats, stats_buffer)
-            stats_buffer.close(self.stream)
-            error = float(stats[2:3].view(np.float64)[0])
+            tolerance = self._tolerances[arg.name]
+            count, first, error = self._differences(arg.dtype, buffer, reference, size, tolerance.atol, tolerance.rtol)
             worst = max(worst, error)
-            if stats[0]:
-                problems.append(f"{int(stats[0])} of {size} elements of {arg.name} differ from the reference beyond "
-                                f"atol {atol:g} + rtol {rtol:g} x |ref| (first at index {int(stats[1])}, "
-                                f"largest absolute error {error:.3g})")
+            if count:
+                problems.append(f"{count} of {size} elements of {arg.name} differ from the reference beyond "
+                                f"atol {tolerance.atol:g} + rtol {tolerance.rtol:g} x |ref| ({tolerance.reason}; "
+                                f"first at index {first}, largest absolute error {error:.3g})")
         return "; ".join(problems), worst
 
-    def _comparer(self, dtype: str):
-        if dtype not in self._comparers:
-            value, to_double = _VALUE_TYPES[dtype]
-            source = f"#define VALUE {value}\n#define TO_DOUBLE {to_double}\n{COMPARE_SOURCE}"
-            try:
-                compiled = compile_kernel(source, "compare_outputs", {}, [], self.info.arch)
-            except CompileError as exc:  # a kforge bug, not the user's: say so with the log
-                raise RuntimeError(f"kforge's output comparison kernel did not compile: {exc}\n{exc.log}") from None
-            kernel = self.load(compiled)
-            if isinstance(kernel, Failed):
-                raise RuntimeError(f"kforge's output comparison kernel did not load: {kernel.reason}")
-            self._comparers[dtype] = kernel
-        return self._comparers[dtype]
+    def _answer_mismatch(self, inputs: InputSet, answers: dict[str, np.ndarray]) -> str:
+        """'' when the reference's outputs on `inputs` match the spec's answers within verify.atol/rtol (Kernel
+        Tuner's atol), else how they differ: a wrong answer is reported as such, before any configuration."""
+        spec, problems = self._setup.spec, []
+        for arg, _, _, reference, size in inputs.outputs:
+            if arg.name not in answers:
+                continue
+            atol, rtol = spec.verify_tolerance(arg.dtype)
+            answer = self.upload(answers[arg.name], keep=False)
+            count, first, error = self._differences(arg.dtype, reference, answer, size, atol, rtol)
+            answer.close(self.stream)
+            if count:
+                problems.append(f"the submitted kernel's {arg.name} differs from its answer ({arg.answer.path}) at "
+                                f"{count} of {size} elements beyond atol {atol:g} + rtol {rtol:g} x |answer| (first "
+                                f"at index {first}, largest absolute error {error:.3g}): the kernel or the answer "
+                                "is wrong")
+        return "; ".join(problems)
+
+    def _differences(self, dtype: str, out, ref, size: int, atol: float, rtol: float) -> tuple[int, int | None, float]:
+        """(elements of `out` beyond tolerance of `ref`, the first one's index, the largest absolute error over
+        the finite elements), computed on the device."""
+        found = self._own.compare(int(out.handle), int(ref.handle), size, dtype, atol, rtol)
+        return found.beyond_tolerance.count, found.beyond_tolerance.first, found.max_abs
 
     def _release(self) -> None:
         self.release()

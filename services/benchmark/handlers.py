@@ -71,8 +71,9 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
     if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS):
         return [compiled, failed("device", too_big)]
     geometry = spec.launch_geometry(request.params)
-    # The submitted kernel is its own reference here: the check catches NaN/Inf, and a later tuning
-    # compares every configuration with the output recorded this way.
+    # The submitted kernel is its own reference here, within what its own runs disagree by (a float atomic
+    # sum differs from itself): the check catches NaN/Inf, and a later tuning compares every configuration
+    # with the output recorded this way.
     prepared = host.prepare(Setup(spec=spec, seed=spec.benchmark.seed, reference=kernel, reference_geometry=geometry,
                                   reference_params=request.params))
     outcome = prepared or host.measure(Order(params=request.params, kernel=kernel, grid=geometry[0],
@@ -82,7 +83,8 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
     measured = BaselineMeasured(event_id=derived_id(rid, "BaselineMeasured"), stream_id=stream, request_id=rid,
                                 device=host.device.name, params=request.params, grid=geometry[0], block=geometry[1],
                                 samples_ms=outcome.samples_ms, median_ms=statistics.median(outcome.samples_ms),
-                                replay=spec.benchmark.replay, facts=_facts(host.device.peaks))
+                                replay=spec.benchmark.replay, facts=_facts(host.device.peaks),
+                                tolerances=list(outcome.tolerances))
     return [compiled, measured]
 
 

@@ -1,13 +1,14 @@
 """What passes between a benchmark worker and the process that owns its GPU: plain, picklable values
-(with DeviceInfo and Failed from shared.device)."""
+(with DeviceInfo and Failed from shared.device, and the Tolerance an output was checked with)."""
 from dataclasses import dataclass
 
 from shared.device.nvrtc import CompiledKernel
+from shared.events import Tolerance
 from shared.spec import KernelSpec, ParamValue
 
 Dim3 = tuple[int, int, int]
 # Timed launches alternate between input sets drawn from consecutive seeds, so that no kernel can key a cached
-# result on inputs that never change.
+# result on inputs that never change (but an input with fixed `data` is the same in both sets).
 INPUT_SETS = 2
 
 
@@ -40,6 +41,7 @@ class Measured:
     check_ms: float  # the checked launch, timed too: a clearly slow configuration needs no more
     max_abs_error: float
     abandoned: bool = False
+    tolerances: tuple[Tolerance, ...] = ()  # what each output was checked against the reference with, and why
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from shared.spec import KernelSpec, ParamValue
 DEFAULT_BOOK = Path(__file__).parent / "recordings" / "baselines.json"
 _LAUNCH_FIELDS = {"kernel_name", "source", "args", "sizes", "problem_size", "grid_div_x", "grid_div_y",
                   "grid_div_z", "block_size_names", "compiler_options"}
+_ADDED_ARG_FIELDS = {"specials": [], "range": None, "sorted": False, "data": None, "answer": None}
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,10 @@ class Recording:
 
 def measurement_key(spec: KernelSpec, params: dict[str, ParamValue], arch: str) -> str:
     launch = spec.model_dump(mode="json", include=_LAUNCH_FIELDS)
-    for arg in launch["args"]:  # a field added after recording, left out at its default so keys stay stable
-        if not arg["specials"]:
-            del arg["specials"]
+    for arg in launch["args"]:  # fields added after recording, left out at their defaults so keys stay stable
+        for name, default in _ADDED_ARG_FIELDS.items():
+            if arg[name] == default:
+                del arg[name]
     return hashlib.sha256(json.dumps([launch, params, arch], sort_keys=True).encode()).hexdigest()
 
 

@@ -11,6 +11,7 @@ from uuid import uuid4
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -22,20 +23,19 @@ from services.gateway.schemas import (CancelRequest, EventPublic, FieldErrorPubl
                                       ValidationProblem)
 from services.gateway.stream import StreamsFull, job_event_stream
 from shared import report_queries as queries
+from shared.array_files import named_file_errors
 from shared.errors import field_errors
 from shared.eventstore import UnreadableEvent
-from shared.jobs import Admission, JobFinished, QueueFull, cancel_job, job_events, submit_job
+from shared.jobs import Admission, AdmissionRefused, JobFinished, QueueFull, cancel_job, job_events, submit_job
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT, Comparison
 from shared.reports.deliveries import WebhookDelivery
 from shared.reports.plots import history_svg, landscape_svg
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
 from shared.reports.results import KernelResult
 from shared.reports.suggestions import OptimizationSuggestion
-from shared.reports.tracker import PerformanceTracker, performance_tracker
+from shared.reports.tracker import PerformanceTracker
 from shared.runtime import Runtime
 from shared.spec import KernelSpec
-from shared.limits import AdmissionRefused
-from shared.webhook_addresses import WebhookUrlRefused
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,11 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
         get_runtime()  # settings that cannot be read (KFORGE_API_KEYS=",") stop the server before it listens
         yield
 
-    app = FastAPI(title="kforge", version="0.1.0", lifespan=lifespan,
-                  description="Submit a CUDA kernel; get back a faster, proven-correct version with its history.")
+    # /docs serves Swagger UI from files installed with the package, not from a CDN: it works where the server
+    # has no internet, and the browser asks nothing of anywhere else. ReDoc is left out: it fetches its logo.
+    app = FastAPIOffline(
+        title="kforge", version="0.1.0", lifespan=lifespan, redoc_url=None,
+        description="Submit a CUDA kernel; get back a faster, proven-correct version with its history.")
     # The middleware added last runs first: a foreign Host is refused before anything else is looked at.
     app.add_middleware(BodyLimit, max_bytes=lambda: get_runtime().settings.max_request_bytes)
     app.add_middleware(JsonBodies)
@@ -74,11 +77,11 @@ def create_app(get_runtime: Callable[[], Runtime]) -> FastAPI:
         admission = Admission.of(rt.settings)
         if who.keyed:
             admission = replace(admission, max_open_jobs_of_tenant=rt.settings.max_open_jobs_per_key)
+        if named := named_file_errors(spec):  # the workers would read whatever path a stranger named
+            return _invalid_fields([FieldErrorPublic(field=e.field, message=e.message) for e in named])
         try:
             job_id = submit_job(rt.store, rt.bus, spec, submitted_by="http", run=run, admission=admission,
-                                tenant=who.tenant)
-        except WebhookUrlRefused as exc:
-            return _invalid_fields([FieldErrorPublic(field="webhook_url", message=str(exc))])
+                                tenant=who.tenant, owner=rt.owner)
         except AdmissionRefused as exc:
             return _invalid_fields([FieldErrorPublic(field=e.field, message=e.message) for e in exc.errors])
         except QueueFull as exc:
@@ -222,7 +225,7 @@ def _reports(router: APIRouter, get_runtime: Callable[[], Runtime], reads: Reads
     def plot(job_id: JobId, plot: Literal["history", "landscape"], who: Who) -> Response:
         reads.job(who, job_id)
         events = reported(queries.events_of, job_id)
-        svg = history_svg(performance_tracker(events)) if plot == "history" else landscape_svg(events)
+        svg = history_svg(events) if plot == "history" else landscape_svg(events)
         return Response(svg, media_type="image/svg+xml")
 
     @router.get("/profile", response_model=PipelineProfile, operation_id="get_profile",

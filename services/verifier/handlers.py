@@ -5,19 +5,20 @@ VerificationIncomplete."""
 from collections.abc import Callable
 from uuid import UUID
 
-from services.verifier import sanitizer, signature
+from services.verifier import sanitizer
 from services.verifier.session import TrialRun
-from services.verifier.trials import plan_trials
+from services.verifier.trials import plan_trials, range_problem, sizes_not_tried
 from shared.bus import Bus
 from shared.contracts import PlannerCatchUp
 from shared.device.compiler import compile_kernel, parameter_types
 from shared.device.nvrtc import CompileError
 from shared.device.process import DeviceProcess, Failed, NoDevice
-from shared.events import (CandidateRejected, CandidateVerified, Event, TrialPassed, VerificationIncomplete,
+from shared.events import (CandidateRejected, CandidateVerified, Event, Tolerance, TrialPassed, VerificationIncomplete,
                            VerificationRequested, derived_id)
 from shared.eventstore import ConcurrencyConflict, EventStore
 from shared.limits import memory_refusal
 from shared.projections import job_stream, needs_answer, submission_and_request
+from shared.signature import mismatches
 from shared.spec import KernelSpec
 
 
@@ -45,9 +46,10 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
     rid, candidate = request.event_id, request.candidate
     common = dict(stream_id=stream, request_id=rid, candidate_id=request.candidate_id)
 
-    def rejected(check: str, reason: str, trial: str | None = None, log: str = "") -> CandidateRejected:
+    def rejected(check: str, reason: str, trial: str | None = None, log: str = "",
+                 tolerances: tuple[Tolerance, ...] = ()) -> CandidateRejected:
         return CandidateRejected(event_id=derived_id(rid, "CandidateRejected"), **common, check=check, reason=reason,
-                                 trial=trial, log=log)
+                                 trial=trial, log=log, tolerances=list(tolerances))
 
     try:
         process, no_device = device(), ""
@@ -67,12 +69,11 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
         candidate_types = parameter_types(candidate.source, candidate_name, candidate_params, spec.compiler_options, arch)
     except CompileError as exc:
         return rejected("compile", str(exc), log=exc.log)
-    reference_mismatch = signature.mismatch(spec, parameter_types(spec.source, spec.kernel_name, reference_params,
-                                                                  spec.compiler_options, arch))
-    if reference_mismatch:
+    # Admission refuses a submitted kernel that does not fit args; a job recorded before it did may still.
+    reference_types = parameter_types(spec.source, spec.kernel_name, reference_params, spec.compiler_options, arch)
+    if reference_mismatch := _differences(spec, reference_types):
         return rejected("reference", f"the submitted kernel does not match args: {reference_mismatch}; fix args")
-    wrong_signature = signature.mismatch(spec, candidate_types)
-    if wrong_signature:
+    if wrong_signature := _differences(spec, candidate_types):
         return rejected("signature", wrong_signature)
     if process is None:
         return VerificationIncomplete(event_id=derived_id(rid, "VerificationIncomplete"), **common,
@@ -81,15 +82,20 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
     if too_big := memory_refusal(spec, process.device.memory_bytes):
         return rejected("reference", too_big)
 
-    passed, skipped = [], []
+    passed, skipped = [], [untried] if (untried := sizes_not_tried(spec)) else []
     as_candidate = spec.for_candidate(candidate)  # its own launch geometry (grid divisors) at every trial
     timeout = spec.verify.timeout_s
     for trial in plan_trials(spec):
         at_size = spec.with_sizes(trial.sizes)
         where = f"{trial.label} (sizes {trial.sizes}, seed {trial.seed})"
+        if empty := range_problem(at_size):
+            skipped.append(f"{where}: {empty}")
+            continue
         ran = process.call("reference", TrialRun(at_size, trial.seed, reference, reference_params), timeout,
                            "verify.timeout_s")
         if isinstance(ran, Failed):
+            if ran.stage == "data":  # a data or answer file that cannot be used: no kernel is to blame
+                return rejected("reference", ran.reason, where)
             if trial.sizes == spec.sizes:
                 return rejected("reference", f"the submitted kernel itself fails at the spec's sizes ({ran.stage}): "
                                              f"{ran.reason}", where)
@@ -101,9 +107,10 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
         if isinstance(verdict, Failed):
             return rejected(_check_of(verdict), verdict.reason, where)
         if not verdict.passed:
-            return rejected(verdict.check, verdict.reason, where)
+            return rejected(verdict.check, verdict.reason, where, tolerances=verdict.tolerances)
         passed.append(TrialPassed(label=trial.label, sizes=trial.sizes, seed=trial.seed,
-                                  max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error))
+                                  max_abs_error=verdict.max_abs_error, max_rel_error=verdict.max_rel_error,
+                                  tolerances=list(verdict.tolerances)))
     return CandidateVerified(event_id=derived_id(rid, "CandidateVerified"), **common, device=process.device.name,
                              trials=passed, skipped=skipped, max_abs_error=max(t.max_abs_error for t in passed),
                              max_rel_error=max(t.max_rel_error for t in passed))
@@ -114,3 +121,8 @@ def _check_of(failed: Failed) -> str:
     if any(code in failed.reason for code in ("ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS")):
         return "out_of_bounds"
     return failed.stage if failed.stage in ("timeout", "crashed", "out_of_bounds") else "launch"
+
+
+def _differences(spec: KernelSpec, types: list[str]) -> str:
+    """'' when a kernel's parameter types fit the spec's args, else every way they do not."""
+    return "; ".join(m.what for m in mismatches(spec.args, types))

@@ -3,11 +3,13 @@
 The checks run in a fixed order, the first failing one names the rejection: memory written outside the
 arrays, inputs changed, outputs left unwritten (in either run: a second run that skips work betrays a
 cached result), two runs on the same inputs that disagree (a race), NaN or Inf where the reference is
-finite, and finally values beyond tolerance.
+finite, and finally values beyond tolerance (each output's own, shared/tolerance.py: the reference's
+runs decide it with the spec, so it comes with every verdict).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.verifier.compare import Difference, OutputCheck
+from shared.events import Tolerance
 from shared.spec import KernelSpec
 
 # Every reason a candidate can be rejected for, in the order they are looked for.
@@ -28,14 +30,22 @@ class Verdict:
     reason: str
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
+    tolerances: tuple[Tolerance, ...] = ()  # per output, what its values were compared with
 
     @property
     def passed(self) -> bool:
         return self.check is None
 
 
-def judge(spec: KernelSpec, runs: list[Run], disagreement: dict[str, Difference]) -> Verdict:
-    """`disagreement`: the second run's outputs against the first's, under the same tolerance."""
+def judge(spec: KernelSpec, runs: list[Run], disagreement: dict[str, Difference],
+          tolerances: dict[str, Tolerance]) -> Verdict:
+    """`disagreement`: the second run's outputs against the first's; every comparison made with `tolerances`."""
+    verdict = _first_failure(spec, runs, disagreement, tolerances)
+    return replace(verdict, tolerances=tuple(tolerances[arg.name] for arg in spec.output_args))
+
+
+def _first_failure(spec: KernelSpec, runs: list[Run], disagreement: dict[str, Difference],
+                   tolerances: dict[str, Tolerance]) -> Verdict:
     for number, run in enumerate(runs, start=1):
         if run.guard_violations:
             return Verdict("out_of_bounds", f"run {number}: " + "; ".join(run.guard_violations))
@@ -51,7 +61,9 @@ def judge(spec: KernelSpec, runs: list[Run], disagreement: dict[str, Difference]
     found = _first(spec, lambda name: disagreement.get(name, _NONE))
     if found:
         name, d = found
-        return Verdict("nondeterministic", f"two runs on the same inputs disagree at {d.count} of {d.size} elements of "
+        tolerance = tolerances[name]
+        return Verdict("nondeterministic", f"two runs on the same inputs disagree beyond atol {tolerance.atol:g} + "
+                                           f"rtol {tolerance.rtol:g} x |run 1| at {d.count} of {d.size} elements of "
                                            f"{name} (a race?), the first {d.example} (run 2 against run 1)",
                        d.max_abs, d.max_rel)
     run = runs[0]
@@ -62,12 +74,13 @@ def judge(spec: KernelSpec, runs: list[Run], disagreement: dict[str, Difference]
                                      f"the first {d.example}")
     worst_abs = worst_rel = 0.0
     for arg in spec.output_args:
-        atol, rtol = spec.verify_tolerance(arg.dtype)
+        tolerance = tolerances[arg.name]
         d = run.outputs[arg.name].mismatch
         if d.count:
-            return Verdict("mismatch", f"{d.count} of {d.size} elements of {arg.name} differ beyond atol {atol:g} + "
-                                       f"rtol {rtol:g} x |ref| (largest absolute error {d.max_abs:.3g}, relative "
-                                       f"{d.max_rel:.3g}), the first {d.example}", d.max_abs, d.max_rel)
+            return Verdict("mismatch", f"{d.count} of {d.size} elements of {arg.name} differ beyond atol "
+                                       f"{tolerance.atol:g} + rtol {tolerance.rtol:g} x |ref| ({tolerance.reason}; "
+                                       f"largest absolute error {d.max_abs:.3g}, relative {d.max_rel:.3g}), the "
+                                       f"first {d.example}", d.max_abs, d.max_rel)
         worst_abs, worst_rel = max(worst_abs, d.max_abs), max(worst_rel, d.max_rel)
     return Verdict(None, "matches the reference", worst_abs, worst_rel)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
+from services.verifier.trials import range_problem
 from shared.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
                            VerificationRequested, derived_id)
 from shared.settings import Settings
@@ -127,11 +128,19 @@ def find_tool(configured: str | None = None) -> Path | None:
 def small_sizes(spec: KernelSpec, max_elements: int) -> dict[str, int]:
     """The spec's sizes, every one halved together until no array holds more than `max_elements` elements,
     then one less (as the verifier's odd sizes), so that partial blocks and edge tiles run too: the
-    instrumented launch is slow, and one small launch exercises the code paths a large one does."""
+    instrumented launch is slow, and one small launch exercises the code paths a large one does. Sizes where
+    an input's range would hold no value are not taken; a spec with fixed `data` keeps its sizes, the only ones
+    its files' arrays fit."""
     sizes = dict(spec.sizes)
+    if spec.fixed_inputs:
+        return sizes
     while any(v > 1 for v in sizes.values()) and _largest_array(spec, sizes) > max_elements:
-        sizes = {name: max(1, value // 2) for name, value in sizes.items()}
-    return {name: value - 1 if value > 2 else value for name, value in sizes.items()}
+        halved = {name: max(1, value // 2) for name, value in sizes.items()}
+        if range_problem(spec.with_sizes(halved)):
+            break
+        sizes = halved
+    odd = {name: value - 1 if value > 2 else value for name, value in sizes.items()}
+    return sizes if range_problem(spec.with_sizes(odd)) else odd
 
 
 def _largest_array(spec: KernelSpec, sizes: dict[str, int]) -> int:

@@ -1,14 +1,16 @@
 """The verifier's session in the GPU process: run the reference, then the candidate twice, on one trial's
 inputs, every array fenced by canary bytes; every check made on the device, only its findings read back.
+The reference runs more than once: how far its own runs disagree decides how close a candidate must come.
 
 Two requests per trial (reference, then candidate) so that a hang is pinned on the kernel that hung. A
-trial's inputs are generated on the device (shared/inputs.py's generator, in shared/device/own_kernels.py)
-and kept there with the reference's outputs, in a cache under a byte budget, for every later candidate of
-the job. The candidate's module stays loaded across trials, as it would in a benchmark loop: a kernel that
-keeps results in device globals between launches shows it on the next trial's fresh inputs.
+trial's inputs are generated on the device (shared/inputs.py's generator, in shared/device/own_kernels.py),
+or uploaded from an input's `data` file, and kept there with the reference's outputs (or an output's
+`answer`), in a cache under a byte budget, for every later candidate of the job. The candidate's module
+stays loaded across trials, as it would in a benchmark loop: a kernel that keeps results in device globals
+between launches shows it on the next trial's fresh inputs.
 """
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,12 +18,15 @@ from services.verifier.cache import TrialCache
 from services.verifier.compare import POISON, Difference, OutputCheck, example
 from services.verifier.judge import Run, Verdict, judge
 from shared.device.nvrtc import CompiledKernel
-from shared.device.own_kernels import OwnKernels
+from shared.device.own_kernels import Comparison, Found, OwnKernels
 from shared.device.process import Failed
 from shared.device.session import SessionBase
-from shared.inputs import special_values, stream_key
+from shared.array_files import ArrayFileError, read_array
+from shared.events import Tolerance
+from shared.inputs import distribution_of, special_values, stream_key
 from shared.settings import Settings
 from shared.spec import ArgSpec, KernelSpec, ParamValue
+from shared.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
 
 CANARY = 0xA5  # every guard byte; a kernel writing out of bounds changes some
 
@@ -92,6 +97,8 @@ class _Trial:
     pristine: dict[str, object]  # in and inout arrays: the generated inputs
     reference: dict[str, object]  # out and inout arrays: what the reference left
     ms: float = 0.0
+    tolerances: dict[str, Tolerance] = field(default_factory=dict)  # per output, from the reference's runs
+    zeroed: frozenset[str] = frozenset()  # pure outputs the reference accumulates into: they start at zero
 
     def close(self, stream) -> None:
         for buffer in [*self.pristine.values(), *self.reference.values()]:
@@ -134,7 +141,7 @@ class VerifySession(SessionBase):
         work, first_run = self._scratch_for(layout)
         runs = []
         for number in (1, 2):
-            ran = self._run(request, layout, trial)
+            ran = self._run(request, layout, trial, trial.zeroed)
             if isinstance(ran, Failed):
                 return ran
             if number == 1:
@@ -142,41 +149,131 @@ class VerifySession(SessionBase):
                     self.copy(buffer, work[name])
             runs.append(ran[1])
         outputs = [a for a in layout if a.arg.is_output]
-        checked = [Run(guards, modified, {a.arg.name: self._output_check(request.spec, a, run_outputs[a.arg.name],
-                                                                         trial.reference[a.arg.name])
+
+        def check(a: _Array, out, ref) -> OutputCheck:
+            return self._output_check(a, out, ref, trial.tolerances[a.arg.name], a.arg.name in trial.zeroed)
+
+        checked = [Run(guards, modified, {a.arg.name: check(a, run_outputs[a.arg.name], trial.reference[a.arg.name])
                                           for a in outputs})
                    for (guards, modified), run_outputs in zip(runs, (first_run, work))]
-        disagreement = {a.arg.name: self._output_check(request.spec, a, work[a.arg.name],
-                                                       first_run[a.arg.name]).mismatch for a in outputs}
-        return judge(request.spec, checked, disagreement)
+        disagreement = {a.arg.name: check(a, work[a.arg.name], first_run[a.arg.name]).mismatch for a in outputs}
+        return judge(request.spec, checked, disagreement, trial.tolerances)
 
     # --- a trial ---
     def _new_trial(self, request: TrialRun, layout: tuple[_Array, ...]) -> _Trial | Failed:
-        """Generate the inputs on the device, run the reference on them, keep its outputs."""
+        """Generate the inputs on the device (or upload an input's `data`), run the reference on them (from
+        poison, then from zeros to settle each output's tolerance and start), keep its last run's outputs;
+        where an output has an `answer`, keep the answer instead, once the reference is found to match
+        it (a wrong answer is then reported as such, not blamed on every candidate)."""
+        try:  # every file read before anything is allocated, so a file that fails leaves nothing behind
+            fixed = {a.arg.name: read_array(a.arg.data, a.arg.dtype, a.shape) for a in layout if a.arg.data}
+            answers = {a.arg.name: read_array(a.arg.answer, a.arg.dtype, a.shape) for a in layout if a.arg.answer}
+        except ArrayFileError as exc:
+            return Failed("data", str(exc))
         trial = _Trial(pristine={}, reference={})
         for a in layout:
             if a.arg.effective_role != "out":
                 buffer = trial.pristine[a.arg.name] = self.allocate(a.fenced_bytes, keep=False)
                 self.fill(buffer, CANARY)
-                self._own.generate(int(buffer.handle) + a.guard, a.arg.dtype, a.count,
-                                   stream_key(request.seed, a.position), special_values(a.arg))
+                if a.arg.name in fixed:
+                    self.upload(fixed[a.arg.name], into=buffer, offset=a.guard)
+                else:
+                    self._own.generate(int(buffer.handle) + a.guard, a.count, stream_key(request.seed, a.position),
+                                       distribution_of(request.spec, a.arg), special_values(a.arg))
             if a.arg.is_output:
                 trial.reference[a.arg.name] = self.allocate(a.fenced_bytes, keep=False)
         ran = self._run(request, layout, trial)
         if not isinstance(ran, Failed) and ran[1][0]:
             ran = Failed("out_of_bounds", "; ".join(ran[1][0]))
+        if not isinstance(ran, Failed):
+            ran = self._settle(request, layout, trial) or ran
+        if not isinstance(ran, Failed) and answers:
+            ran = self._against_answers(request.spec, layout, trial, answers) or ran
         if isinstance(ran, Failed):
             trial.close(self.stream)
             return ran
         work, _ = self._scratch_for(layout)
         for name, buffer in trial.reference.items():
-            self.copy(buffer, work[name])
+            if name not in answers:
+                self.copy(buffer, work[name])
         trial.ms = ran[0]
         return trial
 
+    def _against_answers(self, spec: KernelSpec, layout: tuple[_Array, ...], trial: _Trial,
+                         answers: dict[str, np.ndarray]) -> Failed | None:
+        """Put each answer where the reference's output is kept, fenced like it, after checking the reference's
+        output (still in the working arrays) against it within the trial's tolerance."""
+        work, _ = self._scratch_for(layout)
+        wrong = []
+        for a in layout:
+            if a.arg.name not in answers:
+                continue
+            kept = trial.reference[a.arg.name]
+            self.copy(kept, work[a.arg.name])  # the canaries around it
+            self.upload(answers[a.arg.name], into=kept, offset=a.guard)
+            tolerance = trial.tolerances[a.arg.name]
+            check = self._output_check(a, work[a.arg.name], kept, tolerance)
+            found = [(d, what) for d, what in ((check.unwritten, "left unwritten"),
+                                               (check.not_finite, "NaN or Inf where the answer is finite"),
+                                               (check.mismatch, f"beyond atol {tolerance.atol:g} + rtol "
+                                                                f"{tolerance.rtol:g} x |answer|"))
+                     if d.count]
+            if found:
+                d, what = found[0]
+                wrong.append(f"the submitted kernel's {a.arg.name} differs from its answer ({a.arg.answer.path}) at "
+                             f"{d.count} of {d.size} elements ({what}), the first {d.example}: the kernel or the "
+                             "answer is wrong")
+        return Failed("answer", "; ".join(wrong)) if wrong else None
+
+    def _settle(self, request: TrialRun, layout: tuple[_Array, ...], trial: _Trial) -> Failed | None:
+        """After the reference's first run (from poisoned outputs, still in the working arrays): run it
+        REFERENCE_RUNS more times from zeroed outputs, as the spec's outputs start. How far those runs disagree
+        is its own spread, from which each output's tolerance follows (shared/tolerance.py). A pure output
+        whose result from poison differs from its result from zeros is one the reference reads before writing
+        (it accumulates into it): it starts at zero in every run of the trial, the candidate's too, and poison
+        cannot show its unwritten elements. The last run's outputs stay in the working arrays, to be kept."""
+        work, first_run = self._scratch_for(layout)
+        outputs = [a for a in layout if a.arg.is_output]
+        arrays = {a.arg.name: a for a in outputs}
+        for a in outputs:  # the run from poison, held until it is compared
+            self.copy(trial.reference[a.arg.name], work[a.arg.name])
+        pure = frozenset(a.arg.name for a in outputs if a.arg.effective_role == "out")
+        spread = {a.arg.name: (0.0, 0.0) for a in outputs}
+        for number in range(REFERENCE_RUNS):
+            ran = self._run(request, layout, trial, pure)
+            if isinstance(ran, Failed):
+                return ran
+            if ran[1][0]:
+                return Failed("out_of_bounds", "; ".join(ran[1][0]))
+            for a in outputs:
+                if number == 0:
+                    self.copy(first_run[a.arg.name], work[a.arg.name])
+                    continue
+                found = self._compared(a, work[a.arg.name], first_run[a.arg.name], 0.0, 0.0)
+                spread[a.arg.name] = (max(spread[a.arg.name][0], found.max_abs),
+                                      max(spread[a.arg.name][1], found.max_rel))
+        terms, largest = self._input_scale(layout, trial)
+        in_spec = set_in_spec(request.spec, verifying=True)
+        trial.tolerances = {a.arg.name: derive(a.arg.name, a.arg.dtype, in_spec, Observed(
+            spread=spread[a.arg.name][0], spread_rel=spread[a.arg.name][1], runs=REFERENCE_RUNS, terms=terms,
+            largest=largest)) for a in outputs}
+        trial.zeroed = frozenset(name for name in pure if self._compared(
+            arrays[name], trial.reference[name], first_run[name], trial.tolerances[name].atol,
+            trial.tolerances[name].rtol).beyond_tolerance.count)
+        return None
+
+    def _input_scale(self, layout: tuple[_Array, ...], trial: _Trial) -> tuple[int, float]:
+        """How many float input elements the trial has, and the largest finite magnitude among them."""
+        floats = [a for a in layout if a.arg.effective_role != "out" and np.dtype(a.arg.dtype).kind == "f"]
+        largest = max((self._own.max_abs(int(trial.pristine[a.arg.name].handle) + a.guard, a.count, a.arg.dtype)
+                       for a in floats), default=0.0)
+        return sum(a.count for a in floats), largest
+
     # --- one run ---
-    def _run(self, request: TrialRun, layout: tuple[_Array, ...], trial: _Trial) -> tuple[float, tuple[list[str], list[str]]] | Failed:
-        """Launch once on freshly restored arrays; (ms, (guard violations, inputs modified)) or Failed."""
+    def _run(self, request: TrialRun, layout: tuple[_Array, ...], trial: _Trial,
+             zeroed: frozenset[str] = frozenset()) -> tuple[float, tuple[list[str], list[str]]] | Failed:
+        """Launch once on freshly restored arrays, the pure outputs named in `zeroed` starting at zero and the
+        others poisoned; (ms, (guard violations, inputs modified)) or Failed."""
         kernel = self._kernel(request.kernel)
         if isinstance(kernel, Failed):
             return kernel
@@ -184,11 +281,11 @@ class VerifySession(SessionBase):
 
         def restore() -> None:
             """Outside the timed region: canaries around every array, the inputs' values (also an inout
-            array's) inside, poison inside every pure output, so no run finds another's results."""
+            array's) inside, poison (or zeros) inside every pure output, so no run finds another's results."""
             for a in layout:
                 if a.arg.effective_role == "out":
                     self.fill(work[a.arg.name], CANARY, 0, a.guard)
-                    self.fill(work[a.arg.name], POISON, a.guard, a.nbytes)
+                    self.fill(work[a.arg.name], 0 if a.arg.name in zeroed else POISON, a.guard, a.nbytes)
                     self.fill(work[a.arg.name], CANARY, a.guard + a.nbytes, a.guard)
                 else:
                     self.copy(work[a.arg.name], trial.pristine[a.arg.name])
@@ -222,11 +319,10 @@ class VerifySession(SessionBase):
         changed = self._own.changed_bytes(int(buffer.handle) + a.guard, a.nbytes, int(pristine.handle) + a.guard)
         return f"{a.arg.name} ({changed.count} bytes changed, the first at byte {changed.first})" if changed.count else ""
 
-    def _output_check(self, spec: KernelSpec, a: _Array, out, ref) -> OutputCheck:
-        """`out` against `ref` on the device, each finding with the first element it found quoted."""
-        atol, rtol = spec.verify_tolerance(a.arg.dtype)
-        found = self._own.compare(int(out.handle) + a.guard, int(ref.handle) + a.guard, a.count, a.arg.dtype,
-                                  atol, rtol)
+    def _output_check(self, a: _Array, out, ref, tolerance: Tolerance, zeroed: bool = False) -> OutputCheck:
+        """`out` against `ref` on the device within `tolerance`, each finding with the first element it found
+        quoted. An output that started `zeroed` holds no poison to tell unwritten elements by."""
+        found = self._compared(a, out, ref, tolerance.atol, tolerance.rtol)
 
         def difference(count: int, first: int | None, max_abs: float = 0.0, max_rel: float = 0.0) -> Difference:
             quoted = ""
@@ -236,10 +332,14 @@ class VerifySession(SessionBase):
                 quoted = example(a.arg.name, a.shape, first, value, instead_of)
             return Difference(count, a.count, first, max_abs, max_rel, quoted)
 
-        return OutputCheck(unwritten=difference(found.unwritten.count, found.unwritten.first),
+        unwritten = Found(0, None) if zeroed else found.unwritten
+        return OutputCheck(unwritten=difference(unwritten.count, unwritten.first),
                            not_finite=difference(found.not_finite.count, found.not_finite.first),
                            mismatch=difference(found.beyond_tolerance.count, found.beyond_tolerance.first,
                                                found.max_abs, found.max_rel))
+
+    def _compared(self, a: _Array, out, ref, atol: float, rtol: float) -> Comparison:
+        return self._own.compare(int(out.handle) + a.guard, int(ref.handle) + a.guard, a.count, a.arg.dtype, atol, rtol)
 
     def _scratch_for(self, layout: tuple[_Array, ...]) -> tuple[dict[str, _Region], dict[str, _Region]]:
         """The working arrays and a copy of each output for the first run's results, remade for a new layout.

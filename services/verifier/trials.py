@@ -1,5 +1,6 @@
 """Which inputs a candidate is tried on: the spec's sizes with fresh seeds, then sizes that are not
-multiples of any block size (n-1 and a prime below it), each trial with a seed of its own, recorded."""
+multiples of any block size (n-1 and a prime below it), each trial with a seed of its own, recorded. A spec
+with fixed `data` is tried at its own sizes only, where the files' arrays fit."""
 import zlib
 from dataclasses import dataclass
 
@@ -15,12 +16,32 @@ class Trial:
 
 def plan_trials(spec: KernelSpec) -> list[Trial]:
     base = spec.benchmark.seed
-    trials = [Trial(f"spec sizes #{i + 1}", dict(spec.sizes), _seed(base, "spec", i)) for i in range(spec.verify.seeds)]
-    if spec.verify.odd_sizes:
+    seeds = spec.verify.seeds if spec.drawn_inputs else 1  # with every input fixed, each seed: the same trial
+    trials = [Trial(f"spec sizes #{i + 1}", dict(spec.sizes), _seed(base, "spec", i)) for i in range(seeds)]
+    if spec.verify.odd_sizes and not spec.fixed_inputs:
         for name, n in spec.sizes.items():
             for odd in dict.fromkeys(v for v in (n - 1, prime_below(n - 1)) if v and v > 0 and v != n):
                 trials.append(Trial(f"{name}={odd}", {**spec.sizes, name: odd}, _seed(base, name, odd)))
     return trials
+
+
+def sizes_not_tried(spec: KernelSpec) -> str:
+    """Why plan_trials leaves the odd sizes out although verify.odd_sizes asks for them, or ''."""
+    if spec.verify.odd_sizes and spec.fixed_inputs:
+        return (f"odd sizes not tried: {', '.join(a.name for a in spec.fixed_inputs)} has fixed data, which holds "
+                "values at the spec's sizes only")
+    return ""
+
+
+def range_problem(spec: KernelSpec) -> str:
+    """Why an input's range holds no values at `spec`'s sizes (a trial's: ranges follow the sizes), or ''."""
+    for i, arg in enumerate(spec.args):
+        if arg.range is not None:
+            try:
+                spec.value_range(arg)
+            except ValueError as exc:
+                return f"args[{i}].range: {exc}"
+    return ""
 
 
 def prime_below(n: int) -> int | None:

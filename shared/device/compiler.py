@@ -4,7 +4,10 @@ process. A gateway or CLI that runs workers in its own threads thus never has NV
 source inside it, and a compile bomb costs one child, not the service.
 
 The child starts with an empty environment (no secret reaches it) in an empty working directory of its
-own, under address-space, CPU-time and file-size limits; the parent adds a wall-clock deadline. A child
+own, under address-space, CPU-time and file-size limits; the parent adds a wall-clock deadline. NVRTC
+searches only the CUDA headers kforge ships (`vetted_headers()`: nvidia-cuda-runtime's and
+nvidia-cuda-cccl's include directories), passed by kforge, never by a request; where the kernel has
+Landlock the child can open no other file. A child
 that is killed or dies is reported as a CompileError that says which limit it hit, and the next compile
 starts a fresh child. Children are kept warm between compiles (starting one costs about 0.2 s).
 """
@@ -24,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.compile_policy import PolicyViolation, check_define_value, check_options, check_source
+from shared.compile_policy import PolicyViolation, check_define_value, check_options, check_source, vetted_headers
 from shared.device.frames import write_frame
 from shared.device.nvrtc import CompiledKernel, CompileError, compile_options
 from shared.settings import Settings
@@ -135,7 +138,7 @@ class Sandbox:
         self.limits = limits
         self.workdir = tempfile.mkdtemp(prefix="kforge-compile-")
         config = {"paths": import_path(), "memory_bytes": limits.memory_bytes,
-                  "nvrtc": load_nvidia_dynamic_lib("nvrtc").abs_path}
+                  "nvrtc": load_nvidia_dynamic_lib("nvrtc").abs_path, "include_dirs": list(vetted_headers().dirs)}
         self.process = subprocess.Popen([sys.executable, "-I", str(CHILD), json.dumps(config)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env={}, cwd=self.workdir, start_new_session=True)
@@ -146,6 +149,7 @@ class Sandbox:
             reason = self._death("the sandbox's start")
             self.close()
             raise CompileError(f"the compile sandbox did not start: {reason}", "")
+        self.confined = bool(ready.get("confined"))  # Landlock holds it to the header directories
 
     @property
     def alive(self) -> bool:

@@ -3,6 +3,7 @@
 (cuda.core's Program reports compile errors by loading the driver library, which fails on GPU-less
 machines, so the bindings are used directly.)
 """
+import functools
 import hashlib
 import json
 import re
@@ -45,17 +46,33 @@ def compile_options(defines: dict[str, ParamValue], options: list[str], arch: st
             *(options if any(o.startswith("--std") or o.startswith("-std") for o in options) else [*options, "--std=c++17"])]
 
 
+@functools.cache
+def headers_version() -> str:
+    """The versions of the CUDA header packages kforge compiles with ('' for each not installed by pip)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return ""
+    return " ".join(installed(p) for p in ("nvidia-cuda-runtime", "nvidia-cuda-cccl"))
+
+
 def cache_key(source: str, kernel_name: str, flags: list[str]) -> str:
-    """Content address of a compilation: same source, name, flags and NVRTC version give the same cubin."""
-    blob = json.dumps([source, kernel_name, flags, nvrtc_version()])
+    """Content address of a compilation: same source, name, flags, NVRTC and header versions give the same
+    cubin. (The compile child reads the header versions before it confines itself.)"""
+    blob = json.dumps([source, kernel_name, flags, nvrtc_version(), headers_version()])
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_cubin(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int) -> CompiledKernel:
+def build_cubin(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int,
+                include_dirs: tuple[str, ...] = ()) -> CompiledKernel:
     """Compile in this process. Only the compile sandbox's child calls this (shared/device/compiler.py): a
-    submitted source must never reach NVRTC in a process that holds secrets or serves requests."""
+    submitted source must never reach NVRTC in a process that holds secrets or serves requests. NVRTC
+    searches `include_dirs` (kforge's CUDA headers) for includes; the cache key covers `flags` only."""
     started = time.perf_counter()
-    with _compiled(source, kernel_name, flags, arch, log_limit) as (program, log):
+    with _compiled(source, kernel_name, flags, arch, log_limit, include_dirs) as (program, log):
         size = _checked(nvrtc.nvrtcGetCUBINSize(program))
         cubin = bytearray(size)
         _checked(nvrtc.nvrtcGetCUBIN(program, cubin))
@@ -65,11 +82,14 @@ def build_cubin(source: str, kernel_name: str, flags: list[str], arch: str, log_
                           cache_key=cache_key(source, kernel_name, flags))
 
 
-def ptx_parameter_types(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int) -> list[str]:
+def ptx_parameter_types(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int,
+                        include_dirs: tuple[str, ...] = ()) -> list[str]:
     """The kernel's parameters as PTX declares them: `u64` for a pointer, `u32`/`s32`/`f32`/... for scalars,
-    `b8[16]` for a 16-byte struct. `flags` target a virtual arch (compute_NN), so this needs no GPU: the
-    verifier checks a candidate's signature on any machine. In-process, like build_cubin."""
-    with _compiled(source, kernel_name, flags, arch, log_limit) as (program, _):
+    `b8[16]` for a 16-byte struct. A 2-byte struct aligned to 2, as `__half` and `__nv_bfloat16` are, reads as
+    `b16`: it is passed exactly as a 16-bit scalar (a float16 arg). `flags` target a virtual arch
+    (compute_NN), so this needs no GPU: the verifier checks a candidate's signature on any machine.
+    In-process, like build_cubin."""
+    with _compiled(source, kernel_name, flags, arch, log_limit, include_dirs) as (program, _):
         size = _checked(nvrtc.nvrtcGetPTXSize(program))
         ptx = bytearray(size)
         _checked(nvrtc.nvrtcGetPTX(program, ptx))
@@ -77,20 +97,30 @@ def ptx_parameter_types(source: str, kernel_name: str, flags: list[str], arch: s
     entry = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\((.*?)\)", ptx.decode(errors="replace"), re.S)
     if entry is None:
         raise CompileError(f"NVRTC's PTX has no entry {lowered} for {kernel_name}", "")
-    return [kind + (array or "") for kind, array in _PTX_PARAM.findall(entry.group(1))]
+    return [_param_type(align, kind, count) for align, kind, count in _PTX_PARAM.findall(entry.group(1))]
 
 
-_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+\w+(\[\d+\])?")
+_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)"  # alignment, type
+                        r"(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+\w+(?:\[(\d+)\])?")  # name, [bytes]
+
+
+def _param_type(align: str, kind: str, count: str) -> str:
+    if kind == "b8" and count == "2" and align == "2":  # __half, __nv_bfloat16
+        return "b16"
+    return kind + (f"[{count}]" if count else "")
 
 
 @contextmanager
-def _compiled(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int):
-    """An NVRTC program compiled with `flags`, and its log; CompileError (with the log) when it does not."""
+def _compiled(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int,
+              include_dirs: tuple[str, ...]):
+    """An NVRTC program compiled with `flags` and `include_dirs`, and its log; CompileError (with the log)
+    when it does not."""
     program = _checked(nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel_name}.cu".encode(), 0, [], []))
     try:
         # The name expression lets C++ (mangled, templated) kernels be found, not only extern "C" ones.
         _checked(nvrtc.nvrtcAddNameExpression(program, kernel_name.encode()))
-        (result,) = nvrtc.nvrtcCompileProgram(program, len(flags), [f.encode() for f in flags])
+        every = [*flags, *(f"--include-path={d}" for d in include_dirs)]
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(every), [f.encode() for f in every])
         log = capped_log(_log(program), log_limit)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC could not compile {kernel_name} for {arch}: {_error_name(result)}", log)

@@ -12,7 +12,7 @@ import numpy as np
 
 from shared.device.compiler import compile_kernel
 from shared.device.nvrtc import CompileError
-from shared.inputs import FLOAT_BITS, GOLDEN, INT_RANGES, SPECIAL_STRIDE
+from shared.inputs import FLOAT_BITS, GOLDEN, SPECIAL_STRIDE, Distribution
 from shared.spec import DTYPES
 
 SOURCE = r"""
@@ -26,18 +26,47 @@ __device__ __forceinline__ u64 mix64(u64 z) {  // splitmix64's finaliser, as sha
 __device__ __forceinline__ float half_to_float(unsigned short h) {
     float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
 }
-__device__ __forceinline__ unsigned short float_to_half(float f) {
-    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+__device__ __forceinline__ unsigned short double_to_half(double d) {  // correctly rounded, as numpy's; sm_70+
+    unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h;
 }
 #define FIRST_THREAD (blockIdx.x * (u64)blockDim.x + threadIdx.x)
 #define ALL_THREADS ((u64)gridDim.x * blockDim.x)
 
+// shared/inputs.py's draw, step by step with the same roundings (no fused multiply-add): the bits b of element
+// i become a value in [low, high) as the host's Distribution, whose fields are the arguments from `low` on, says.
+// A sorted element's place i + u, u in [0, 1) from the bits, is never above the next element's.
+__device__ __forceinline__ double place(u64 b, u64 i) {
+    return __dadd_rn((double)i, __dmul_rn((double)(b >> 11), TWO_TO_MINUS_53));
+}
+#ifdef FLOAT_VALUES
+__device__ __forceinline__ VALUE draw(u64 b, u64 i, u64 low, u64 span, double origin, double scale, double limit,
+                                      double below, unsigned int sorted) {
+    double unit = sorted ? place(b, i) : __dmul_rn((double)(b >> (64 - PRECISION)), UNIT);
+    VALUE value = FROM_DOUBLE(__dadd_rn(origin, __dmul_rn(unit, scale)));
+    return TO_DOUBLE(value) >= limit ? FROM_DOUBLE(below) : value;  // rounding may reach high, which is left out
+}
+#else
+__device__ __forceinline__ VALUE draw(u64 b, u64 i, u64 low, u64 span, double origin, double scale, double limit,
+                                      double below, unsigned int sorted) {
+    u64 offset;
+    if (sorted) {
+        double whole = floor(__dmul_rn(place(b, i), scale));
+        offset = whole < limit ? (u64)whole : span - 1;
+    } else {
+        offset = span <= (1ull << 32) ? ((b >> 32) * span) >> 32 : __umul64hi(b, span);
+    }
+    return (VALUE)(low + offset);  // two's complement, as numpy's cast from uint64
+}
+#endif
+
 // Element i of the stream `key`; every SPECIAL_STRIDE-th element cycles through `specials` instead.
-extern "C" __global__ void kforge_generate(VALUE *out, u64 n, u64 key, const VALUE *specials,
-                                           unsigned int nspecials) {
+extern "C" __global__ void kforge_generate(VALUE *out, u64 n, u64 key, const VALUE *specials, unsigned int nspecials,
+                                           u64 low, u64 span, double origin, double scale, double limit,
+                                           double below, unsigned int sorted) {
     for (u64 i = FIRST_THREAD; i < n; i += ALL_THREADS) {
-        out[i] = nspecials && i % SPECIAL_STRIDE == 0 ? specials[(i / SPECIAL_STRIDE) % nspecials]
-                                                      : DRAW(mix64(key + (i + 1) * GOLDEN));
+        out[i] = nspecials && i % SPECIAL_STRIDE == 0
+                     ? specials[(i / SPECIAL_STRIDE) % nspecials]
+                     : draw(mix64(key + (i + 1) * GOLDEN), i, low, span, origin, scale, limit, below, sorted);
     }
 }
 
@@ -84,39 +113,44 @@ extern "C" __global__ void kforge_changed_bytes(const unsigned char *p, u64 n, c
     }
     if (count) { atomicAdd(&stats[0], count); atomicMin(&stats[1], first); }
 }
+
+// The largest finite |x| (as the bits of a non-negative double, which order like its value): the scale of what
+// a sum of these inputs can accumulate, which bounds the rounding of a kernel whose result depends on order.
+extern "C" __global__ void kforge_max_abs(const VALUE *x, u64 n, u64 *stats) {
+    double largest = 0.0;
+    for (u64 i = FIRST_THREAD; i < n; i += ALL_THREADS) {
+        double v = fabs(TO_DOUBLE(x[i]));
+        if (isfinite(v)) largest = fmax(largest, v);
+    }
+    if (largest > 0.0) atomicMax(&stats[0], (u64)__double_as_longlong(largest));
+}
 """
 _STORAGE = {"float16": "unsigned short", "float32": "float", "float64": "double", "int8": "signed char",
             "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
             "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long"}
 _UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 THREADS, MAX_BLOCKS = 256, 4096
-KERNELS = ("kforge_generate", "kforge_compare", "kforge_changed_bytes")
+KERNELS = ("kforge_generate", "kforge_compare", "kforge_changed_bytes", "kforge_max_abs")
 COMPILERS = 4  # modules compiled at once when a GPU process starts
 NONE = ~np.uint64(0)  # "no first index": what atomicMin starts from
 
 
 def module_source(dtype: str) -> str:
     """SOURCE specialised for `dtype`: its storage type, same-width bits, and how a value is drawn and read."""
+    defines = {"VALUE": _STORAGE[dtype], "BITS": _UNSIGNED[np.dtype(dtype).itemsize],
+               "TO_DOUBLE": "(double)half_to_float" if dtype == "float16" else "(double)",
+               "GOLDEN": f"{GOLDEN:#x}ull", "SPECIAL_STRIDE": f"{SPECIAL_STRIDE}ull",
+               "TWO_TO_MINUS_53": float.hex(2.0 ** -53)}
     if dtype in FLOAT_BITS:
-        bits, scale = FLOAT_BITS[dtype], "" if dtype == "float64" else "f"
-        compute = "double" if dtype == "float64" else "float"
-        rn = "d" if dtype == "float64" else "f"
-        # k * 2**(1 - bits) - 1, each step exact (shared/inputs.py draws it the same way).
-        value = (f"__{rn}sub_rn(__{rn}mul_rn(({compute})((b) >> {64 - bits}), {float.hex(2.0 ** (1 - bits))}{scale}), "
-                 f"1.0{scale})")
-        draw = f"float_to_half({value})" if dtype == "float16" else value
-        to_double = "(double)half_to_float" if dtype == "float16" else "(double)"
-    else:
-        low, span = INT_RANGES[np.dtype(dtype).kind]
-        draw = f"({_STORAGE[dtype]})((long long)((((b) >> 32) * {span}ull) >> 32) + ({low}))"
-        to_double = "(double)"
-    defines = {"VALUE": _STORAGE[dtype], "BITS": _UNSIGNED[np.dtype(dtype).itemsize], "DRAW(b)": draw,
-               "TO_DOUBLE": to_double, "GOLDEN": f"{GOLDEN:#x}ull", "SPECIAL_STRIDE": f"{SPECIAL_STRIDE}ull"}
+        defines.update({"FLOAT_VALUES": "1", "PRECISION": str(FLOAT_BITS[dtype]),
+                        "UNIT": float.hex(2.0 ** -FLOAT_BITS[dtype]),
+                        "FROM_DOUBLE": {"float16": "double_to_half", "float32": "__double2float_rn",
+                                        "float64": ""}[dtype]})
     return "".join(f"#define {name} {text}\n" for name, text in defines.items()) + SOURCE
 
 
 def compile_module(dtype: str, arch: str):
-    """The dtype's module as a CompiledKernel (its cubin holds all three kernels)."""
+    """The dtype's module as a CompiledKernel (its cubin holds every kernel of KERNELS)."""
     try:
         return compile_kernel(module_source(dtype), "kforge_generate", {}, [], arch)
     except CompileError as exc:  # a kforge bug, not the user's: say so with the log
@@ -156,13 +190,17 @@ class OwnKernels:
                 self._modules[dtype] = {name: code.get_kernel(name) for name in KERNELS}
             except Exception as exc:  # as a compile error: kforge's bug
                 raise RuntimeError(f"kforge's own kernels for {dtype} did not load: {exc}") from None
-        self._stats = session.allocate(8 * 8)
+        self._stats = session.allocate(8 * 8, keep=False)  # for the process's life: no session's release() frees it
 
-    def generate(self, pointer: int, dtype: str, count: int, key: int, specials: np.ndarray) -> None:
-        """Fill `count` elements at `pointer` with the stream `key` (shared/inputs.draw) and its specials."""
+    def generate(self, pointer: int, count: int, key: int, how: Distribution, specials: np.ndarray) -> None:
+        """Fill `count` elements at `pointer` with the stream `key` drawn as `how` says (shared/inputs.draw),
+        and its specials."""
+        dtype = how.dtype.name
         table = self._session.upload(specials if specials.size else np.zeros(1, dtype), keep=False)
         self._launch(dtype, "kforge_generate", count, np.uint64(pointer), np.uint64(count), np.uint64(key),
-                     np.uint64(int(table.handle)), np.uint32(specials.size))
+                     np.uint64(int(table.handle)), np.uint32(specials.size), np.uint64(how.low),
+                     np.uint64(how.span), np.float64(how.origin), np.float64(how.scale), np.float64(how.limit),
+                     np.float64(how.below), np.uint32(how.sorted))
         table.close(self._session.stream)
 
     def compare(self, out: int, ref: int, count: int, dtype: str, atol: float, rtol: float) -> Comparison:
@@ -176,6 +214,11 @@ class OwnKernels:
         stats = self._run(np.array([0, NONE], np.uint64), "uint8", "kforge_changed_bytes", count, np.uint64(pointer),
                           np.uint64(count), np.uint64(expected or 0), np.uint32(value))
         return _found(stats[0], stats[1])
+
+    def max_abs(self, pointer: int, count: int, dtype: str) -> float:
+        """The largest finite magnitude among `count` elements at `pointer` (0 when none is finite)."""
+        stats = self._run(np.zeros(1, np.uint64), dtype, "kforge_max_abs", count, np.uint64(pointer), np.uint64(count))
+        return float(stats.view(np.float64)[0])
 
     def _run(self, stats: np.ndarray, dtype: str, name: str, count: int, *args) -> np.ndarray:
         """Launch with the stats buffer as last argument, starting from `stats`; the stats it leaves."""

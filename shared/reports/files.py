@@ -58,6 +58,6 @@ def job_files(events: Sequence[Event]) -> dict[str, str]:
     files["transcript.log"] = transcript_text(events)
     files["overview.txt"] = tracker.generate_overview() + "\n"
     if tracker.baseline_time is not None:
-        files["history.svg"] = history_svg(tracker)
+        files["history.svg"] = history_svg(events)
         files["landscape.svg"] = landscape_svg(events)
     return files

@@ -14,7 +14,7 @@ from shared.compile_policy import PolicyViolation, check_options, check_source
 from shared.device import compiler
 from shared.device.compiler import CompileLimits, Sandbox, compile_kernel
 from shared.device.nvrtc import CompileError, compile_options
-from shared.jobs import job_events, submit_job
+from shared.jobs import AdmissionRefused, job_events, submit_job
 from shared.settings import Settings
 from shared.spec import KernelSpec
 from tests.conftest import record_attack
@@ -29,6 +29,10 @@ MACRO_BOMB = """#define A(x) x x x x x x x x x x
 __device__ int v[] = {D(1)};
 """
 
+# thrust names some headers by macros (`#include __THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE(unique.h)`,
+# `<thrust/system/cuda/detail/unique.h>` once expanded): defining the name's words aims it at any file.
+THRUST_AIMED = ("#define unique\n#define execution_policy\n#define h /" + "../" * 20 + "etc/passwd\n"
+                "#include <thrust/detail/unique.inl>\n")
 HOSTILE_INCLUDES = {
     "absolute path": '#include "/proc/self/environ"\n',
     "angled absolute path": "#include </etc/passwd>\n",
@@ -43,6 +47,10 @@ HOSTILE_INCLUDES = {
     "embed": '#embed "/etc/passwd"\n',
     "__has_include probe": "#if __has_include(</root/.ssh/id_rsa>)\n#endif\n",
     "__has_include of a macro": '#define P "/etc/shadow"\n#if __has_include(P)\n#endif\n',
+    "angled parent directory": "#include <../../../../etc/passwd>\n",
+    "through a header's path": "#include <cuda_fp16.h/../../../../../../etc/passwd>\n",
+    "a name outside the CUDA headers": "#include <passwd>\n",
+    "a CUDA header that includes by macro": THRUST_AIMED,
 }
 HOSTILE_OPTIONS = ["--pre-include=/etc/passwd", "--create-pch=/tmp/kforge.db", "--use-pch=/tmp/x.pch",
                    "--pch-dir=/tmp", "--time=/tmp/webhook-secret", "-I/etc", "--include-path=/", "-I", "/etc",
@@ -141,6 +149,24 @@ def test_the_compiler_child_cannot_write_files(tmp_path):
                   "to the child directly", "the child's file-size limit is 0: the store is unchanged")
 
 
+def test_the_compiler_child_can_open_no_file_outside_the_cuda_headers():
+    sandbox = Sandbox(FAST)
+    try:
+        if not sandbox.confined:
+            pytest.skip("this kernel has no Landlock: the compile policy is the only wall here")
+        answers = [_raw(sandbox, source + KERNEL, compile_options({}, [], "sm_90"))
+                   for source in ('#include "/etc/passwd"\n', THRUST_AIMED)]
+        fine = _raw(sandbox, "#include <cuda_fp16.h>\n" + KERNEL, compile_options({}, [], "sm_90"))
+    finally:
+        sandbox.close()
+    assert [a["ok"] for a in answers] == [False, False] and fine["ok"]
+    assert "Permission denied" in answers[0]["log"] and "root:" not in str(answers)
+    assert "cannot open source file" in answers[1]["log"]
+    record_attack("host file through a bypassed policy", "#include \"/etc/passwd\" and a thrust header aimed at "
+                  "it by macros, sent to the child directly", "Landlock: the child opens files only under the "
+                  "CUDA headers, so NVRTC cannot open it")
+
+
 # --- bombs -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("limit", ["cpu", "memory", "wall-clock"])
 def test_a_macro_bomb_is_killed_within_its_limit_and_the_next_compile_works(limit):
@@ -196,18 +222,32 @@ def embedded(tmp_path, monkeypatch):
     rt.store.close()
 
 
-def test_a_compile_bomb_job_ends_with_the_reason_and_leaks_nothing(embedded):
+def test_a_compile_bomb_submitted_as_the_kernel_is_refused_at_admission(embedded):
     spec = KernelSpec.model_validate(_spec(MACRO_BOMB + KERNEL))
+    started = time.monotonic()
+    with pytest.raises(AdmissionRefused) as refused:
+        submit_job(embedded.store, embedded.bus, spec)
+    [error] = refused.value.errors
+    assert error.field == "source" and "KFORGE_COMPILE_CPU_S" in error.message
+    assert embedded.store.stream_ids() == []
+    record_attack("compile bomb as the submitted kernel", "macro bomb submitted as the kernel",
+                  f"refused at admission on source, nothing recorded, in {time.monotonic() - started:.1f} s; "
+                  "the process that compiled it lives on")
+
+
+def test_a_compile_bomb_job_ends_with_the_reason_and_leaks_nothing(embedded):
+    # The submitted kernel is sound; the bomb is the candidate, which only a worker compiles.
+    spec = KernelSpec.model_validate(_spec(strategy={"name": "verify", "candidate": {"source": MACRO_BOMB + KERNEL}}))
     started = time.monotonic()
     job_id = submit_job(embedded.store, embedded.bus, spec)
     embedded.bus.wait_idle()
     events = job_events(embedded.store, job_id)
     types = [e.type for e in events]
-    assert "BaselineFailed" in types and "JobFailed" in types
-    failed = next(e for e in events if e.type == "BaselineFailed")
-    assert failed.stage == "compile" and "KFORGE_COMPILE_CPU_S" in failed.reason
+    assert "CandidateRejected" in types and "JobFailed" in types
+    rejected = next(e for e in events if e.type == "CandidateRejected")
+    assert rejected.check == "compile" and "KFORGE_COMPILE_CPU_S" in rejected.reason
     stored = "".join(e.model_dump_json() for e in events)
     assert "a2ZvcmdlLXNlY3JldC1rZnMtd2hzZWM=" not in stored
-    record_attack("compile bomb as a job", "macro bomb submitted as the kernel, in-process workers",
-                  f"BaselineFailed at compile, JobFailed, in {time.monotonic() - started:.1f} s; "
+    record_attack("compile bomb as a job", "macro bomb submitted as the candidate to verify, in-process workers",
+                  f"CandidateRejected at compile, JobFailed, in {time.monotonic() - started:.1f} s; "
                   "the process that submitted it lives on")

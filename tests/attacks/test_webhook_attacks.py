@@ -14,9 +14,8 @@ import pytest
 
 from services.webhooks import handlers
 from services.webhooks.sender import MAX_ANSWER_BYTES, HttpSender
-from shared.jobs import Admission, job_events, submit_job
+from shared.jobs import Admission, AdmissionRefused, job_events, submit_job
 from shared.settings import Settings
-from shared.webhook_addresses import WebhookUrlRefused
 from tests.conftest import record_attack
 from tests.fakes import RecordingBus
 from tests.webhook_receivers import (SECRET, deliver_all, finished_job, receiver_factory,  # noqa: F401 (the fixture)
@@ -166,16 +165,18 @@ def test_an_ipv6_address_embedding_a_private_ipv4_is_refused_at_submission_and_a
     spec = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "webhook_url": url})
 
     bus = RecordingBus()
-    with pytest.raises(WebhookUrlRefused) as refused:
+    with pytest.raises(AdmissionRefused) as refused:
         submit_job(store, bus, spec, admission=Admission.of(settings))
     assert store.stream_ids() == [] and bus.messages == []  # nothing recorded, nothing sent
+    [error] = refused.value.errors
+    assert error.field == "webhook_url"
     if ipv6_prefix_allowed:  # with nothing allowed, an IPv6 address that is not public is refused as itself
-        assert f"{ipv4} (" in str(refused.value)
+        assert f"{ipv4} (" in error.message
 
     job_id, request = finished_job(store, vector_add_spec, url)  # as if it had been allowed when submitted
     events = deliver_all(store, settings, job_id, request.event_id)
     assert [e.type for e in events][1:] == ["WebhookAttempted", "WebhookAbandoned"]
-    assert events[1].status_code is None and events[-1].reason == str(refused.value)
+    assert events[1].status_code is None and events[-1].reason == error.message
     record_attack(f"webhook URL in {form}" + (f", with {prefix} allowed" if ipv6_prefix_allowed else ""),
                   f"{url} (embeds {ipv4})", "refused at submission (nothing recorded) and abandoned at the attempt "
-                  "(no request): " + str(refused.value).partition(" resolves to ")[2].partition(", where")[0])
+                  "(no request): " + error.message.partition(" resolves to ")[2].partition(", where")[0])

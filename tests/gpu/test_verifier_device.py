@@ -11,8 +11,8 @@ from services.verifier.compare import POISON
 from services.verifier.session import TrialRun, VerifySession
 from shared.device.compiler import compile_kernel
 from shared.device.own_kernels import OwnKernels
-from shared.inputs import SPECIAL_STRIDE, draw, special_values, stream_key
-from shared.spec import DTYPES, KernelSpec
+from shared.inputs import SPECIAL_STRIDE, distribution, draw, special_values, stream_key
+from shared.spec import DEFAULT_RANGES, DTYPES, KernelSpec
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.gpu
@@ -35,12 +35,17 @@ def read(session, buffer, dtype, count) -> np.ndarray:
     return session.download(np.empty(count, dtype), buffer)
 
 
+def default(dtype: str):
+    """The distribution of an input without a range."""
+    return distribution(dtype, *DEFAULT_RANGES[np.dtype(dtype).kind])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_device_draws_numpys_bits_for_every_dtype(session, own, dtype):
     key = stream_key(12345, 2)
     buffer = session.allocate(N * np.dtype(dtype).itemsize, keep=False)
-    own.generate(int(buffer.handle), dtype, N, key, np.zeros(0, dtype))
-    expected = draw(np.dtype(dtype), key, 0, N)
+    own.generate(int(buffer.handle), N, key, default(dtype), np.zeros(0, dtype))
+    expected = draw(default(dtype), key, 0, N)
     got = read(session, buffer, dtype, N)
     assert got.tobytes() == expected.tobytes(), f"first difference at {np.flatnonzero(got != expected)[:5]}"
     if dtype.startswith("float"):  # and the specials, at the same places as make_array puts them
@@ -49,16 +54,40 @@ def test_the_device_draws_numpys_bits_for_every_dtype(session, own, dtype):
             "args": [{"name": "y", "dtype": dtype, "shape": ["n"], "role": "out"},
                      {"name": "x", "dtype": dtype, "shape": ["n"], "specials": ["nan", "-inf", "denormal", "-zero"]}],
         }).args[1]
-        own.generate(int(buffer.handle), dtype, N, key, special_values(arg))
+        own.generate(int(buffer.handle), N, key, default(dtype), special_values(arg))
         expected[::SPECIAL_STRIDE] = np.resize(special_values(arg), expected[::SPECIAL_STRIDE].size)
         assert read(session, buffer, dtype, N).tobytes() == expected.tobytes()
+    buffer.close(session.stream)
+
+
+# Per dtype, a range and whether sorted: narrow and wide, negative, ranges where rounding reaches high (float16
+# holds 2 values in [1000, 1001)), 64-bit spans that take the 128-bit product, and sorted spans below and above
+# the element count.
+RANGED = [(dtype, low, high, sorted_) for dtype, low, high in [
+    ("float16", 1000, 1001), ("float16", -0.3, 60000), ("float32", 0.5, 3.25), ("float32", -1e30, 1e-30),
+    ("float64", -1e-3, 5.0), ("float64", 0, 1e18), ("int8", -128, 128), ("int16", -7, 3), ("int32", 0, 1000003),
+    ("int64", -2 ** 63, 2 ** 63 - 1), ("int64", 0, 1 << 40), ("uint8", 250, 256), ("uint16", 0, 65536),
+    ("uint32", 1, 2 ** 32), ("uint64", 0, 2 ** 64 - 1), ("uint64", 2 ** 63, 2 ** 63 + 5)] for sorted_ in (False, True)]
+
+
+@pytest.mark.parametrize("dtype, low, high, sorted_", RANGED)
+def test_the_device_draws_numpys_bits_in_a_range_sorted_or_not(session, own, dtype, low, high, sorted_):
+    how = distribution(dtype, low, high, N if sorted_ else 0)
+    key = stream_key(777, 3)
+    buffer = session.allocate(N * np.dtype(dtype).itemsize, keep=False)
+    own.generate(int(buffer.handle), N, key, how, np.zeros(0, dtype))
+    got, expected = read(session, buffer, dtype, N), draw(how, key, 0, N)
+    assert got.tobytes() == expected.tobytes(), f"first difference at {np.flatnonzero(got != expected)[:5]}"
+    assert (got.astype(object) >= low).all() and (got.astype(object) < high).all()
+    if sorted_:
+        assert (got[1:] >= got[:-1]).all()
     buffer.close(session.stream)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint8"])
 def test_the_device_comparison_finds_what_numpy_finds(session, own, dtype):
     rng = np.random.default_rng(1)
-    ref = draw(np.dtype(dtype), stream_key(1, 0), 0, N)
+    ref = draw(default(dtype), stream_key(1, 0), 0, N)
     out = ref.copy()
     changed = np.sort(rng.choice(N, 50, replace=False))
     out[changed[:20]] += np.array(1, dtype)  # beyond tolerance

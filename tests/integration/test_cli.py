@@ -146,6 +146,33 @@ def test_invalid_spec_exits_2_naming_each_field_and_its_fix(tmp_path):
     assert "submitted" not in out  # nothing was submitted
 
 
+SWAPPED_SPEC = """kernel_name: vector_add
+sizes: {n: 1024}
+args:  # vector_add takes (c, a, b, n): n is listed first
+  - {name: n, dtype: int32, value: n}
+  - {name: c, dtype: float32, shape: [n], role: out}
+  - {name: a, dtype: float32, shape: [n]}
+  - {name: b, dtype: float32, shape: [n]}
+strategy: {name: baseline}
+"""
+
+
+def test_a_spec_whose_args_disagree_with_the_kernel_exits_2_naming_each(tmp_path):
+    spec = tmp_path / "swapped.yaml"
+    spec.write_text(SWAPPED_SPEC)
+
+    result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--spec", str(spec), "--replay")
+
+    out = _out(result)
+    assert result.returncode == 2, out
+    assert f"invalid submission ({spec})" in out
+    lines = [line.strip() for line in out.splitlines()]
+    assert [line.partition(":")[0] for line in lines[1:]] == ["args[0]", "args[3]"], out
+    assert "give n a shape if the kernel takes an array there" in lines[1]
+    assert "give b a value instead of a shape" in lines[2]
+    assert "submitted" not in out and "Traceback" not in out
+
+
 def test_invalid_yaml_reports_the_line(tmp_path):
     spec = tmp_path / "broken.yaml"
     spec.write_text("kernel_name: vector_add\nargs: [\n")

@@ -209,6 +209,21 @@ def test_whole_spec_checks_name_their_field(client, spec_json):
     assert "vector_add" in error["message"]
 
 
+def test_a_kernel_that_disagrees_with_its_args_is_one_422_naming_every_argument_and_limit(client, rt, spec_json):
+    # vector_add(float *c, const float *a, const float *b, int n): the spec swaps n for an array and passes c by
+    # value, as a 64-bit float, and asks for a size above the limit; a tune job would launch it on these args.
+    spec_json["args"][0] = {"name": "c", "dtype": "float64", "value": 1}
+    spec_json["args"][3] = {"name": "n", "dtype": "int32", "shape": ["n"], "role": "out"}
+    spec_json["sizes"]["n"] = 1 << 40
+
+    problem = _problem(client, spec_json)
+
+    assert [e["field"] for e in problem["errors"]] == ["sizes.n", "args[0]", "args[3]"]
+    assert "declares .u64: give c a shape if the kernel takes an array there" in problem["errors"][1]["message"]
+    assert "declares .u32: give n a value instead of a shape" in problem["errors"][2]["message"]
+    assert rt.store.stream_ids() == [] and rt.bus.messages == []  # nothing submitted
+
+
 def test_malformed_json_body_is_not_reported_as_an_array_index(client):
     response = client.post("/v1/jobs", content=b'{"kernel_name": ', headers={"content-type": "application/json"})
 

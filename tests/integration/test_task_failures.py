@@ -4,6 +4,7 @@ of task (the handler, or the planner's decision, raises); everything else is rea
 NVRTC, Celery workers over Redis with PostgreSQL."""
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from shared import runtime
 from shared.bus import CeleryBus, configure_celery
 from shared.events import BaselineRequested, TaskFailed
 from shared.eventstore import EventStore
-from shared.jobs import Admission, follow_job, get_job, job_events, submit_job
+from shared.jobs import Admission, cancel_orphaned_jobs, follow_job, get_job, job_events, submit_job
 from shared.projections import outstanding_requests
 from shared.settings import Settings
 
@@ -169,6 +170,78 @@ def test_an_interrupted_kforge_tune_cancels_its_job_promptly(sig, tmp_path):
     finally:
         store.close()
     assert view.status == "cancelled" and view.failure == f"kforge tune was interrupted ({sig.name})"
+
+
+def test_a_killed_kforge_tune_leaves_its_job_to_the_next_kforge_which_cancels_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
+    env.update(KFORGE_HOME=str(tmp_path), COLUMNS="200", NO_COLOR="1")
+    command = ["tune", "examples/vector_add.cu", "--replay", "--strategy", "explicit"]
+    tune = subprocess.Popen([KFORGE, *command], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    first = tune.stdout.readline()
+    assert " submitted" in first, first + tune.communicate(timeout=60)[0]
+    job_id = first.split()[1]
+    url = f"sqlite:///{tmp_path / 'kforge.db'}"
+    store = EventStore(url)
+    try:
+        assert cancel_orphaned_jobs(store, tmp_path, url) == []  # its process lives: left to it
+        tune.kill()  # SIGKILL: no handler runs, nothing is cancelled on the way out
+        tune.communicate(timeout=30)
+        assert not get_job(store, job_id).finished
+
+        listed = subprocess.run([KFORGE, "jobs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        view = get_job(store, job_id)
+        cancels = [e for e in job_events(store, job_id) if e.type == "JobCancelled"]
+    finally:
+        store.close()
+
+    assert listed.returncode == 0 and "Traceback" not in listed.stdout + listed.stderr, listed.stderr
+    assert re.search(rf"{job_id}\s.*cancelled", listed.stdout), listed.stdout
+    assert view.status == "cancelled" and len(cancels) == 1 and cancels[0].cancelled_by == "kforge"
+    assert view.failure == (f"`kforge {' '.join(command)}` (pid {tune.pid}), which ran this job in its own process, "
+                            "was killed or ended before the job did; submit the job again to rerun it (for kforge "
+                            "tune: run that command again)")
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_kforge_tune_following_a_job_no_worker_takes_stops_and_leaves_it_to_the_workers(redis_url, postgres_url,
+                                                                                        tmp_path):
+    env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": postgres_url, "KFORGE_HOME": str(tmp_path),
+           "KFORGE_STALL_TIMEOUT_S": "2", "COLUMNS": "200", "NO_COLOR": "1"}
+    started = time.monotonic()
+    tune = subprocess.run([KFORGE, "tune", "examples/vector_add.cu", "--replay"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    out = " ".join((tune.stdout + tune.stderr).split())  # as one line, however the terminal wrapped it
+    job_id = re.search(r"job (\w+) submitted, services", out).group(1)
+
+    assert tune.returncode == 3 and took < 20, out
+    assert f"job {job_id} is still submitted, but it recorded no event for 2 s" in out and "Traceback" not in out
+    assert "left to the workers" in out and f"kforge cancel {job_id}" in out
+    store = EventStore(postgres_url)
+    try:
+        assert get_job(store, job_id).status == "submitted"  # not cancelled: a worker that starts later takes it
+    finally:
+        store.close()
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_the_python_api_following_a_job_no_worker_takes_stops_and_says_so(redis_url, postgres_url, tmp_path):
+    from kforge.api import KforgeError, optimise
+
+    rt = runtime.build(Settings(REDIS_URL=redis_url, DATABASE_URL=postgres_url, KFORGE_HOME=tmp_path,
+                                KFORGE_STALL_TIMEOUT_S="1"))
+    runtime.install(rt)
+    try:
+        with pytest.raises(KforgeError, match="recorded no event for 1 s; it is left to the workers"):
+            optimise(_spec(), timeout_s=60)
+        [job] = rt.store.stream_ids("job-")
+        assert get_job(rt.store, job.removeprefix("job-")).status == "submitted"
+    finally:
+        runtime.install(None)
+        rt.store.close()
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death injected

@@ -1,6 +1,8 @@
 """The web pages in headless Chromium, against the real app served by uvicorn over a real embedded runtime:
 the job list, the job page's figures and plots, live progress from events appended while the page is open,
-cancelling, and asking for the API key when the server has keys."""
+cancelling, asking for the API key when the server has keys, and the API's docs. The browser reaches nothing
+but the server: every page must work with no network. Screenshots go to each test's tmp dir, their paths
+printed."""
 import re
 import socket
 import threading
@@ -8,6 +10,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -19,7 +22,7 @@ from shared import runtime
 from shared.events import Event
 from shared.eventstore import EventStore
 from shared.settings import Settings
-from tests.report_streams import JobStream, rewrite_job, spec_with, tune_job
+from tests.report_streams import JobStream, grid_tune_job, rewrite_job, spec_with, tune_job
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -28,7 +31,7 @@ if not CHROMIUM.exists():
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SCREENSHOT = Path("/tmp/kforge-job-page.png")
+LOOPBACK = {"127.0.0.1", "localhost"}
 expect.set_options(timeout=10_000)
 
 
@@ -62,14 +65,40 @@ def serve(tmp_path):
 
 @pytest.fixture
 def page(browser) -> Iterator[Page]:
-    """A fresh browser profile per test (no stored API key); uncaught script errors fail the test."""
+    """A fresh browser profile per test (no stored API key) with no network but the server's: a request
+    elsewhere (a CDN's script, a web font) is refused and fails the test, as does an uncaught script error."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
+    elsewhere = []
+
+    def loopback_only(route):
+        if urlsplit(route.request.url).hostname in LOOPBACK:
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    context.route("**/*", loopback_only)
     page = context.new_page()
     errors = []
     page.on("pageerror", lambda error: errors.append(error))
     yield page
     context.close()
     assert not errors, f"the page threw: {errors}"
+    assert not elsewhere, f"the page asked for more than the server: {elsewhere}"
+
+
+@pytest.fixture
+def screenshot(page, tmp_path, capsys):
+    """Saves the page as it looks under the test's tmp dir and prints where, even with output captured."""
+
+    def take(name: str) -> Path:
+        path = tmp_path / f"{name}.png"
+        page.screenshot(path=path, full_page=True)
+        with capsys.disabled():
+            print(f"\nscreenshot: {path}")
+        return path
+
+    return take
 
 
 class _Server(uvicorn.Server):
@@ -143,7 +172,7 @@ def test_job_list_shows_jobs_and_links_to_their_pages(serve, page, vector_add_sp
     assert {"/", "/jobs/{job_id}"}.isdisjoint(httpx.get(url + "/openapi.json").json()["paths"])
 
 
-def test_job_page_shows_figures_both_plots_and_the_whole_history(serve, page, vector_add_spec):
+def test_job_page_shows_figures_both_plots_and_the_whole_history(serve, page, screenshot, vector_add_spec):
     rt, url = serve()
     _finished_jobs(rt.store, vector_add_spec)
 
@@ -165,9 +194,39 @@ def test_job_page_shows_figures_both_plots_and_the_whole_history(serve, page, ve
         ["elements_per_thread", "accepted", "1.0000", "0.5000", "2.000× [1.960, 2.040]", ""])
     expect(steps.nth(1)).to_contain_text("slower than the best so far (step elements_per_thread): 0.962x")
     expect(page.locator("#no-steps")).to_be_hidden()
-    for plot in ("history", "landscape"):
-        _expect_svg_plot(page, plot)
-    page.screenshot(path=SCREENSHOT, full_page=True)
+    assert 'id="steps"' in _expect_svg_plot(page, "history")  # a bar per step tried
+    assert _panels(_expect_svg_plot(page, "landscape")) == ["block_size_x", "elements_per_thread"]
+    screenshot("rewriting-job-page")
+
+
+def test_job_page_of_a_search_shows_it_converging_and_its_landscape(serve, page, screenshot, vector_add_spec):
+    rt, url = serve()
+    _append(rt.store, grid_tune_job(vector_add_spec, "grid1"))
+
+    page.goto(url + "/jobs/grid1")
+
+    expect(page.locator("#status")).to_have_text("completed")
+    history = _expect_svg_plot(page, "history")
+    assert 'id="convergence"' in history and "best so far: 0.6860 ms from configuration 13" in history
+    landscape = _expect_svg_plot(page, "landscape")
+    assert _panels(landscape) == ["block_size_x", "elements_per_thread", "unroll"] and 'id="heatmap"' in landscape
+    for plot in ("history", "landscape"):  # drawn at a readable size, not squeezed
+        assert page.locator(f"#{plot}").bounding_box()["width"] >= 440
+    screenshot("search-job-page")
+
+
+def test_api_docs_render_with_no_network(serve, page, screenshot):
+    _, url = serve()
+
+    page.goto(f"{url}/docs")
+
+    # Swagger UI, from files the server itself serves, lists every operation: the plots' among them
+    expect(page.get_by_text("Submit a CUDA kernel; get back a faster")).to_be_visible()
+    paths = page.locator(".opblock-summary-path")
+    expect(paths.filter(has_text="/v1/jobs/{job_id}/plots/{plot}.svg")).to_be_visible()
+    operations = [op for methods in httpx.get(url + "/openapi.json").json()["paths"].values() for op in methods]
+    expect(paths).to_have_count(len(operations))
+    screenshot("api-docs")
 
 
 def test_job_page_of_an_unknown_job_says_so(serve, page):
@@ -258,12 +317,18 @@ def test_asks_for_the_api_key_when_the_server_has_keys(serve, page, vector_add_s
     expect(page.locator("form.key-form")).to_have_count(0)
 
 
-def _expect_svg_plot(page: Page, plot: str) -> None:
-    """The plot is an image that loaded, made from the SVG that the API served."""
+def _expect_svg_plot(page: Page, plot: str) -> str:
+    """The plot is an image that loaded, made from the SVG that the API served; returns that SVG."""
     img = page.locator(f"#{plot}")
     expect(img).to_have_attribute("src", re.compile("^blob:"))
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle())
     blob = img.evaluate("async img => { const b = await (await fetch(img.src)).blob(); "
                         "return {type: b.type, text: await b.text()}; }")
     assert blob["type"] == "image/svg+xml" and "<svg" in blob["text"]
+    return blob["text"]
+
+
+def _panels(svg: str) -> list[str]:
+    """The landscape's panels, one per tune parameter, by the ids of their groups."""
+    return re.findall(r'<g id="panel-(\w+)">', svg)
 

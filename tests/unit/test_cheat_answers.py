@@ -8,12 +8,12 @@ import pytest
 
 from services.generator.handlers import generate
 from services.planner.strategies.one_prompt import STEP
-from services.verifier import signature
 from shared.device.compiler import compile_kernel, parameter_types
 from shared.device.nvrtc import CompileError
 from shared.events import BaselineMeasured, CandidateGenerated, GenerationRequested, JobSubmitted
 from shared.projections import job_stream
 from shared.settings import Settings
+from shared.signature import mismatches
 from tests.cheat_cases import load_cheats
 from tests.fakes import RecordingBus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)
@@ -61,6 +61,6 @@ def test_the_answer_becomes_a_candidate_that_compiles_and_matches_the_signature(
         return
     compiled = compile_kernel(candidate.source, name, params, spec.compiler_options, ARCH)
     assert compiled.cubin and compiled.arch == ARCH
-    assert signature.mismatch(spec, parameter_types(candidate.source, name, params, spec.compiler_options, ARCH)) == ""
+    assert mismatches(spec.args, parameter_types(candidate.source, name, params, spec.compiler_options, ARCH)) == []
     # The candidate runs in its own configuration: every value of its space is the one the answer chose.
     assert all(candidate.params[k] == v[0] for k, v in candidate.tune_params.items() if len(v) == 1)

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.events import (EVENTS, BaselineMeasured, BaselineRequested, Event, EventFromNewerVersion, EventRegistry,
-                           JobCompleted, JobSubmitted, UnknownEventType, derived_id)
+                           JobCompleted, JobSubmitted, Tolerance, UnknownEventType, derived_id)
 from shared.eventstore import EventStore
 from shared.spec import KernelSpec
 
@@ -240,3 +240,32 @@ def test_a_stored_event_must_still_have_its_shape(vector_add_spec):
     payload["spec"] = {**payload["spec"], "benchmark": {"iterations": "many"}}
     with pytest.raises(ValidationError):
         EVENTS.decode("JobSubmitted", 3, payload, envelope())
+
+
+def test_verdicts_and_baselines_recorded_before_tolerances_read_with_none():
+    """CandidateVerified v1 (trials without tolerances), CandidateRejected v1 and BaselineMeasured v2, as an
+    older kforge stored them."""
+    request = str(uuid4())
+    trial = {"label": "spec sizes #1", "sizes": {"n": 4}, "seed": 1, "max_abs_error": 0.0, "max_rel_error": 0.0}
+    verified = EVENTS.decode("CandidateVerified", 1, {
+        "request_id": request, "candidate_id": "c1", "device": "H100", "trials": [trial], "skipped": [],
+        "max_abs_error": 0.0, "max_rel_error": 0.0}, envelope())
+    rejected = EVENTS.decode("CandidateRejected", 1, {
+        "request_id": request, "candidate_id": "c1", "check": "mismatch", "reason": "differs", "trial": None,
+        "log": ""}, envelope())
+    measured = EVENTS.decode("BaselineMeasured", 2, {
+        "request_id": request, "device": "H100", "params": {}, "grid": [1, 1, 1], "block": [1, 1, 1],
+        "samples_ms": [0.5], "median_ms": 0.5, "replay": False, "facts": None}, envelope())
+    assert verified.version == 2 and verified.trials[0].tolerances == []
+    assert rejected.version == 2 and rejected.tolerances == []
+    assert measured.version == 3 and measured.tolerances == []
+
+
+def test_a_tolerance_round_trips_with_its_reason():
+    tolerance = Tolerance(output="total", atol=2.0, rtol=9.8e-4, spread=0.31, spread_rel=1.3e-4,
+                          reason="the reference differs from itself by up to 0.31 over 3 runs: atol eps x 16777216 "
+                                 "terms x max|x| 1, rtol 2 eps x sqrt(16777216 terms)")
+    measured = BaselineMeasured(stream_id="job-1", request_id=uuid4(), device="H100", params={}, grid=(1, 1, 1),
+                                block=(1, 1, 1), samples_ms=[0.5], median_ms=0.5, tolerances=[tolerance])
+    env = {k: getattr(measured, k) for k in ("event_id", "stream_id", "stream_version", "position", "occurred_at")}
+    assert EVENTS.decode(measured.type, measured.version, measured.payload(), env) == measured

@@ -42,3 +42,25 @@ def _minimal(cls: type[BaseModel], spec: KernelSpec, **fields):
 def test_every_event_type_has_a_description(event_type, vector_add_spec):
     event = _minimal(event_type, vector_add_spec, stream_id="job-1", **TIED.get(event_type.__name__, {}))
     assert describe(event).strip()
+
+
+def test_a_tolerance_the_references_spread_widened_is_shown_and_a_default_one_is_not():
+    from shared.events import BaselineMeasured, CandidateVerified, Tolerance, TrialPassed
+
+    default = Tolerance(output="c", atol=1e-4, rtol=1e-4, reason="the float32 default: the reference repeats itself "
+                                                                 "exactly")
+    widened = [Tolerance(output="total", atol=atol, rtol=9.8e-4, spread=atol / 4,
+                         reason=f"the reference differs from itself by up to {atol / 4:g} over 3 runs: atol 4 x that")
+               for atol in (3.0, 4.0)]
+    common = dict(stream_id="job-1", request_id=uuid4(), device="H100", params={}, grid=(1, 1, 1), block=(1, 1, 1),
+                  samples_ms=[0.5], median_ms=0.5)
+    assert describe(BaselineMeasured(**common, tolerances=[default])) == "0.5000 ms median of 1 on H100"
+    assert describe(BaselineMeasured(**common, tolerances=widened[:1])) == (
+        "0.5000 ms median of 1 on H100; total within atol 3 + rtol 0.00098 x |ref|, as the reference differs from "
+        "itself by up to 0.75 over 3 runs: atol 4 x that")
+    trials = [TrialPassed(label=f"t{i}", sizes={"n": 4}, seed=i, max_abs_error=0.5, max_rel_error=0.0,
+                          tolerances=[t]) for i, t in enumerate(widened)]
+    verified = CandidateVerified(stream_id="job-1", request_id=uuid4(), candidate_id="c", device="H100",
+                                 trials=trials, max_abs_error=0.5, max_rel_error=0.0)
+    assert describe(verified).endswith("; total within atol 4 + rtol 0.00098 x |ref|, as the reference differs from "
+                                       "itself by up to 1 over 3 runs: atol 4 x that")  # the widest of its trials

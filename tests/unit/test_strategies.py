@@ -4,13 +4,13 @@ from uuid import uuid4
 
 import pytest
 
-from services.planner.strategies import (Ask, Finish, Skip, UnknownStrategy, register, registered, strategy_for,
-                                         unknown_strategy)
+from services.planner.strategies import Ask, Finish, Skip, UnknownStrategy, register, registered, strategy_for
 from services.planner.strategies.multiturn import category
 from shared.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested, JobSubmitted,
                            PlanProposed, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated)
 from shared.spec import DEFAULT_STEPS, TuningStep
 from shared.steps import project_optimisation
+from shared.strategy_names import unknown_strategy
 
 STREAM = "job-strategy"
 
@@ -244,5 +244,7 @@ def test_a_custom_strategy_registered_by_name_decides(vector_add_spec):
 def test_an_unknown_strategy_is_named_with_the_nearest_known_one():
     assert unknown_strategy("one_promt").startswith("strategy 'one_promt' is not known: did you mean 'one_prompt'?")
     assert "explicit" in unknown_strategy("no_such_thing") and "did you mean" not in unknown_strategy("no_such_thing")
+    # Every strategy the planner can run is known where jobs are admitted, a custom one registered here too.
+    register("tested_here")(type("TestedHere", (), {"decide": lambda self, opt, spec: Finish("done")}))
     assert [unknown_strategy(name) for name in ("baseline", "tune", "verify", *registered())] == [None] * (
         3 + len(registered()))

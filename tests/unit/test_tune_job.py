@@ -76,6 +76,10 @@ def test_a_brute_force_tune_is_split_over_both_gpus_and_merged(store, gpus, swee
     assert completed.best_params == {"block_size_x": 256} and completed.configs_failed == 2
     assert completed.speedup == pytest.approx(view.baseline_ms / scripted_time_ms(256))
     assert view.best_params == {"block_size_x": 256} and "tuned" in view.summary
+    # The baseline records what its output was checked with: the reference repeats itself, so the default.
+    (baseline,) = [e for e in history if isinstance(e, BaselineMeasured)]
+    assert [(t.output, t.atol, t.rtol, t.reason) for t in baseline.tolerances] == [
+        ("c", 1e-4, 1e-4, "the float32 default: the reference repeats itself exactly")]
 
 
 def test_redelivered_tuning_appends_nothing(store, gpus, sweep_spec):

@@ -5,18 +5,21 @@ import pytest
 from pydantic import ValidationError
 
 from services.planner import handlers as planner
-from services.verifier import handlers, signature
+from services.verifier import handlers
 from services.verifier.cache import TrialCache
 from services.verifier.compare import Difference, OutputCheck, example
-from services.verifier.judge import CHECKS, Run, judge
+from services.verifier.judge import CHECKS, Run, Verdict, judge
 from services.verifier.trials import plan_trials, prime_below
 from shared.contracts import VerifyCandidate
 from shared.device.compiler import parameter_types
+from shared.device.probe import DeviceInfo
 from shared.device.process import NoDevice
 from shared.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed, VerificationIncomplete,
                            VerificationRequested)
 from shared.inputs import SPECIAL_STRIDE, make_arrays
+from shared.signature import mismatches
 from shared.spec import KernelSpec
+from shared.tolerance import Observed, derive
 from tests.corpus_cases import CPU_CHECKS, load_cases
 from tests.fakes import RecordingBus
 
@@ -55,13 +58,15 @@ def test_odd_sizes_can_be_turned_off():
 # --- signatures from PTX ----------------------------------------------------------------------------------
 def test_the_examples_match_their_args_and_wrong_signatures_are_named():
     spec = spec_of("good_grid_stride.cu")
-    assert signature.mismatch(spec, parameter_types(spec.source, "vector_add", spec.baseline_params(), [], "sm_90")) == ""
+    assert mismatches(spec.args, parameter_types(spec.source, "vector_add", spec.baseline_params(), [], "sm_90")) == []
     wide = spec_of("wrong_signature.cu").strategy.candidate.source
-    message = signature.mismatch(spec, parameter_types(wide, "vector_add", spec.baseline_params(), [], "sm_90"))
-    assert message == "parameter 3 (n) should be a int32 scalar (PTX .b32/.s32/.u32) but the kernel declares .u64"
+    [wrong] = mismatches(spec.args, parameter_types(wide, "vector_add", spec.baseline_params(), [], "sm_90"))
+    assert wrong.what == "parameter 3 (n) should be a int32 scalar (PTX .b32/.s32/.u32) but the kernel declares .u64"
+    assert wrong.field == "args[3]" and "a shape" in wrong.fix and "int64 or uint64" in wrong.fix
     short = spec_of("missing_parameter.cu").strategy.candidate.source
-    message = signature.mismatch(spec, parameter_types(short, "vector_add", spec.baseline_params(), [], "sm_90"))
-    assert message.startswith("the kernel takes 3 parameters (u64, u64, u32) but args lists 4 (c, a, b, n)")
+    [wrong] = mismatches(spec.args, parameter_types(short, "vector_add", spec.baseline_params(), [], "sm_90"))
+    assert wrong.field == "args"
+    assert wrong.what.startswith("the kernel takes 3 parameters (u64, u64, u32) but args lists 4 (c, a, b, n)")
 
 
 # --- the judge, on the device's findings -------------------------------------------------------------------------
@@ -72,6 +77,9 @@ NONE = Difference(0, SIZE)
 @pytest.fixture
 def small():
     return spec_of("good_grid_stride.cu").with_sizes({"n": SIZE})
+
+
+DEFAULT = {"c": derive("c", "float32", {}, Observed(spread=0.0, spread_rel=0.0, runs=3, terms=2 * SIZE, largest=1.0))}
 
 
 def found(count: int, first: int = 0, max_abs: float = 0.0, max_rel: float = 0.0) -> Difference:
@@ -85,28 +93,41 @@ def run(unwritten=NONE, not_finite=NONE, mismatch=NONE, guards=(), modified=()):
 
 def test_a_faithful_candidate_passes_with_its_largest_error(small):
     close = Difference(0, SIZE, None, 1e-6, 2e-6)
-    verdict = judge(small, [run(mismatch=close), run(mismatch=close)], {"c": NONE})
+    verdict = judge(small, [run(mismatch=close), run(mismatch=close)], {"c": NONE}, DEFAULT)
     assert verdict.passed and verdict.max_abs_error == 1e-6 and verdict.max_rel_error == 2e-6
+    assert verdict.tolerances == (DEFAULT["c"],)  # what the output was judged with comes with the verdict
 
 
 def test_checks_come_in_their_order(small):
     every = dict(unwritten=found(2), not_finite=found(1, 7), mismatch=found(SIZE, 0, 1.0, 1.0))
     disagree = {"c": found(SIZE, 0, 1.0)}
     assert judge(small, [run(**every), run(**every, guards=["changed 4 guard bytes after the end of c"])],
-                 disagree).check == "out_of_bounds"
-    modified = judge(small, [run(**every, modified=["a (4 bytes changed, the first at byte 0)"]), run()], disagree)
+                 disagree, DEFAULT).check == "out_of_bounds"
+    modified = judge(small, [run(**every, modified=["a (4 bytes changed, the first at byte 0)"]), run()], disagree,
+                     DEFAULT)
     assert modified.check == "input_modified" and "a (4 bytes changed" in modified.reason
-    unwritten = judge(small, [run(**every), run(**every)], disagree)
+    unwritten = judge(small, [run(**every), run(**every)], disagree, DEFAULT)
     assert unwritten.check == "unwritten" and "2 of 1000 elements of c unwritten" in unwritten.reason
-    cached = judge(small, [run(), run(unwritten=found(2))], {"c": NONE})
+    cached = judge(small, [run(), run(unwritten=found(2))], {"c": NONE}, DEFAULT)
     assert cached.check == "unwritten" and cached.reason.startswith("run 2 left")
-    race = judge(small, [run(not_finite=found(1, 7)), run()], disagree)
+    race = judge(small, [run(not_finite=found(1, 7)), run()], disagree, DEFAULT)
     assert race.check == "nondeterministic" and "1000 of 1000" in race.reason and "c[0]: 1.5" in race.reason
-    nan = judge(small, [run(not_finite=found(1, 7), mismatch=found(1, 7)), run()], {"c": NONE})
+    nan = judge(small, [run(not_finite=found(1, 7), mismatch=found(1, 7)), run()], {"c": NONE}, DEFAULT)
     assert nan.check == "not_finite" and "the first c[7]" in nan.reason
-    mismatch = judge(small, [run(mismatch=found(SIZE, 0, 1.0, 1.0)), run()], {"c": NONE})
+    mismatch = judge(small, [run(mismatch=found(SIZE, 0, 1.0, 1.0)), run()], {"c": NONE}, DEFAULT)
     assert mismatch.check == "mismatch" and "c[0]: " in mismatch.reason and mismatch.max_abs_error == 1.0
+    assert "beyond atol 0.0001 + rtol 0.0001 x |ref| (the float32 default: the reference repeats" in mismatch.reason
     assert set(CHECKS) >= {"out_of_bounds", "input_modified", "unwritten", "nondeterministic", "not_finite", "mismatch"}
+
+
+def test_a_tolerance_widened_by_the_references_spread_is_named_in_the_verdict(small):
+    widened = {"c": derive("c", "float32", {}, Observed(spread=0.5, spread_rel=1e-4, runs=3, terms=SIZE, largest=1.0))}
+    mismatch = judge(small, [run(mismatch=found(3, 0, 9.0, 1.0)), run()], {"c": NONE}, widened)
+    assert mismatch.check == "mismatch" and mismatch.tolerances == (widened["c"],)
+    assert "beyond atol 2 + rtol 0.0001 x |ref| (the reference differs from itself by up to 0.5 over 3 runs" in \
+        mismatch.reason
+    race = judge(small, [run(), run()], {"c": found(1, 0, 5.0)}, widened)
+    assert race.check == "nondeterministic" and "beyond atol 2 + rtol 0.0001 x |run 1|" in race.reason
 
 
 def test_examples_quote_elements_in_the_arrays_own_dimensions():
@@ -208,3 +229,29 @@ def test_a_verified_candidate_completes_its_job(store):
                                                      max_rel_error=0)])
     [completed] = react(verified, project_job([job, request, verified]), ["0"]).events
     assert completed.type == "JobCompleted" and "candidate verified on NVIDIA H100: 1 trials" in completed.summary
+
+
+class ScriptedTrials:
+    """The verifier's GPU process as the handler sees it: each trial's reference serves, and the candidate's
+    verdicts come from a script, in turn."""
+
+    device = DeviceInfo(index=0, name="Scripted GPU", arch="sm_90")
+
+    def __init__(self, verdicts: list[Verdict]):
+        self.verdicts = verdicts
+
+    def call(self, op: str, request, timeout_s: float, limit_name: str):
+        return 0.1 if op == "reference" else self.verdicts.pop(0)
+
+
+def test_the_answer_records_the_tolerance_each_trial_was_judged_with():
+    spec = spec_of("good_grid_stride.cu")
+    widened = derive("c", "float32", {}, Observed(spread=0.5, spread_rel=1e-4, runs=3, terms=2 << 20, largest=1.0))
+    trials = len(plan_trials(spec))
+    passing = Verdict(None, "matches the reference", 0.25, 1e-5, (widened,))
+    verified = handlers._verify("job-v", spec, request_for(spec), lambda: ScriptedTrials([passing] * trials), "sm_90")
+    assert isinstance(verified, CandidateVerified) and all(t.tolerances == [widened] for t in verified.trials)
+    wrong = Verdict("mismatch", "3 of 1048576 elements of c differ", 9.0, 1.0, (widened,))
+    rejected = handlers._verify("job-v", spec, request_for(spec), lambda: ScriptedTrials([passing, wrong]), "sm_90")
+    assert isinstance(rejected, CandidateRejected) and rejected.check == "mismatch"
+    assert rejected.tolerances == [widened] and rejected.trial.startswith("spec sizes #2")

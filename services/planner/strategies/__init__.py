@@ -5,11 +5,10 @@ refinement users of kernel-optimisation loops know. A custom strategy is any obj
 `decide(optimisation, strategy_spec) -> Decision`, registered by name with `register`, or published by
 an installed package under the entry-point group `kforge.strategies`.
 """
-from difflib import get_close_matches
 from importlib.metadata import entry_points
 
 from services.planner.strategies.decisions import Ask, Decision, Finish, Skip, Strategy
-from shared.spec import MEASURING_STRATEGIES
+from shared.strategy_names import ENTRY_POINT_GROUP, note_registered
 
 _REGISTRY: dict[str, Strategy] = {}
 
@@ -22,13 +21,14 @@ def register(name: str):
     """Class or object decorator: `@register("mine") class Mine: def decide(self, opt, spec): ...`."""
     def add(strategy):
         _REGISTRY[name] = strategy() if isinstance(strategy, type) else strategy
+        note_registered(name)
         return strategy
     return add
 
 
 def strategy_for(name: str) -> Strategy:
     if name not in _REGISTRY:
-        for entry in entry_points(group="kforge.strategies", name=name):
+        for entry in entry_points(group=ENTRY_POINT_GROUP, name=name):
             register(name)(entry.load())
     if name not in _REGISTRY:
         raise UnknownStrategy(f"strategy {name!r} is not registered with the planner; registered: "
@@ -39,13 +39,6 @@ def strategy_for(name: str) -> Strategy:
 
 def registered() -> list[str]:
     return sorted(_REGISTRY)
-
-
-def unknown_strategy(name: str) -> str | None:
-    """Why `name` cannot run, with the nearest known name, or None when it can: checked at submission, so that a
-    typo is refused there and not after the baseline has been measured."""
-    if name in MEASURING_STRATEGIES:
-        return None
     try:
         strategy_for(name)
     except UnknownStrategy:
@@ -59,5 +52,4 @@ def unknown_strategy(name: str) -> str | None:
 # The built-ins register themselves on import.
 from services.planner.strategies import autonomous, explicit, multiturn, one_prompt  # noqa: E402,F401
 
-__all__ = ["Ask", "Decision", "Finish", "Skip", "Strategy", "UnknownStrategy", "register", "registered", "strategy_for",
-           "unknown_strategy"]
+__all__ = ["Ask", "Decision", "Finish", "Skip", "Strategy", "UnknownStrategy", "register", "registered", "strategy_for"]

@@ -1,0 +1,93 @@
+"""The CUDA headers kforge ships (nvidia-cuda-runtime, nvidia-cuda-cccl): half and bfloat16 kernels compile
+for real through the sandbox (no GPU needed), a `__half` parameter reads as a float16 one, and an include
+is allowed only when its header is there and safe."""
+import pytest
+
+from shared.compile_policy import Headers, PolicyViolation, check_source, vetted_headers
+from shared.device import compiler
+from shared.device.compiler import compile_kernel
+from shared.device.nvrtc import CompileError
+from shared.signature import mismatches
+from shared.spec import ArgSpec
+
+HALF = """#include <cuda_fp16.h>
+extern "C" __global__ void axpy_half(__half *y, const __half *x, __half a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __hadd(__hmul(a, x[i]), y[i]) + __float2half(0.5f * __half2float(x[i]));
+}
+"""
+BF16 = """#include <cuda_bf16.h>
+extern "C" __global__ void scale_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __hadd(__float2bfloat16(a * __bfloat162float(x[i])), y[i]);
+}
+"""
+CCCL = """#include <cuda/std/cstdint>
+#include <cuda/std/limits>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void largest(cuda::std::int32_t *out) {
+    cg::thread_block block = cg::this_thread_block();
+    block.sync();
+    out[block.thread_rank()] = cuda::std::numeric_limits<cuda::std::int32_t>::max();
+}
+"""
+HALF_ARGS = [ArgSpec(name="y", dtype="float16", shape=["n"], role="inout"),
+             ArgSpec(name="x", dtype="float16", shape=["n"]),
+             ArgSpec(name="a", dtype="float16", value=2.0, role="scalar"),
+             ArgSpec(name="n", dtype="int32", value="n", role="scalar")]
+
+
+@pytest.mark.parametrize("source, name", [(HALF, "axpy_half"), (BF16, "scale_bf16"), (CCCL, "largest")])
+def test_half_bfloat16_and_cccl_kernels_compile(source, name):
+    kernel = compile_kernel(source, name, {}, ["--use_fast_math"], "sm_90")
+    assert kernel.cubin.startswith(b"\x7fELF") and kernel.lowered_name == name
+
+
+def test_a_half_parameter_reads_as_a_float16_argument():
+    types = compiler.parameter_types(HALF, "axpy_half", {}, [], "sm_90")
+    assert types == ["u64", "u64", "b16", "u32"]  # __half by value is a 2-byte struct: .align 2 .b8 [2] in PTX
+    assert mismatches(HALF_ARGS, types) == []
+    wider = [*HALF_ARGS[:2], ArgSpec(name="a", dtype="float32", value=2.0, role="scalar"), HALF_ARGS[3]]
+    assert [m.field for m in mismatches(wider, types)] == ["args[2].dtype"]
+
+
+def test_the_headers_are_found_where_pip_installed_them():
+    dirs = vetted_headers().dirs
+    assert any(d.endswith("/include") for d in dirs) and any(d.endswith("/include/cccl") for d in dirs)
+    for header in ("cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cooperative_groups.h", "mma.h", "cuda/std/cstdint",
+                   "cuda/std/complex", "nv/target", "cub/block/block_reduce.cuh"):
+        assert vetted_headers().refusal(header, angled=True) == "", header
+
+
+def test_an_angle_include_must_be_among_the_headers():
+    with pytest.raises(PolicyViolation, match="line 1: <my_utils.h> is not among the CUDA headers"):
+        check_source("#include <my_utils.h>\n" + HALF)
+    assert check_source('#include "my_utils.h"\n' + HALF)  # quoted: NVRTC looks in the empty directory only
+    with pytest.raises(CompileError, match="not among the CUDA headers"):
+        compile_kernel("#include <stdio.h>\n" + HALF, "axpy_half", {}, [], "sm_90")
+
+
+def test_a_header_that_includes_by_macro_is_refused_with_everything_that_reaches_it(tmp_path):
+    (tmp_path / "wrapper.h").write_text('// #include SOMETHING in a comment is no include\n#include "inner.h"\n')
+    (tmp_path / "inner.h").write_text("#define DETAIL_HEADER(f) <lib/detail/f>\n#include DETAIL_HEADER(impl.h)\n")
+    (tmp_path / "plain.h").write_text("#pragma once\n#include <wrapper_free.h>\n")
+    (tmp_path / "wrapper_free.h").write_text("int x;\n")
+    headers = Headers((str(tmp_path),))
+    assert check_source("#include <plain.h>\n", headers)
+    for header in ("<inner.h>", "<wrapper.h>", '"wrapper.h"'):
+        with pytest.raises(PolicyViolation, match=r"reaches inner\.h, which has '#include DETAIL_HEADER\(impl\.h\)'"):
+            check_source(f"#include {header}\n", headers)
+
+
+def test_a_header_linked_outside_the_directories_is_refused(tmp_path):
+    (tmp_path / "inside").mkdir()
+    (tmp_path / "outside.h").write_text("int secret;\n")
+    (tmp_path / "inside" / "escape.h").symlink_to(tmp_path / "outside.h")
+    with pytest.raises(PolicyViolation, match="outside the CUDA headers' directories"):
+        check_source("#include <escape.h>\n", Headers((str(tmp_path / "inside"),)))
+
+
+def test_with_no_headers_installed_every_angle_include_is_refused():
+    with pytest.raises(PolicyViolation, match="found no CUDA headers"):
+        check_source("#include <cuda_fp16.h>\n", Headers(()))
