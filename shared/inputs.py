@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.array_files import read_array
-from shared.spec import ArgSpec, KernelSpec
+from shared.spec import ArgSpec, KernelSpec, held_float_range
 
 CHUNK = 1 << 20  # elements drawn by one thread at a time
 SPECIAL_STRIDE = 97  # a prime, so specials do not line up with block or warp boundaries
@@ -52,11 +52,10 @@ def distribution(dtype, low: int | float, high: int | float, sorted_count: int =
     """[low, high) of `dtype`, as KernelSpec.value_range checked it; sorted over `sorted_count` elements if any."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        low_held, high_held = dtype.type(low), dtype.type(high)
-        width = float(high_held) - float(low_held)
-        return Distribution(dtype, origin=float(low_held), scale=width / sorted_count if sorted_count else width,
-                            limit=float(high_held), below=float(np.nextafter(high_held, dtype.type(-np.inf))),
-                            sorted=bool(sorted_count))
+        lowest, below = held_float_range(dtype, low, high)
+        width = float(high) - lowest
+        return Distribution(dtype, origin=lowest, scale=width / sorted_count if sorted_count else width,
+                            limit=float(high), below=below, sorted=bool(sorted_count))
     span = int(high) - int(low)
     return Distribution(dtype, low=int(low) & _MASK, span=span, scale=span / sorted_count if sorted_count else 0.0,
                         limit=float(span) if sorted_count else 0.0, sorted=bool(sorted_count))

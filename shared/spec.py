@@ -122,6 +122,16 @@ DEFAULT_RANGES = {"f": (-1.0, 1.0), "i": (-100, 100), "u": (0, 100)}
 MAX_SPAN = 2 ** 64 - 1  # values an integer range may hold: the count travels to the device as a 64-bit integer
 
 
+def held_float_range(dtype: np.dtype, low: float, high: float) -> tuple[float, float]:
+    """The smallest value of float `dtype` at or above `low` and the largest below `high`: the range [low, high)
+    as the dtype holds it (the nearest value to low may lie below it, and to high at or above it)."""
+    lowest, top = dtype.type(low), dtype.type(high)
+    if float(lowest) < low:
+        lowest = np.nextafter(lowest, dtype.type(np.inf))
+    below = top if float(top) < high else np.nextafter(top, dtype.type(-np.inf))
+    return float(lowest), float(below)
+
+
 class ArgSpec(_Strict):
     """One kernel argument, in the order of the kernel's signature."""
 
@@ -613,7 +623,8 @@ class KernelSpec(_Strict):
             largest = float(np.finfo(dtype).max)
             if max(abs(low), abs(high)) > largest:
                 raise ValueError(f"{shown} reaches beyond the largest {arg.dtype} ({largest:g}): narrow the range")
-            if not dtype.type(low) < dtype.type(high):
+            lowest, below = held_float_range(dtype, low, high)
+            if not lowest <= below:
                 raise ValueError(f"{shown} holds no {arg.dtype} value{at}: make high greater than low")
             return low, high
         if any(isinstance(bound, float) and not bound.is_integer() for bound in (low, high)):
