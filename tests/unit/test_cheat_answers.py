@@ -2,37 +2,19 @@
 answer over the loopback Messages API, becomes a candidate, compiles in the sandbox for sm_90 and matches the
 kernel's signature, so that on the GPU each one reaches the checks it is there to test. The one answer whose
 catch is the compile itself (a device-side launch) must fail to compile, saying why."""
-from uuid import uuid4
 
 import pytest
 
-from services.generator.handlers import generate
-from services.planner.strategies.one_prompt import STEP
 from shared.device.compiler import compile_kernel, parameter_types
 from shared.device.nvrtc import CompileError
-from shared.events import BaselineMeasured, CandidateGenerated, GenerationRequested, JobSubmitted
-from shared.projections import job_stream
 from shared.settings import Settings
 from shared.signature import mismatches
 from tests.cheat_cases import load_cheats
-from tests.fakes import RecordingBus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)
+from tests.one_prompt_answers import generated
 
 CHEATS = load_cheats()
 ARCH = "sm_90"
-
-
-def generated(store, settings, spec) -> CandidateGenerated:
-    """The one_prompt request of a fresh job, answered by the generator through the Messages API."""
-    stream = job_stream(uuid4().hex[:12])
-    baseline = BaselineMeasured(stream_id=stream, request_id=uuid4(), device="GPU", params=spec.baseline_params(),
-                                grid=(1, 1, 1), block=(256, 1, 1), samples_ms=[1.0], median_ms=1.0)
-    request = GenerationRequested(stream_id=stream, queue="generator", kind="rewrite", step=STEP, candidate_id=STEP.id)
-    store.append(stream, [JobSubmitted(stream_id=stream, spec=spec), baseline, request], expected_version=0)
-    generate(store, RecordingBus(), stream.split("-", 1)[1], request.event_id, settings)
-    answer = store.read_stream(stream)[-1]
-    assert isinstance(answer, CandidateGenerated), getattr(answer, "reason", answer)
-    return answer
 
 
 def test_the_catalogue_covers_every_family_and_both_examples():

@@ -5,21 +5,16 @@ candidate, and compiles and matches the signature in every configuration of its 
 needs a feature kforge lacks (tests/corpus_kernels.py PENDING) is marked xfail with that feature named."""
 import itertools
 from concurrent.futures import ThreadPoolExecutor
-from uuid import uuid4
 
 import pytest
 
-from services.generator.handlers import generate
-from services.planner.strategies.one_prompt import STEP
 from shared.device.compiler import compile_kernel, parameter_types
-from shared.events import BaselineMeasured, CandidateGenerated, GenerationRequested, JobSubmitted
-from shared.projections import job_stream
 from shared.settings import Settings
 from shared.signature import mismatches
 from shared.spec import KernelSpec
 from tests.corpus_kernels import PATHS, corpus
-from tests.fakes import RecordingBus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)
+from tests.one_prompt_answers import generated
 
 ARCH = "sm_90"
 KERNELS = corpus()
@@ -96,19 +91,6 @@ def test_the_spec_loads_on_every_path(kernel):
 @pytest.mark.parametrize("kernel", marked(KERNELS, ("load", "compile")))
 def test_the_kernel_compiles_in_every_configuration_and_matches_its_signature(kernel):
     compiles_everywhere(kernel.spec())
-
-
-def generated(store, settings, spec: KernelSpec) -> CandidateGenerated:
-    """The one_prompt request of a fresh job, answered by the generator through the Messages API."""
-    stream = job_stream(uuid4().hex[:12])
-    baseline = BaselineMeasured(stream_id=stream, request_id=uuid4(), device="GPU", params=spec.baseline_params(),
-                                grid=(1, 1, 1), block=(256, 1, 1), samples_ms=[1.0], median_ms=1.0)
-    request = GenerationRequested(stream_id=stream, queue="generator", kind="rewrite", step=STEP, candidate_id=STEP.id)
-    store.append(stream, [JobSubmitted(stream_id=stream, spec=spec), baseline, request], expected_version=0)
-    generate(store, RecordingBus(), stream.split("-", 1)[1], request.event_id, settings)
-    answer = store.read_stream(stream)[-1]
-    assert isinstance(answer, CandidateGenerated), getattr(answer, "reason", answer)
-    return answer
 
 
 @pytest.mark.parametrize("kernel", marked(KERNELS, ("load", "compile")))
