@@ -119,6 +119,7 @@ def _expression_errors(spec: KernelSpec, prefix: str) -> list[FieldError]:
         checks += [(f"grid_div_{axis}", lambda d=d, variables=variables: evaluate(d, variables))
                    for axis in "xyz" for d in getattr(spec, f"grid_div_{axis}") or []]
         checks.append(("problem_size", lambda config=config: spec.launch_geometry(config)))
+        checks.append(("smem_args.size", lambda config=config: spec.shared_memory_bytes(config)))
         checks += [(f"restrictions[{i}]", lambda r=r, config=config: restriction_holds(r, spec.restriction_variables(config)))
                    for i, r in enumerate(spec.restrictions)]
     errors: dict[str, FieldError] = {}

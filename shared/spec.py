@@ -4,6 +4,7 @@ Launch geometry follows Kernel Tuner's conventions, which kforge's users already
 `problem_size` is up to three expressions, the thread block comes from the parameters named in
 `block_size_names` (256, 1, 1 when absent) and the grid is `ceil(problem_size[i] / prod(grid_div_i))`,
 where `grid_div_x` defaults to `[block_size_x]` (likewise y and z).
+Each launch gets `smem_args.size` bytes of dynamic shared memory (Kernel Tuner's smem_args; 0 when absent).
 """
 import math
 import re
@@ -29,6 +30,55 @@ IDENTIFIER = rf"^{_NAME}$"
 
 def is_identifier(name: str) -> bool:
     return re.fullmatch(_NAME, name) is not None
+
+
+KERNEL_NAME_MAX = 200
+# A kernel is named as NVRTC's nvrtcAddNameExpression names it: an identifier, optionally qualified (ns::k), or
+# a template instance (scale<float>, ns::k<float, 4>). The expression is compiled as C++ inside the program, so
+# its template arguments may hold only type names, integers, spaces, ::, *, &, -, commas and nested <>: no ; { }
+# # quotes or newlines that could add code. Parentheses are refused too, which rules out calls and casts; write
+# the value instead (f<8> rather than f<(1<<3)>).
+_QUALIFIED = rf"(?:::)?(?:{_NAME}::)*({_NAME})"
+_KERNEL_NAME = re.compile(rf"{_QUALIFIED}(?: *<[A-Za-z0-9_ :<>,*&\-]*>)?")
+
+
+def check_kernel_name(name: str) -> str:
+    """`name` when it is an identifier or a name expression; a ValueError naming what is wrong otherwise."""
+    shape = ("is neither an identifier nor a template instance named as NVRTC names it (scale<float>, "
+             "ns::k<float, 4>)")
+    if len(name) > KERNEL_NAME_MAX:
+        raise ValueError(f"{name[:40]!r}... {shape}: it is {len(name)} characters, at most {KERNEL_NAME_MAX}")
+    if _KERNEL_NAME.fullmatch(name) is None:
+        raise ValueError(f"{name!r} {shape}: template arguments may hold only type names, integers, spaces, ::, "
+                         "*, &, -, commas and nested <> (no ; { } # quotes, newlines or parentheses: write f<8> "
+                         "rather than f<(1<<3)>)")
+    if not _angles_balanced(name):
+        raise ValueError(f"{name!r} {shape}: its < and > do not pair up")
+    return name
+
+
+def _angles_balanced(name: str) -> bool:
+    """Every < of the template arguments closed, and only the last > closing the first <."""
+    if "<" not in name:
+        return True
+    depth, arguments = 0, name[name.index("<"):]
+    for position, char in enumerate(arguments):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if depth == 0 and position < len(arguments) - 1:
+            return False
+    return depth == 0
+
+
+def kernel_base_name(kernel_name: str) -> str:
+    """The kernel's own name in the source: `scale` for scale<float>, `k` for ns::k<float, 4>."""
+    return re.match(_QUALIFIED, kernel_name).group(1)
+
+
+def is_template_instance(kernel_name: str) -> bool:
+    return "<" in kernel_name
+
+
+KernelName = Annotated[str, AfterValidator(check_kernel_name)]
 
 
 STORED = {"stored": True}
@@ -288,17 +338,25 @@ class VerifySpec(_Strict):
                           "of 256 so that arrays keep cudaMalloc's alignment, which vector loads rely on")
 
 
+class SharedMemorySpec(_Strict):
+    """Kernel Tuner's smem_args: the dynamic shared memory (`extern __shared__`) every launch gets."""
+
+    size: Expression = Field(description="bytes per block, an expression of sizes and parameters, e.g. "
+                                         "block_size_x * 4")
+
+
 class CandidateSpec(_Strict):
     """A rewrite of the submitted kernel: its source and, when it is tunable, its own space and launch geometry."""
 
     source: Annotated[str, Field(min_length=1, description="CUDA C++ source of the candidate")]
-    kernel_name: Annotated[str | None, Field(pattern=IDENTIFIER)] = Field(None, description="default: the spec's")
+    kernel_name: KernelName | None = Field(None, description="default: the spec's")
     params: Defines = Field(default_factory=dict, description="defines for the candidate, over the spec's params")
     tune_params: TuneSpace | None = Field(None, description="the candidate's tuning space; default: the spec's")
     restrictions: list[Restriction] | None = Field(None, description="default: the spec's")
     grid_div_x: list[Expression] | None = Field(None, description="default: the spec's")
     grid_div_y: list[Expression] | None = None
     grid_div_z: list[Expression] | None = None
+    smem_args: SharedMemorySpec | None = Field(None, description="default: the spec's")
 
 
 
@@ -442,7 +500,7 @@ class GeneratorSpec(_Strict):
 class KernelSpec(_Strict):
     """A kernel submission: source, signature, problem size and how to launch it."""
 
-    kernel_name: Annotated[str, Field(pattern=IDENTIFIER)]
+    kernel_name: KernelName = Field(description="the kernel, or its template instance: scale<float>")
     source: Annotated[str, Field(min_length=1, description="CUDA C++ source holding the kernel")]
     args: Annotated[list[ArgSpec], Field(min_length=1)]
     sizes: dict[str, int] = Field(default_factory=dict, description="problem-size variables, e.g. {n: 1048576}")
@@ -450,6 +508,7 @@ class KernelSpec(_Strict):
     grid_div_x: list[Expression] | None = None
     grid_div_y: list[Expression] | None = None
     grid_div_z: list[Expression] | None = None
+    smem_args: SharedMemorySpec | None = Field(None, description="dynamic shared memory per launch; default: none")
     block_size_names: list[str] = Field(default_factory=lambda: list(DEFAULT_BLOCK))
     params: Defines = Field(default_factory=dict, description="defines for the submitted kernel")
     tune_params: TuneSpace = Field(default_factory=dict)
@@ -551,6 +610,8 @@ class KernelSpec(_Strict):
         checks += [(f"work.{k}", v, sizes) for k, v in (("bytes", self.work.bytes), ("flops", self.work.flops)) if v is not None]
         for axis in "xyz":
             checks += [(f"grid_div_{axis}", d, sizes | params) for d in getattr(self, f"grid_div_{axis}") or []]
+        if self.smem_args is not None:
+            checks.append(("smem_args.size", self.smem_args.size, sizes | params))
         checks += [(f"restrictions[{i}]", r, sizes | params) for i, r in enumerate(self.restrictions)]
         for field, expression, known in checks:
             try:
@@ -597,6 +658,17 @@ class KernelSpec(_Strict):
             div = math.prod(evaluate(d, env) for d in divisors)
             grid[i] = math.ceil(evaluate(dim, env) / div)
         return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
+
+    def shared_memory_bytes(self, params: dict[str, ParamValue]) -> int:
+        """The dynamic shared memory bytes of a configuration's launch (Kernel Tuner's smem_args); 0 without
+        smem_args. Refused, with the fix, when the size is negative or not a whole number of bytes."""
+        if self.smem_args is None:
+            return 0
+        size = evaluate(self.smem_args.size, self.variables(params))
+        if size < 0 or not float(size).is_integer():
+            raise ValueError(f"{self.smem_args.size!r} gives {size} bytes of dynamic shared memory at {params}: it "
+                             "must be a whole number of bytes, 0 or more (use // to divide)")
+        return int(size)
 
     def restrictions_hold(self, config: dict[str, ParamValue]) -> bool:
         """Whether a configuration meets every restriction, each run by the bounded evaluator. Kernel Tuner
@@ -668,7 +740,7 @@ class KernelSpec(_Strict):
         """The submitted kernel in a candidate's terms: where every optimisation starts."""
         return CandidateSpec(source=self.source, kernel_name=self.kernel_name, params=self.params,
                              tune_params=self.tune_params, restrictions=self.restrictions, grid_div_x=self.grid_div_x,
-                             grid_div_y=self.grid_div_y, grid_div_z=self.grid_div_z)
+                             grid_div_y=self.grid_div_y, grid_div_z=self.grid_div_z, smem_args=self.smem_args)
 
     def with_sizes(self, sizes: dict[str, int]) -> "KernelSpec":
         """The same kernel at other sizes (verification trials at odd sizes), validated like any spec."""
@@ -693,10 +765,24 @@ class KernelSpec(_Strict):
 
 
 def _check_kernel_defined(source: str, kernel_name: str) -> None:
-    """Catch a misspelt kernel_name before anything compiles: list the kernels the source does define."""
-    declarations = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
-    kernels = re.findall(r"__global__\s+[^;{}()]*?\b(\w+)\s*\(", declarations)
-    if kernels and kernel_name not in kernels:
+    """Catch a misspelt kernel_name before anything compiles: list the kernels the source does define. A
+    template instance (scale<float>) must name a template kernel, and a template kernel must be named by an
+    instance: NVRTC finds neither otherwise."""
+    declarations = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", _COMMENTS.sub(" ", source))
+    kernels = {name: bool(template) for template, name in _KERNEL_DECLARATION.findall(declarations)}
+    base = kernel_base_name(kernel_name)
+    if kernels and base not in kernels:
         raise ValueError(f"kernel_name: {kernel_name!r} is not defined in source; it defines {', '.join(kernels)}")
     if not kernels:
         raise ValueError("source: no __global__ function found; the source must define the kernel named by kernel_name")
+    if is_template_instance(kernel_name) and not kernels[base]:
+        raise ValueError(f"kernel_name: {kernel_name!r} names a template instance, but {base} is not a template "
+                         f"in source: write kernel_name: {base}")
+    if not is_template_instance(kernel_name) and kernels[base]:
+        raise ValueError(f"kernel_name: {base} is a template in source: name the instance to run, e.g. "
+                         f"kernel_name: {base}<float>")
+
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# A kernel's declaration, with the template head before it when it is a template (template <typename T>).
+_KERNEL_DECLARATION = re.compile(r"(\btemplate\s*<[^;{}]*?>[^;{}<>]*?)?__global__\s+[^;{}()]*?\b(\w+)\s*\(")

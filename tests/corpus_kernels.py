@@ -23,12 +23,7 @@ class Pending:
 
 
 # Remove an entry once its feature lands: the tests then hold the kernel to every check.
-PENDING = {
-    "scale": Pending("template kernels named by a name expression (kernel_name: scale<float>): kernel_name must "
-                     "be an identifier today, and the source check looks for that name verbatim", "load"),
-    "row_sum": Pending("dynamic shared memory per launch (smem_args: {size: block_size_x * 4}, Kernel Tuner's "
-                       "smem_args)", "load"),
-}
+PENDING: dict[str, Pending] = {}
 
 
 @dataclass(frozen=True)

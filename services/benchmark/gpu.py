@@ -57,7 +57,8 @@ class DeviceSession(SessionBase):
         """Upload the input sets and run the reference REFERENCE_RUNS times on each, keeping its first output
         and the tolerance its runs' disagreement decides; a failing reference fails the whole space. The same
         setup again (a job's tuning after its baseline) keeps what is on the device."""
-        key = (setup.spec.model_dump_json(), setup.seed, setup.reference.cache_key, setup.reference_geometry)
+        key = (setup.spec.model_dump_json(), setup.seed, setup.reference.cache_key, setup.reference_geometry,
+               setup.reference_shared_bytes)
         if self._setup is not None and key == self._setup_key:
             return None
         self._release()
@@ -74,7 +75,8 @@ class DeviceSession(SessionBase):
         spread = {arg.name: (0.0, 0.0) for arg, *_ in self._sets[0].outputs}
         for inputs in self._sets:
             for run in range(REFERENCE_RUNS):
-                outcome = self._checked_launch(setup.reference, grid, block, inputs, setup.reference_params)
+                outcome = self._checked_launch(setup.reference, grid, block, setup.reference_shared_bytes, inputs,
+                                               setup.reference_params)
                 if isinstance(outcome, Failed):
                     self._setup = None
                     return Failed(outcome.stage, f"the submitted kernel, the reference, failed on the inputs of "
@@ -136,7 +138,8 @@ class DeviceSession(SessionBase):
     def measure(self, order: Order) -> Measured | Failed:
         assert self._setup is not None, "prepare() first"
         bench = self._setup.spec.benchmark
-        checked = self._checked_launch(order.kernel, order.grid, order.block, self._sets[0], order.params)
+        checked = self._checked_launch(order.kernel, order.grid, order.block, order.shared_bytes, self._sets[0],
+                                       order.params)
         if isinstance(checked, Failed):
             return checked
         check_ms, kernel = checked
@@ -209,12 +212,12 @@ class DeviceSession(SessionBase):
         return Paired(incumbent_ms=samples[0], candidate_ms=samples[1])
 
     # --- launches ---
-    def _checked_launch(self, compiled, grid, block, inputs: InputSet, params: dict):
+    def _checked_launch(self, compiled, grid, block, shared_bytes: int, inputs: InputSet, params: dict):
         """Reset the outputs, launch once with timing, wait: (ms, kernel) or Failed with the driver's words."""
         kernel = self.load(compiled)
         if isinstance(kernel, Failed):
             return kernel
-        elapsed = self.timed_launch(kernel, grid, block, self._args(inputs, params),
+        elapsed = self.timed_launch(kernel, grid, block, self._args(inputs, params), shared_bytes=shared_bytes,
                                     before=lambda: self._restore_outputs(inputs))
         return elapsed if isinstance(elapsed, Failed) else (elapsed, kernel)
 
@@ -230,7 +233,8 @@ class DeviceSession(SessionBase):
             if flushing:
                 self.fill(self._flush)
 
-        return self.timed_launch(kernel, order.grid, order.block, self._args(inputs, order.params), before=before)
+        return self.timed_launch(kernel, order.grid, order.block, self._args(inputs, order.params),
+                                 shared_bytes=order.shared_bytes, before=before)
 
     def _restore_outputs(self, inputs: InputSet) -> None:
         for _, buffer, pristine, _, _ in inputs.outputs:

@@ -74,10 +74,11 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
     # The submitted kernel is its own reference here, within what its own runs disagree by (a float atomic
     # sum differs from itself): the check catches NaN/Inf, and a later tuning compares every configuration
     # with the output recorded this way.
+    shared_bytes = spec.shared_memory_bytes(request.params)
     prepared = host.prepare(Setup(spec=spec, seed=spec.benchmark.seed, reference=kernel, reference_geometry=geometry,
-                                  reference_params=request.params))
+                                  reference_params=request.params, reference_shared_bytes=shared_bytes))
     outcome = prepared or host.measure(Order(params=request.params, kernel=kernel, grid=geometry[0],
-                                             block=geometry[1], best_ms=None))
+                                             block=geometry[1], best_ms=None, shared_bytes=shared_bytes))
     if isinstance(outcome, Failed):  # its stage names the check: launch, output (with the figures), timeout...
         return [compiled, failed(outcome.stage, outcome.reason)]
     measured = BaselineMeasured(event_id=derived_id(rid, "BaselineMeasured"), stream_id=stream, request_id=rid,
@@ -225,4 +226,5 @@ def _order(spec: KernelSpec, resources: BenchmarkResources, arch: str) -> Order:
     params = spec.baseline_params()
     kernel, _ = compile_through(resources.cache, spec.source, spec.kernel_name, params, spec.compiler_options, arch)
     grid, block = spec.launch_geometry(params)
-    return Order(params=params, kernel=kernel, grid=grid, block=block, best_ms=None)
+    return Order(params=params, kernel=kernel, grid=grid, block=block, best_ms=None,
+                 shared_bytes=spec.shared_memory_bytes(params))

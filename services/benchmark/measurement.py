@@ -22,6 +22,7 @@ class Setup:
     reference: CompiledKernel
     reference_geometry: tuple[Dim3, Dim3]
     reference_params: dict[str, ParamValue]
+    reference_shared_bytes: int = 0  # its dynamic shared memory per block (the spec's smem_args)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Order:
     grid: Dim3
     block: Dim3
     best_ms: float | None  # best time so far, for abandoning clearly slower configurations
+    shared_bytes: int = 0  # dynamic shared memory per block (the spec's smem_args)
 
 
 @dataclass(frozen=True)

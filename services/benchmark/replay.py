@@ -19,7 +19,7 @@ from shared.spec import KernelSpec, ParamValue
 
 DEFAULT_BOOK = Path(__file__).parent / "recordings" / "baselines.json"
 _LAUNCH_FIELDS = {"kernel_name", "source", "args", "sizes", "problem_size", "grid_div_x", "grid_div_y",
-                  "grid_div_z", "block_size_names", "compiler_options"}
+                  "grid_div_z", "smem_args", "block_size_names", "compiler_options"}
 _ADDED_ARG_FIELDS = {"specials": [], "range": None, "sorted": False, "data": None, "answer": None}
 
 
@@ -57,6 +57,8 @@ class Recording:
 
 def measurement_key(spec: KernelSpec, params: dict[str, ParamValue], arch: str) -> str:
     launch = spec.model_dump(mode="json", include=_LAUNCH_FIELDS)
+    if launch["smem_args"] is None:  # added after recording: left out when absent, so keys stay stable
+        del launch["smem_args"]
     for arg in launch["args"]:  # fields added after recording, left out at their defaults so keys stay stable
         for name, default in _ADDED_ARG_FIELDS.items():
             if arg[name] == default:

@@ -124,11 +124,13 @@ class SpaceEvaluator:
         defines = {**self.base_params, **params}  # what the kernel was compiled with
         try:
             grid, block = self.spec.launch_geometry(defines)
-        except (ExpressionError, ZeroDivisionError) as exc:
+            shared_bytes = self.spec.shared_memory_bytes(defines)
+        except (ValueError, ZeroDivisionError) as exc:  # an ExpressionError is a ValueError too
             return failed("geometry", f"the launch geometry cannot be computed: {exc}")
         best = self.tally.best.median_ms if self.tally.best else None
         started = time.perf_counter()
-        outcome = self.host.measure(Order(params=defines, kernel=kernel, grid=grid, block=block, best_ms=best))
+        outcome = self.host.measure(Order(params=defines, kernel=kernel, grid=grid, block=block, best_ms=best,
+                                          shared_bytes=shared_bytes))
         self.tally.gpu_busy_s += time.perf_counter() - started
         if isinstance(outcome, Failed):
             return failed(outcome.stage, outcome.reason)
@@ -188,7 +190,8 @@ def reference_setup(reference: KernelSpec, cache, arch: str) -> Setup:
     except CompileError as exc:
         raise SetupFailed(f"the submitted kernel (the reference) does not compile: {exc}\n{exc.log}") from None
     return Setup(spec=reference, seed=reference.benchmark.seed, reference=kernel,
-                 reference_geometry=reference.launch_geometry(params), reference_params=params)
+                 reference_geometry=reference.launch_geometry(params), reference_params=params,
+                 reference_shared_bytes=reference.shared_memory_bytes(params))
 
 
 # --- Kernel Tuner's side --------------------------------------------------------------------------------

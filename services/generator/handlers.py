@@ -19,7 +19,7 @@ from shared.eventstore import EventStore
 from shared.expressions import names_in
 from shared.projections import job_stream, needs_answer, submission_and_request
 from shared.settings import Settings
-from shared.spec import CandidateSpec, KernelSpec, TuningStep
+from shared.spec import CandidateSpec, KernelSpec, SharedMemorySpec, TuningStep
 from shared.steps import Optimisation, project_optimisation
 
 
@@ -87,8 +87,10 @@ def _candidate(rewrite: answers.Rewrite, step: TuningStep, spec: KernelSpec,
     """The rewrite as a candidate whose parameters match its code, checked like a submission would be."""
     current, given = opt.best.candidate, rewrite.settings
     space = given.get("tune_params") or {**(current.tune_params or spec.tune_params), **step.tune_params}
+    shared = given.get("smem_args", current.smem_args) or spec.smem_args
     geometry = [*(spec.problem_size or []), *(d for k in ("grid_div_x", "grid_div_y", "grid_div_z")
-                                              for d in given.get(k, getattr(current, k)) or [])]
+                                              for d in given.get(k, getattr(current, k)) or []),
+                *([] if shared is None else [SharedMemorySpec.model_validate(shared).size])]
     launch_reads = {name for expression in geometry for name in names_in(expression)}
     fixed = reconcile(rewrite.source, space, spec.block_size_names, launch_reads)
     defaults = {name: values[0] for name, values in fixed.tune_params.items()}
@@ -99,8 +101,8 @@ def _candidate(rewrite: answers.Rewrite, step: TuningStep, spec: KernelSpec,
     try:
         candidate = CandidateSpec(source=fixed.source, params=params, tune_params=fixed.tune_params,
                                   restrictions=given.get("restrictions", current.restrictions),
-                                  **{k: given.get(k, getattr(current, k)) for k in ("grid_div_x", "grid_div_y",
-                                                                                   "grid_div_z")})
+                                  smem_args=shared, **{k: given.get(k, getattr(current, k))
+                                                       for k in ("grid_div_x", "grid_div_y", "grid_div_z")})
         spec.for_candidate(candidate)  # its names, expressions and kernel must make sense as a submission
     except ValidationError as exc:
         raise ValueError("; ".join(f"{e.field}: {e.message}" for e in field_errors(exc.errors()))) from None

@@ -32,7 +32,7 @@ def reconcile(source: str, tune_params: dict[str, list[ParamValue]], launch_name
     """`launch_names` (block_size_x ...) set the launch geometry, so the code is renamed to them; any
     other parameter is renamed to what the code calls it. A parameter is dropped only when neither the code
     nor the launch reads it: the launch reads the block size names and `launch_reads` (the names in the grid
-    divisors and the problem size), whether or not the code does (a kernel may use blockDim instead)."""
+    divisors, the problem size and smem_args), whether or not the code does (a kernel may use blockDim instead)."""
     code_names = set(IDENTIFIER.findall(COMMENT.sub(" ", source)))
     read_by_launch = set(launch_names) | set(launch_reads)
     params, renames, dropped = {}, {}, []

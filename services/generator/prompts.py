@@ -25,7 +25,9 @@ FORMATS = {
                "the same order and types), then a ```json block with its \"tune_params\" (every parameter the "
                "code reads as a define, with the values to try), \"params\" (a good default value for each) and, "
                "if each thread no longer handles one element, \"grid_div_x\" (the list of factors dividing the "
-               "problem size into blocks, e.g. [\"block_size_x\", \"elements_per_thread\"]).",
+               "problem size into blocks, e.g. [\"block_size_x\", \"elements_per_thread\"]); if the dynamic "
+               "shared memory (extern __shared__) a block needs changes, \"smem_args\" ({\"size\": its bytes, "
+               "e.g. \"block_size_x * 4\"}, or {\"size\": 0} for none).",
 }
 FORMATS["replan"] = FORMATS["plan"]
 
@@ -68,6 +70,9 @@ def _facts(spec: KernelSpec, opt: Optimisation) -> str:
              f"best configuration so far: {best.params}.",
              "Tunable parameters arrive as -D defines; the block is (block_size_x, block_size_y, block_size_z) and "
              "the grid is ceil(problem_size / product of grid_div_x) (default grid_div_x: [block_size_x])."]
+    shared = best.candidate.smem_args or spec.smem_args
+    if shared is not None:
+        lines.append(f"Each block gets {shared.size} bytes of dynamic shared memory (smem_args).")
     if opt.baseline_ms:
         lines.append(f"The submitted kernel takes {opt.baseline_ms:.4f} ms; the best so far {best.time_ms:.4f} ms.")
     return "\n".join(lines)

@@ -224,7 +224,7 @@ def main(run_file: str) -> int:
     pointers = {name: _uploaded(array) for name, array in arrays.items()}
     args = [np.uint64(pointers[a.name]) if a.is_array else spec.scalar_of(a, run["params"]) for a in spec.args]
     grid, block = spec.launch_geometry(run["params"])
-    launched = session.timed_launch(kernel, grid, block, args)
+    launched = session.timed_launch(kernel, grid, block, args, shared_bytes=spec.shared_memory_bytes(run["params"]))
     if isinstance(launched, Failed):
         print(f"the launch failed ({launched.stage}): {launched.reason}", file=sys.stderr)
         return 4

@@ -49,7 +49,8 @@ class TrialRun:
     def reference_key(self) -> tuple:
         """What the reference's outputs on these inputs depend on, besides the inputs."""
         return (*self.inputs_key, self.spec.verify.guard_bytes, self.kernel.cache_key,
-                json.dumps(self.params, sort_keys=True), self.spec.launch_geometry(self.params))
+                json.dumps(self.params, sort_keys=True), self.spec.launch_geometry(self.params),
+                self.spec.shared_memory_bytes(self.params))
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,8 @@ class VerifySession(SessionBase):
         args = [np.uint64(int(work[arg.name].handle) + arrays[arg.name].guard) if arg.is_array
                 else request.spec.scalar_of(arg, request.params) for arg in request.spec.args]
         grid, block = request.spec.launch_geometry(request.params)
-        ms = self.timed_launch(kernel, grid, block, args, before=restore)
+        shared_bytes = request.spec.shared_memory_bytes(request.params)
+        ms = self.timed_launch(kernel, grid, block, args, shared_bytes=shared_bytes, before=restore)
         if isinstance(ms, Failed):
             return ms
         violations = [v for a in layout if (v := self._guard_violation(a, work[a.arg.name]))]

@@ -35,22 +35,47 @@ class SessionBase:
         except Exception as exc:
             return self.failure("load", exc)
 
-    def timed_launch(self, kernel, grid, block, args, before=None) -> float | Failed:
-        """Launch once between two timing events and wait: milliseconds, or Failed with the driver's words
-        (a fault surfaces at the wait). `before()` enqueues work that must not be timed into the stream."""
+    def timed_launch(self, kernel, grid, block, args, *, shared_bytes: int, before=None) -> float | Failed:
+        """Launch once, with `shared_bytes` of dynamic shared memory per block (the spec's smem_args), between
+        two timing events and wait: milliseconds, or Failed with the driver's words (a fault surfaces at the
+        wait). `before()` enqueues work that must not be timed into the stream."""
         from cuda.core import EventOptions, LaunchConfig, launch
 
         timed = EventOptions(timing_enabled=True)
+        shown = f"grid {grid}, block {block}"
+        if shared_bytes:
+            shown += f", {shared_bytes} bytes of dynamic shared memory"
         try:
+            refused = self._allow_shared_memory(kernel, shared_bytes)
+            if refused is not None:
+                return refused
             if before is not None:
                 before()
             start = self.stream.record(options=timed)
-            launch(self.stream, LaunchConfig(grid=grid, block=block), kernel, *args)
+            launch(self.stream, LaunchConfig(grid=grid, block=block, shmem_size=shared_bytes), kernel, *args)
             end = self.stream.record(options=timed)
             end.sync()  # raises on a fault in the kernel
             return float(end - start)
         except Exception as exc:  # cuda.core raises CUDAError for launch errors and faults
-            return self.failure("launch", exc, f"grid {grid}, block {block}: ")
+            return self.failure("launch", exc, f"{shown}: ")
+
+    def _allow_shared_memory(self, kernel, shared_bytes: int) -> Failed | None:
+        """A block gets 48 KiB of shared memory unless its kernel opts in to more, up to the device's limit:
+        opt in for what the launch asks, or say why the configuration cannot run."""
+        from cuda.bindings import driver
+
+        properties = self.device.properties
+        if shared_bytes <= properties.max_shared_memory_per_block:
+            return None
+        limit = properties.max_shared_memory_per_block_optin
+        if shared_bytes > limit:
+            return Failed("launch", f"smem_args asks {shared_bytes} bytes of dynamic shared memory per block, more "
+                                    f"than the {limit} this device allows: lower smem_args.size or add a "
+                                    "restriction that leaves this configuration out")
+        _checked(driver.cuKernelSetAttribute(
+            driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes,
+            kernel.handle, self.device.device_id))
+        return None
 
     @staticmethod
     def failure(stage: str, exc: Exception, prefix: str = "") -> Failed:

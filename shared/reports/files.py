@@ -2,6 +2,7 @@
 JSON, the generator's transcript, and the plots. All come from the job's events, so any job can be exported
 again at any time; `kforge.job_files` writes them."""
 import json
+import re
 from collections.abc import Sequence
 
 from shared.events import Event, GeneratorCalled
@@ -16,6 +17,12 @@ def kernel_file_text(source: str, params: dict, header: str) -> str:
     each parameter is defined unless the compiler command line defines it (as Kernel Tuner does)."""
     defines = "".join(f"#ifndef {k}\n#define {k} {_literal(v)}\n#endif\n" for k, v in params.items())
     return f"{header}{defines}\n{source.rstrip()}\n"
+
+
+def file_stem(kernel_name: str) -> str:
+    """The kernel's name as a file name: a template instance's <, >, ::, commas and spaces become single
+    underscores (scale<float> -> scale_float, ns::k<float, 4> -> ns_k_float_4)."""
+    return re.sub(r"\W+", "_", kernel_name).strip("_")
 
 
 def _literal(value) -> str:
@@ -49,7 +56,7 @@ def job_files(events: Sequence[Event]) -> dict[str, str]:
                   f"kernel ({result.baseline.median_ms:.4f} -> {result.best.median_ms:.4f} ms on {result.device})"
                   f"{' [REPLAY]' if result.replay else ''}\n"
                   f"// through: {' -> '.join(s.step_id for s in tracker.steps) or 'no step (the submitted kernel)'}\n")
-        files[f"{result.kernel_name}_optimised_{speedup:.3f}x.cu"] = kernel_file_text(result.best_source,
+        files[f"{file_stem(result.kernel_name)}_optimised_{speedup:.3f}x.cu"] = kernel_file_text(result.best_source,
                                                                                       result.best.params, header)
     history = {"tracker": tracker.model_dump(mode="json"), "result": result.model_dump(mode="json"),
                "total_improvement_percent": tracker.get_total_improvement(), "speedup": tracker.speedup,

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from kforge.specfile import load_spec
-from shared.device.compiler import compile_kernel
+from shared.device.compiler import compile_kernel, parameter_types
 from shared.device.nvrtc import CompileError, cache_key, compile_options
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -59,6 +59,17 @@ def test_templated_cpp_kernel_gets_a_mangled_lowered_name():
     assert kernel.cubin.startswith(ELF_MAGIC)
     # a different instantiation is a different symbol
     assert compile_kernel(TEMPLATED, "scale<double>", {}, [], "sm_90").lowered_name != kernel.lowered_name
+
+
+def test_a_template_instance_takes_the_parameters_of_its_own_type():
+    assert parameter_types(TEMPLATED, "scale<float>", {}, [], "sm_90") == ["u64", "f32", "u32"]
+    assert parameter_types(TEMPLATED, "scale<double>", {}, [], "sm_90") == ["u64", "f64", "u32"]
+
+
+def test_a_namespaced_template_instance_with_a_value_argument_compiles():
+    source = "namespace ns {\ntemplate <typename T, int N>\n__global__ void k(T *x) { x[0] = N; }\n}\n"
+    kernel = compile_kernel(source, "ns::k<float, 4>", {}, [], "sm_90")
+    assert kernel.lowered_name.startswith("_ZN2ns1k") and kernel.lowered_name.encode() in kernel.cubin
 
 
 def test_plain_cpp_kernel_is_mangled():

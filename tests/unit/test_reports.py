@@ -6,7 +6,7 @@ import pytest
 
 from shared.events import EVENTS, BaselineMeasured, JobSubmitted, TaskProfiled
 from shared.reports.comparison import ChangeType, RunEntry, Run, compare_runs, run_of
-from shared.reports.files import job_files, kernel_file_text, transcript_text
+from shared.reports.files import file_stem, job_files, kernel_file_text, transcript_text
 from shared.reports.profile import pipeline_profile
 from shared.reports.results import kernel_result
 from shared.reports.suggestions import Priority, SuggestionType, suggest
@@ -247,6 +247,12 @@ def test_profile_across_jobs_adds_them_up_and_counts_unprofiled_requests(vector_
 
 
 # --- files ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel_name, stem", [("vector_add", "vector_add"), ("scale<float>", "scale_float"),
+                                              ("ns::k<float, 4>", "ns_k_float_4"), ("k<int *>", "k_int")])
+def test_a_template_instance_names_its_kernel_file_without_brackets(kernel_name, stem):
+    assert file_stem(kernel_name) == stem
+
+
 def test_job_files(vector_add_spec):
     files = job_files(rewrite_job(vector_add_spec))
 

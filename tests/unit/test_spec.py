@@ -12,7 +12,7 @@ from kforge.specfile import SpecError, load_spec
 from shared.errors import FieldError, field_errors
 from shared.inputs import make_arrays
 from shared.expressions import ExpressionError
-from shared.spec import DTYPES, KernelSpec
+from shared.spec import DTYPES, CandidateSpec, KernelSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VECTOR_ADD_SOURCE = (EXAMPLES / "vector_add.cu").read_text()
@@ -137,6 +137,23 @@ def test_launch_geometry_without_params_uses_the_default_block_for_the_grid_too(
     assert spec.launch_geometry({}) == ((math.ceil(spec.sizes["n"] / 256), 1, 1), (256, 1, 1))
 
 
+def test_dynamic_shared_memory_is_evaluated_for_each_configuration():
+    row_sum = EXAMPLES / "corpus" / "row_sum"
+    spec = load_spec(row_sum.with_suffix(".cu"), row_sum.with_suffix(".yaml"))  # smem_args: {size: block_size_x * 4}
+
+    assert spec.shared_memory_bytes(spec.baseline_params()) == 256 * 4
+    for block in spec.tune_params["block_size_x"]:
+        assert spec.shared_memory_bytes({"block_size_x": block}) == block * 4
+    assert spec.for_candidate(spec.as_candidate()).shared_memory_bytes({"block_size_x": 64}) == 256
+    assert spec.for_candidate(CandidateSpec(source=spec.source, smem_args={"size": 0})).shared_memory_bytes({}) == 0
+    assert example("vector_add").shared_memory_bytes({"block_size_x": 128}) == 0  # no smem_args: none
+
+
+def test_dynamic_shared_memory_naming_an_unknown_variable():
+    error = only(errors_of({**vector_add_data(), "smem_args": {"size": "block_size_x * elements"}}))
+    assert error.field == "smem_args.size" and "uses elements" in error.message
+
+
 def test_shapes_and_scalars():
     spec = example("matmul")
     n = spec.sizes["n"]
@@ -194,13 +211,54 @@ def test_source_without_any_kernel():
 
 @pytest.mark.parametrize("declaration", [
     'extern "C" __global__ void vector_add(float *c)',
-    "template <int B>\n__global__ void vector_add(float *c)",
     "__global__ __launch_bounds__(256) void vector_add(float *c)",
     "__global__\nvoid\nvector_add (float *c)",
 ])
 def test_kernel_declarations_are_recognised(declaration):
     spec = KernelSpec.model_validate({**vector_add_data(), "source": declaration + " {}"})
     assert spec.kernel_name == "vector_add"
+
+
+@pytest.mark.parametrize("kernel_name", ["vector_add<float>", "ns::vector_add<float, 4>", "vector_add<int2 *>",
+                                         "vector_add<Pair<float, -1>>", "::vector_add<unsigned int>"])
+def test_a_template_kernel_is_named_by_its_instance(kernel_name):
+    source = "template <typename T, int N = 1>\n__global__ void vector_add(T *c) {}"
+    spec = KernelSpec.model_validate({**vector_add_data(), "kernel_name": kernel_name, "source": source})
+    assert spec.kernel_name == kernel_name
+
+
+def test_a_template_kernel_named_without_its_instance_asks_for_one():
+    source = "template <typename T>\n__global__ void vector_add(T *c) {}"
+    error = only(errors_of(vector_add_data(), source))
+    assert error.field == "kernel_name" and "vector_add<float>" in error.message
+
+
+def test_an_instance_of_a_kernel_that_is_not_a_template_says_to_drop_the_arguments():
+    data = {**vector_add_data(), "kernel_name": "vector_add<float>"}
+    error = only(errors_of(data, "// a template <typename T> in a comment\n" + VECTOR_ADD_SOURCE))
+    assert error.field == "kernel_name"
+    assert "not a template" in error.message and "write kernel_name: vector_add" in error.message
+
+
+@pytest.mark.parametrize("kernel_name, why", [
+    ("vector_add<float>; int x", "no ; { } # quotes, newlines or parentheses"),
+    ("vector_add<float>\n#include <x>", "no ; { } # quotes, newlines or parentheses"),
+    ('vector_add<"float">', "no ; { } # quotes, newlines or parentheses"),
+    ("vector_add<(1<<3)>", "write f<8> rather than f<(1<<3)>"),
+    ("vector_add<float>>", "do not pair up"),
+    ("vector_add<" + "float, " * 40 + "int>", "at most 200"),
+])
+def test_a_kernel_name_that_could_add_code_is_refused_with_the_allowed_shape(kernel_name, why):
+    error = only(errors_of({**vector_add_data(), "kernel_name": kernel_name}))
+    assert error.field == "kernel_name"
+    assert why in error.message and "scale<float>" in error.message
+
+
+def test_a_candidate_kernel_name_is_held_to_the_same_shape():
+    data = {**vector_add_data(), "strategy": {"name": "explicit", "candidate": {
+        "source": VECTOR_ADD_SOURCE, "kernel_name": "vector_add<float>; int x"}}}
+    error = only(errors_of(data))
+    assert error.field.endswith("candidate.kernel_name") and "neither an identifier" in error.message
 
 
 def test_launch_bounds_after_the_return_type_is_recognised():
@@ -436,6 +494,8 @@ def _spec(**changes) -> KernelSpec:
     ({"work": {"bytes": "n ** 4"}}, {}, "work.bytes"),
     ({"restrictions": ["block_size_x ** block_size_x > 0"]}, {}, "restrictions[0]"),
     ({"grid_div_x": ["block_size_x - 32"]}, {}, "problem_size"),  # a divisor of 0 at block_size_x 32
+    ({"smem_args": {"size": "(block_size_x - 64) * 4"}}, {}, "smem_args.size"),  # negative at block_size_x 32
+    ({"smem_args": {"size": "block_size_x / 3"}}, {}, "smem_args.size"),  # not whole bytes at 32
 ])
 def test_admission_refuses_each_limit_naming_the_field_and_setting(changes, limits, field):
     from shared.limits import Limits, limit_errors

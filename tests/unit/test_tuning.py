@@ -6,7 +6,8 @@ import pytest
 from kernel_tuner.searchspace import Searchspace
 from kernel_tuner.util import ErrorConfig, get_best_config
 
-from services.benchmark.tuning import SetupFailed, SpaceEvaluator, _kernel_tuner, _runner_class, search
+from services.benchmark.tuning import (SetupFailed, SpaceEvaluator, _kernel_tuner, _runner_class, reference_setup,
+                                       search)
 from shared.events import ConfigFailed, ConfigMeasured
 from tests.fakes import InProcessHost, ScriptedSession, scripted_time_ms
 
@@ -111,3 +112,26 @@ def test_the_examples_spaces_are_what_kernel_tuner_builds(vector_add_spec):
     space = Searchspace(matmul.tune_params, matmul.restrictions, 1024, block_size_names=matmul.block_size_names)
     assert 150 <= space.size <= 250  # the tiled-matmul space of the Kernel Tuner comparison
     assert all(bx * by <= 1024 for bx, by, _, _ in space.list)
+
+
+def test_every_configuration_is_launched_with_its_own_dynamic_shared_memory(sweep_spec, compile_pool):
+    shared = sweep_spec.model_validate({**sweep_spec.model_dump(), "smem_args": {"size": "block_size_x * 4"}})
+    spec = with_blocks(shared, [64, 128, 512])
+    host = InProcessHost(ScriptedSession(0))
+
+    search(spec, evaluator(spec, compile_pool, host=host))
+
+    assert {o.params["block_size_x"]: o.shared_bytes for o in host.orders} == {64: 256, 128: 512, 512: 2048}
+    assert reference_setup(spec, compile_pool.cache, "sm_90").reference_shared_bytes == 256 * 4  # its params: 256
+
+
+def test_a_configuration_whose_shared_memory_is_negative_fails_without_a_launch(sweep_spec, compile_pool):
+    spec = with_blocks(sweep_spec.model_validate({**sweep_spec.model_dump(),
+                                                  "smem_args": {"size": "(block_size_x - 100) * 4"}}), [64, 128])
+    host = InProcessHost(ScriptedSession(0))
+
+    outcomes = search(spec, evaluator(spec, compile_pool, host=host))
+
+    failed = {o.params["block_size_x"]: o for o in outcomes if isinstance(o, ConfigFailed)}
+    assert list(failed) == [64] and failed[64].stage == "geometry" and "0 or more" in failed[64].reason
+    assert [o.params["block_size_x"] for o in host.orders] == [128]

@@ -9,6 +9,8 @@ position in the original.
 import re
 from dataclasses import dataclass
 
+from shared.spec import kernel_base_name
+
 HEADER = "// kforge rules:"
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
@@ -79,8 +81,10 @@ class Kernel:
         return spans
 
 
-def find_kernel(source: str, name: str) -> Kernel:
-    """The __global__ definition of `name` (not a prototype of it); ValueError when there is none."""
+def find_kernel(source: str, kernel_name: str) -> Kernel:
+    """The __global__ definition (not a prototype) of the kernel that `kernel_name` names, by its base name for
+    a template instance (scale for scale<float>); ValueError when there is none."""
+    name = kernel_base_name(kernel_name)
     masked = mask(source)
     for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked):
         params_open = match.end() - 1

@@ -67,7 +67,7 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSp
     return CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name,
                          params=_default_configuration(spec, current, space, rule), tune_params=space,
                          restrictions=current.restrictions, grid_div_x=grid_div_x, grid_div_y=current.grid_div_y,
-                         grid_div_z=current.grid_div_z)
+                         grid_div_z=current.grid_div_z, smem_args=current.smem_args)
 
 
 def _space(spec: KernelSpec, current: CandidateSpec) -> dict[str, list[ParamValue]]:
