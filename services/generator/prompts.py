@@ -8,7 +8,7 @@ rewrite's parameters reach its code: each tune parameter is a -D define, the blo
 from services.generator.providers.base import Attempt, Prompt
 from services.generator.retrieval import Example
 from shared.events import GenerationRequested
-from shared.spec import KernelSpec
+from shared.spec import ArgSpec, KernelSpec
 from shared.steps import Optimisation
 
 SYSTEM = ("You are an expert CUDA performance engineer. You make kernels faster while keeping them exactly "
@@ -62,8 +62,16 @@ def _task(request: GenerationRequested, source: str) -> str:
     return ask + params + focus
 
 
+def _arg_fact(arg: ArgSpec) -> str:
+    """An argument as the rewrite must treat it; the values an index array holds decide which accesses are safe."""
+    values = [f"values in [{arg.range[0]}, {arg.range[1]})" if arg.range else "", "sorted" if arg.sorted else "",
+              "fixed data" if arg.data else ""]
+    held = f" ({', '.join(v for v in values if v)})" if any(values) else ""
+    return f"{arg.name}: {arg.dtype}{list(arg.shape) if arg.shape else ''} {arg.effective_role}{held}"
+
+
 def _facts(spec: KernelSpec, opt: Optimisation) -> str:
-    args = ", ".join(f"{a.name}: {a.dtype}{list(a.shape) if a.shape else ''} {a.effective_role}" for a in spec.args)
+    args = ", ".join(_arg_fact(a) for a in spec.args)
     best = opt.best
     lines = [f"Arguments: {args}. Sizes: {spec.sizes}. Problem size: {spec.problem_size or list(spec.sizes)}.",
              f"Current tunable parameters: {best.candidate.tune_params or spec.tune_params or 'none'}; "
