@@ -14,7 +14,8 @@ def test_a_real_vector_add_time_reports_bandwidth():
 
 def test_a_time_above_dram_peak_is_impossible():
     verdict = assess(0.100, VECTOR_ADD_64M, None, H100, l2_flushed=False)
-    assert verdict.impossible and "above the device's DRAM peak" in verdict.impossible
+    assert verdict.impossible and "above the device's" in verdict.impossible
+    assert "(DRAM peak with 52.43 MB of it served from L2 at 3x)" in verdict.impossible
 
 
 def test_the_false_matmul_result_kernel_tuner_ranked_first_is_impossible():
@@ -33,3 +34,13 @@ def test_small_working_sets_may_be_served_from_l2_unless_flushed():
 def test_without_peaks_nothing_is_rejected_but_rates_are_reported():
     verdict = assess(1.0, 10**9, 2e9, None, l2_flushed=False)
     assert verdict.impossible is None and verdict.gbps == 1000 and verdict.tflops == 2
+
+
+def test_a_working_set_a_little_larger_than_l2_is_credited_with_its_cached_share():
+    moved = 80 * 2**20  # 84 MB: 52 MB may come from L2, 31 MB from DRAM
+    fastest_ms = 1e3 * (50 * 2**20 / (3.35e12 * 1.05 * 3) + 30 * 2**20 / (3.35e12 * 1.05))
+    assert assess(fastest_ms * 1.01, moved, None, H100, l2_flushed=False).impossible is None
+    too_fast = assess(fastest_ms * 0.99, moved, None, H100, l2_flushed=False).impossible
+    assert too_fast and "served from L2" in too_fast
+    # Flushed before every launch, all of it comes from DRAM.
+    assert assess(fastest_ms * 1.01, moved, None, H100, l2_flushed=True).impossible
