@@ -11,8 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kforge.infer_spec import InferenceError, InferredSpec, infer_spec
 from kforge.job_files import write_job_files
-from kforge.specfile import SpecError, load_spec
+from kforge.specfile import SpecError, load_spec, spec_path_for
 from shared import report_queries as queries
 from shared import runtime
 from shared.errors import field_errors
@@ -40,11 +41,19 @@ def _runtime() -> runtime.Runtime:
 
 
 def build_spec(kernel: str | Path | None = None, spec: KernelSpec | dict | str | Path | None = None,
-               **overrides: Any) -> KernelSpec:
+               on_inferred: Callable[[InferredSpec], None] = lambda inferred: None, **overrides: Any) -> KernelSpec:
     """A spec from a .cu path (its .yaml beside it unless `spec` names one), or from kernel source text with
-    `spec` as a mapping, a KernelSpec or a YAML path; `overrides` replace top-level fields (strategy=...)."""
+    `spec` as a mapping, a KernelSpec or a YAML path; `overrides` replace top-level fields (strategy=...).
+    With no spec at all, it is inferred from the kernel's signature (kernel_name= picks the kernel, sizes= sets
+    sizes) and handed to `on_inferred` before the overrides apply."""
+    if kernel is None and spec is None:
+        raise KforgeError("kernel: give a .cu path or the kernel's source")
     try:
-        if isinstance(spec, KernelSpec | dict):
+        if spec is None and _without_spec(kernel):
+            inferred = infer_spec(_source(kernel), overrides.pop("kernel_name", None), overrides.pop("sizes", None))
+            on_inferred(inferred)
+            data = {**inferred.data, "source": _source(kernel)}
+        elif isinstance(spec, KernelSpec | dict):
             data = spec.model_dump() if isinstance(spec, KernelSpec) else dict(spec)
             if kernel is not None:
                 data["source"] = _source(kernel)
@@ -56,7 +65,7 @@ def build_spec(kernel: str | Path | None = None, spec: KernelSpec | dict | str |
         if isinstance(overrides.get("strategy"), str):
             overrides["strategy"] = {"name": overrides["strategy"]}
         return KernelSpec.model_validate(merged(data, overrides))
-    except SpecError as exc:
+    except (SpecError, InferenceError) as exc:
         raise KforgeError(str(exc)) from None
     except ValidationError as exc:
         raise KforgeError("invalid spec: " + "; ".join(f"{e.field}: {e.message}"
@@ -70,6 +79,11 @@ def merged(base: dict, overrides: dict) -> dict:
 
 def _is_path(kernel: str | Path) -> bool:
     return isinstance(kernel, Path) or ("__global__" not in kernel and str(kernel).endswith((".cu", ".cuh")))
+
+
+def _without_spec(kernel: str | Path) -> bool:
+    """Source text, or a .cu file with no spec beside it (a missing file is left for load_spec to report)."""
+    return not _is_path(kernel) or (Path(kernel).is_file() and spec_path_for(Path(kernel)) is None)
 
 
 def _source(kernel: str | Path) -> str:
@@ -124,8 +138,10 @@ def make_kernel_tunable(kernel: str | Path, spec: KernelSpec | dict | str | Path
     """Optimise a kernel; returns (tuned_kernel, best_params, performance_tracker) as LLM Kernel Tuner does.
 
     The tuned kernel is the fastest proven-correct version (its source, tune_params and restrictions); the
-    best parameters are those it was fastest with. A failed job raises KforgeError with the reason."""
-    kernel_spec = build_spec(kernel, spec, **overrides)
+    best parameters are those it was fastest with. A failed job raises KforgeError with the reason. Without a
+    spec, the one inferred from the kernel's signature is used (printed first when show_overview)."""
+    kernel_spec = build_spec(kernel, spec, on_inferred=_print_inferred if show_overview else lambda inferred: None,
+                             **overrides)
     job_id = optimise(kernel_spec, run=run, timeout_s=timeout_s)
     events = job_events(_runtime().store, job_id)
     tracker = performance_tracker(events)
@@ -143,6 +159,10 @@ def make_kernel_tunable(kernel: str | Path, spec: KernelSpec | dict | str | Path
         defaults = kernel_spec.baseline_params()
         best_params = {k: defaults[k] for k in kernel_spec.tune_params if k in defaults} or defaults
     return best.candidate, best_params, tracker
+
+
+def _print_inferred(inferred: InferredSpec) -> None:
+    print(f"no spec given: kforge inferred this one from the kernel's signature\n{inferred.to_yaml()}")
 
 
 def tracker(job_id: str) -> PerformanceTracker:

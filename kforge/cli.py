@@ -11,29 +11,37 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+from rich.text import Text
 
 from kforge.api import merged, stop_embedded_job
 from kforge.job_files import write_job_files
-from kforge.render import (comparison_summary, comparison_table, describe, events_table, jobs_table, profile_facts,
-                           profile_table, slow_table, steps_table, suggestions_table)
-from kforge.specfile import SpecError, load_spec
+from kforge.render import (comparison_summary, comparison_table, describe, events_table, job_facts, jobs_table,
+                           profile_facts, profile_table, slow_table, steps_table, suggestions_table)
+from kforge.infer_spec import DEFAULT_SIZE, InferenceError, InferredSpec, infer_spec
+from kforge.specfile import SpecError, load_spec, spec_path_for
 from shared import report_queries as queries
 from shared import runtime
 from shared.contracts import PLANNER_QUEUE, gpu_of
-from shared.errors import field_errors
+from shared.errors import FieldError, field_errors
 from shared.events import BaselineFailed, CandidateRejected, Event
-from shared.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, cancel_job, follow_job,
-                         get_job, job_events, list_jobs, submit_job)
+from shared.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull, cancel_job,
+                         follow_job, get_job, job_events, list_jobs, submit_job)
 from shared.projections import job_id_of
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.reports.tracker import performance_tracker
 from shared.settings import Settings
+from shared.spec import KernelSpec
 from shared.steps import project_optimisation
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 console = Console(highlight=False)
+KernelOption = Annotated[str | None, typer.Option("--kernel", help="without a spec: the kernel to tune, when the "
+                                                                 "source defines several")]
+SizeOption = Annotated[list[str] | None, typer.Option("--size", help="without a spec: a size, NAME=VALUE (repeat "
+                                                                     "it); default: the first integer parameter "
+                                                                     f"{DEFAULT_SIZE}, the others 1")]
 
 
 def _runtime() -> runtime.Runtime:
@@ -44,7 +52,7 @@ def _runtime() -> runtime.Runtime:
     except ValidationError as exc:
         console.print("[red]invalid setting[/red] in the environment:")
         for error in field_errors(exc.errors()):
-            console.print(f"  [bold]{error.field}[/bold]: {error.message}")
+            console.print(f"  [bold]{escape(error.field)}[/bold]: {escape(error.message)}")
         raise typer.Exit(2) from None
     if rt.settings.embedded:
         # The in-process workers log here, as a worker process logs to its own output: a failed task's
@@ -61,14 +69,17 @@ def _resolve(rt: runtime.Runtime, job: str) -> str:
     if len(matches) == 1:
         return matches[0]
     reason = "no job starts with" if not matches else f"{len(matches)} jobs start with"
-    console.print(f"[red]{reason} {job!r}[/red]: `kforge jobs` lists them")
+    console.print(f"[red]{reason} {escape(repr(job))}[/red]: `kforge jobs` lists them")
     raise typer.Exit(2)
 
 
 @app.command()
 def tune(
     kernel: Annotated[Path, typer.Argument(help="CUDA source file holding the kernel")],
-    spec: Annotated[Path | None, typer.Option("--spec", help="YAML spec; default: KERNEL with .yaml")] = None,
+    spec: Annotated[Path | None, typer.Option("--spec", help="YAML spec; default: KERNEL with .yaml, else one "
+                                                             "inferred from the kernel's signature")] = None,
+    kernel_name: KernelOption = None,
+    size: SizeOption = None,
     timeout: Annotated[float, typer.Option(help="seconds to follow the job before returning")] = 3600,
     replay: Annotated[bool, typer.Option("--replay", help="use measurements recorded on a GPU machine "
                                                           "(labelled replay) instead of measuring here")] = False,
@@ -90,17 +101,27 @@ def tune(
                                                  "(`kforge compare RUN_A RUN_B`)")] = None,
     out: Annotated[Path, typer.Option(help="where the job's files go, under OUT/<job id>")] = Path("kforge-out"),
     no_save: Annotated[bool, typer.Option("--no-save", help="write no files")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print only the job as it ended, as one JSON object; the "
+                                                         "progress goes to stderr")] = False,
 ) -> None:
     """Submit KERNEL and follow the job until it finishes."""
+    console.stderr = as_json  # --json: stdout holds the JSON alone, and what a person reads goes to stderr
     if candidate is not None and not candidate.is_file():
-        console.print(f"[red]--candidate[/red]: {candidate} is not a file; give the candidate's .cu source")
+        console.print(f"[red]--candidate[/red]: {escape(str(candidate))} is not a file; give the candidate's .cu "
+                      "source")
         raise typer.Exit(2)
     try:
-        kernel_spec = load_spec(kernel, spec)
+        if spec is None and kernel.is_file() and spec_path_for(kernel) is None:
+            kernel_spec = _inferred_spec(kernel, kernel_name, size)
+        elif (kernel_name is not None or size) and kernel.is_file():
+            raise SpecError(str(spec or spec_path_for(kernel)), [FieldError(
+                "--kernel/--size", "they describe a kernel without a spec: set kernel_name and sizes in the spec")])
+        else:
+            kernel_spec = load_spec(kernel, spec)
     except SpecError as exc:
-        console.print(f"[red]invalid submission[/red] ({exc.where}):")
+        console.print(f"[red]invalid submission[/red] ({escape(str(exc.where))}):")
         for error in exc.errors:
-            console.print(f"  [bold]{error.field or '(spec)'}[/bold]: {error.message}")
+            console.print(f"  [bold]{escape(error.field or '(spec)')}[/bold]: {escape(error.message)}")
         raise typer.Exit(2) from None
     strategy_options = {k: v for k, v in (("name", strategy), ("target_speedup", target_speedup),
                                           ("max_iterations", max_iterations), ("min_improvement", min_improvement))
@@ -116,7 +137,7 @@ def tune(
             kernel_spec = type(kernel_spec).model_validate(merged(kernel_spec.model_dump(), overrides))
         except ValidationError as exc:
             for error in field_errors(exc.errors()):
-                console.print(f"[red]{error.field}[/red]: {error.message}")
+                console.print(f"[red]{escape(error.field)}[/red]: {escape(error.message)}")
             raise typer.Exit(2) from None
     rt = _runtime()
     _interrupt_on_signals()
@@ -125,23 +146,18 @@ def tune(
         job_id = submit_job(rt.store, rt.bus, kernel_spec, run=run, admission=Admission.of(rt.settings),
                             owner=rt.owner)
     except AdmissionRefused as exc:
-        console.print(f"[red]invalid submission[/red] ({spec or kernel}):")
+        console.print(f"[red]invalid submission[/red] ({escape(str(spec or kernel))}):")
         for error in exc.errors:
             console.print(f"  [bold]{escape(error.field)}[/bold]: {escape(error.message)}")
         raise typer.Exit(2) from None
     except QueueFull as exc:
-        console.print(f"[red]not submitted[/red]: {exc}")
+        console.print(f"[red]not submitted[/red]: {escape(str(exc))}")
         raise typer.Exit(3) from None
     console.print(f"job [bold]{job_id}[/bold] submitted, {mode}")
 
-    def show(event: Event) -> None:
-        console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {escape(describe(event))}")
-        if isinstance(event, BaselineFailed | CandidateRejected) and event.log:
-            console.print(Panel(event.log, title="NVRTC log", border_style="red"))
-
     try:
         with console.status("working…"):
-            view = follow_job(rt.store, job_id, show, timeout_s=timeout, stalled=rt.bus.stalled,
+            view = follow_job(rt.store, job_id, _show_progress, timeout_s=timeout, stalled=rt.bus.stalled,
                               stall_s=rt.settings.stall_timeout_s)
             if view.finished:
                 rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
@@ -151,13 +167,15 @@ def tune(
         if stop_embedded_job(rt, job_id, f"kforge tune stopped following: {exc.reason}", "cli"):
             console.print(f"[red]stopped[/red]: {escape(str(exc))}; the job was cancelled. "
                           f"Warnings and tracebacks are in {_log_file(rt.settings)}")
+            _echo_job(rt, job_id, as_json)
             raise typer.Exit(1) from None
         console.print(f"[yellow]stopped following[/yellow]: {escape(str(exc))}. It is left to the workers (is one "
                       f"serving each queue?); `kforge show {job_id}` follows up, `kforge cancel {job_id}` ends it")
+        _echo_job(rt, job_id, as_json)
         raise typer.Exit(3) from None
     history = job_events(rt.store, job_id)
     if kernel_spec.strategy.generates:
-        console.print(steps_table(project_optimisation(history)))
+        console.print(steps_table(project_optimisation(history), console.width))
     if view.baseline_ms is not None:
         console.print(performance_tracker(history).generate_overview(), markup=False)
     if view.status == "completed":
@@ -165,18 +183,34 @@ def tune(
             written = write_job_files(history, out / job_id)
             console.print(f"files in {out / job_id}: {', '.join(p.name for p in written)}", markup=False)
         console.print(f"[green]completed[/green]: {escape(view.summary)}")
+        _echo_job(rt, job_id, as_json)
         return
     if view.status == "failed":
-        console.print(f"[red]failed[/red] at {view.failed_stage}: {view.failure}")
+        console.print(f"[red]failed[/red] at {view.failed_stage}: {escape(view.failure or '')}")
         if view.failed_stage == "device" and kernel_spec.strategy.name != "verify":  # replay holds measurements only
             _offer_replay(kernel_spec, kernel, spec)
+        _echo_job(rt, job_id, as_json)
         raise typer.Exit(1)
     if stop_embedded_job(rt, job_id, f"not finished within kforge tune --timeout {timeout:g}", "cli"):
         console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: cancelled, as its in-process "
                       "workers stop with this command")
     else:
         console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
+    _echo_job(rt, job_id, as_json)
     raise typer.Exit(3)
+
+
+def _echo_job(rt: runtime.Runtime, job_id: str, as_json: bool) -> None:
+    """`kforge tune --json`: the job as it ended, the one thing printed on stdout."""
+    if as_json:
+        typer.echo(json.dumps(JobPublic.of(get_job(rt.store, job_id)).model_dump(mode="json")))
+
+
+def _show_progress(event: Event) -> None:
+    """A line per event as `kforge tune` follows its job, and the compiler's log verbatim under a rejection."""
+    console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {escape(describe(event))}")
+    if isinstance(event, BaselineFailed | CandidateRejected) and event.log:
+        console.print(Panel(Text(event.log), title="NVRTC log", border_style="red"))
 
 
 def _interrupt_on_signals() -> None:
@@ -205,6 +239,65 @@ def _log_file(settings: Settings) -> Path:
     return settings.home / "kforge.log"
 
 
+def _inferred_spec(kernel: Path, kernel_name: str | None, sizes: list[str] | None) -> KernelSpec:
+    """The spec inferred from KERNEL's signature, printed with what was guessed before anything is submitted."""
+    inferred = _infer(kernel, kernel_name, sizes)
+    console.print(f"no spec beside {kernel}: inferred from the kernel's signature (`kforge spec {kernel}` writes it "
+                  "to edit):", markup=False)
+    console.print(inferred.to_yaml(), markup=False, soft_wrap=True)  # unwrapped: it stays YAML to copy
+    try:
+        return KernelSpec.model_validate({**inferred.data, "source": kernel.read_text()})
+    except ValidationError as exc:
+        raise SpecError(f"spec inferred from {kernel}", field_errors(exc.errors())) from None
+
+
+def _infer(kernel: Path, kernel_name: str | None, sizes: list[str] | None) -> InferredSpec:
+    """infer_spec on KERNEL, a mistake reported by the option that fixes it (exit 2)."""
+    option = {"kernel_name": "--kernel", "sizes": "--size", "source": "KERNEL"}
+    try:
+        return infer_spec(kernel.read_text(), kernel_name, _sizes(sizes or []))
+    except InferenceError as exc:
+        console.print(f"[red]cannot infer a spec[/red] ({escape(str(kernel))}):")
+        console.print(f"  [bold]{option[exc.field]}[/bold]: {escape(exc.message)}")
+        raise typer.Exit(2) from None
+
+
+def _sizes(options: list[str]) -> dict[str, int]:
+    sizes = {}
+    for option in options:
+        name, _, value = option.partition("=")
+        if not value.strip().isdigit():
+            console.print(f"[red]--size[/red]: {escape(repr(option))} is not NAME=VALUE with a whole number (e.g. "
+                          "--size n=4096)")
+            raise typer.Exit(2)
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
+@app.command("spec")
+def write_spec(kernel: Annotated[Path, typer.Argument(help="CUDA source file holding the kernel")],
+               output: Annotated[Path | None, typer.Option("--output", "-o", help="default: KERNEL with .yaml; "
+                                                                                "- prints it")] = None,
+               force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+               kernel_name: KernelOption = None, size: SizeOption = None) -> None:
+    """Write the spec inferred from KERNEL's signature, to edit: `kforge tune KERNEL` then reads it."""
+    if not kernel.is_file():
+        console.print(f"[red]KERNEL[/red]: {escape(str(kernel))} does not exist: give the path of a .cu file")
+        raise typer.Exit(2)
+    text = _infer(kernel, kernel_name, size).to_yaml()
+    if str(output) == "-":
+        typer.echo(text, nl=False)
+        return
+    target = output or kernel.with_suffix(".yaml")
+    if target.exists() and not force:
+        console.print(f"[red]not written[/red]: {escape(str(target))} exists; pass --force to overwrite it, or -o "
+                      "another path")
+        raise typer.Exit(2)
+    target.write_text(text)
+    console.print(f"wrote {target}: check it, then `kforge tune {kernel}`" + (f" --spec {target}" if output else ""),
+                  markup=False)
+
+
 def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:
     from services.benchmark.replay import ReplayBook
 
@@ -213,25 +306,30 @@ def _offer_replay(kernel_spec, kernel: Path, spec: Path | None) -> None:
     if recording:
         again = f"kforge tune {kernel}" + (f" --spec {spec}" if spec else "") + " --replay"
         console.print(f"A measurement of this kernel recorded on {recording.device} ({recording.recorded_on}) can be "
-                      f"replayed, labelled as replay: [bold]{again}[/bold]")
+                      f"replayed, labelled as replay: [bold]{escape(again)}[/bold]")
 
 
 @app.command()
-def jobs() -> None:
+def jobs(as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False) -> None:
     """List jobs, oldest first."""
-    console.print(jobs_table(list_jobs(_runtime().store)))
+    found = list_jobs(_runtime().store)
+    if as_json:
+        for view in found:
+            typer.echo(json.dumps(JobPublic.of(view).model_dump(mode="json")))
+    else:
+        console.print(jobs_table(found, console.width))
 
 
 @app.command()
-def show(job: Annotated[str, typer.Argument(help="job id or a unique prefix")]) -> None:
+def show(job: Annotated[str, typer.Argument(help="job id or a unique prefix")],
+         as_json: Annotated[bool, typer.Option("--json", help="as one JSON object")] = False) -> None:
     """Show one job."""
     rt = _runtime()
     view = get_job(rt.store, _resolve(rt, job))
-    console.print(jobs_table([view]))
-    if view.summary:
-        console.print(view.summary)
-    if view.failure:
-        console.print(f"[red]{view.failed_stage}[/red]: {view.failure}")
+    if as_json:
+        typer.echo(json.dumps(JobPublic.of(view).model_dump(mode="json")))
+    else:
+        console.print(job_facts(view))
 
 
 @app.command()
@@ -243,9 +341,9 @@ def cancel(job: Annotated[str, typer.Argument(help="job id or a unique prefix")]
     try:
         view = cancel_job(rt.store, rt.bus, job_id, reason=reason, cancelled_by="cli")
     except JobFinished as exc:
-        console.print(f"[red]nothing to cancel[/red]: {exc}")
+        console.print(f"[red]nothing to cancel[/red]: {escape(str(exc))}")
         raise typer.Exit(1) from None
-    console.print(jobs_table([view]))
+    console.print(job_facts(view))
 
 
 @app.command()
@@ -336,6 +434,7 @@ def export_run(
     """Save a run's times and samples to a file, to compare later runs against (in CI, say)."""
     rt = _runtime()
     found = _report(queries.load_run, rt.store, reference, metric)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(found.model_dump_json(indent=2))
     console.print(f"{len(found.kernels)} kernel(s) of {reference} written to {target}", markup=False)
 
@@ -395,7 +494,7 @@ def slow(
         views = [follow_job(rt.store, j, lambda e: None, timeout_s=timeout) for j in job_ids]
         if all(v.finished for v in views):
             rt.bus.wait_idle()
-    console.print(jobs_table(views))
+    console.print(jobs_table(views, console.width))
     console.print(f"compare with: kforge compare <earlier run> {name}", markup=False)
 
 

@@ -1,6 +1,9 @@
 """How events and jobs read in a terminal."""
+from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
                            CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured, Event, GenerationFailed,
@@ -149,19 +152,33 @@ def _call(e: GeneratorCalled) -> str:
     return f"{e.kind} answered by {e.provider} ({e.model}) in {e.latency_ms:.0f} ms{spent}{retried}"
 
 
-def steps_table(opt: Optimisation) -> Table:
-    """One row per step the job acted on: what it tried, what it cost or gained, why it was kept or not."""
-    table = Table("step", "status", "before ms", "after ms", "change", "speedup [95% CI]", "best params", "why",
-                  title="optimisation steps")
+WIDE_STEPS = 120  # columns from which `steps_table` has room for the times before and after each step
+
+
+def steps_table(opt: Optimisation, width: int = 80) -> Group:
+    """One row per step the job acted on: what it tried and what it cost or gained, within `width` columns (the
+    times before and after, and the change, only when there is room); then why each step not kept was not."""
+    wide = width >= WIDE_STEPS
+    table = Table(title="optimisation steps", box=box.SIMPLE_HEAD)
+    table.add_column("step", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("status", no_wrap=True)
+    if wide:
+        for name in ("before ms", "after ms", "change"):
+            table.add_column(name, no_wrap=True, justify="right")
+    table.add_column("speedup [95% CI]", no_wrap=True)
+    table.add_column("best params", overflow="fold", min_width=16)
+    reasons = []
     for r in opt.steps:
-        change = f"{(r.old_ms - r.new_ms) / r.old_ms:+.1%}" if r.old_ms and r.new_ms else "-"
         colour = {"accepted": "green", "discarded": "red"}.get(r.status, "yellow")
-        table.add_row(r.step.id, f"[{colour}]{r.status}[/{colour}]", f"{r.old_ms:.4f}" if r.old_ms else "-",
-                      f"{r.new_ms:.4f}" if r.new_ms else "-", change,
-                      escape(speedup_text(r.speedup, r.speedup_ci)) if r.speedup is not None else "-",
-                      _params(r.best_params) if r.status == "accepted" else "-",
-                      escape(r.reason) if r.status != "accepted" else "")
-    return table
+        change = f"{(r.old_ms - r.new_ms) / r.old_ms:+.1%}" if r.old_ms and r.new_ms else "-"
+        times = [_ms(r.old_ms), _ms(r.new_ms), change] if wide else []
+        table.add_row(Text(r.step.id), Text(r.status, style=colour), *times,
+                      speedup_text(r.speedup, r.speedup_ci) if r.speedup is not None else "-",
+                      Text("\n".join(f"{k}={v}" for k, v in r.best_params.items()))
+                      if r.status == "accepted" and r.best_params else "-")
+        if r.status != "accepted" and r.reason:
+            reasons.append(Text(f"{r.step.id} ({r.status}): {r.reason}"))
+    return Group(table, *reasons)
 
 
 def _shard(e: ShardTuned) -> str:
@@ -173,24 +190,68 @@ def _shard(e: ShardTuned) -> str:
 
 
 def events_table(events: list[Event]) -> Table:
-    table = Table("#", "position", "time (UTC)", "event", "v", "detail", title="events")
+    table = Table(title="events")
+    for name in ("#", "position", "time (UTC)", "event", "v"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("detail", min_width=24)
     for e in events:
         table.add_row(str(e.stream_version), str(e.position), e.occurred_at.strftime("%H:%M:%S.%f")[:-3], e.type,
-                      str(e.version), escape(describe(e)))
+                      str(e.version), Text(describe(e)))
     return table
 
 
-def jobs_table(jobs: list[JobView]) -> Table:
-    table = Table("job", "kernel", "strategy", "run", "status", "baseline ms", "best ms", "speedup", "device",
-                  "submitted (UTC)", title="jobs")
+WIDE_JOBS = 150  # columns from which `jobs_table` has room for every column; below, it shows the essential ones
+
+
+def jobs_table(jobs: list[JobView], width: int = 80) -> Table:
+    """One line per job, within `width` columns: the full job id (to copy), what ran and how it went; the run,
+    baseline, device and submission time only when there is room for them."""
+    wide = width >= WIDE_JOBS
+    table = Table(title="jobs", box=box.SIMPLE_HEAD)
+    table.add_column("job", no_wrap=True, min_width=12)
+    table.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=None if wide else 18)
+    table.add_column("strategy", no_wrap=True, overflow="ellipsis")
+    if wide:
+        table.add_column("run", no_wrap=True, overflow="ellipsis")
+    table.add_column("status", no_wrap=True)
+    if wide:
+        table.add_column("baseline ms", no_wrap=True, justify="right")
+    table.add_column("best ms", no_wrap=True, justify="right")
+    table.add_column("speedup", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("device", no_wrap=True, overflow="ellipsis")
+        table.add_column("submitted (UTC)", no_wrap=True, min_width=19)
     for job in jobs:
-        table.add_row(job.job_id, job.spec.kernel_name if job.spec else "?", job.spec.strategy.name if job.spec else "?",
-                      escape(job.run or "-"),
-                      _status(job), f"{job.baseline_ms:.4f}" if job.baseline_ms else "-",
-                      f"{job.best_ms:.4f}" if job.best_ms else "-", f"{job.speedup:.2f}x" if job.speedup else "-",
-                      (job.device or "-") + (" [REPLAY]" if job.replay else ""),
-                      job.submitted_at.strftime("%Y-%m-%d %H:%M:%S") if job.submitted_at else "-")
+        run = [Text(job.run or "-")] if wide else []
+        baseline = [_ms(job.baseline_ms)] if wide else []
+        device = [Text((job.device or "-") + (" [REPLAY]" if job.replay else "")),
+                  job.submitted_at.strftime("%Y-%m-%d %H:%M:%S") if job.submitted_at else "-"] if wide else []
+        table.add_row(job.job_id, Text(job.spec.kernel_name if job.spec else "?"),
+                      job.spec.strategy.name if job.spec else "?", *run, _status(job), *baseline,
+                      _ms(job.best_ms), f"{job.speedup:.2f}x" if job.speedup else "-", *device)
     return table
+
+
+def job_facts(job: JobView) -> Table:
+    """One job as a listing, a fact a line: what `kforge show` prints."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold", no_wrap=True)
+    facts.add_column(overflow="fold")
+    spec = job.spec
+    rows = [("job", job.job_id), ("kernel", spec.kernel_name if spec else "?"),
+            ("strategy", spec.strategy.name if spec else "?"), ("status", Text.from_markup(_status(job))),
+            ("run", job.run),
+            ("submitted (UTC)", job.submitted_at.strftime("%Y-%m-%d %H:%M:%S") if job.submitted_at else None),
+            ("device", (job.device or "") + (" [REPLAY]" if job.replay else "") or None),
+            ("baseline ms", _ms(job.baseline_ms) if job.baseline_ms else None),
+            ("best ms", _ms(job.best_ms) if job.best_ms else None), ("best params", _params(job.best_params) or None),
+            ("speedup", f"{job.speedup:.2f}x" if job.speedup else None), ("summary", job.summary),
+            ("failure", f"{job.failed_stage}: {job.failure}" if job.failure else None),
+            ("unreadable", job.unreadable)]
+    for name, value in rows:
+        if value is not None:
+            facts.add_row(name, value if isinstance(value, Text) else Text(value))
+    return facts
 
 
 def _status(job: JobView) -> str:

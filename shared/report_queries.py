@@ -80,7 +80,9 @@ def load_run(store: EventStore, reference: str, metric: str = "best", files: boo
     """A run named by a file exported earlier (unless `files` is off, as over HTTP), a run name given at
     submission, or a job id (or prefix); of the jobs `among` only, when given."""
     path = Path(reference)
-    if files and path.suffix == ".json" and path.is_file():
+    if files and path.suffix == ".json" and not path.is_file():
+        raise ReportError(f"{reference}: no such file; `kforge export-run RUN FILE` writes one")
+    if files and path.suffix == ".json":
         try:
             return Run.model_validate_json(path.read_text())
         except ValidationError as exc:

@@ -768,8 +768,7 @@ def _check_kernel_defined(source: str, kernel_name: str) -> None:
     """Catch a misspelt kernel_name before anything compiles: list the kernels the source does define. A
     template instance (scale<float>) must name a template kernel, and a template kernel must be named by an
     instance: NVRTC finds neither otherwise."""
-    declarations = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", _COMMENTS.sub(" ", source))
-    kernels = {name: bool(template) for template, name in _KERNEL_DECLARATION.findall(declarations)}
+    kernels = defined_kernels(source)
     base = kernel_base_name(kernel_name)
     if kernels and base not in kernels:
         raise ValueError(f"kernel_name: {kernel_name!r} is not defined in source; it defines {', '.join(kernels)}")
@@ -781,6 +780,12 @@ def _check_kernel_defined(source: str, kernel_name: str) -> None:
     if not is_template_instance(kernel_name) and kernels[base]:
         raise ValueError(f"kernel_name: {base} is a template in source: name the instance to run, e.g. "
                          f"kernel_name: {base}<float>")
+
+
+def defined_kernels(source: str) -> dict[str, bool]:
+    """The __global__ functions `source` declares, in order: each name, and whether it is a template."""
+    declarations = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", _COMMENTS.sub(" ", source))
+    return {name: bool(template) for template, name in _KERNEL_DECLARATION.findall(declarations)}
 
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.skipif(not KFORGE.exists(), reason=f"console script {KF
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="with a CUDA device the job measures a baseline instead of failing")
 
 
-def kforge(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def kforge(home: Path, *args: str, timeout: float = 120, columns: int = 200) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
-    env.update(KFORGE_HOME=str(home), COLUMNS="200", NO_COLOR="1")
+    env.update(KFORGE_HOME=str(home), COLUMNS=str(columns), NO_COLOR="1")
     return subprocess.run([str(KFORGE), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -107,6 +107,39 @@ def test_show_by_prefix_shows_the_failure(tuned):
     assert "device: no CUDA device" in result.stdout
 
 
+@no_gpu_only
+def test_jobs_fit_80_columns_with_the_full_job_id(tuned):
+    home, job_id, _ = tuned
+    result = kforge(home, "jobs", columns=80)
+    assert result.returncode == 0, _out(result)
+    assert all(len(line) <= 80 for line in result.stdout.splitlines()), result.stdout
+    (row,) = [line for line in result.stdout.splitlines() if job_id in line]
+    assert "vector_add" in row and "failed" in row
+
+
+@no_gpu_only
+def test_jobs_and_show_as_json_carry_the_full_job_id(tuned):
+    home, job_id, _ = tuned
+    listed = kforge(home, "jobs", "--json")
+    assert listed.returncode == 0, _out(listed)
+    (job,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (job["job_id"], job["kernel_name"], job["status"], job["failed_stage"]) == (
+        job_id, "vector_add", "failed", "device")
+    shown = kforge(home, "show", job_id[:4], "--json")
+    assert shown.returncode == 0, _out(shown)
+    assert json.loads(shown.stdout) == job
+
+
+def test_tune_json_prints_one_object_and_the_progress_on_stderr(tmp_path):
+    result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--replay", "--no-save", "--json")
+    assert result.returncode == 0, _out(result)
+    job = json.loads(result.stdout)
+    assert job["status"] == "completed" and len(job["job_id"]) == 12
+    assert job["baseline_ms"] == pytest.approx(0.2994, abs=1e-4) and job["best_params"] == {"block_size_x": 256}
+    assert job["speedup"] is not None and job["failure"] is None
+    assert f"job {job['job_id']} submitted" in result.stderr and "JobCompleted" in result.stderr
+
+
 def test_show_unknown_job_exits_2_with_a_hint(tmp_path):
     result = kforge(tmp_path, "show", "nosuchjob")
     out = _out(result)
@@ -185,18 +218,47 @@ def test_invalid_yaml_reports_the_line(tmp_path):
     assert "Traceback" not in out
 
 
-def test_missing_spec_beside_the_kernel_prints_the_spec_hint(tmp_path):
+def test_without_a_spec_tune_prints_the_inferred_one_and_submits_it(tmp_path):
     kernel = tmp_path / "lonely.cu"
     kernel.write_text((EXAMPLES / "vector_add.cu").read_text())
+
+    result = kforge(tmp_path, "tune", str(kernel), "--replay", "--size", "n=4096", "--no-save")
+
+    out = _out(result)
+    assert f"no spec beside {kernel}: inferred from the kernel's signature" in out
+    assert "  - {name: c, dtype: float32, shape: [n], role: out}" in out.splitlines()
+    assert "sizes: {n: 4096}" in out.splitlines()
+    # admitted (compiled and its PTX signature checked against the inferred args), then run as replay
+    assert re.search(r"job \w+ submitted", out) and "JobSubmitted       vector_add, strategy tune" in out, out
+    assert "Traceback" not in out
+
+
+def test_without_a_spec_several_kernels_need_kernel(tmp_path):
+    kernel = tmp_path / "two.cu"
+    kernel.write_text("__global__ void a(float *x, int n) {}\n__global__ void b(float *y, int m) {}\n")
 
     result = kforge(tmp_path, "tune", str(kernel))
 
     out = _out(result)
     assert result.returncode == 2, out
-    assert "no spec given and none beside" in out
-    assert "pass --spec SPEC.yaml" in out
-    assert str(tmp_path / "lonely.yaml") in out
-    assert "Traceback" not in out
+    assert "--kernel: the source defines 2 kernels (a, b): name the one to tune" in out
+    assert "submitted" not in out and "Traceback" not in out
+
+
+def test_spec_writes_the_inferred_spec_beside_the_kernel_and_keeps_an_existing_one(tmp_path):
+    kernel = tmp_path / "k.cu"
+    kernel.write_text((EXAMPLES / "vector_add.cu").read_text())
+
+    written = kforge(tmp_path, "spec", str(kernel), "--size", "n=4096")
+    again = kforge(tmp_path, "spec", str(kernel))
+
+    assert written.returncode == 0, _out(written)
+    text = (tmp_path / "k.yaml").read_text()
+    assert text.startswith("# inferred by kforge from the signature of vector_add") and "sizes: {n: 4096}" in text
+    assert again.returncode == 2 and "exists; pass --force to overwrite it" in _out(again)
+    assert (tmp_path / "k.yaml").read_text() == text
+    forced = kforge(tmp_path, "spec", str(kernel), "--force")
+    assert forced.returncode == 0 and "sizes: {n: 1048576}" in (tmp_path / "k.yaml").read_text()
 
 
 def test_worker_without_redis_exits_2(tmp_path):

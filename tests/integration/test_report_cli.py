@@ -80,6 +80,18 @@ def test_report_suggest_profile_and_export(runs, tmp_path):
     assert exported.returncode == 0 and (tmp_path / "again" / before / "history.json").exists()
 
 
+def test_export_run_makes_its_folder_and_a_missing_run_file_is_not_found(runs, tmp_path):
+    home, *_ = runs
+    saved = tmp_path / "ci" / "baselines" / "before.json"
+    exported = kforge(home, "export-run", "before", str(saved))
+    assert exported.returncode == 0, _out(exported)
+    assert json.loads(saved.read_text())["kernels"]
+
+    missing = kforge(home, "compare", str(tmp_path / "nowhere.json"), "before")
+    assert missing.returncode == 2 and "Traceback" not in _out(missing)
+    assert f"{tmp_path / 'nowhere.json'}: no such file" in _out(missing)
+
+
 def test_slow_lists_and_optimises_in_a_batch(runs):
     home, *_ = runs
     assert "no kernel below 0.8x" in kforge(home, "slow").stdout
@@ -120,6 +132,24 @@ def test_make_kernel_tunable_returns_kernel_params_and_tracker(tmp_path):
                                                              "completed")
     assert space["block_size_x"] and baseline == pytest.approx(0.2994, abs=1e-4)
     assert len(list((tmp_path / "out").iterdir())) == 1
+
+
+def test_make_kernel_tunable_without_a_spec_infers_one_and_runs_the_job(tmp_path):
+    script = (
+        "from kforge import KforgeError, make_kernel_tunable\n"
+        "source = open('examples/vector_add.cu').read()\n"
+        "try:\n"
+        "    make_kernel_tunable(source, sizes={'n': 4096}, benchmark={'replay': True})\n"
+        "except KforgeError as exc:\n"
+        "    print('KforgeError:', exc)\n")
+    env = {"KFORGE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "no spec given: kforge inferred this one from the kernel's signature" in result.stdout
+    assert "sizes: {n: 4096}" in result.stdout
+    # No recording at 4096 elements: the job ran and failed, and says why (it would measure on a GPU).
+    assert "KforgeError: job" in result.stdout and "failed at" in result.stdout, result.stdout
 
 
 def test_make_kernel_tunable_names_the_field_of_a_bad_spec():

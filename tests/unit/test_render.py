@@ -64,3 +64,53 @@ def test_a_tolerance_the_references_spread_widened_is_shown_and_a_default_one_is
                                  trials=trials, max_abs_error=0.5, max_rel_error=0.0)
     assert describe(verified).endswith("; total within atol 4 + rtol 0.00098 x |ref|, as the reference differs from "
                                        "itself by up to 1 over 3 runs: atol 4 x that")  # the widest of its trials
+
+
+LOG = "kernel.cu(4): error: expected a \";\"\n      a[i] = b[i+1];\n"
+
+
+def test_a_compilers_log_and_reason_are_printed_verbatim_by_tune(monkeypatch):
+    from rich.console import Console
+
+    from kforge import cli
+    from shared.events import CandidateRejected
+
+    monkeypatch.setattr(cli, "console", Console(width=80, record=True, highlight=False))
+    cli._show_progress(CandidateRejected(stream_id="job-1", stream_version=7, request_id=uuid4(), candidate_id="c",
+                                         check="compile", reason="a[i] = b[i+1]; does not compile", log=LOG))
+    printed = cli.console.export_text()
+    assert "compile: a[i] = b[i+1]; does not compile" in printed
+    assert "a[i] = b[i+1];" in printed.split("NVRTC log")[1]
+
+
+def test_show_lists_a_jobs_facts_verbatim_within_80_columns():
+    from rich.console import Console
+
+    from kforge.render import job_facts
+    from shared.projections import JobView
+
+    console = Console(width=80, record=True)
+    console.print(job_facts(JobView(job_id="0dac12345678", status="failed", failed_stage="compile",
+                                    failure="a[i] = b[i+1]; [bold]x[/bold]")))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert [line.split()[:2] for line in lines[:2]] == [["job", "0dac12345678"], ["kernel", "?"]]
+    assert "compile: a[i] = b[i+1]; [bold]x[/bold]" in text
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_jobs_table_keeps_full_ids_within_80_columns_and_adds_columns_when_wide():
+    from rich.console import Console
+
+    from kforge.render import WIDE_JOBS, jobs_table
+    from shared.projections import JobView
+
+    jobs = [JobView(job_id=f"{i:012x}", run="a-long-run-name-of-nightly-builds", status="benchmarking",
+                    device="NVIDIA H100 80GB HBM3", replay=True, baseline_ms=0.2994) for i in range(3)]
+    for width in (80, WIDE_JOBS):
+        console = Console(width=width, record=True)
+        console.print(jobs_table(jobs, width))
+        text = console.export_text()
+        assert all(len(line) <= width for line in text.splitlines())
+        assert all(job.job_id in text for job in jobs)
+        assert ("0.2994" in text and "H100" in text) == (width == WIDE_JOBS)
