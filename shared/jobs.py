@@ -261,18 +261,19 @@ def follow_job(store: EventStore, job_id: str, on_event: Callable[[Event], None]
     """Report each new event of a job until it finishes or `timeout_s` passes; returns the last view.
     NoProgress when `stalled` (Bus.stalled) says no work is left to move the job on, or no event came for
     `stall_s` seconds."""
-    seen: list[Event] = []
+    view = JobView(job_id=job_id)
     deadline = time.monotonic() + timeout_s
     progressed = time.monotonic()
     while True:
         why = stalled()  # asked before reading: what the work did before it stopped is then read, not missed
-        events = store.read_stream(job_stream(job_id))
-        for event in events[len(seen):]:
+        # Only what came since the last read, folded onto the view so far: a long tune is read once, not once
+        # per poll.
+        new = store.read_stream(job_stream(job_id), after_version=view.version)
+        for event in new:
             on_event(event)
-        if len(events) > len(seen):
+        if new:
             progressed = time.monotonic()
-        seen = events
-        view = project_job(events, job_id)
+            view = project_job(new, job_id, since=view)
         if view.finished:
             return view
         if why is None and stall_s is not None and time.monotonic() - progressed > stall_s:

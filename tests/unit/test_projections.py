@@ -1,12 +1,18 @@
 """The job read model: a pure fold over a job's events."""
+import threading
+import time
 from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
 import pytest
 
+from kforge.specfile import load_spec
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
-                           KernelCompiled, StepSkipped, Undecodable)
+                           KernelCompiled, StepSkipped, TaskProfiled, Undecodable)
 from shared.eventstore import EventStore
+from shared.jobs import follow_job
 from shared.projections import JobView, job_id_of, job_stream, project_job
+from tests.conftest import EXAMPLES
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -163,3 +169,34 @@ def test_an_undecodable_event_marks_the_job_and_the_fold_goes_on(job):
     assert view.unreadable == "event 9 (JobRenamed v1) cannot be read: unknown type"
     assert view.status == "completed" and view.version == 6 and view.event_types[-2] == "JobRenamed"
     assert view.tenant == "local"
+
+
+def test_following_a_job_reads_each_event_once(sqlite_url):
+    """A long tune is followed by reading what came since the last poll, not the whole stream every 100 ms."""
+    class CountingStore(EventStore):
+        read = 0
+
+        def read_stream(self, *args, **kwargs):
+            events = super().read_stream(*args, **kwargs)
+            self.read += len(events)
+            return events
+
+    store, stream = CountingStore(sqlite_url), job_stream("follow000001")
+    spec = load_spec(EXAMPLES / "vector_add.cu", EXAMPLES / "vector_add.yaml")
+    store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)
+
+    def work():
+        for i in range(40):
+            store.append(stream, [TaskProfiled(stream_id=stream, request_id=uuid4(), task="t", worker="w",
+                                               started_at=datetime.now(UTC), wall_s=0.0, peak_rss_mb=0.0)],
+                         expected_version=None)
+            time.sleep(0.01)
+        store.append(stream, [JobCompleted(stream_id=stream, summary="done")], expected_version=None)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    seen = []
+    view = follow_job(store, "follow000001", seen.append, timeout_s=30, poll_s=0.005)
+    worker.join()
+    assert view.status == "completed" and len(seen) == 42
+    assert store.read == 42  # every event read once, however many polls there were
