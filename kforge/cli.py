@@ -194,6 +194,10 @@ def tune(
     if stop_embedded_job(rt, job_id, f"not finished within kforge tune --timeout {timeout:g}", "cli"):
         console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: cancelled, as its in-process "
                       "workers stop with this command")
+        if not no_save and view.baseline_ms is not None:  # a cancelled job keeps the best it measured
+            written = write_job_files(job_events(rt.store, job_id), out / job_id)
+            console.print(f"files of the best so far in {out / job_id}: {', '.join(p.name for p in written)}",
+                          markup=False)
     else:
         console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
     _echo_job(rt, job_id, as_json)

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.events import (BaselineMeasured, CandidateGenerated, ConfigMeasured, Event, JobSubmitted, StepAccepted,
-                           TuningCompleted, TuningRequested)
+                           TuningRequested)
 from shared.expressions import ExpressionError
 from shared.projections import job_id_of, project_job
 from shared.spec import KernelSpec, ParamValue
@@ -92,15 +92,14 @@ def kernel_result(events: Sequence[Event]) -> KernelResult | None:
     for e in events:
         if isinstance(e, ConfigMeasured) and not e.abandoned and e.request_id in candidate_of:
             measured.setdefault(candidate_of[e.request_id], []).append(e)
-    completed = {e.candidate_id: e for e in events if isinstance(e, TuningCompleted)}
     accepted = [e for e in events if isinstance(e, StepAccepted)]
     best, source, step, candidate = baseline, spec.source, None, None
     if accepted:
         last = accepted[-1]
         best = _fastest(measured.get(last.candidate_id, ())) or baseline
         source, step, candidate = _accepted_source(events, last), last.step_id, last.candidate_id
-    elif SUBMITTED in completed and completed[SUBMITTED].best_time_ms is not None:
-        tuned = _fastest(measured.get(SUBMITTED, ()))
+    elif SUBMITTED in measured:  # the search's best so far, finished or stopped (a cancelled job keeps it)
+        tuned = _fastest(measured[SUBMITTED])
         if tuned and (baseline is None or tuned.median_ms < baseline.median_ms):
             best, candidate = tuned, SUBMITTED
     return KernelResult(job_id=job_id_of(submitted.stream_id), run=submitted.run, kernel=kernel_key(spec),

@@ -154,6 +154,17 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
                 improvement_percentage=_gain(view.baseline_ms, event.best_time_ms), speedup=event.speedup,
                 speedup_ci=None, tunable_parameters=spec.tune_params,
                 restrictions=spec.restrictions, best_tune_params=event.best_params or {}, timestamp=event.occurred_at))
+    searched = any(isinstance(e, TuningCompleted) and e.candidate_id == SUBMITTED for e in events)
+    if not spec.strategy.generates and not searched and view.best_ms is not None and view.baseline_ms \
+            and view.best_ms < view.baseline_ms:
+        # A search stopped before it finished (cancelled, interrupted) keeps the best configuration it measured.
+        steps.append(PerformanceStep(
+            step_id="tune", step_description=f"search tune_params, stopped after {view.configs_measured} "
+                                             f"configurations measured (the job {view.status})",
+            kernel_code=spec.source, old_execution_time=view.baseline_ms, new_execution_time=view.best_ms,
+            improvement_percentage=_gain(view.baseline_ms, view.best_ms), speedup=view.baseline_ms / view.best_ms,
+            speedup_ci=None, tunable_parameters=spec.tune_params, restrictions=spec.restrictions,
+            best_tune_params=view.best_params or {}, timestamp=events[-1].occurred_at))
     tried = [TriedStep(step_id=r.step.id, description=r.step.description, status=r.status, reason=r.reason,
                        old_ms=r.old_ms, new_ms=r.new_ms, speedup=r.speedup, speedup_ci=r.speedup_ci) for r in opt.steps]
     return PerformanceTracker(job_id=job_id_of(submitted.stream_id), kernel_name=spec.kernel_name,

@@ -267,3 +267,16 @@ def test_worker_without_redis_exits_2(tmp_path):
     assert result.returncode == 2, out
     assert "REDIS_URL is not set" in out
     assert "Traceback" not in out
+
+
+@no_gpu_only
+def test_a_tune_past_its_timeout_is_cancelled_and_leaves_the_files_of_its_best_so_far(tmp_path):
+    out = tmp_path / "out"
+    result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--replay", "--strategy", "explicit",
+                    "--timeout", "1", "--out", str(out))
+
+    assert result.returncode == 3, _out(result)
+    assert "cancelled, as its in-process workers stop with this command" in _out(result)
+    assert "files of the best so far in" in _out(result) and "Traceback" not in _out(result)
+    [job_dir] = out.iterdir()
+    assert {"history.json", "overview.txt", "transcript.log"} <= {p.name for p in job_dir.iterdir()}

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.events import EVENTS, BaselineMeasured, JobSubmitted, TaskProfiled
+from shared.events import EVENTS, BaselineMeasured, JobCancelled, JobSubmitted, TaskProfiled, TuningCompleted
 from shared.reports.comparison import ChangeType, RunEntry, Run, compare_runs, run_of
 from shared.reports.files import file_stem, job_files, kernel_file_text, transcript_text
 from shared.reports.profile import pipeline_profile
@@ -15,6 +15,20 @@ from tests.report_streams import H100, T0, JobStream, rewrite_job, spec_with, tu
 
 
 # --- PerformanceTracker -------------------------------------------------------------------------------
+def test_a_tune_job_cancelled_mid_search_keeps_the_best_configuration_it_measured(vector_add_spec):
+    events = tune_job(vector_add_spec)
+    cut = next(i for i, e in enumerate(events) if isinstance(e, TuningCompleted))
+    cancelled = [*events[:cut], JobCancelled(stream_id=events[0].stream_id, reason="interrupted (SIGINT)",
+                                             cancelled_by="cli")]
+
+    tracker = performance_tracker(cancelled)
+    [step] = tracker.steps
+    assert step.new_execution_time == pytest.approx(0.8) and step.best_tune_params == {"block_size_x": 512}
+    assert "stopped after 3 configurations measured (the job cancelled)" in step.step_description
+    assert tracker.speedup == pytest.approx(1.25)
+    assert "_optimised_1.250x.cu" in "".join(job_files(cancelled))  # its files hold the best so far too
+
+
 def test_tracker_of_a_tune_job_has_the_search_as_its_step(vector_add_spec):
     tracker = performance_tracker(tune_job(vector_add_spec))
 
