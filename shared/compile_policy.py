@@ -244,7 +244,7 @@ _ALLOWED_OPTIONS = [re.compile(p + r"\Z") for p in (
     r"-w|--disable-warnings|-{1,2}Wreorder|-{1,2}Wno-deprecated-declarations",
     r"-{1,2}(?:diag-suppress|diag-error|diag-warn)=\d+(?:,\d+)*",
     r"-{1,2}(?:no-)?display-error-number",
-    rf"-{{1,2}}dopt=(?:on|off)|-{{1,2}}(?:rdc|relocatable-device-code)=false",
+    r"-{1,2}dopt=(?:on|off)|-{1,2}(?:rdc|relocatable-device-code)=false",
     r"-{1,2}minimal",
     r"-{1,2}(?:Ofast-compile)=(?:0|min|mid|max)",
     r"(?:-Xptxas=|--ptxas-options=)(?:-v|--verbose|-O[0-3]|--warn-on-spills|--warn-on-local-memory-usage"

@@ -5,23 +5,17 @@ from uuid import uuid4
 
 import pytest
 
-from services.benchmark import handlers as benchmark
 from services.benchmark.compile_pool import CompilePool
 from services.benchmark.gpu_host import GpuHost
-from services.benchmark.resources import BenchmarkResources
 from services.benchmark.tuning import SetupFailed, SpaceEvaluator, search
 from services.generator.answers import parse
-from services.planner.policy import react
 from services.verifier import handlers as verifier
 from services.verifier.session import VerifySession
 from shared.device.process import DeviceProcess
-from shared.events import (BaselineMeasured, CandidateVerified, ConfigMeasured, JobSubmitted,
-                           VerificationRequested)
-from shared.eventstore import EventStore
-from shared.projections import project_job
+from shared.events import BaselineMeasured, CandidateVerified, ConfigMeasured, VerificationRequested
 from shared.spec import CandidateSpec
 from tests.corpus_kernels import CorpusKernel
-from tests.fakes import RecordingBus
+from tests.gpu.baselines import baseline_events
 
 pytestmark = pytest.mark.gpu
 ROW_SUM = CorpusKernel("row_sum")
@@ -37,17 +31,7 @@ def with_shared_size(spec, size: str):
 
 
 def test_the_baseline_of_row_sum_is_measured(tmp_path, spec):
-    store, bus = EventStore(f"sqlite:///{tmp_path / 'e.db'}"), RecordingBus()
-    stream = f"job-{uuid4().hex[:12]}"
-    submitted = store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)[0]
-    request = react(submitted, project_job([submitted]), ["0"]).events
-    store.append(stream, request, expected_version=1)
-    resources = BenchmarkResources(0)
-    try:
-        benchmark.measure_baseline(store, bus, stream.removeprefix("job-"), request[0].event_id, resources)
-    finally:
-        resources.close()
-    events = store.read_stream(stream)
+    events = baseline_events(tmp_path, spec)
     measured = [e for e in events if isinstance(e, BaselineMeasured)]
     assert len(measured) == 1, [(e.type, getattr(e, "reason", "")) for e in events]
 

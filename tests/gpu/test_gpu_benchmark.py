@@ -7,17 +7,12 @@ from uuid import uuid4
 
 import pytest
 
-from services.benchmark import handlers
 from services.benchmark.compile_pool import CompilePool
 from services.benchmark.gpu_host import GpuHost
-from services.benchmark.resources import BenchmarkResources
 from services.benchmark.tuning import SpaceEvaluator, search
-from services.planner.policy import react
-from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted
-from shared.eventstore import EventStore
-from shared.projections import project_job
+from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured
 from tests.conftest import EXAMPLES
-from tests.fakes import RecordingBus
+from tests.gpu.baselines import baseline_events
 
 pytestmark = pytest.mark.gpu
 
@@ -151,18 +146,9 @@ def test_baseline_of_each_example_is_measured(tmp_path, example, sizes):
     from kforge.specfile import load_spec
 
     spec = load_spec(EXAMPLES / f"{example}.cu", EXAMPLES / f"{example}.yaml").model_copy(update={"sizes": sizes})
-    store, bus = EventStore(f"sqlite:///{tmp_path / 'e.db'}"), RecordingBus()
-    stream = f"job-{uuid4().hex[:12]}"
-    submitted = store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)[0]
-    request = react(submitted, project_job([submitted]), ["0"]).events
-    store.append(stream, request, expected_version=1)
-    resources = BenchmarkResources(0)
-    try:
-        handlers.measure_baseline(store, bus, stream.removeprefix("job-"), request[0].event_id, resources)
-    finally:
-        resources.close()
-    measured = [e for e in store.read_stream(stream) if isinstance(e, BaselineMeasured)]
-    assert len(measured) == 1, [e.type for e in store.read_stream(stream)]
+    events = baseline_events(tmp_path, spec)
+    measured = [e for e in events if isinstance(e, BaselineMeasured)]
+    assert len(measured) == 1, [e.type for e in events]
     assert measured[0].median_ms > 0 and 1 <= len(measured[0].samples_ms) <= spec.benchmark.iterations
     print(f"{example} {sizes}: median {measured[0].median_ms:.4f} ms on {measured[0].device}")
 

@@ -39,14 +39,6 @@ def strategy_for(name: str) -> Strategy:
 
 def registered() -> list[str]:
     return sorted(_REGISTRY)
-    try:
-        strategy_for(name)
-    except UnknownStrategy:
-        known = [*MEASURING_STRATEGIES, *registered()]
-        near = get_close_matches(name, known, n=1)
-        hint = f"did you mean {near[0]!r}? " if near else ""
-        return f"strategy {name!r} is not known: {hint}use one of {', '.join(known)}"
-    return None
 
 
 # The built-ins register themselves on import.
