@@ -4,23 +4,17 @@ hand, as does a sum in another order, while a sum that drops 1% of its terms is 
 verify against themselves too, and a reduction that drops terms no longer verifies as NaN against NaN (the
 verifier once poisoned the total that the reduction adds into). Run on the GPU machine (`make test-gpu`)."""
 from pathlib import Path
-from uuid import uuid4
 
 import pytest
 
 from kforge.specfile import load_spec
-from services.benchmark import handlers as benchmark
-from services.benchmark.resources import BenchmarkResources
-from services.planner.policy import react
 from services.verifier import handlers as verifier
 from services.verifier.session import VerifySession
 from shared.device.process import DeviceProcess
-from shared.events import BaselineMeasured, CandidateRejected, CandidateVerified, JobSubmitted, VerificationRequested
-from shared.eventstore import EventStore
-from shared.projections import project_job
+from shared.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
 from shared.spec import KernelSpec
 from tests.conftest import EXAMPLES
-from tests.fakes import RecordingBus
+from tests.gpu.baselines import baseline_events
 
 pytestmark = pytest.mark.gpu
 ATOMIC_SUM = (Path(__file__).resolve().parents[1] / "corpus" / "atomic_sum.cu").read_text()
@@ -65,16 +59,7 @@ def verify(spec: KernelSpec, process):
 def test_the_baseline_of_a_float_atomic_sum_is_measured_with_no_tolerance_set(tmp_path):
     spec = atomic_sum_spec({"name": "baseline"})
     assert spec.benchmark.atol is None and spec.benchmark.rtol is None
-    store, stream = EventStore(f"sqlite:///{tmp_path / 'e.db'}"), f"job-{uuid4().hex[:12]}"
-    submitted = store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)[0]
-    request = react(submitted, project_job([submitted]), ["0"]).events
-    store.append(stream, request, expected_version=1)
-    resources = BenchmarkResources(0)
-    try:
-        benchmark.measure_baseline(store, RecordingBus(), stream.removeprefix("job-"), request[0].event_id, resources)
-    finally:
-        resources.close()
-    events = store.read_stream(stream)
+    events = baseline_events(tmp_path, spec)
     measured = [e for e in events if isinstance(e, BaselineMeasured)]
     assert len(measured) == 1, [(e.type, getattr(e, "reason", "")) for e in events]
     (tolerance,) = measured[0].tolerances
