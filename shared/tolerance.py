@@ -60,6 +60,15 @@ def set_in_spec(spec: KernelSpec, verifying: bool) -> dict[str, tuple[float, str
     return found
 
 
+def derive_each(outputs: list[tuple[str, str]], in_spec: dict[str, tuple[float, str]],
+                spread: dict[str, tuple[float, float]], terms: int, largest: float) -> dict[str, Tolerance]:
+    """The tolerance of each output, (name, dtype), from its spread (absolute, relative) over REFERENCE_RUNS runs
+    of the reference and the scale of the float inputs those runs read."""
+    return {name: derive(name, dtype, in_spec, Observed(spread=spread[name][0], spread_rel=spread[name][1],
+                                                        runs=REFERENCE_RUNS, terms=terms, largest=largest))
+            for name, dtype in outputs}
+
+
 def derive(output: str, dtype: str, in_spec: dict[str, tuple[float, str]], seen: Observed) -> Tolerance:
     """The tolerance of `output` on inputs where the reference showed `seen`; `in_spec` from set_in_spec."""
     default_atol, default_rtol = DEFAULT_TOLERANCE.get(dtype, (0.0, 0.0))

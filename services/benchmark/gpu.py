@@ -27,7 +27,7 @@ from shared.device.session import SessionBase
 from shared.array_files import ArrayFileError, read_array
 from shared.events import Tolerance
 from shared.inputs import make_arrays
-from shared.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
+from shared.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
 
 
 @dataclass
@@ -103,11 +103,8 @@ class DeviceSession(SessionBase):
         counts = {a.name: math.prod(spec.shape_of(a)) for a in floats}
         largest = max((self._own.max_abs(int(buffer.handle), counts[a.name], a.dtype) for inputs in self._sets
                        for a, buffer in zip(spec.args, inputs.arrays) if a.name in counts), default=0.0)
-        in_spec = set_in_spec(spec, verifying=False)
-        return {arg.name: derive(arg.name, arg.dtype, in_spec, Observed(
-                    spread=spread[arg.name][0], spread_rel=spread[arg.name][1], runs=REFERENCE_RUNS,
-                    terms=sum(counts.values()), largest=largest))
-                for arg, *_ in self._sets[0].outputs}
+        return derive_each([(arg.name, arg.dtype) for arg, *_ in self._sets[0].outputs],
+                           set_in_spec(spec, verifying=False), spread, sum(counts.values()), largest)
 
     def _upload(self, spec, seed: int) -> InputSet:
         # One set at a time on the host: the device holds them all. An input with fixed `data` is the same in
@@ -147,15 +144,14 @@ class DeviceSession(SessionBase):
         if mismatch:
             return Failed("output", mismatch, details={"max_abs_error": max_error})
         tolerances = tuple(self._tolerances.values())
-        # The checked launch ran cold (module load, first touch): only a far slower one is abandoned on it.
-        if order.best_ms is not None and check_ms > 2 * bench.abandon_factor * order.best_ms:
+        policy = sampling.policy_of(bench)
+        if sampling.abandoned_on_check(check_ms, order.best_ms, policy):
             return Measured(samples_ms=[check_ms], check_ms=check_ms, max_abs_error=max_error, abandoned=True,
                             tolerances=tolerances)
         for i in range(bench.warmup):
             warm = self._timed_launch(kernel, order, self._timed_set(i), flush=False)
             if isinstance(warm, Failed):
                 return warm
-        policy = sampling.SamplingPolicy(bench.min_samples, bench.iterations, bench.ci_target, bench.abandon_factor)
         spot = random.randrange(policy.min_samples)  # a timed launch checked besides the last ones, unpredictably
         samples: list[float] = []
         while (step := sampling.next_step(samples, order.best_ms, policy)) is sampling.Next.SAMPLE:

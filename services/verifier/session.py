@@ -26,7 +26,7 @@ from shared.events import Tolerance
 from shared.inputs import distribution_of, special_values, stream_key
 from shared.settings import Settings
 from shared.spec import ArgSpec, KernelSpec, ParamValue
-from shared.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
+from shared.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
 
 CANARY = 0xA5  # every guard byte; a kernel writing out of bounds changes some
 
@@ -254,10 +254,8 @@ class VerifySession(SessionBase):
                 spread[a.arg.name] = (max(spread[a.arg.name][0], found.max_abs),
                                       max(spread[a.arg.name][1], found.max_rel))
         terms, largest = self._input_scale(layout, trial)
-        in_spec = set_in_spec(request.spec, verifying=True)
-        trial.tolerances = {a.arg.name: derive(a.arg.name, a.arg.dtype, in_spec, Observed(
-            spread=spread[a.arg.name][0], spread_rel=spread[a.arg.name][1], runs=REFERENCE_RUNS, terms=terms,
-            largest=largest)) for a in outputs}
+        trial.tolerances = derive_each([(a.arg.name, a.arg.dtype) for a in outputs],
+                                       set_in_spec(request.spec, verifying=True), spread, terms, largest)
         trial.zeroed = frozenset(name for name in pure if self._compared(
             arrays[name], trial.reference[name], first_run[name], trial.tolerances[name].atol,
             trial.tolerances[name].rtol).beyond_tolerance.count)
