@@ -22,9 +22,9 @@ TARGET_S = 2.0
 def main() -> int:
     from kforge.specfile import load_spec
     from services.verifier import handlers
-    from services.verifier.session import VerifySession
+    from services.verifier.session import VerifierSession
     from services.verifier.trials import plan_trials
-    from shared.device.process import DeviceProcess
+    from shared.device.process import GpuProcess
     from shared.events import CandidateVerified, VerificationRequested
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -33,7 +33,7 @@ def main() -> int:
     base = load_spec(ROOT / "examples" / "vector_add.cu", ROOT / "examples" / "vector_add.yaml")
 
     started = time.perf_counter()
-    process = DeviceProcess(0, VerifySession)
+    process = GpuProcess(0, VerifierSession)
     print(f"GPU process started in {time.perf_counter() - started:.2f} s ({process.device.name})")
     times = []
     try:

@@ -18,8 +18,8 @@ from shared import report_queries as queries
 from shared import runtime
 from shared.errors import field_errors
 from shared.events import Event
-from shared.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, cancel_job, follow_job,
-                         job_events, submit_job)
+from shared.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, UnknownJob, cancel_job,
+                         follow_job, job_events, resolve_job_id, submit_job)
 from shared.projections import project_job
 from shared.reports.comparison import Comparison
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
@@ -166,11 +166,12 @@ def _print_inferred(inferred: InferredSpec) -> None:
 
 
 def tracker(job_id: str) -> PerformanceTracker:
-    return _reported(queries.job_tracker, job_id)
+    """A job's tracker (`job_id`: its id or any unique prefix of it, as everywhere here)."""
+    return _reported(queries.job_tracker, _resolve(job_id))
 
 
 def suggestions(job_id: str) -> list[OptimizationSuggestion]:
-    return _reported(queries.job_suggestions, job_id)
+    return _reported(queries.job_suggestions, _resolve(job_id))
 
 
 def compare(baseline: str, current: str, metric: str = "best", threshold_percent: float = 5.0,
@@ -182,7 +183,7 @@ def compare(baseline: str, current: str, metric: str = "best", threshold_percent
 
 def profile(*job_ids: str, bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE) -> PipelineProfile:
     """Where the time went: of the jobs named, or of every job."""
-    return _reported(queries.profile, list(job_ids), bottleneck_share)
+    return _reported(queries.profile, [_resolve(j) for j in job_ids], bottleneck_share)
 
 
 def slow_kernels(threshold: float = 0.8) -> list[KernelResult]:
@@ -192,6 +193,7 @@ def slow_kernels(threshold: float = 0.8) -> list[KernelResult]:
 def cancel(job_id: str, reason: str = "cancelled on request") -> None:
     """Cancel an unfinished job; a KforgeError if it has ended or does not exist."""
     rt = _runtime()
+    job_id = _resolve(job_id)
     try:
         cancel_job(rt.store, rt.bus, job_id, reason=reason, cancelled_by="python")
     except JobFinished as exc:
@@ -202,7 +204,15 @@ def cancel(job_id: str, reason: str = "cancelled on request") -> None:
 
 def export(job_id: str, directory: str | Path) -> list[Path]:
     """Write a job's files (optimised kernel, history JSON, transcript, plots) into `directory`."""
-    return write_job_files(_reported(queries.events_of, job_id), Path(directory))
+    return write_job_files(_reported(queries.events_of, _resolve(job_id)), Path(directory))
+
+
+def _resolve(job: str) -> str:
+    """The job a unique prefix of its id names, as the CLI and the gateway's comparisons take one."""
+    try:
+        return resolve_job_id(_runtime().store, job)
+    except UnknownJob as exc:
+        raise KforgeError(f"{exc}; `kforge jobs` lists them") from None
 
 
 def _reported(query, *arguments):

@@ -1,32 +1,42 @@
 """The `kforge` command line."""
+import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.markup import escape
 from rich.panel import Panel
+from rich.spinner import Spinner
 from rich.text import Text
 
 from kforge.api import merged, stop_embedded_job
 from kforge.job_files import write_job_files
+from kforge.progress import JobProgress, SpaceProgress
 from kforge.render import (comparison_summary, comparison_table, describe, events_table, job_facts, jobs_table,
-                           profile_facts, profile_table, slow_table, steps_table, suggestions_table)
+                           profile_facts, profile_table, progress_display, progress_lines, slow_table, steps_table,
+                           suggestions_table)
 from kforge.infer_spec import DEFAULT_SIZE, InferenceError, InferredSpec, infer_spec
 from kforge.specfile import SpecError, load_spec, spec_path_for
 from shared import report_queries as queries
 from shared import runtime
 from shared.contracts import PLANNER_QUEUE, gpu_of
 from shared.errors import FieldError, field_errors
-from shared.events import BaselineFailed, CandidateRejected, Event
-from shared.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull, cancel_job,
-                         follow_job, get_job, job_events, list_jobs, submit_job)
-from shared.projections import job_id_of
+from shared.events import (BaselineFailed, CandidateRejected, ConfigFailed, ConfigMeasured, Event, TaskProfiled,
+                           TuningCompleted)
+from shared.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull, UnknownJob,
+                         cancel_job, follow_job, get_job, job_events, list_jobs, resolve_job_id, submit_job)
+from shared.projections import project_job
 from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.reports.tracker import performance_tracker
@@ -64,13 +74,12 @@ def _runtime() -> runtime.Runtime:
 
 
 def _resolve(rt: runtime.Runtime, job: str) -> str:
-    """Accept a unique prefix of a job id, as git accepts one of a commit."""
-    matches = [job_id_of(s) for s in rt.store.stream_ids(f"job-{job}")] if job else []
-    if len(matches) == 1:
-        return matches[0]
-    reason = "no job starts with" if not matches else f"{len(matches)} jobs start with"
-    console.print(f"[red]{reason} {escape(repr(job))}[/red]: `kforge jobs` lists them")
-    raise typer.Exit(2)
+    """Accept a unique prefix of a job id, as git accepts one of a commit (shared.jobs.resolve_job_id)."""
+    try:
+        return resolve_job_id(rt.store, job)
+    except UnknownJob as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]; `kforge jobs` lists them")
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -103,6 +112,8 @@ def tune(
     no_save: Annotated[bool, typer.Option("--no-save", help="write no files")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print only the job as it ended, as one JSON object; the "
                                                          "progress goes to stderr")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="a line for every event, each configuration's "
+                                                                  "too (`kforge events` lists them later)")] = False,
 ) -> None:
     """Submit KERNEL and follow the job until it finishes."""
     console.stderr = as_json  # --json: stdout holds the JSON alone, and what a person reads goes to stderr
@@ -155,20 +166,22 @@ def tune(
         raise typer.Exit(3) from None
     console.print(f"job [bold]{job_id}[/bold] submitted, {mode}")
 
+    files = None if no_save else out / job_id
+    follower = _Follower(console, verbose)
     try:
-        with console.status("working…"):
-            view = follow_job(rt.store, job_id, _show_progress, timeout_s=timeout, stalled=rt.bus.stalled,
+        with follower:
+            view = follow_job(rt.store, job_id, follower.show, timeout_s=timeout, stalled=rt.bus.stalled,
                               stall_s=rt.settings.stall_timeout_s)
             if view.finished:
                 rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (_interrupt_on_signals)
-        _cancel_interrupted(rt, job_id, exc.args[0] if exc.args else "SIGINT")
+        _stop_interrupted(rt, job_id, exc.args[0] if exc.args else "SIGINT", follower, files, as_json)
     except NoProgress as exc:
         if stop_embedded_job(rt, job_id, f"kforge tune stopped following: {exc.reason}", "cli"):
             console.print(f"[red]stopped[/red]: {escape(str(exc))}; the job was cancelled. "
                           f"Warnings and tracebacks are in {_log_file(rt.settings)}")
             _echo_job(rt, job_id, as_json)
-            raise typer.Exit(1) from None
+            _exit_now(1)
         console.print(f"[yellow]stopped following[/yellow]: {escape(str(exc))}. It is left to the workers (is one "
                       f"serving each queue?); `kforge show {job_id}` follows up, `kforge cancel {job_id}` ends it")
         _echo_job(rt, job_id, as_json)
@@ -191,15 +204,14 @@ def tune(
             _offer_replay(kernel_spec, kernel, spec)
         _echo_job(rt, job_id, as_json)
         raise typer.Exit(1)
+    follower.summarise()
     if stop_embedded_job(rt, job_id, f"not finished within kforge tune --timeout {timeout:g}", "cli"):
         console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: cancelled, as its in-process "
                       "workers stop with this command")
-        if not no_save and view.baseline_ms is not None:  # a cancelled job keeps the best it measured
-            written = write_job_files(job_events(rt.store, job_id), out / job_id)
-            console.print(f"files of the best so far in {out / job_id}: {', '.join(p.name for p in written)}",
-                          markup=False)
-    else:
-        console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
+        _save_best_so_far(rt, job_id, files)
+        _echo_job(rt, job_id, as_json)
+        _exit_now(3)
+    console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: `kforge show {job_id}` follows up")
     _echo_job(rt, job_id, as_json)
     raise typer.Exit(3)
 
@@ -210,33 +222,130 @@ def _echo_job(rt: runtime.Runtime, job_id: str, as_json: bool) -> None:
         typer.echo(json.dumps(JobPublic.of(get_job(rt.store, job_id)).model_dump(mode="json")))
 
 
-def _show_progress(event: Event) -> None:
-    """A line per event as `kforge tune` follows its job, and the compiler's log verbatim under a rejection."""
-    console.print(f"  [dim]{event.stream_version:>3}[/dim] {event.type:<18} {escape(describe(event))}")
-    if isinstance(event, BaselineFailed | CandidateRejected) and event.log:
-        console.print(Panel(Text(event.log), title="NVRTC log", border_style="red"))
+PIPED_WIDTH = 80  # not a terminal: the most columns of a progress or event line, whatever COLUMNS says
+PROGRESS_EVERY_S = 10.0  # not a terminal: how often a search's progress is printed while it runs
+PER_CONFIGURATION = (ConfigMeasured, ConfigFailed, TaskProfiled)  # printed with --verbose, else in the progress
+
+
+class _Follower:
+    """What `kforge tune` prints as its job goes on: a line per event (cut to the width) but for each
+    configuration's, which --verbose prints too, and the progress of the job's searches (kforge.progress):
+    live on a terminal; else, with no live display and within PIPED_WIDTH columns, two lines every
+    PROGRESS_EVERY_S seconds while a search runs. Either way a search's last progress stays printed when it
+    ends."""
+
+    def __init__(self, out: Console, verbose: bool):
+        self.out, self.verbose = out, verbose
+        self.progress = JobProgress()
+        live = out.is_terminal and not out.is_dumb_terminal
+        self.width = out.width if live else min(out.width, PIPED_WIDTH)
+        self._lock = threading.Lock()  # the live display renders from its own thread
+        self._spinner = Spinner("dots")
+        self._live = Live(get_renderable=self._render, console=out, transient=True) if live else None
+        self._printed_at = time.monotonic()
+
+    def __enter__(self) -> "_Follower":
+        if self._live:
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live:
+            self._live.stop()
+
+    def show(self, event: Event) -> None:
+        with self._lock:
+            self.progress.add(event)
+        if self.verbose or not isinstance(event, PER_CONFIGURATION):
+            self._print_event(event)
+        if isinstance(event, TuningCompleted):
+            self._print_progress(self.progress.spaces.get(event.candidate_id))
+        elif self._live is None and time.monotonic() - self._printed_at >= PROGRESS_EVERY_S:
+            self._print_progress(self.progress.current)
+
+    def summarise(self) -> None:
+        """The progress line of a search left unfinished (the job was interrupted or timed out)."""
+        current = self.progress.current
+        if current is not None and not current.finished:
+            self._print_progress(current)
+
+    def _print_event(self, event: Event) -> None:
+        line = Text.assemble((f"  {event.stream_version:>3} ", "dim"), f"{event.type:<18} {describe(event)}")
+        if self.verbose:
+            self.out.print(line)
+        else:
+            self.out.print(line, no_wrap=True, overflow="ellipsis", width=self.width)
+        if isinstance(event, BaselineFailed | CandidateRejected) and event.log:  # the compiler's words, verbatim
+            self.out.print(Panel(Text(event.log), title="NVRTC log", border_style="red"), width=self.width)
+
+    def _print_progress(self, space: SpaceProgress | None) -> None:
+        if space is not None and space.done:
+            for line in progress_lines(space, self.width - 2):
+                self.out.print(Text("  " + line), no_wrap=True, width=self.width)
+            self._printed_at = time.monotonic()
+
+    def _render(self) -> RenderableType:
+        with self._lock:
+            return progress_display(self.progress.current, self._spinner)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _interrupt_on_signals() -> None:
-    """SIGTERM and SIGHUP end `kforge tune` as Ctrl-C does, so its job is cancelled rather than left running."""
+    """Ctrl-C (SIGINT), SIGTERM and SIGHUP stop `kforge tune` alike: the first raises KeyboardInterrupt, so that
+    its job is cancelled and its best so far written (_stop_interrupted); from then on, another one ends the
+    process at once (a job it had no time to cancel, embedded, is cancelled by the next kforge command:
+    shared/job_owners.py)."""
     def interrupt(signum: int, frame) -> None:
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, exit_at_once)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, interrupt)
+    def exit_at_once(signum: int, frame) -> None:
+        os.write(2, f"\ninterrupted again ({signal.Signals(signum).name}): exiting at once\n".encode())
+        _exit_now(130)
+
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, interrupt)
 
 
-def _cancel_interrupted(rt: runtime.Runtime, job_id: str, signame: str) -> None:
-    """One line and exit 130; the job is cancelled (a worker stops it at its next check). The exit skips the
-    interpreter's clean-up, which would first wait for the work in progress in this process (a compile pool's
-    tasks, a measurement): the job is cancelled, so none of it is wanted, and what it recorded is stored."""
+def _stop_interrupted(rt: runtime.Runtime, job_id: str, signame: str, follower: _Follower, files: Path | None,
+                      as_json: bool) -> NoReturn:
+    """Cancel the job (a worker stops its search at the next batch), write the files of its best so far, say so
+    in a line or two, and exit 130."""
+    follower.summarise()
     try:
         cancel_job(rt.store, rt.bus, job_id, reason=f"kforge tune was interrupted ({signame})", cancelled_by="cli")
         console.print(f"[yellow]interrupted[/yellow] ({signame}): job {job_id} cancelled")
     except JobFinished:
         console.print(f"[yellow]interrupted[/yellow] ({signame}): job {job_id} had ended already")
-    console.file.flush()
-    os._exit(130)
+    _save_best_so_far(rt, job_id, files, plots=False)
+    _echo_job(rt, job_id, as_json)
+    _exit_now(130)
+
+
+def _save_best_so_far(rt: runtime.Runtime, job_id: str, directory: Path | None, plots: bool = True) -> None:
+    """A cancelled job keeps the best it measured: its files are written once its baseline was measured (without
+    the plots when not `plots`: `kforge export` writes them)."""
+    history = job_events(rt.store, job_id)
+    if directory is None or project_job(history, job_id).baseline_ms is None:
+        return
+    written = write_job_files(history, directory, plots)
+    console.print(f"files of the best so far in {directory}: {', '.join(p.name for p in written)}"
+                  + ("" if plots else f" (`kforge export {job_id}` adds the plots)"), markup=False)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without the interpreter's clean-up, which would first wait for the work in progress in
+    it (the compile pool's queued compiles, a measurement): the job is cancelled, so none of it is wanted, and
+    what it recorded is stored. The GPU processes it started are killed, as what they run may take long."""
+    for child in multiprocessing.active_children():
+        child.kill()
+    for stream in (console.file, sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a reader that has gone (`kforge tune | head`)
+            stream.flush()
+    os._exit(code)
 
 
 def _log_file(settings: Settings) -> Path:

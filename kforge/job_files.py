@@ -6,9 +6,10 @@ from shared.events import Event
 from shared.reports.files import job_files
 
 
-def write_job_files(events: Sequence[Event], directory: Path) -> list[Path]:
-    """Write the job's files into `directory` (created if need be); returns their paths."""
-    files = job_files(events)
+def write_job_files(events: Sequence[Event], directory: Path, plots: bool = True) -> list[Path]:
+    """Write the job's files into `directory` (created if need be), the plots only when `plots`; returns their
+    paths."""
+    files = job_files(events, plots)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in files.items():

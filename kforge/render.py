@@ -1,10 +1,13 @@
 """How events and jobs read in a terminal."""
 from rich import box
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from kforge.progress import SpaceProgress
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
                            CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured, Event, GenerationFailed,
                            GenerationRequested, GeneratorCalled, JobCancelled, JobCompleted, JobFailed, JobSubmitted,
@@ -19,7 +22,7 @@ from shared.reports.profile import PipelineProfile
 from shared.reports.results import KernelResult
 from shared.reports.suggestions import OptimizationSuggestion
 from shared.speedup import speedup_text
-from shared.steps import Optimisation
+from shared.steps import SUBMITTED, Optimisation
 
 
 def describe(event: Event) -> str:
@@ -31,7 +34,7 @@ def describe(event: Event) -> str:
         case KernelCompiled(arch=arch, compile_ms=ms, cache_hit=hit):
             return f"NVRTC {arch}: " + ("from the compile cache" if hit else f"compiled in {ms:.0f} ms")
         case BaselineMeasured(median_ms=ms, device=device, samples_ms=samples, replay=replay, tolerances=tolerances):
-            return (f"{ms:.4f} ms median of {len(samples)} on {device}" + (" [REPLAY]" if replay else "")
+            return (_replay_mark(replay) + f"{ms:.4f} ms median of {len(samples)} on {device}"
                     + _widened(tolerances))
         case BaselineFailed(stage=stage, reason=reason):
             return f"{stage}: {reason}"
@@ -40,7 +43,7 @@ def describe(event: Event) -> str:
         case ConfigMeasured():
             return _measured(event)
         case ConfigFailed(params=params, stage=stage, reason=reason, replay=replay):
-            return f"{_params(params)}: rejected at {stage}: {reason}" + (" [REPLAY]" if replay else "")
+            return _replay_mark(replay) + f"{_params(params)}: rejected at {stage}: {reason}"
         case ShardTuned(error=error) if error:
             return f"could not tune: {error}"
         case ShardTuned():
@@ -83,6 +86,8 @@ def describe(event: Event) -> str:
         case StepAccepted(step_id=step, old_time_ms=old, new_time_ms=new, best_params=params):
             return (f"{step}: {old:.4f} -> {new:.4f} ms, {speedup_text(event.speedup, event.speedup_ci)} with "
                     f"{_params(params)}")
+        case ComparisonRequested(queue=queue, candidate_id="overall", incumbent_ms=old, candidate_ms=new):
+            return f"the best kernel ({new:.4f} ms) against the submitted one ({old:.4f} ms), in turn on {queue}"
         case ComparisonRequested(queue=queue, candidate_id=candidate, incumbent_ms=old, candidate_ms=new):
             return f"{candidate} ({new:.4f} ms tuned) against the best so far ({old:.4f} ms), in turn on {queue}"
         case KernelsCompared(error=error) if error:
@@ -128,6 +133,11 @@ def _widened(tolerances: list[Tolerance]) -> str:
                    for t in widest.values())
 
 
+def _replay_mark(replay: bool) -> str:
+    """First on the line, so that a line cut to the terminal's width still says it was replayed."""
+    return "[REPLAY] " if replay else ""
+
+
 def _params(params: dict | None) -> str:
     return " ".join(f"{k}={v}" for k, v in (params or {}).items())
 
@@ -135,15 +145,17 @@ def _params(params: dict | None) -> str:
 def _measured(e: ConfigMeasured) -> str:
     rates = f"{e.gbps:,.0f} GB/s" + (f", {e.tflops:,.1f} TFLOP/s" if e.tflops is not None else "")
     how = "1 sample, abandoned: slower than the best" if e.abandoned else f"median of {len(e.samples_ms)}"
-    return (f"{_params(e.params)}: {e.median_ms:.4f} ms ({how}), {rates}, {e.pct_of_peak:.0f}% of peak"
-            + (" [REPLAY]" if e.replay else ""))
+    return (_replay_mark(e.replay) + f"{_params(e.params)}: {e.median_ms:.4f} ms ({how}), {rates}, "
+            f"{e.pct_of_peak:.0f}% of peak")
 
 
 def _compared(e: KernelsCompared) -> str:
     timed = f"{len(e.candidate_samples_ms)} pairs" if len(e.candidate_samples_ms) > 1 else "tuning medians"
-    return (f"{e.candidate_id}: {speedup_text(e.speedup, e.speedup_ci)} the best so far ({e.incumbent_ms:.4f} -> "
-            f"{e.candidate_ms:.4f} ms, {timed} on {e.device})" + (f"; {e.note}" if e.note else "")
-            + (" [REPLAY]" if e.replay else ""))
+    against = "the best kernel: " if e.candidate_id == "overall" else f"{e.candidate_id}: "
+    what = "the submitted one" if e.candidate_id == "overall" else "the best so far"
+    return (_replay_mark(e.replay) + f"{against}{speedup_text(e.speedup, e.speedup_ci)} {what} "
+            f"({e.incumbent_ms:.4f} -> {e.candidate_ms:.4f} ms, {timed} on {e.device})"
+            + (f"; {e.note}" if e.note else ""))
 
 
 def _call(e: GeneratorCalled) -> str:
@@ -183,10 +195,62 @@ def steps_table(opt: Optimisation, width: int = 80) -> Group:
 
 def _shard(e: ShardTuned) -> str:
     busy = 100 * e.gpu_busy_s / e.wall_s if e.wall_s else 0.0
-    return (f"{e.configs} configurations ({e.measured} measured, {e.failed} rejected) in {e.wall_s:.2f} s on "
-            f"{e.device}; compile {e.compile_s:.2f} s over the pool, GPU busy {busy:.0f}%, first result after "
-            f"{e.first_result_s:.2f} s" + (f", {e.host_replacements} GPU process(es) replaced" if e.host_replacements
-                                           else "") + (" [REPLAY]" if e.replay else ""))
+    return (_replay_mark(e.replay) + f"{e.configs} configurations ({e.measured} measured, {e.failed} rejected) in "
+            f"{e.wall_s:.2f} s on {e.device}; compile {e.compile_s:.2f} s over the pool, GPU busy {busy:.0f}%, first "
+            f"result after {e.first_result_s:.2f} s"
+            + (f", {e.host_replacements} GPU process(es) replaced" if e.host_replacements else ""))
+
+
+def progress_lines(space: SpaceProgress, width: int = 80) -> list[str]:
+    """A search's progress in lines of at most `width` columns (cut short with …): configurations done of the
+    total, the time left and the rejections by stage; then, once there is one, the best so far with its
+    parameters."""
+    eta = "done" if space.finished else f"ETA {_duration(space.eta_s())}"
+    done = _replay_mark(space.replay) + f"{_label(space)} {space.done}/{space.total}"
+    counts = ", ".join(p for p in (done, eta, _rejections(space)) if p)
+    return [_cut(line, width) for line in (counts, _best(space)) if line]
+
+
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def progress_display(space: SpaceProgress | None, spinner: Spinner) -> RenderableType:
+    """The live display of a search, each line cut to the terminal's width: a bar with done of total and the
+    time left, the best so far, the rejections by stage; before any search, that the job is being worked on."""
+    head = Table.grid(padding=(0, 1))
+    if space is None:
+        head.add_row(spinner, "working…")
+        return head
+    head.add_row(spinner, Text(_replay_mark(space.replay) + _label(space), no_wrap=True),
+                 ProgressBar(total=space.total or 1, completed=space.done, width=24),
+                 Text(f"{space.done}/{space.total}  ETA {_duration(space.eta_s())}", no_wrap=True))
+    return Group(head, *(Text(line, no_wrap=True, overflow="ellipsis")
+                         for line in (_best(space) or "best: none yet", _rejections(space) or "rejected: none")))
+
+
+def _label(space: SpaceProgress) -> str:
+    return "tuning" if space.candidate_id == SUBMITTED else f"tuning {space.candidate_id}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}" if minutes >= 60 else f"{minutes}:{secs:02d}"
+
+
+def _rejections(space: SpaceProgress) -> str:
+    if not space.rejected:
+        return ""
+    stages = ", ".join(f"{stage} {count}" for stage, count in space.rejected.most_common())
+    return f"{space.rejected.total()} rejected ({stages})"
+
+
+def _best(space: SpaceProgress) -> str:
+    if space.best is None:
+        return ""
+    return f"best {space.best.median_ms:.4f} ms: {_params(space.best.params)}"
 
 
 def events_table(events: list[Event]) -> Table:

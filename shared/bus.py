@@ -6,7 +6,8 @@ Two ways to carry a message:
   thread per queue, each in arrival order: one process then runs a whole job, and the CLI shows progress
   from the event store exactly as it does when real workers do the work.
 Handlers are idempotent, which is what makes acks_late with reject-on-worker-loss safe: a message
-redelivered after a crash appends nothing twice (deterministic event ids, expected versions).
+redelivered after a crash appends nothing twice (the ids of the events it appends derive from what it answers,
+and appending events the store holds already stores nothing: shared/requests.py).
 """
 import logging
 import queue
@@ -20,9 +21,10 @@ from shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Tasks register on this app when their service's tasks module is imported; it opens no connection
-# until configured and used.
+# Tasks register on this app when their service's tasks module is imported. shared/runtime.py configures it,
+# with configure_celery below, and nothing else does; it opens no connection until used.
 celery_app = Celery("kforge")
+
 
 def configure_celery(app: Celery, settings: Settings) -> Celery:
     app.conf.update(

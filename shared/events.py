@@ -501,19 +501,6 @@ class WebhookAbandoned(Event):
     reason: str
 
 
-# What answers each request: a request with none of these is still owed its answer. TaskFailed answers
-# every request, so recovery does not send again the work of a task that failed on every attempt.
-ANSWERS: dict[type[Event], tuple[type[Event], ...]] = {
-    BaselineRequested: (BaselineMeasured, BaselineFailed, TaskFailed),
-    TuningRequested: (ShardTuned, TaskFailed),
-    VerificationRequested: (CandidateVerified, CandidateRejected, VerificationIncomplete, TaskFailed),
-    ComparisonRequested: (KernelsCompared, TaskFailed),
-    GenerationRequested: (PlanProposed, StepValidated, StepBrokenDown, CandidateGenerated, GenerationFailed,
-                          TaskFailed),
-    WebhookRequested: (WebhookDelivered, WebhookAbandoned, TaskFailed),
-}
-
-
 # --- decoding, with explicit handling of unknown and newer events -------------------------------------
 class UnknownEventType(LookupError):
     pass

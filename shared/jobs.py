@@ -1,7 +1,7 @@
 """Submitting and reading jobs: the operations the CLI, the Python API and the gateway share."""
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +38,8 @@ class JobPublic(BaseModel):
     best_ms: float | None
     best_params: dict[str, ParamValue] | None
     speedup: float | None
+    speedup_ci: tuple[float, float] | None = Field(None, description="the speedup's 95% interval where the best "
+                                                                     "kernel was timed in turn with the submitted one")
     device: str | None
     replay: bool
     summary: str | None
@@ -54,8 +56,8 @@ class JobPublic(BaseModel):
                    status="unreadable" if view.unreadable else view.status, unreadable=view.unreadable,
                    submitted_at=view.submitted_at, updated_at=view.updated_at, baseline_ms=view.baseline_ms,
                    best_ms=view.best_ms, best_params=view.best_params, speedup=view.speedup,
-                   device=view.device, replay=view.replay, summary=view.summary, failed_stage=view.failed_stage,
-                   failure=view.failure, events=len(view.event_types))
+                   speedup_ci=view.speedup_ci, device=view.device, replay=view.replay, summary=view.summary,
+                   failed_stage=view.failed_stage, failure=view.failure, events=len(view.event_types))
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,31 @@ def job_events(store: EventStore, job_id: str) -> list[Event]:
     return store.read_stream(job_stream(job_id))
 
 
+class UnknownJob(LookupError):
+    """No job, or more than one, has an id starting with what was given (`matches`: how many do)."""
+
+    def __init__(self, prefix: str, matches: int):
+        super().__init__(f"no job starts with {prefix!r}" if not matches else
+                         f"{matches} jobs start with {prefix!r}: give more of the id")
+        self.prefix, self.matches = prefix, matches
+
+
+def find_job_ids(store: EventStore, prefix: str = "", among: Collection[str] | None = None) -> list[str]:
+    """Jobs whose id starts with `prefix`, oldest first; only those `among` when it is given (a caller's own)."""
+    ids = [job_id_of(s) for s in store.stream_ids(job_stream(prefix))]
+    return ids if among is None else [j for j in ids if j in among]
+
+
+def resolve_job_id(store: EventStore, prefix: str, among: Collection[str] | None = None) -> str:
+    """The one job whose id starts with `prefix` (a whole id is its own prefix), as git takes a unique prefix
+    of a commit; of the jobs `among` only, when given, so that a caller learns nothing of others' jobs.
+    UnknownJob when none or several do. The one resolver of the CLI, the Python API and the gateway."""
+    matches = find_job_ids(store, prefix, among) if prefix else []
+    if len(matches) != 1:
+        raise UnknownJob(prefix, len(matches))
+    return matches[0]
+
+
 class NoProgress(RuntimeError):
     """Following a job stopped before its end: nothing is left that could move it on (`reason` says why)."""
 
@@ -255,31 +282,54 @@ class NoProgress(RuntimeError):
         self.view, self.reason = view, reason
 
 
+class JobFollower:
+    """One job followed event by event, the one way kforge follows a job: each event after the last one taken
+    is folded onto the view so far, once, and one taken already (read, then delivered live as well) is skipped.
+    `follow_job` feeds it by reading the store; the gateway's live stream by reading the store once, then from
+    the events its poller hands on (services/gateway/stream.py)."""
+
+    def __init__(self, job_id: str):
+        self.view = JobView(job_id=job_id)
+
+    def take(self, events: Iterable[Event | Undecodable]) -> list[Event | Undecodable]:
+        """The events of `events` (the job's, in stream order) not taken before, folded onto the view."""
+        new, version = [], self.view.version
+        for event in events:
+            if event.stream_version > version:
+                new.append(event)
+                version = event.stream_version
+        if new:
+            self.view = project_job(new, since=self.view)
+        return new
+
+    def read(self, store: EventStore) -> list[Event]:
+        """What the store holds of the job after the events taken so far, taken: a long tune is read once, not
+        once per poll."""
+        return self.take(store.read_stream(job_stream(self.view.job_id), after_version=self.view.version))
+
+
 def follow_job(store: EventStore, job_id: str, on_event: Callable[[Event], None], timeout_s: float,
                poll_s: float = 0.1, stalled: Callable[[], str | None] = lambda: None,
                stall_s: float | None = None) -> JobView:
     """Report each new event of a job until it finishes or `timeout_s` passes; returns the last view.
     NoProgress when `stalled` (Bus.stalled) says no work is left to move the job on, or no event came for
     `stall_s` seconds."""
-    view = JobView(job_id=job_id)
+    follower = JobFollower(job_id)
     deadline = time.monotonic() + timeout_s
     progressed = time.monotonic()
     while True:
         why = stalled()  # asked before reading: what the work did before it stopped is then read, not missed
-        # Only what came since the last read, folded onto the view so far: a long tune is read once, not once
-        # per poll.
-        new = store.read_stream(job_stream(job_id), after_version=view.version)
+        new = follower.read(store)
         for event in new:
             on_event(event)
         if new:
             progressed = time.monotonic()
-            view = project_job(new, job_id, since=view)
-        if view.finished:
-            return view
+        if follower.view.finished:
+            return follower.view
         if why is None and stall_s is not None and time.monotonic() - progressed > stall_s:
             why = f"it recorded no event for {stall_s:.0f} s"
         if why is not None:
-            raise NoProgress(view, why)
+            raise NoProgress(follower.view, why)
         if time.monotonic() > deadline:
-            return view
+            return follower.view
         time.sleep(poll_s)

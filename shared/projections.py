@@ -3,17 +3,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import singledispatch
-from typing import TypeVar
 from uuid import UUID
 
-from shared.events import (ANSWERS, JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
+from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
+                           KernelsCompared,
                            JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, StepAccepted,
-                           TuningCompleted, TuningRequested, Undecodable, WebhookRequested)
+                           TuningCompleted, TuningRequested, Undecodable)
 from shared.spec import KernelSpec
+from shared.steps import OVERALL
 
 TERMINAL = ("completed", "failed", "cancelled")
-RequestT = TypeVar("RequestT", bound=Event)
-ALL_ANSWERS = tuple(answer for answers in ANSWERS.values() for answer in answers)
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,8 @@ class JobView:
     configs_failed: int = 0
     best_ms: float | None = None  # fastest correct configuration so far
     best_params: dict | None = None
-    speedup: float | None = None
+    speedup: float | None = None  # best over baseline; timed in turn once the OVERALL comparison answered
+    speedup_ci: tuple[float, float] | None = None  # its 95% interval, from that comparison
     summary: str | None = None
     failed_stage: str | None = None
     failure: str | None = None
@@ -69,32 +69,6 @@ def by_stream(events: Iterable[Event]) -> dict[str, list[Event]]:
     for event in events:
         streams.setdefault(event.stream_id, []).append(event)
     return streams
-
-
-def needs_answer(history: list[Event], request_id: UUID) -> bool:
-    """Whether a worker should work on a request: not when its answer is recorded already (a redelivered
-    task then appends nothing again), nor work for a cancelled job (its webhook still goes out)."""
-    request = next(e for e in history if e.event_id == request_id)
-    if any(isinstance(e, ANSWERS[type(request)]) and e.request_id == request_id for e in history):
-        return False
-    return isinstance(request, WebhookRequested) or not any(isinstance(e, JobCancelled) for e in history)
-
-
-def outstanding_requests(history: list[Event]) -> list[Event]:
-    """Requests still owed an answer, oldest first: a finished job's webhook, an unfinished job's work.
-    `history` may hold only a job's requests, answers and terminal events: that is all this reads."""
-    answered = {e.request_id for e in history if isinstance(e, ALL_ANSWERS)}
-    finished = any(isinstance(e, JOB_ENDS) for e in history)
-    return [e for e in history if type(e) in ANSWERS and e.event_id not in answered
-            and (isinstance(e, WebhookRequested) or not finished)]
-
-
-def submission_and_request(history: list[Event], request_id: UUID,
-                           request_type: type[RequestT]) -> tuple[JobSubmitted, RequestT]:
-    """What a worker task needs first: the job as submitted, and the request it was sent to answer."""
-    submitted = next(e for e in history if isinstance(e, JobSubmitted))
-    request = next(e for e in history if isinstance(e, request_type) and e.event_id == request_id)
-    return submitted, request
 
 
 def project_job(events: Iterable[Event | Undecodable], job_id: str | None = None,
@@ -184,6 +158,13 @@ def _(event: TuningCompleted, view: JobView) -> JobView:
 def _(event: StepAccepted, view: JobView) -> JobView:
     return replace(view, best_ms=event.new_time_ms, best_params=event.best_params,
                    speedup=view.baseline_ms / event.new_time_ms if view.baseline_ms else None)
+
+
+@evolve.register
+def _(event: KernelsCompared, view: JobView) -> JobView:
+    if event.candidate_id != OVERALL or event.speedup is None:
+        return view
+    return replace(view, speedup=event.speedup, speedup_ci=event.speedup_ci)
 
 
 @evolve.register

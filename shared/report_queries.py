@@ -10,8 +10,8 @@ from shared.bus import Bus
 from shared.events import JobSubmitted
 from shared.eventstore import EventStore, UnreadableEvent
 from shared.job_owners import JobOwner
-from shared.jobs import job_events, submit_job
-from shared.projections import job_id_of, job_stream
+from shared.jobs import UnknownJob, find_job_ids, job_events, resolve_job_id, submit_job
+from shared.projections import job_stream
 from shared.reports.comparison import Comparison, Run, compare_runs, run_of
 from shared.reports.deliveries import WebhookDelivery, webhook_deliveries
 from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile, pipeline_profile
@@ -48,14 +48,15 @@ def profile(store: EventStore, job_ids: list[str] | None = None,
             bottleneck_share: float = DEFAULT_BOTTLENECK_SHARE,
             among: Collection[str] | None = None) -> PipelineProfile:
     """One job's profile, several jobs' summed, or every job's (of those `among`, when given) when none is named."""
-    events = (events_of(store, j) for j in job_ids) if job_ids else _readable_jobs(store, _job_ids(store, among))
+    events = ((events_of(store, j) for j in job_ids) if job_ids
+              else _readable_jobs(store, find_job_ids(store, among=among)))
     return pipeline_profile(events, bottleneck_share)
 
 
 def results(store: EventStore, run: str | None = None, among: Collection[str] | None = None) -> list[KernelResult]:
     """Every job's result (of the jobs `among`, when given), oldest first; only those submitted under `run`
     when it is given."""
-    found = (kernel_result(events) for events in _readable_jobs(store, _job_ids(store, among)))
+    found = (kernel_result(events) for events in _readable_jobs(store, find_job_ids(store, among=among)))
     return [r for r in found if r is not None and (run is None or r.run == run)]
 
 
@@ -67,12 +68,6 @@ def _readable_jobs(store: EventStore, job_ids: list[str]) -> Iterator[list]:
             yield store.read_stream(job_stream(job_id))
         except UnreadableEvent:
             continue
-
-
-def _job_ids(store: EventStore, among: Collection[str] | None, prefix: str = "") -> list[str]:
-    """Jobs whose id starts with `prefix`, oldest first; only those `among` when it is given (a caller's own)."""
-    ids = [job_id_of(s) for s in store.stream_ids(f"job-{prefix}")]
-    return ids if among is None else [j for j in ids if j in among]
 
 
 def load_run(store: EventStore, reference: str, metric: str = "best", files: bool = True,
@@ -91,14 +86,14 @@ def load_run(store: EventStore, reference: str, metric: str = "best", files: boo
     named = results(store, run=reference, among=among)
     if named:
         return run_of(reference, named, metric)
-    jobs = _job_ids(store, among, prefix=reference) if reference else []
-    if len(jobs) == 1:
-        result = kernel_result(events_of(store, jobs[0]))
-        return run_of(jobs[0], [result], metric)
-    if len(jobs) > 1:
-        raise ReportError(f"{len(jobs)} jobs start with {reference!r}: give more of the id")
-    raise ReportError(f"{reference!r} is neither a run file (.json), a run name nor a job id: `kforge jobs` lists "
-                      "jobs and their runs")
+    try:
+        job_id = resolve_job_id(store, reference, among)
+    except UnknownJob as exc:
+        if exc.matches:
+            raise ReportError(str(exc)) from None
+        raise ReportError(f"{reference!r} is neither a run file (.json), a run name nor a job id: `kforge jobs` "
+                          "lists jobs and their runs") from None
+    return run_of(job_id, [kernel_result(events_of(store, job_id))], metric)
 
 
 def compare(store: EventStore, baseline: str, current: str, metric: str = "best", files: bool = True,

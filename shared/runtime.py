@@ -1,12 +1,15 @@
-"""The adapters a process uses, built once from settings on first use (never at import time): the event
-store, and the bus on Celery's app configured from the same settings (the one other place that configures
-it is `kforge.worker`, on import, for the `celery` command). Embedded, building it also ends the jobs that a
-killed process of the same KFORGE_HOME left unfinished (shared/job_owners.py).
+"""Where a process makes its adapters from its settings (by default read from the environment), on first use
+and never at import time: Celery's app configured from them (`celery`, the one place that configures it), the
+event store, and the bus on that app (`build`, `current`). Embedded, building the runtime also ends the jobs
+that a killed process of the same KFORGE_HOME left unfinished (shared/job_owners.py).
 
 Celery tasks are entry points that cannot take parameters beyond their message, so they read the
-store and bus from here; tests install their own.
+store and bus from here; tests install their own. `kforge.worker`, the module `celery -A` loads, takes its
+configured app from `celery()` too, before any task builds a runtime.
 """
 from dataclasses import dataclass
+
+from celery import Celery
 
 from shared.bus import Bus, CeleryBus, InProcessBus, celery_app, configure_celery
 from shared.eventstore import EventStore
@@ -26,15 +29,21 @@ class Runtime:
 _current: Runtime | None = None
 
 
+def celery(settings: Settings | None = None) -> Celery:
+    """kforge's one Celery app (shared.bus.celery_app, where the tasks register), configured from `settings`,
+    by default the environment's. Nothing else configures it; it opens no connection."""
+    return configure_celery(celery_app, settings or Settings())
+
+
 def build(settings: Settings | None = None) -> Runtime:
     settings = settings or Settings()
-    configure_celery(celery_app, settings)
+    app = celery(settings)
     store = EventStore(settings.database_url)
     if not settings.embedded:
-        return Runtime(settings=settings, store=store, bus=CeleryBus(celery_app))
+        return Runtime(settings=settings, store=store, bus=CeleryBus(app))
     # Jobs that an earlier process of this home ran in-process, and left unfinished when it was killed, end here.
     cancel_orphaned_jobs(store, settings.home, settings.database_url)
-    return Runtime(settings=settings, store=store, bus=InProcessBus(celery_app),
+    return Runtime(settings=settings, store=store, bus=InProcessBus(app),
                    owner=JobOwner(settings.home, settings.database_url))
 
 

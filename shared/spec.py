@@ -297,6 +297,12 @@ class SearchSpec(_Strict):
         return name
 
 
+def _at_least_six_pairs(pairs: int) -> int:
+    if pairs < 6:
+        raise ValueError(f"{pairs} pairs cannot bound a speedup at 95%: give 6 or more")
+    return pairs
+
+
 class BenchmarkSpec(_Strict):
     iterations: Annotated[int, Field(ge=1, le=1000)] = Field(7, description="most timed launches per configuration")
     warmup: Annotated[int, Field(ge=0, le=100)] = Field(
@@ -313,8 +319,12 @@ class BenchmarkSpec(_Strict):
     abandon_factor: Annotated[float, Field(gt=1)] = Field(
         1.25, description="one sample this many times slower than the best so far ends a configuration")
     l2_flush: bool = Field(False, description="evict the L2 cache before every timed launch")
-    comparison_pairs: Annotated[int, Field(ge=2, le=1000)] = Field(
-        15, description="launches of each kernel, in turn, when a tuned candidate is compared with the best so far")
+    comparison_pairs: Annotated[int, Field(ge=2, le=1000), AfterValidator(submission_rule(_at_least_six_pairs))] = Field(
+        15, description="launches of each kernel, in turn, when a tuned candidate is compared with the best so far "
+                        "(6 at least: fewer cannot bound the median ratio at 95%)")
+    comparison_max_pairs: Annotated[int, Field(ge=2, le=5000)] = Field(
+        120, description="more pairs are timed, one at a time up to this many, while the speedup's interval still "
+                         "straddles the bar a step must clear")
     atol: Annotated[float | None, Field(ge=0)] = Field(None, description="absolute tolerance; default per dtype")
     rtol: Annotated[float | None, Field(ge=0)] = Field(None, description="relative tolerance; default per dtype")
     timeout_s: Annotated[float, Field(gt=0)] = Field(60.0, description="a configuration running longer is killed")

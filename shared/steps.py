@@ -12,7 +12,12 @@ from shared.events import (BaselineMeasured, CandidateGenerated, ComparisonReque
 from shared.spec import CandidateSpec, KernelSpec, ParamValue, TuningStep
 
 FINAL = ("accepted", "discarded", "skipped", "invalid", "broken_down")
+SUBMITTED = "submitted"  # the candidate id of the submitted kernel's own tuning
 TUNED_SUFFIX = ".tuned"  # the candidate id under which a tuned candidate's best configuration is verified again
+# The candidate id of a job's last comparison: its best kernel timed in turn against the submitted kernel as
+# submitted. Each step's speedup is against the best of its day, and the baseline and the best were timed
+# apart, so neither gives the job's own speedup; this comparison does.
+OVERALL = "overall"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class Optimisation:
     depths: dict[str, int] = field(default_factory=dict)  # breakdowns that led to a planned substep
     pending: str | None = None  # the kind of generator request awaiting its answer
     best: Best | None = None
+    overall_requested: bool = False
+    overall: KernelsCompared | None = None  # the answer to the OVERALL comparison
     llm_calls: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -86,11 +93,6 @@ class Optimisation:
     def current(self) -> StepRecord | None:
         """The step in progress, if any: one step at a time."""
         return next((r for r in self.steps if not r.finished), None)
-
-    @property
-    def speedup(self) -> float | None:
-        best = self.best
-        return self.baseline_ms / best.time_ms if best and best.time_ms and self.baseline_ms else None
 
 
 def project_optimisation(events: Iterable[Event]) -> Optimisation:
@@ -208,11 +210,15 @@ def _(event: TuningCompleted, view: Optimisation) -> Optimisation:
 
 @evolve.register
 def _(event: ComparisonRequested, view: Optimisation) -> Optimisation:
+    if event.candidate_id == OVERALL:
+        return replace(view, overall_requested=True)
     return _with_step(view, view.by_candidate(event.candidate_id).step.id, status="comparing")
 
 
 @evolve.register
 def _(event: KernelsCompared, view: Optimisation) -> Optimisation:
+    if event.candidate_id == OVERALL:
+        return replace(view, overall=event)
     return _with_step(view, view.by_candidate(event.candidate_id).step.id, speedup=event.speedup,
                       speedup_ci=event.speedup_ci)
 

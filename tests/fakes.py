@@ -12,14 +12,14 @@ class RecordingBus:
         self.messages.append(message)
 
 
-class ScriptedSession:
-    """A CPU stand-in for the GPU process's DeviceSession, for vector_add-like specs tuned on block_size_x.
+class ScriptedBenchmarkSession:
+    """A CPU stand-in for the benchmark's BenchmarkSession, for vector_add-like specs tuned on block_size_x.
 
     Times follow a smooth curve with its minimum at 256 threads. Some block sizes are cues for what real
     kernels do to a GPU process: 96 hangs, 160 kills the process, 224 poisons the context (a sticky fault),
     288 computes a wrong output, 320 fails to launch, 32 reports an impossibly short time. Its reference repeats
     itself exactly, so every output is checked with the tolerance shared/tolerance.py gives such a reference.
-    It runs inside GpuHost's spawned child, so it must stay importable by name.
+    It runs inside BenchmarkProcess's spawned child, so it must stay importable by name.
     """
 
     HANG, CRASH, POISON, WRONG, NO_LAUNCH, TOO_FAST = 96, 160, 224, 288, 320, 32
@@ -86,7 +86,7 @@ def scripted_time_ms(block: int, elements_per_thread: int = 1) -> float:
     return (1.0 + abs(block - 256) / 256) / (1 + 0.1 * math.log2(elements_per_thread))
 
 
-class ScriptedVerifySession:
+class ScriptedVerifierSession:
     """A CPU stand-in for the verifier's GPU session: every candidate passes, except one whose source
     says REJECT_ME, which writes out of bounds. Spawned like the real one, so importable by name."""
 
@@ -106,8 +106,9 @@ class ScriptedVerifySession:
         return Verdict(None, "", max_abs_error=0.0, max_rel_error=0.0)
 
 
-class InProcessHost:
-    """GpuHost's interface served in this process by a session, for tests of the search logic alone."""
+class LocalProcess:
+    """A MeasuringProcess (what a search needs of BenchmarkProcess) served in this process by a session, with no
+    child spawned, for tests of the search logic alone."""
 
     def __init__(self, session):
         self.session, self.device, self.replacements, self.orders = session, session.info, 0, []

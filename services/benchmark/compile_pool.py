@@ -53,17 +53,21 @@ class CompilePool:
 
     def _outcomes(self, cached: list[CompileOutcome],
                   pending: dict[Future, tuple[int, dict[str, ParamValue]]]) -> Iterator[CompileOutcome]:
-        yield from cached
-        for future in as_completed(pending):
-            index, params = pending[future]
-            try:
-                kernel = future.result()
-            except CompileError as exc:
-                yield CompileOutcome(index, params, None, exc, cache_hit=False)
-                continue
-            if self.cache:
-                self.cache.put(kernel)
-            yield CompileOutcome(index, params, kernel, None, cache_hit=False)
+        try:
+            yield from cached
+            for future in as_completed(pending):
+                index, params = pending[future]
+                try:
+                    kernel = future.result()
+                except CompileError as exc:
+                    yield CompileOutcome(index, params, None, exc, cache_hit=False)
+                    continue
+                if self.cache:
+                    self.cache.put(kernel)
+                yield CompileOutcome(index, params, kernel, None, cache_hit=False)
+        finally:  # the caller stopped early (its job was cancelled): the compiles not yet started are dropped
+            for future in pending:
+                future.cancel()
 
     def close(self) -> None:
         self._executor.shutdown(cancel_futures=True)

@@ -13,33 +13,22 @@ from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import speedup_interval
 from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator, reference_setup, search
 from shared.bus import Bus
-from shared.contracts import PlannerCatchUp
 from shared.device.nvrtc import CompileError
 from shared.device.probe import Peaks
 from shared.device.process import Failed, NoDevice
 from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ComparisonRequested,
                            ConfigFailed, ConfigMeasured, DeviceFacts, Event, JobCancelled, JobSubmitted, KernelCompiled,
                            KernelsCompared, ShardTuned, TuningRequested, derived_id)
-from shared.eventstore import ConcurrencyConflict, EventStore
+from shared.eventstore import EventStore
 from shared.limits import memory_refusal
-from shared.projections import job_stream, needs_answer, submission_and_request
+from shared.requests import answer_request
 from shared.spec import KernelSpec
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
-    stream = job_stream(job_id)
-    history = store.read_stream(stream)
-    if needs_answer(history, request_id):
-        submitted, request = submission_and_request(history, request_id, BaselineRequested)
-        outcome = _measure_baseline(stream, submitted, request, resources)
-        try:  # after whatever else the stream gained meanwhile (a TaskProfiled, a cancel): never measured again
-            store.append(stream, outcome, expected_version=None)
-        except ConcurrencyConflict:
-            # Another worker answered this request with other events (their ids derive from the request, so
-            # the same answer twice is stored once): its answer stands. Anything else is retried.
-            if needs_answer(store.read_stream(stream), request_id):
-                raise
-    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} baseline answered"))
+    answer_request(store, bus, job_id, request_id, BaselineRequested,
+                   lambda history, submitted, request: _measure_baseline(request.stream_id, submitted, request,
+                                                                         resources))
 
 
 def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineRequested,
@@ -51,7 +40,7 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
                               stage=stage, reason=reason, log=log)
 
     try:
-        host, no_device = resources.host(spec), ""
+        host, no_device = resources.process(spec), ""
     except NoDevice as exc:
         host, no_device = None, str(exc)
     if host is not None and spec.strategy.name == "tune":
@@ -97,27 +86,24 @@ def _facts(peaks: Peaks | None) -> DeviceFacts | None:
 
 
 def tune_shard(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
-    stream = job_stream(job_id)
-    history = store.read_stream(stream)
-    if needs_answer(history, request_id):
-        submission, request = submission_and_request(history, request_id, TuningRequested)
-        submitted = submission.spec
+    def compute(history: list[Event], submission: JobSubmitted, request: TuningRequested) -> list[Event]:
+        stream, submitted = request.stream_id, submission.spec
         spec = _space_of(history, submitted, request.candidate_id)
         recorded = [e for e in history if isinstance(e, ConfigMeasured | ConfigFailed) and e.request_id == request_id]
 
         def append(batch: list[Event]) -> None:
-            # Outcomes carry derived ids and are appended without a version check: shards on other GPUs
-            # append to the same stream at the same time, and a repeated outcome is a no-op.
+            # Outcomes carry derived ids and are appended without a version check, as the answer is
+            # (shared/requests.py): shards on other GPUs append to the same stream at the same time.
             store.append(stream, batch, expected_version=None)
             if store.stream_has(stream, JobCancelled.__name__):
                 raise Cancelled(stream)
 
-        try:
-            store.append(stream, [_tune(stream, spec, submitted, request, recorded, resources, append)],
-                         expected_version=None)
-        except Cancelled:
-            return  # the search stops at its next batch; a cancelled job is owed no answer
-    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} shard answered"))
+        return [_tune(stream, spec, submitted, request, recorded, resources, append)]
+
+    try:
+        answer_request(store, bus, job_id, request_id, TuningRequested, compute)
+    except Cancelled:
+        return  # the search stops at its next batch; a cancelled job is owed no answer
 
 
 class Cancelled(Exception):
@@ -139,7 +125,7 @@ def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningR
     common = dict(event_id=derived_id(rid, "ShardTuned"), stream_id=stream, request_id=rid,
                   strategy=spec.benchmark.search.strategy, replay=spec.benchmark.replay)
     try:
-        host = resources.host(spec)
+        host = resources.process(spec)
     except NoDevice as exc:
         return ShardTuned(**common, device="none", configs=0, measured=0, failed=0, best_params=None, best_ms=None,
                           wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=str(exc))
@@ -164,13 +150,9 @@ def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningR
 
 
 def compare_kernels(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
-    stream = job_stream(job_id)
-    history = store.read_stream(stream)
-    if needs_answer(history, request_id):
-        submitted, request = submission_and_request(history, request_id, ComparisonRequested)
-        # A derived id: a second answer to the same request is a no-op.
-        store.append(stream, [_compare(stream, submitted.spec, request, resources)], expected_version=None)
-    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} comparison answered"))
+    answer_request(store, bus, job_id, request_id, ComparisonRequested,
+                   lambda history, submitted, request: [_compare(request.stream_id, submitted.spec, request,
+                                                                 resources)])
 
 
 def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resources: BenchmarkResources) -> KernelsCompared:
@@ -203,7 +185,7 @@ def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resour
         return answer(recorded[0].samples_ms[:pairs], recorded[1].samples_ms[:pairs], f"{recorded[1].device} (recorded)",
                       "recorded samples, paired in recording order rather than timed in turn")
     try:
-        host = resources.host(spec)
+        host = resources.process(spec)
     except NoDevice as exc:
         return answer(*tuning_medians, "none", f"no device to time them in turn ({exc}): the tuning's medians, "
                                                "no interval")
@@ -214,8 +196,10 @@ def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resour
     except (CompileError, SetupFailed) as exc:
         return not_compared(host.device.name, f"compile: {exc}")
     failed = host.prepare(setup)
-    outcome = failed or host.compare(Duel(incumbent=orders[0], candidate=orders[1],
-                                          pairs=spec.benchmark.comparison_pairs))
+    bench = spec.benchmark
+    outcome = failed or host.compare(Duel(incumbent=orders[0], candidate=orders[1], pairs=bench.comparison_pairs,
+                                          max_pairs=bench.comparison_max_pairs,
+                                          bar=1 + spec.strategy.min_speedup_margin))
     if isinstance(outcome, Failed):
         return not_compared(host.device.name, f"{outcome.stage}: {outcome.reason}")
     return answer(outcome.incumbent_ms, outcome.candidate_ms, host.device.name)

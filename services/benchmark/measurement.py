@@ -48,11 +48,14 @@ class Measured:
 
 @dataclass(frozen=True)
 class Duel:
-    """Time two configurations (each already checked and timed alone) in turn, `pairs` times each."""
+    """Time two configurations (each already checked and timed alone) in turn, `pairs` times each, and then
+    pair by pair, up to `max_pairs`, while the interval of the speedup still straddles `bar`."""
 
     incumbent: Order
     candidate: Order
     pairs: int
+    max_pairs: int = 0  # at most `pairs`
+    bar: float = 1.0
 
 
 @dataclass(frozen=True)

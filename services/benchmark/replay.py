@@ -1,6 +1,6 @@
 """Measurements recorded on a GPU machine, served again where there is no GPU, always marked as replay.
 
-A replay host stands where the GPU process would, so the whole pipeline (compile, search, events, CLI)
+A ReplayProcess stands where the BenchmarkProcess would, so the whole pipeline (compile, search, events, CLI)
 runs for real around the recorded outcomes. A recording is keyed by everything that decides what runs on the device: source, kernel name, argument
 spec, sizes, launch conventions, the configuration's parameters and the target arch. Compiler versions
 are left out on purpose: the recording answers "what did this kernel take on that GPU", and the
@@ -89,8 +89,9 @@ class ReplayBook:
         self.path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-class ReplayHost:
-    """Answers like the GPU process, from recordings: never measures, and says so in the device name."""
+class ReplayProcess:
+    """Answers like the BenchmarkProcess, from recordings, in the calling process (no child is spawned): never
+    measures, and says so in the device name."""
 
     def __init__(self, book: ReplayBook, spec: KernelSpec):
         self.book, self.spec, self.replacements = book, spec, 0

@@ -4,9 +4,9 @@ import os
 
 from services.benchmark.compile_cache import CompileCache
 from services.benchmark.compile_pool import CompilePool
-from services.benchmark.gpu_host import GpuHost
-from services.benchmark.replay import ReplayBook, ReplayHost
-from shared.device.process import NoDevice
+from services.benchmark.process import BenchmarkProcess
+from services.benchmark.replay import ReplayBook, ReplayProcess
+from shared.device.process import WarmProcess
 from shared.spec import KernelSpec
 
 
@@ -25,28 +25,20 @@ class BenchmarkResources:
         self._replay_book = replay_book
         self._session_factory = session_factory  # what the GPU process serves; tests pass a CPU stand-in
         self._pool: CompilePool | None = None
-        self._host: GpuHost | None = None
-        self._no_device: NoDevice | None = None
+        self._process: WarmProcess[BenchmarkProcess] = WarmProcess(
+            lambda: BenchmarkProcess(self.device_index, self._session_factory))
 
     def pool(self) -> CompilePool:
         if self._pool is None:
             self._pool = CompilePool(self.compile_workers, self.cache)
         return self._pool
 
-    def host(self, spec: KernelSpec) -> GpuHost | ReplayHost:
-        """The GPU process (started once), or the replay host when the spec asks for replay.
+    def process(self, spec: KernelSpec) -> BenchmarkProcess | ReplayProcess:
+        """The GPU process (started once), or the replay process when the spec asks for replay.
         Raises NoDevice, remembered so a GPU-less worker does not retry the probe for every task."""
         if spec.benchmark.replay:
-            return ReplayHost(self.replay_book(), spec)
-        if self._no_device is not None:
-            raise self._no_device
-        if self._host is None:
-            try:
-                self._host = GpuHost(self.device_index, self._session_factory)
-            except NoDevice as exc:
-                self._no_device = exc
-                raise
-        return self._host
+            return ReplayProcess(self.replay_book(), spec)
+        return self._process.get()
 
     def replay_book(self) -> ReplayBook:
         if self._replay_book is None:
@@ -56,6 +48,5 @@ class BenchmarkResources:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
-        if self._host is not None:
-            self._host.close()
-        self._pool = self._host = None
+        self._process.close()
+        self._pool = None

@@ -78,14 +78,32 @@ def next_step(samples_ms: list[float], best_ms: float | None, policy: SamplingPo
 
 def speedup_interval(old_ms: list[float], new_ms: list[float]) -> tuple[float, tuple[float, float] | None]:
     """How many times faster `new` is than `old` from paired samples (timed in turn, pair i one after the
-    other), and the 95% interval of that ratio; None with fewer than two pairs.
+    other), and the 95% interval of that ratio; None with 5 pairs or fewer, too few to bound a median at 95%.
 
-    A log-ratio t-interval: d_i = ln(old_i / new_i) are taken as independent and roughly normal (pairing
-    removes the drift both kernels share), so mean(d) +- t95 * sd(d) / sqrt(n) exponentiated bounds the
-    geometric mean ratio, the point estimate returned."""
-    logs = [math.log(o / n) for o, n in zip(old_ms, new_ms)]
-    centre = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(centre), None
-    half = _t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(centre), (math.exp(centre - half), math.exp(centre + half))
+    The median of the pairs' ratios old_i / new_i, and the distribution-free interval of that median (the
+    sign test's: order statistics k and n+1-k of the sorted ratios). Pairing removes the drift both kernels
+    share; the median and its interval also ignore the odd pair a clock change or an interrupt disturbed,
+    where one such pair widens a t-interval of the mean (seen on the H100: [0.933, 1.411] for a 1.15x rewrite)."""
+    ratios = sorted(o / n for o, n in zip(old_ms, new_ms))
+    k = _median_rank(len(ratios))
+    if k is None:
+        return statistics.median(ratios), None
+    return statistics.median(ratios), (ratios[k - 1], ratios[len(ratios) - k])
+
+
+def _median_rank(n: int) -> int | None:
+    """The largest k with P(Binomial(n, 1/2) < k) <= 2.5%: order statistics k and n+1-k bound the median with
+    at least 95% confidence. None when n is too small for any k."""
+    k, below = 0, 0.0
+    while True:
+        below += math.comb(n, k) / 2 ** n
+        if below > 0.025:
+            return k or None
+        k += 1
+
+
+def settled(old_ms: list[float], new_ms: list[float], bar: float) -> bool:
+    """The paired samples decide against `bar`: their interval lies wholly above it or wholly below it, so
+    more pairs would not change whether the candidate clears it."""
+    _, interval = speedup_interval(old_ms, new_ms)
+    return interval is not None and (interval[0] > bar or interval[1] < bar)

@@ -56,8 +56,8 @@ class Tally:
         return time.perf_counter() - self.started
 
 
-class Host(Protocol):
-    """The GPU process's interface (GpuHost, or ReplayHost from recordings)."""
+class MeasuringProcess(Protocol):
+    """What a search needs of the GPU process: a BenchmarkProcess, or a ReplayProcess from recordings."""
 
     device: DeviceInfo
     replacements: int
@@ -74,12 +74,12 @@ class SpaceEvaluator:
     """Evaluates configurations of one space for one request; remembers every outcome, so a revisit by
     the strategy (or a redelivered task, through `recorded`) costs nothing."""
 
-    def __init__(self, spec: KernelSpec, host: Host, pool: CompilePool, arch: str, stream: str, request_id: UUID,
-                 on_outcomes: Callable[[list[ConfigOutcome]], None], recorded: list[ConfigOutcome] = (),
-                 replay: bool = False, reference: KernelSpec | None = None):
+    def __init__(self, spec: KernelSpec, process: MeasuringProcess, pool: CompilePool, arch: str, stream: str,
+                 request_id: UUID, on_outcomes: Callable[[list[ConfigOutcome]], None],
+                 recorded: list[ConfigOutcome] = (), replay: bool = False, reference: KernelSpec | None = None):
         """`reference` computes the outputs every configuration must match: the submitted kernel, which is
         `spec` itself unless `spec` is a generated candidate."""
-        self.spec, self.host, self.pool, self.arch = spec, host, pool, arch
+        self.spec, self.process, self.pool, self.arch = spec, process, pool, arch
         self.reference = reference or spec
         self.stream, self.request_id, self.on_outcomes, self.replay = stream, request_id, on_outcomes, replay
         # What every configuration of this space shares, computed once rather than per configuration.
@@ -129,14 +129,14 @@ class SpaceEvaluator:
             return failed("geometry", f"the launch geometry cannot be computed: {exc}")
         best = self.tally.best.median_ms if self.tally.best else None
         started = time.perf_counter()
-        outcome = self.host.measure(Order(params=defines, kernel=kernel, grid=grid, block=block, best_ms=best,
-                                          shared_bytes=shared_bytes))
+        outcome = self.process.measure(Order(params=defines, kernel=kernel, grid=grid, block=block, best_ms=best,
+                                             shared_bytes=shared_bytes))
         self.tally.gpu_busy_s += time.perf_counter() - started
         if isinstance(outcome, Failed):
             return failed(outcome.stage, outcome.reason)
         stats = summarize(outcome.samples_ms)
         verdict = roofline.assess(stats.median_ms, self.bytes_per_launch, self.flops_per_launch,
-                                  self.host.device.peaks, self.spec.benchmark.l2_flush)
+                                  self.process.device.peaks, self.spec.benchmark.l2_flush)
         if verdict.impossible:
             return failed("roofline", verdict.impossible)
         return ConfigMeasured(event_id=derived_id(self.request_id, key, "ConfigMeasured"), stream_id=self.stream,
@@ -155,7 +155,7 @@ class SpaceEvaluator:
         return log if first == key or not log else f"[the same compiler log as configuration {first}]"
 
     def _prepare(self) -> None:
-        failed = self.host.prepare(reference_setup(self.reference, self.pool.cache, self.arch))
+        failed = self.process.prepare(reference_setup(self.reference, self.pool.cache, self.arch))
         if failed is not None:
             raise SetupFailed(failed.reason)
         self._prepared = True
@@ -232,7 +232,7 @@ def search(spec: KernelSpec, evaluator: SpaceEvaluator, shard: int = 0, shards: 
     """Run the spec's Kernel Tuner strategy over its space (or, for brute force split over workers, over
     every `shards`-th configuration from `shard`); return the outcomes of everything evaluated."""
     kt = _kernel_tuner()
-    device = evaluator.host.device
+    device = evaluator.process.device
     try:
         space = kt.Searchspace(spec.tune_params, _bounded_restrictions(kt, spec), device.max_threads,
                                block_size_names=spec.block_size_names)

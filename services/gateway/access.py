@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import HTTPException, Security, status
+from fastapi import HTTPException, status
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader
 from starlette.datastructures import Headers
@@ -14,11 +14,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared.events import LOCAL_TENANT
 from shared.projections import JobView
-from shared.runtime import Runtime
+from shared.settings import Settings
 
 API_KEY_HEADER = "X-API-Key"
-_api_key = APIKeyHeader(name=API_KEY_HEADER, auto_error=False,
-                        description="required when the server sets KFORGE_API_KEYS")
+api_key = APIKeyHeader(name=API_KEY_HEADER, auto_error=False,
+                       description="required when the server sets KFORGE_API_KEYS")  # the scheme /docs shows
 
 
 @dataclass(frozen=True)
@@ -39,25 +39,20 @@ def tenant_of(key: str) -> str:
     return "key-" + hashlib.sha256(b"kforge-tenant:" + key.encode()).hexdigest()[:16]
 
 
-def caller_of(get_runtime: Callable[[], Runtime]):
-    """A dependency naming the Caller; with keys configured, a missing or unknown key is refused with 401.
+def identify(settings: Settings, key: str | None) -> Caller:
+    """The Caller a request's key names; with keys configured, a missing or unknown key is refused with 401.
     Without keys the gateway is open and every caller is the local tenant, as the CLI is."""
-
-    def caller(key: str | None = Security(_api_key)) -> Caller:
-        settings = get_runtime().settings
-        if not settings.api_keys and not settings.admin_api_keys:
-            return Caller(tenant=LOCAL_TENANT, keyed=False)
-        # compare_digest: how long the comparison takes says nothing about how much of a key matched
-        if key is not None and _listed(key, settings.admin_api_keys):
-            return Caller(tenant=tenant_of(key), keyed=True, admin=True)
-        if key is not None and _listed(key, settings.api_keys):
-            return Caller(tenant=tenant_of(key), keyed=True)
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED,
-                            f"{'an unknown' if key else 'no'} API key: send one of the server's keys "
-                            f"in the {API_KEY_HEADER} header",
-                            headers={"WWW-Authenticate": API_KEY_HEADER})
-
-    return caller
+    if not settings.api_keys and not settings.admin_api_keys:
+        return Caller(tenant=LOCAL_TENANT, keyed=False)
+    # compare_digest: how long the comparison takes says nothing about how much of a key matched
+    if key is not None and _listed(key, settings.admin_api_keys):
+        return Caller(tenant=tenant_of(key), keyed=True, admin=True)
+    if key is not None and _listed(key, settings.api_keys):
+        return Caller(tenant=tenant_of(key), keyed=True)
+    raise HTTPException(status.HTTP_401_UNAUTHORIZED,
+                        f"{'an unknown' if key else 'no'} API key: send one of the server's keys "
+                        f"in the {API_KEY_HEADER} header",
+                        headers={"WWW-Authenticate": API_KEY_HEADER})
 
 
 def _listed(key: str, keys: list[str]) -> bool:

@@ -1,24 +1,23 @@
-"""GET /metrics: Prometheus text computed at scrape time from the event store and the broker.
+"""What GET /metrics serves (routes/metrics.py): Prometheus text computed at scrape time from the event store
+and the broker.
 
 Nothing is counted in the gateway's memory: the store is the truth, and the gateway may run as several
 replicas or restart, so a collector folds the relevant events on each scrape (as the read models do)
 and asks Redis for its queue depths. It reads only small event types (no measurements), by type.
 """
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import redis
-from fastapi import FastAPI, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from shared.broker import Broker, known_queues
 from shared.contracts import gpu_of
-from shared.events import (ANSWERS, JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled,
-                           TuningRequested)
+from shared.events import JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled, TuningRequested
 from shared.eventstore import EventStore
 from shared.projections import TERMINAL, by_stream, project_job
+from shared.requests import ANSWERS
 from shared.runtime import Runtime
 from shared.settings import Settings
 
@@ -30,23 +29,14 @@ REQUESTS = [t.__name__ for t in ANSWERS]  # every event a worker task answers: w
 BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 
-def mount_metrics(app: FastAPI, get_runtime: Callable[[], Runtime]) -> None:
-    # A registry of its own: the global one holds process metrics of whichever library registered there,
-    # and Flower, the workers and tests may share a process with the gateway.
-    registry = CollectorRegistry()
-    registry.register(KforgeCollector(get_runtime))
-
-    @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:  # sync: the store and Redis calls block, so FastAPI runs it in a thread
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-
 class KforgeCollector:
-    def __init__(self, get_runtime: Callable[[], Runtime]):
-        self.get_runtime = get_runtime  # called per scrape, never at mount: the runtime is built lazily
+    """The metrics of one scrape, read from `runtime`'s store and broker (routes/metrics.py serves them)."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
 
     def collect(self) -> Iterator[Metric]:
-        rt = self.get_runtime()
+        rt = self.runtime
         yield from _jobs(rt.store)
         yield from _tasks_and_gpus(rt.store)
         if rt.settings.redis_url:  # embedded mode has no broker: its queues live in this process

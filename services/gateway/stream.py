@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from starlette.concurrency import run_in_threadpool
 
 from shared.events import Event, Undecodable
-from shared.jobs import JobIndex
-from shared.projections import JobView, evolve, job_id_of
+from shared.jobs import JobFollower, JobIndex
+from shared.projections import job_id_of
 
 POLL_S = 0.25
 KEEPALIVE_S = 15.0
@@ -113,30 +113,28 @@ class StreamHub:
                     subscription.loop.call_soon_threadsafe(subscription.deliver, event)
 
 
-async def job_event_stream(hub: StreamHub, subscription: Subscription, history: list[Event], resume_after: int,
-                           public: Callable[[Event], dict], final: Callable[[], dict]) -> AsyncIterator[str]:
-    """The job's `history` (read after subscribing, so nothing falls between) and then its new events, from
-    version `resume_after` on; `public` renders an event and `final` reads the finished job, as the JSON API
-    does. An event delivered twice, in the history and live, is sent once."""
-    seen, view = 0, JobView(job_id=subscription.job_id)
+async def job_event_stream(hub: StreamHub, subscription: Subscription, follower: JobFollower, history: list[Event],
+                           resume_after: int, public: Callable[[Event], dict],
+                           final: Callable[[], dict]) -> AsyncIterator[str]:
+    """The job's `history` (what `follower` read after subscribing, so nothing falls between) and then its new
+    events, from version `resume_after` on; `public` renders an event and `final` reads the finished job, as
+    the JSON API does. The follower is the one follow_job uses: an event delivered twice, in the history and
+    live, is taken and sent once, and the job's end is known from the view it folds."""
     try:
         for event in history:
-            view, seen = evolve(event, view), event.stream_version
-            if seen > resume_after:
+            if event.stream_version > resume_after:
                 yield _event(event, public)
-        while not view.finished:
+        while not follower.view.finished:
             try:
-                event = await asyncio.wait_for(subscription.queue.get(), KEEPALIVE_S)
+                delivered = await asyncio.wait_for(subscription.queue.get(), KEEPALIVE_S)
             except TimeoutError:
                 yield ": keep-alive\n\n"
                 continue
-            if event is None:
+            if delivered is None:
                 return  # the client fell too far behind: it reconnects with Last-Event-ID
-            if event.stream_version <= seen:
-                continue
-            view, seen = evolve(event, view), event.stream_version
-            if seen > resume_after:
-                yield _event(event, public)
+            for event in follower.take([delivered]):
+                if event.stream_version > resume_after:
+                    yield _event(event, public)
         yield _sse(json.dumps(await run_in_threadpool(final)), event="end")
     finally:
         hub.close(subscription)

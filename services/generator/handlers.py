@@ -11,27 +11,23 @@ from services.generator.names import reconcile
 from services.generator.providers import ProviderFailed, provider_for
 from services.generator.retrieval import similar_optimisations
 from shared.bus import Bus
-from shared.contracts import PlannerCatchUp
 from shared.errors import field_errors
 from shared.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
                            JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
 from shared.eventstore import EventStore
 from shared.expressions import names_in
-from shared.projections import job_stream, needs_answer, submission_and_request
+from shared.requests import answer_request
 from shared.settings import Settings
 from shared.spec import CandidateSpec, KernelSpec, SharedMemorySpec, TuningStep
 from shared.steps import Optimisation, project_optimisation
 
 
 def generate(store: EventStore, bus: Bus, job_id: str, request_id: UUID, settings: Settings) -> None:
-    stream = job_stream(job_id)
-    history = store.read_stream(stream)
-    if needs_answer(history, request_id):
-        submitted, request = submission_and_request(history, request_id, GenerationRequested)
+    def compute(history: list[Event], submitted: JobSubmitted, request: GenerationRequested) -> list[Event]:
         calls = [e for e in history if isinstance(e, GeneratorCalled)]
-        store.append(stream, _answer(store, settings, submitted, request, project_optimisation(history), calls),
-                     expected_version=None)
-    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} generator answered"))
+        return _answer(store, settings, submitted, request, project_optimisation(history), calls)
+
+    answer_request(store, bus, job_id, request_id, GenerationRequested, compute)
 
 
 def _answer(store: EventStore, settings: Settings, submitted: JobSubmitted, request: GenerationRequested,

@@ -21,7 +21,7 @@ from shared.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineR
                            VerificationIncomplete,
                            VerificationRequested, WebhookRequested, derived_id)
 from shared.projections import JobView, job_id_of
-from shared.steps import TUNED_SUFFIX, Optimisation
+from shared.steps import OVERALL, SUBMITTED, TUNED_SUFFIX, Optimisation
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ def _announce(event: Event, job: JobView) -> Reaction:
 def _home_gpu(stream_id: str, gpus: list[str]) -> int:
     """Spread jobs over the GPU workers by a stable hash of the job id (Python's hash() is salted per process)."""
     return zlib.crc32(stream_id.encode()) % len(gpus)
+
+
+def _home_queue(stream_id: str, gpus: list[str]) -> str:
+    return benchmark_queue(gpus[_home_gpu(stream_id, gpus)])
 
 
 @singledispatch
@@ -116,9 +120,9 @@ def request_message(request: Event) -> Message:
 @_react.register
 def _(event: BaselineMeasured, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     if job.spec.strategy.name == "tune":
-        return Reaction(events=_tuning(event, job, gpus, "submitted"))
+        return Reaction(events=_tuning(event, job, gpus, SUBMITTED))
     if job.spec.strategy.generates:
-        return Reaction(events=step_flow.advance(event, job, opt))
+        return Reaction(events=step_flow.advance(event, job, opt, _home_queue(event.stream_id, gpus)))
     label = " (replayed measurement)" if event.replay else ""
     summary = f"baseline {event.median_ms:.4f} ms on {event.device}{label}, grid {event.grid}, block {event.block}"
     return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"),
@@ -140,7 +144,7 @@ def _tuning(trigger: Event, job: JobView, gpus: list[str], candidate_id: str) ->
 def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     candidate_id = next(cid for cid, rid in job.tuning_requests if rid == event.request_id)
     requested, shards = job.shards_of(candidate_id)
-    if event.error and candidate_id == "submitted":
+    if event.error and candidate_id == SUBMITTED:
         return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
                                           stage="tuning", reason=event.error)])
     if len(shards) < requested:
@@ -154,7 +158,7 @@ def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None
                                 best_time_ms=best.best_ms if best else None,
                                 configs_evaluated=sum(s.configs for s in shards),
                                 configs_failed=sum(s.failed for s in shards), speedup=speedup)
-    if candidate_id != "submitted":
+    if candidate_id != SUBMITTED:
         gpu = gpus[_home_gpu(event.stream_id, gpus)]
         errors = [s.error for s in shards if s.error]
         return Reaction(events=[completed, *step_flow.after_tuning(completed, merged, opt, verifier_queue(gpu),
@@ -164,12 +168,22 @@ def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None
                                                      stream_id=event.stream_id, stage="tuning",
                                                      reason=f"none of {completed.configs_evaluated} configurations "
                                                             "ran correctly; see the ConfigFailed events")])
-    label = " (replayed measurements)" if event.replay else ""
-    summary = (f"tuned {best.best_ms:.4f} ms with {best.best_params}, {speedup:.2f}x the baseline "
-               f"{job.baseline_ms:.4f} ms; {completed.configs_evaluated} configurations, {completed.configs_failed} "
-               f"rejected, on {best.device}{label}")
+    submitted = job.spec.baseline_params()
+    if {**submitted, **best.best_params} != submitted:  # a configuration other than the submitted one won
+        return Reaction(events=[completed, step_flow.overall_comparison(
+            completed, job, job.spec.as_candidate(), {**submitted, **best.best_params}, best.best_ms,
+            _home_queue(event.stream_id, gpus))])
     return Reaction(events=[completed, JobCompleted(event_id=derived_id(merged, "JobCompleted"),
-                                                    stream_id=event.stream_id, summary=summary)])
+                                                    stream_id=event.stream_id, summary=_tuned(job, best, None))])
+
+
+def _tuned(job: JobView, best: ShardTuned, overall: KernelsCompared | None) -> str:
+    """A tune job's summary: its best configuration, its speedup, and what the search went through."""
+    _, shards = job.shards_of(SUBMITTED)
+    label = " (replayed measurements)" if best.replay else ""
+    gain = step_flow.overall_text(overall, job.baseline_ms, best.best_ms, "configuration")
+    return (f"tuned {best.best_ms:.4f} ms with {best.best_params}, {gain}; {sum(s.configs for s in shards)} "
+            f"configurations, {sum(s.failed for s in shards)} rejected, on {best.device}{label}")
 
 
 @_react.register
@@ -195,7 +209,14 @@ def _(event: CandidateVerified, job: JobView, gpus: list[str], opt: Optimisation
 
 @_react.register
 def _(event: KernelsCompared, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
-    return Reaction(events=[step_flow.judge(event, opt)])
+    if event.candidate_id != OVERALL:
+        return Reaction(events=[step_flow.judge(event, opt)])
+    if job.spec.strategy.generates:
+        return Reaction(events=step_flow.advance(event, job, opt, _home_queue(event.stream_id, gpus)))
+    _, shards = job.shards_of(SUBMITTED)
+    best = min((s for s in shards if s.best_ms is not None), key=lambda s: s.best_ms)
+    return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"), stream_id=event.stream_id,
+                                         summary=_tuned(job, best, event))])
 
 
 @_react.register
@@ -222,13 +243,13 @@ def _(event: VerificationIncomplete, job: JobView, gpus: list[str], opt: Optimis
 @_react.register(StepAccepted)
 @_react.register(StepDiscarded)
 def _(event: Event, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
-    return Reaction(events=step_flow.advance(event, job, opt))
+    return Reaction(events=step_flow.advance(event, job, opt, _home_queue(event.stream_id, gpus)))
 
 
 @_react.register
 def _(event: GenerationFailed, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     if event.step_id is None:  # a plan: the strategy sees the failure and decides
-        return Reaction(events=step_flow.advance(event, job, opt))
+        return Reaction(events=step_flow.advance(event, job, opt, _home_queue(event.stream_id, gpus)))
     return Reaction(events=[StepDiscarded(event_id=derived_id(event.event_id, "StepDiscarded"), stream_id=event.stream_id,
                                           step_id=event.step_id, candidate_id=None, stage="generate",
                                           reason=f"{event.kind}: {event.reason}")])

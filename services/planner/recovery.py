@@ -16,9 +16,10 @@ from services.planner.handlers import CONSUMER, catch_up
 from services.planner.policy import request_message
 from shared.broker import Broker, known_queues
 from shared.bus import Bus
-from shared.events import ANSWERS, JOB_ENDS, Event
+from shared.events import JOB_ENDS, Event
 from shared.eventstore import EventStore
-from shared.projections import ALL_ANSWERS, by_stream, outstanding_requests
+from shared.projections import by_stream
+from shared.requests import ALL_ANSWERS, ANSWERS, outstanding_requests
 
 log = logging.getLogger(__name__)
 LOCK_KEY = "kforge:recovery"

@@ -14,11 +14,13 @@ from shared.events import (CandidateRejected, CandidateVerified, ComparisonReque
                            TuningCompleted, VerificationRequested, derived_id)
 from shared.projections import JobView
 from shared.speedup import speedup_text
-from shared.steps import TUNED_SUFFIX, Optimisation, StepRecord
+from shared.spec import CandidateSpec
+from shared.steps import OVERALL, TUNED_SUFFIX, Optimisation, StepRecord
 
 
-def advance(trigger: Event, job: JobView, opt: Optimisation) -> list[Event]:
-    """The strategy's next move, unless a request is still out or a step is still on its way."""
+def advance(trigger: Event, job: JobView, opt: Optimisation, benchmark_queue: str) -> list[Event]:
+    """The strategy's next move, unless a request is still out or a step is still on its way. A job that kept a
+    step finishes once its best kernel has been timed in turn against the submitted one (OVERALL)."""
     if opt.pending or (opt.current is not None and opt.current.status != "valid"):
         return []
     decision = strategy_for(job.spec.strategy.name).decide(opt, job.spec.strategy)
@@ -31,6 +33,11 @@ def advance(trigger: Event, job: JobView, opt: Optimisation) -> list[Event]:
             return [StepSkipped(**ids, step_id=step.id, reason=reason)]
         case Finish(reason=reason, failed=True):
             return [JobFailed(**ids, stage="plan", reason=reason)]
+        case Finish(reason=reason) if opt.best.step_id is not None and opt.overall is None:
+            if opt.overall_requested:
+                return []  # its answer is on its way
+            return [overall_comparison(trigger, job, opt.best.candidate, opt.best.params, opt.best.time_ms,
+                                       benchmark_queue)]
         case Finish(reason=reason):
             return [JobCompleted(**ids, summary=summary(opt, reason))]
     raise TypeError(f"strategy {job.spec.strategy.name!r} decided {decision!r}, which is not Ask, Skip or Finish")
@@ -40,8 +47,30 @@ def summary(opt: Optimisation, reason: str) -> str:
     best, kept = opt.best, [r.step.id for r in opt.steps if r.status == "accepted"]
     if not kept:
         return f"{reason}; no step beat the submitted kernel ({best.time_ms:.4f} ms), which stays the best"
-    return (f"{reason}; best {best.time_ms:.4f} ms with {best.params}, {opt.speedup:.2f}x the baseline "
-            f"{opt.baseline_ms:.4f} ms, through {' -> '.join(kept)}")
+    return (f"{reason}; best {best.time_ms:.4f} ms with {best.params}, "
+            f"{overall_text(opt.overall, opt.baseline_ms, best.time_ms, 'kernel')}, through {' -> '.join(kept)}")
+
+
+def overall_comparison(trigger: Event, job: JobView, best: CandidateSpec, params: dict, best_ms: float,
+                       queue: str) -> ComparisonRequested:
+    """Time the job's best kernel in turn with the submitted kernel as submitted: the speedup the job reports."""
+    submitted = job.spec.as_candidate()
+    return ComparisonRequested(event_id=derived_id(trigger.event_id, "ComparisonRequested", OVERALL),
+                               stream_id=trigger.stream_id, queue=queue, candidate_id=OVERALL,
+                               incumbent=submitted.model_copy(update={"params": job.spec.baseline_params()}),
+                               candidate=best.model_copy(update={"params": params}), incumbent_ms=job.baseline_ms,
+                               candidate_ms=best_ms)
+
+
+def overall_text(compared: KernelsCompared | None, baseline_ms: float, best_ms: float, what: str) -> str:
+    """The job's speedup as it reads in its summary: from the OVERALL comparison where it could be timed."""
+    apart = f"{baseline_ms / best_ms:.2f}x the baseline {baseline_ms:.4f} ms, timed apart"
+    if compared is None:
+        return apart
+    if compared.error or compared.speedup is None:
+        return f"{apart} (they could not be timed in turn: {compared.error})"
+    return (f"{speedup_text(compared.speedup, compared.speedup_ci)} the submitted {what}, timed in turn "
+            f"({compared.incumbent_ms:.4f} -> {compared.candidate_ms:.4f} ms on {compared.device})")
 
 
 def after_tuning(completed: TuningCompleted, merged: UUID, opt: Optimisation, verifier_queue: str,

@@ -7,41 +7,33 @@ from uuid import UUID
 
 from services.verifier import sanitizer
 from services.verifier.session import TrialRun
-from services.verifier.trials import plan_trials, range_problem, sizes_not_tried
+from services.verifier.trials import plan_trials, size_problem, sizes_not_tried
 from shared.bus import Bus
-from shared.contracts import PlannerCatchUp
 from shared.device.compiler import compile_kernel, parameter_types
 from shared.device.nvrtc import CompileError
-from shared.device.process import DeviceProcess, Failed, NoDevice
-from shared.events import (CandidateRejected, CandidateVerified, Event, Tolerance, TrialPassed, VerificationIncomplete,
-                           VerificationRequested, derived_id)
-from shared.eventstore import ConcurrencyConflict, EventStore
+from shared.device.process import Failed, GpuProcess, NoDevice
+from shared.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, Tolerance, TrialPassed,
+                           VerificationIncomplete, VerificationRequested, derived_id)
+from shared.eventstore import EventStore
 from shared.limits import memory_refusal
-from shared.projections import job_stream, needs_answer, submission_and_request
+from shared.requests import answer_request
 from shared.signature import mismatches
 from shared.spec import KernelSpec
 
 
 def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,
-                     device: Callable[[], DeviceProcess], default_arch: str) -> None:
+                     device: Callable[[], GpuProcess], default_arch: str) -> None:
     """`device()` returns the GPU process of this worker, or raises NoDevice."""
-    stream = job_stream(job_id)
-    history = store.read_stream(stream)
-    if needs_answer(history, request_id):
-        submitted, request = submission_and_request(history, request_id, VerificationRequested)
-        answer = _verify(stream, submitted.spec, request, device, default_arch)
-        # A verified candidate is sanitised too: SanitizerChecked, then the answer (or its rejection). Appended
-        # after whatever else the stream gained meanwhile, so an unrelated event never costs a second verification;
-        # a second worker's answer with other events is refused by the store (ids derive from the request).
-        try:
-            store.append(stream, sanitizer.gate(submitted.spec, request, answer, device), expected_version=None)
-        except ConcurrencyConflict:
-            if needs_answer(store.read_stream(stream), request_id):
-                raise
-    bus.dispatch(PlannerCatchUp.message(reason=f"{stream} verification answered"))
+
+    def compute(history: list[Event], submitted: JobSubmitted, request: VerificationRequested) -> list[Event]:
+        answer = _verify(request.stream_id, submitted.spec, request, device, default_arch)
+        # A verified candidate is sanitised too: SanitizerChecked, then the answer (or its rejection).
+        return sanitizer.gate(submitted.spec, request, answer, device)
+
+    answer_request(store, bus, job_id, request_id, VerificationRequested, compute)
 
 
-def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, device: Callable[[], DeviceProcess],
+def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, device: Callable[[], GpuProcess],
             default_arch: str) -> Event:
     rid, candidate = request.event_id, request.candidate
     common = dict(stream_id=stream, request_id=rid, candidate_id=request.candidate_id)
@@ -88,9 +80,11 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
     for trial in plan_trials(spec):
         at_size = spec.with_sizes(trial.sizes)
         where = f"{trial.label} (sizes {trial.sizes}, seed {trial.seed})"
-        if empty := range_problem(at_size):
-            skipped.append(f"{where}: {empty}")
+        if unusable := size_problem(at_size, reference_params):
+            skipped.append(f"{where}: {unusable}")
             continue
+        if broken := size_problem(as_candidate.with_sizes(trial.sizes), candidate_params):
+            return rejected("launch", f"the submitted kernel runs at these sizes, the candidate not: {broken}", where)
         ran = process.call("reference", TrialRun(at_size, trial.seed, reference, reference_params), timeout,
                            "verify.timeout_s")
         if isinstance(ran, Failed):

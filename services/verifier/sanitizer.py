@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
-from services.verifier.trials import range_problem
+from services.verifier.trials import size_problem
 from shared.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
                            VerificationRequested, derived_id)
 from shared.settings import Settings
@@ -82,14 +82,14 @@ def gate(spec: KernelSpec, request: VerificationRequested, answer: Event, device
 
     settings = settings or Settings()
     tool = find_tool(settings.compute_sanitizer)
-    sizes = small_sizes(spec, settings.sanitizer_elements)
+    candidate = request.candidate
+    params = {**spec.baseline_params(), **candidate.params}
+    sizes = small_sizes(spec.for_candidate(candidate), settings.sanitizer_elements, params)
     common = dict(stream_id=answer.stream_id, request_id=answer.request_id, candidate_id=answer.candidate_id)
     checked = dict(event_id=derived_id(answer.request_id, "SanitizerChecked"), **common, sizes=sizes)
     if tool is None:
         return [SanitizerChecked(**checked, tool_path=None, checks=[], note=NOT_INSTALLED), answer]
     process = device()
-    candidate = request.candidate
-    params = {**spec.baseline_params(), **candidate.params}
     compiled = compile_kernel(candidate.source, candidate.kernel_name or spec.kernel_name, params,
                               spec.compiler_options, spec.benchmark.arch or process.device.arch)
     run = SanitisedRun(spec.for_candidate(candidate).with_sizes(sizes), spec.benchmark.seed, compiled.cubin,
@@ -125,22 +125,22 @@ def find_tool(configured: str | None = None) -> Path | None:
     return None
 
 
-def small_sizes(spec: KernelSpec, max_elements: int) -> dict[str, int]:
+def small_sizes(spec: KernelSpec, max_elements: int, params: dict[str, ParamValue] | None = None) -> dict[str, int]:
     """The spec's sizes, every one halved together until no array holds more than `max_elements` elements,
     then one less (as the verifier's odd sizes), so that partial blocks and edge tiles run too: the
     instrumented launch is slow, and one small launch exercises the code paths a large one does. Sizes where
-    an input's range would hold no value are not taken; a spec with fixed `data` keeps its sizes, the only ones
-    its files' arrays fit."""
-    sizes = dict(spec.sizes)
+    an input's range would hold no value, or where the launch of `params` (default: the spec's own) cannot be
+    worked out, are not taken; a spec with fixed `data` keeps its sizes, the only ones its files' arrays fit."""
+    sizes, params = dict(spec.sizes), spec.baseline_params() if params is None else params
     if spec.fixed_inputs:
         return sizes
     while any(v > 1 for v in sizes.values()) and _largest_array(spec, sizes) > max_elements:
         halved = {name: max(1, value // 2) for name, value in sizes.items()}
-        if range_problem(spec.with_sizes(halved)):
+        if size_problem(spec.with_sizes(halved), params):
             break
         sizes = halved
     odd = {name: value - 1 if value > 2 else value for name, value in sizes.items()}
-    return sizes if range_problem(spec.with_sizes(odd)) else odd
+    return sizes if size_problem(spec.with_sizes(odd), params) else odd
 
 
 def _largest_array(spec: KernelSpec, sizes: dict[str, int]) -> int:
@@ -205,12 +205,12 @@ def main(run_file: str) -> int:
 
     from shared.device.nvrtc import CompiledKernel
     from shared.device.process import Failed
-    from shared.device.session import SessionBase
+    from shared.device.session import GpuSession
     from shared.inputs import make_arrays
 
     run = json.loads(Path(run_file).read_text())
     spec = KernelSpec.model_validate(run["spec"])
-    session = SessionBase(run["device_index"])
+    session = GpuSession(run["device_index"])
     kernel = session.load(CompiledKernel(cubin=Path(run["cubin"]).read_bytes(), lowered_name=run["lowered_name"],
                                          arch=session.info.arch, log="", compile_ms=0.0, cache_key=""))
     if isinstance(kernel, Failed):

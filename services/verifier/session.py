@@ -1,6 +1,9 @@
-"""The verifier's session in the GPU process: run the reference, then the candidate twice, on one trial's
+"""VerifierSession, the verifier's GpuSession: run the reference, then the candidate twice, on one trial's
 inputs, every array fenced by canary bytes; every check made on the device, only its findings read back.
 The reference runs more than once: how far its own runs disagree decides how close a candidate must come.
+It is served in the child of a plain GpuProcess (shared/device/process.py), with no subclass like the
+benchmark's: every trial starts with a reference request, which makes again on a replacement process what
+the broken one held.
 
 Two requests per trial (reference, then candidate) so that a hang is pinned on the kernel that hung. A
 trial's inputs are generated on the device (shared/inputs.py's generator, in shared/device/own_kernels.py),
@@ -20,7 +23,7 @@ from services.verifier.judge import Run, Verdict, judge
 from shared.device.nvrtc import CompiledKernel
 from shared.device.own_kernels import Comparison, Found, OwnKernels
 from shared.device.process import Failed
-from shared.device.session import SessionBase
+from shared.device.session import GpuSession
 from shared.array_files import ArrayFileError, read_array
 from shared.events import Tolerance
 from shared.inputs import distribution_of, special_values, stream_key
@@ -85,7 +88,7 @@ def _layout(spec: KernelSpec) -> tuple[_Array, ...]:
 
 @dataclass(frozen=True)
 class _Region:
-    """Part of an allocation, usable wherever SessionBase takes a buffer."""
+    """Part of an allocation, usable wherever GpuSession takes a buffer."""
 
     handle: int
     size: int
@@ -106,7 +109,7 @@ class _Trial:
             buffer.close(stream)
 
 
-class VerifySession(SessionBase):
+class VerifierSession(GpuSession):
     def __init__(self, index: int, cache_bytes: int | None = None):
         """`cache_bytes`: the trial cache's budget; default KFORGE_VERIFY_CACHE_FRACTION of device memory."""
         super().__init__(index)

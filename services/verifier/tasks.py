@@ -4,31 +4,25 @@ import atexit
 from uuid import UUID
 
 from services.verifier import handlers
-from services.verifier.session import VerifySession
+from services.verifier.session import VerifierSession
 from shared import runtime
 from shared.bus import celery_app
 from shared.contracts import VerifyCandidate
-from shared.device.process import DeviceProcess, NoDevice, device_index
+from shared.device.process import GpuProcess, WarmProcess, device_index
 from shared.eventstore import ConcurrencyConflict
 from shared.task_profile import profiled
 from shared.worker_task import AnsweringTask
 
-_processes: dict[str, DeviceProcess | NoDevice] = {}
+_processes: dict[str, WarmProcess[GpuProcess]] = {}
 
 
-def device(gpu: str) -> DeviceProcess:
+def device(gpu: str) -> GpuProcess:
     """This GPU's process, started on first use; NoDevice is remembered, so it is not probed per task."""
     if gpu not in _processes:
         index = device_index(gpu)
-        try:
-            _processes[gpu] = DeviceProcess(index, VerifySession)
-            atexit.register(_processes[gpu].close)
-        except NoDevice as exc:
-            _processes[gpu] = exc
-    found = _processes[gpu]
-    if isinstance(found, NoDevice):
-        raise found
-    return found
+        _processes[gpu] = WarmProcess(lambda: GpuProcess(index, VerifierSession))
+        atexit.register(_processes[gpu].close)
+    return _processes[gpu].get()
 
 
 @celery_app.task(base=AnsweringTask, name=VerifyCandidate.task, autoretry_for=(ConcurrencyConflict,),

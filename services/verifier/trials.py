@@ -4,7 +4,7 @@ with fixed `data` is tried at its own sizes only, where the files' arrays fit.""
 import zlib
 from dataclasses import dataclass
 
-from shared.spec import KernelSpec
+from shared.spec import KernelSpec, ParamValue
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,20 @@ def sizes_not_tried(spec: KernelSpec) -> str:
     if spec.verify.odd_sizes and spec.fixed_inputs:
         return (f"odd sizes not tried: {', '.join(a.name for a in spec.fixed_inputs)} has fixed data, which holds "
                 "values at the spec's sizes only")
+    return ""
+
+
+def size_problem(spec: KernelSpec, params: dict[str, ParamValue]) -> str:
+    """Why a configuration cannot run at `spec`'s sizes (a trial's), or '': an input's range holds no values
+    there, or the launch cannot be worked out there (a grid or dynamic shared memory expression that fails, or
+    gives a fraction of a byte, at an odd size)."""
+    if empty := range_problem(spec):
+        return empty
+    try:
+        spec.launch_geometry(params)
+        spec.shared_memory_bytes(params)
+    except (ValueError, ArithmeticError) as exc:  # ExpressionError is a ValueError
+        return f"its launch cannot be worked out there: {exc}"
     return ""
 
 

@@ -14,7 +14,8 @@ from shared.contracts import DeliverWebhook
 from shared.events import Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested, derived_id
 from shared.eventstore import EventStore
 from shared.jobs import JobPublic
-from shared.projections import JobView, job_stream, needs_answer, project_job
+from shared.projections import JobView, job_stream, project_job
+from shared.requests import needs_answer
 from shared.settings import Settings
 from shared.webhook_addresses import WebhookUrlRefused, allowed_addresses
 

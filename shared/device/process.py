@@ -1,15 +1,24 @@
 """The process that owns a GPU, and its replacement when a kernel breaks it.
 
-A worker never touches CUDA itself: it talks to one spawned child per GPU over a pipe. The child serves
-a session object (built by an importable factory) whose methods take one picklable request each. A
-kernel that faults (a sticky error poisons the CUDA context), hangs past its timeout or crashes the
+A worker never touches CUDA itself: it talks to one spawned child per GPU over a pipe. Two names, the same
+in both GPU services:
+- GpuProcess: the worker's handle on that child (start, call, replace, close). The benchmark's is a
+  subclass, BenchmarkProcess (services/benchmark/process.py); the verifier calls a GpuProcess directly.
+- GpuSession (session.py): what the child serves, built by an importable factory, with methods that take one
+  picklable request each: BenchmarkSession (services/benchmark/session.py) or VerifierSession
+  (services/verifier/session.py).
+A kernel that faults (a sticky error poisons the CUDA context), hangs past its timeout or crashes the
 process costs that child; the caller gets a Failed saying which, and the next call runs on a fresh child.
+WarmProcess keeps a worker's GPU process between tasks, and remembers NoDevice so that a GPU-less worker
+probes once.
 """
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import Generic, TypeVar
 
 from shared.device.probe import DeviceInfo, NoCudaDevice
 
@@ -36,7 +45,9 @@ def device_index(gpu: str) -> int:
     return 0 if os.environ.get("KFORGE_PINNED_GPU") else int(gpu)
 
 
-class DeviceProcess:
+class GpuProcess:
+    """The worker's handle on the spawned child that owns one GPU and serves a GpuSession."""
+
     def __init__(self, device_index: int, session_factory: Callable[[int], object]):
         """`session_factory(device_index)` builds what the child serves (it has an `info: DeviceInfo`);
         it must be importable by name, since the child is spawned."""
@@ -103,9 +114,43 @@ class DeviceProcess:
                                      "this kernel", poisoned=True)
 
 
+Process = TypeVar("Process", bound=GpuProcess)
+
+
+class WarmProcess(Generic[Process]):
+    """A worker's GPU process, started on first use and kept for the next task. NoDevice, once raised, is
+    remembered and raised again, so a worker without a usable GPU probes once, not for every task."""
+
+    def __init__(self, start: Callable[[], Process]):
+        self._start = start
+        self._process: Process | None = None
+        self._no_device: NoDevice | None = None
+
+    def get(self) -> Process:
+        """The process, started now if it is not running; raises NoDevice without a usable GPU."""
+        if self._no_device is not None:
+            raise self._no_device
+        if self._process is None:
+            try:
+                self._process = self._start()
+            except NoDevice as exc:
+                self._no_device = exc
+                raise
+        return self._process
+
+    def close(self) -> None:
+        """Close the process if one runs; a later get() starts another (a remembered NoDevice stays)."""
+        if self._process is not None:
+            self._process.close()
+        self._process = None
+
+
 def _serve(conn: Connection, device_index: int, session_factory: Callable) -> None:
     """The child: own the GPU, answer requests until told to close, the context is poisoned, or the worker
-    that owns it has gone (an interrupted `kforge tune` exits while its GPU process may still be starting)."""
+    that owns it has gone (an interrupted `kforge tune` exits while its GPU process may still be starting).
+    Ctrl-C reaches every process of the terminal's foreground group: the child ignores it, as the worker
+    decides when the child ends (an interrupted `kforge tune` kills it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _answer_requests(conn, device_index, session_factory)
     except (EOFError, BrokenPipeError, ConnectionError):

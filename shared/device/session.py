@@ -1,5 +1,7 @@
-"""What every session in a GPU process needs: the device and a stream, every copy and launch checked,
-failures in the driver's words. Runs only in the process that owns the GPU (see process.py)."""
+"""GpuSession: what every session in a GPU process needs: the device and a stream, every copy and launch
+checked, failures in the driver's words. Runs only in the process that owns the GPU (see process.py). The
+benchmark's BenchmarkSession and the verifier's VerifierSession derive from it; the sanitizer's runner uses
+it as it is."""
 import numpy as np
 
 from shared.device.probe import probe
@@ -14,7 +16,9 @@ class DriverError(RuntimeError):
     pass
 
 
-class SessionBase:
+class GpuSession:
+    """Served in the child of a GpuProcess: one device, one stream, the buffers it allocated."""
+
     def __init__(self, index: int):
         from cuda.core import Device
 

@@ -44,8 +44,9 @@ def transcript_text(events: Sequence[Event]) -> str:
     return "\n".join(parts)
 
 
-def job_files(events: Sequence[Event]) -> dict[str, str]:
-    """The job's files, each name with its text, in the order they are written."""
+def job_files(events: Sequence[Event], plots: bool = True) -> dict[str, str]:
+    """The job's files, each name with its text, in the order they are written; without the plots when not
+    `plots` (drawing them takes seconds, more than an interrupted `kforge tune` may take to exit)."""
     tracker, result = performance_tracker(events), kernel_result(events)
     if tracker is None or result is None:
         raise ValueError("these events hold no submitted job")
@@ -64,7 +65,7 @@ def job_files(events: Sequence[Event]) -> dict[str, str]:
     files["history.json"] = json.dumps(history, indent=2)
     files["transcript.log"] = transcript_text(events)
     files["overview.txt"] = tracker.generate_overview() + "\n"
-    if tracker.baseline_time is not None:
+    if plots and tracker.baseline_time is not None:
         files["history.svg"] = history_svg(events)
         files["landscape.svg"] = landscape_svg(events)
     return files

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from shared.events import Event, JobSubmitted
-from shared.reports.results import SUBMITTED
+from shared.steps import SUBMITTED
 from shared.reports.search_space import SearchedSpace, best_so_far, searched_spaces
 from shared.reports.tracker import PerformanceTracker, performance_tracker
 

@@ -4,13 +4,13 @@ from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from shared.events import (BaselineMeasured, CandidateGenerated, ConfigMeasured, Event, JobSubmitted, StepAccepted,
-                           TuningRequested)
+from shared.events import (BaselineMeasured, CandidateGenerated, ConfigMeasured, Event, JobSubmitted, KernelsCompared,
+                           StepAccepted, TuningRequested)
 from shared.expressions import ExpressionError
 from shared.projections import job_id_of, project_job
 from shared.spec import KernelSpec, ParamValue
+from shared.steps import OVERALL, SUBMITTED
 
-SUBMITTED = "submitted"  # the candidate id of the submitted kernel's own tuning
 
 
 class Measurement(BaseModel):
@@ -47,11 +47,16 @@ class KernelResult(BaseModel):
     best_candidate: str | None = Field(description="the candidate whose tuning found the best time (submitted for "
                                                    "the kernel's own space); none when the baseline is the best")
     reference_ms: float | None = Field(description="the time to beat the spec gave (strategy.reference_ms)")
+    speedup_in_turn: float | None = Field(None, description="the best kernel's speedup timed in turn with the "
+                                                            "submitted kernel; None: not timed so")
+    speedup_in_turn_ci: tuple[float, float] | None = Field(None, description="its 95% interval")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def speedup(self) -> float | None:
-        """Best over baseline: what kforge gained."""
+        """Best over baseline, what kforge gained: timed in turn where it was, else from their medians."""
+        if self.speedup_in_turn is not None:
+            return self.speedup_in_turn
         if self.baseline and self.best:
             return self.baseline.median_ms / self.best.median_ms
         return None
@@ -106,7 +111,16 @@ def kernel_result(events: Sequence[Event]) -> KernelResult | None:
                         kernel_name=spec.kernel_name, sizes=spec.sizes, strategy=spec.strategy.name,
                         status=view.status, device=view.device, replay=view.replay, baseline=baseline, best=best,
                         best_source=source, best_step=step, best_candidate=candidate,
-                        reference_ms=spec.strategy.reference_ms)
+                        reference_ms=spec.strategy.reference_ms, **_in_turn(events, best is not baseline))
+
+
+def _in_turn(events: Sequence[Event], improved: bool) -> dict:
+    """The OVERALL comparison's speedup and interval, where it timed the best kernel against the submitted one."""
+    overall = next((e for e in events if isinstance(e, KernelsCompared) and e.candidate_id == OVERALL
+                    and e.speedup is not None), None)
+    if overall is None or not improved:
+        return {}
+    return {"speedup_in_turn": overall.speedup, "speedup_in_turn_ci": overall.speedup_ci}
 
 
 def _baseline(e: BaselineMeasured, spec: KernelSpec) -> Measurement:

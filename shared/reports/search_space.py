@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from shared.events import CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted, TuningRequested
-from shared.reports.results import SUBMITTED
+from shared.steps import SUBMITTED
 from shared.spec import ParamValue
 
 Values = tuple[ParamValue, ...]

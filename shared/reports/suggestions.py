@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, DeviceFacts, Event,
                            JobSubmitted, TuningRequested)
-from shared.reports.results import SUBMITTED, KernelResult, Measurement, kernel_result, stored_figure
+from shared.reports.results import KernelResult, Measurement, kernel_result, stored_figure
 from shared.spec import KernelSpec
+from shared.steps import SUBMITTED
 
 REACHABLE_BANDWIDTH_PCT = 85.0  # well-written streaming kernels reach 85-90% of DRAM peak on recent GPUs
 REACHABLE_FLOPS_PCT = 75.0

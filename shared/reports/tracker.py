@@ -11,10 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.events import Event, JobSubmitted, StepAccepted, TuningCompleted
 from shared.projections import job_id_of, project_job
-from shared.reports.results import SUBMITTED
 from shared.spec import ParamValue
 from shared.speedup import speedup_text
-from shared.steps import project_optimisation
+from shared.steps import SUBMITTED, project_optimisation
 
 
 class PerformanceStep(BaseModel):
@@ -59,6 +58,10 @@ class PerformanceTracker(BaseModel):
     device: str | None
     replay: bool
     baseline_time: float | None = Field(description="ms: the submitted kernel as submitted")
+    speedup_in_turn: float | None = Field(None, description="the final kernel's speedup timed in turn with the "
+                                                            "submitted kernel; None: not timed so (nothing kept, "
+                                                            "a stopped job, no device)")
+    speedup_in_turn_ci: tuple[float, float] | None = Field(None, description="its 95% interval")
     steps: list[PerformanceStep]
     tried: list[TriedStep]
     llm_calls: int = 0
@@ -74,13 +77,17 @@ class PerformanceTracker(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def speedup(self) -> float | None:
+        """Timed in turn where it was; else the ratio of the baseline and the final time, measured apart."""
+        if self.speedup_in_turn is not None:
+            return self.speedup_in_turn
         return self.baseline_time / self.final_time if self.baseline_time and self.final_time else None
 
     def get_total_improvement(self) -> float:
-        """Per cent of the baseline time saved by all steps together; 0 without a baseline or a step."""
+        """Per cent of the baseline time saved by all steps together (from `speedup`); 0 without a baseline or
+        a step."""
         if not self.baseline_time or not self.steps:
             return 0.0
-        return 100 * (self.baseline_time - self.final_time) / self.baseline_time
+        return 100 * (1 - 1 / self.speedup)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -99,8 +106,10 @@ class PerformanceTracker(BaseModel):
         tried = len(self.tried) or len(self.steps)
         lines.append(f"  optimisation steps kept: {len(self.steps)} of {tried} tried" if self.steps else
                      f"  no step made the kernel faster ({tried} tried): the submitted kernel stays the best")
+        timing = (f"{speedup_text(self.speedup_in_turn, self.speedup_in_turn_ci)} timed in turn"
+                  if self.speedup_in_turn is not None else f"{self.speedup:.2f}x timed apart")
         lines.append(f"  baseline {self.baseline_time:.4f} ms -> final {self.final_time:.4f} ms: "
-                     f"{self.get_total_improvement():.2f}% faster, {self.speedup:.2f}x")
+                     f"{self.get_total_improvement():.2f}% faster, {timing}")
         for i, step in enumerate(self.steps, 1):
             gain = f"{step.improvement_percentage:+.2f}%" if step.improvement_percentage is not None else "-"
             lines.append(f"  {i}. {step.step_id}: {step.step_description}")
@@ -133,6 +142,7 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
         return None
     spec, view, opt = submitted.spec, project_job(events), project_optimisation(events)
     steps = []
+    in_turn = opt.overall is not None and opt.overall.speedup is not None
     for event in events:
         if isinstance(event, StepAccepted):
             record = opt.record(event.step_id)
@@ -151,8 +161,9 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
             steps.append(PerformanceStep(
                 step_id="tune", step_description=f"search tune_params ({event.configs_evaluated} configurations)",
                 kernel_code=spec.source, old_execution_time=view.baseline_ms, new_execution_time=event.best_time_ms,
-                improvement_percentage=_gain(view.baseline_ms, event.best_time_ms), speedup=event.speedup,
-                speedup_ci=None, tunable_parameters=spec.tune_params,
+                improvement_percentage=_gain(view.baseline_ms, event.best_time_ms),
+                speedup=view.speedup if in_turn else event.speedup, speedup_ci=view.speedup_ci,
+                tunable_parameters=spec.tune_params,
                 restrictions=spec.restrictions, best_tune_params=event.best_params or {}, timestamp=event.occurred_at))
     searched = any(isinstance(e, TuningCompleted) and e.candidate_id == SUBMITTED for e in events)
     if not spec.strategy.generates and not searched and view.best_ms is not None and view.baseline_ms \
@@ -169,7 +180,8 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
                        old_ms=r.old_ms, new_ms=r.new_ms, speedup=r.speedup, speedup_ci=r.speedup_ci) for r in opt.steps]
     return PerformanceTracker(job_id=job_id_of(submitted.stream_id), kernel_name=spec.kernel_name,
                               strategy=spec.strategy.name, status=view.status, device=view.device, replay=view.replay,
-                              baseline_time=view.baseline_ms, steps=steps, tried=tried, llm_calls=opt.llm_calls,
+                              baseline_time=view.baseline_ms, speedup_in_turn=view.speedup if in_turn else None,
+                              speedup_in_turn_ci=view.speedup_ci, steps=steps, tried=tried, llm_calls=opt.llm_calls,
                               tokens=opt.tokens, cost_usd=opt.cost_usd)
 
 

@@ -5,9 +5,9 @@ from uuid import uuid4
 import pytest
 
 from services.benchmark.compile_pool import CompilePool
-from services.benchmark.gpu_host import GpuHost
 from services.benchmark.handlers import compare_kernels
 from services.benchmark.measurement import Duel, Order
+from services.benchmark.process import BenchmarkProcess
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import speedup_interval
 from services.benchmark.tuning import SpaceEvaluator, reference_setup, search
@@ -77,10 +77,10 @@ def work_spec(vector_add_spec):
 
 
 @pytest.fixture(scope="module")
-def host():
-    host = GpuHost(0)
-    yield host
-    host.close()
+def process():
+    process = BenchmarkProcess(0)
+    yield process
+    process.close()
 
 
 def test_the_caching_kernels_compile():
@@ -89,10 +89,10 @@ def test_the_caching_kernels_compile():
 
 
 def test_a_kernel_caching_its_result_keyed_on_its_inputs_gains_nothing_and_one_ignoring_them_is_rejected(
-        vector_add_spec, host):
+        vector_add_spec, process):
     spec = caching_spec(vector_add_spec)
     with CompilePool(4) as pool:
-        evaluator = SpaceEvaluator(spec, host, pool, host.device.arch, "job-gpu", uuid4(), lambda batch: None)
+        evaluator = SpaceEvaluator(spec, process, pool, process.device.arch, "job-gpu", uuid4(), lambda batch: None)
         outcomes = {o.params["cheat"]: o for o in search(spec, evaluator)}
 
     honest, keyed, blind = outcomes[0], outcomes[1], outcomes[2]
@@ -112,14 +112,14 @@ def _order(spec, params, arch):
                  block=block, best_ms=None)
 
 
-def test_two_kernels_timed_in_turn(vector_add_spec, host):
+def test_two_kernels_timed_in_turn(vector_add_spec, process):
     spec = work_spec(vector_add_spec)
-    arch = host.device.arch
-    assert host.prepare(reference_setup(spec, None, arch)) is None
+    arch = process.device.arch
+    assert process.prepare(reference_setup(spec, None, arch)) is None
     slow, fast = _order(spec, {"iters": 2048}, arch), _order(spec, {"iters": 1024}, arch)
 
-    twice = host.compare(Duel(incumbent=slow, candidate=fast, pairs=15))
-    same = host.compare(Duel(incumbent=slow, candidate=_order(spec, {"iters": 2048}, arch), pairs=15))
+    twice = process.compare(Duel(incumbent=slow, candidate=fast, pairs=15))
+    same = process.compare(Duel(incumbent=slow, candidate=_order(spec, {"iters": 2048}, arch), pairs=15))
 
     assert len(twice.incumbent_ms) == len(twice.candidate_ms) == 15
     speedup, (low, high) = speedup_interval(twice.incumbent_ms, twice.candidate_ms)

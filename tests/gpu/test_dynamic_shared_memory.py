@@ -6,12 +6,12 @@ from uuid import uuid4
 import pytest
 
 from services.benchmark.compile_pool import CompilePool
-from services.benchmark.gpu_host import GpuHost
+from services.benchmark.process import BenchmarkProcess
 from services.benchmark.tuning import SetupFailed, SpaceEvaluator, search
 from services.generator.answers import parse
 from services.verifier import handlers as verifier
-from services.verifier.session import VerifySession
-from shared.device.process import DeviceProcess
+from services.verifier.session import VerifierSession
+from shared.device.process import GpuProcess
 from shared.events import BaselineMeasured, CandidateVerified, ConfigMeasured, VerificationRequested
 from shared.spec import CandidateSpec
 from tests.corpus_kernels import CorpusKernel
@@ -40,20 +40,20 @@ def test_every_block_size_runs_with_its_shared_memory_and_beyond_48_kib_after_op
     beyond = with_shared_size(spec, "block_size_x * 4 + 64 * 1024")  # more than a block gets without opting in
     too_much = with_shared_size(spec, "block_size_x * 4 + 1024 * 1024")  # more than any device allows a block
     with CompilePool(4) as pool:
-        host = GpuHost(0)
+        process = BenchmarkProcess(0)
         try:
             for tuned in (spec, beyond):
-                outcomes = search(tuned, SpaceEvaluator(tuned, host, pool, host.device.arch, "job-gpu", uuid4(),
+                outcomes = search(tuned, SpaceEvaluator(tuned, process, pool, process.device.arch, "job-gpu", uuid4(),
                                                         lambda batch: None))
                 assert all(isinstance(o, ConfigMeasured) for o in outcomes), outcomes
                 assert len(outcomes) == len(spec.tune_params["block_size_x"])
             # The submitted kernel itself asks more than any block gets: its reference run fails, and with it the
             # search (the tune handler records the reason as the shard's error).
             with pytest.raises(SetupFailed) as failed:
-                search(too_much, SpaceEvaluator(too_much, host, pool, host.device.arch, "job-gpu", uuid4(),
+                search(too_much, SpaceEvaluator(too_much, process, pool, process.device.arch, "job-gpu", uuid4(),
                                                 lambda batch: None))
         finally:
-            host.close()
+            process.close()
     assert "more than the" in str(failed.value) and "lower smem_args.size" in str(failed.value)
 
 
@@ -62,7 +62,7 @@ def test_the_verifier_proves_row_sum_and_its_rewrite_without_dynamic_shared_memo
     assert rewrite.settings["smem_args"] == {"size": 0}
     candidates = {"the kernel itself": spec.as_candidate(),
                   "the rewrite": CandidateSpec(source=rewrite.source, **rewrite.settings)}
-    process = DeviceProcess(0, VerifySession)
+    process = GpuProcess(0, VerifierSession)
     try:
         for name, candidate in candidates.items():
             request = VerificationRequested(stream_id="job-smem", queue="verifier.0", candidate_id=name,

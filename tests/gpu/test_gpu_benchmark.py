@@ -8,7 +8,7 @@ from uuid import uuid4
 import pytest
 
 from services.benchmark.compile_pool import CompilePool
-from services.benchmark.gpu_host import GpuHost
+from services.benchmark.process import BenchmarkProcess
 from services.benchmark.tuning import SpaceEvaluator, search
 from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured
 from tests.conftest import EXAMPLES
@@ -61,22 +61,22 @@ def pool():
 
 
 @pytest.fixture(scope="module")
-def host():
-    host = GpuHost(0)
-    yield host
-    host.close()
+def process():
+    process = BenchmarkProcess(0)
+    yield process
+    process.close()
 
 
-def tune(spec, host, pool):
-    evaluator = SpaceEvaluator(spec, host, pool, host.device.arch, "job-gpu", uuid4(), lambda batch: None)
+def tune(spec, process, pool):
+    evaluator = SpaceEvaluator(spec, process, pool, process.device.arch, "job-gpu", uuid4(), lambda batch: None)
     outcomes = search(spec, evaluator)
     return evaluator, {tuple(o.params.values()): o for o in outcomes}
 
 
-def test_a_kernel_that_reuses_or_skips_work_after_its_first_launch_is_never_ranked_fast(vector_add_spec, host, pool):
+def test_a_kernel_that_reuses_or_skips_work_after_its_first_launch_is_never_ranked_fast(vector_add_spec, process, pool):
     """Every timed launch starts from pristine outputs, and the last one's output is checked too."""
     spec = cued_spec(vector_add_spec, modes=[0, 5, 6], blocks=(256,), n=1 << 24)
-    _, outcomes = tune(spec, host, pool)
+    _, outcomes = tune(spec, process, pool)
 
     honest, stale, counted = outcomes[(256, 0)], outcomes[(256, 5)], outcomes[(256, 6)]
     assert isinstance(stale, ConfigMeasured) and stale.max_abs_error == 0.0
@@ -84,9 +84,9 @@ def test_a_kernel_that_reuses_or_skips_work_after_its_first_launch_is_never_rank
     assert counted.stage == "output" and "inconsistent across launches" in counted.reason
 
 
-def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_goes_on(vector_add_spec, host, pool):
+def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_goes_on(vector_add_spec, process, pool):
     spec = cued_spec(vector_add_spec, modes=[0, 1, 2, 3, 4])
-    evaluator, outcomes = tune(spec, host, pool)
+    evaluator, outcomes = tune(spec, process, pool)
 
     for block in (128, 256):
         assert isinstance(outcomes[(block, 0)], ConfigMeasured) and outcomes[(block, 0)].max_abs_error == 0.0
@@ -95,33 +95,33 @@ def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_g
         assert outcomes[(block, 3)].stage == "timeout"
         assert outcomes[(block, 4)].stage == "output" and "first at index 1000002" in outcomes[(block, 4)].reason
     assert evaluator.tally.best.params["fault"] == 0
-    assert host.replacements >= 4  # two faults and two hangs, each cost a GPU process
+    assert process.replacements >= 4  # two faults and two hangs, each cost a GPU process
     for key, outcome in sorted(outcomes.items()):
         print(key, outcome.type, getattr(outcome, "median_ms", None) or outcome.reason[:100])
 
 
-def test_a_block_the_device_cannot_launch_is_reported_not_timed(vector_add_spec, host, pool):
+def test_a_block_the_device_cannot_launch_is_reported_not_timed(vector_add_spec, process, pool):
     spec = cued_spec(vector_add_spec, modes=[0], blocks=(256, 2048))
-    evaluator, outcomes = tune(spec, host, pool)
+    evaluator, outcomes = tune(spec, process, pool)
     # Kernel Tuner's Searchspace drops 2048 (above the device's 1024 threads), so it never reaches the GPU.
     assert list(outcomes) == [(256, 0)]
     from services.benchmark.measurement import Order
 
-    kernel = pool.compile_all(spec.source, "vector_add", [{"block_size_x": 2048, "fault": 0}], [], host.device.arch)
+    kernel = pool.compile_all(spec.source, "vector_add", [{"block_size_x": 2048, "fault": 0}], [], process.device.arch)
     (compiled,) = list(kernel)
-    failed = host.measure(Order(params={"block_size_x": 2048, "fault": 0}, kernel=compiled.kernel, grid=(489, 1, 1),
-                                block=(2048, 1, 1), best_ms=None))
+    failed = process.measure(Order(params={"block_size_x": 2048, "fault": 0}, kernel=compiled.kernel,
+                                   grid=(489, 1, 1), block=(2048, 1, 1), best_ms=None))
     assert failed.stage == "launch" and "INVALID_VALUE" in failed.reason
 
 
-def test_matmul_configurations_that_exhaust_registers_are_rejected(host, pool):
+def test_matmul_configurations_that_exhaust_registers_are_rejected(process, pool):
     from kforge.specfile import load_spec
 
     spec = load_spec(EXAMPLES / "matmul.cu", EXAMPLES / "matmul.yaml")
     spec = spec.model_validate({**spec.model_dump(), "sizes": {"n": 512},
                                 "tune_params": {"block_size_x": [32], "block_size_y": [8, 32], "tile_size_x": [4, 8],
                                                 "tile_size_y": [4, 8]}})
-    evaluator, outcomes = tune(spec, host, pool)
+    evaluator, outcomes = tune(spec, process, pool)
     for key, outcome in sorted(outcomes.items()):
         print(key, outcome.type, getattr(outcome, "median_ms", None) or outcome.reason[:120])
     assert any(isinstance(o, ConfigMeasured) for o in outcomes.values())
@@ -130,10 +130,10 @@ def test_matmul_configurations_that_exhaust_registers_are_rejected(host, pool):
     assert all(o.tflops < 67 for o in outcomes.values() if isinstance(o, ConfigMeasured))
 
 
-def test_l2_flush_and_adaptive_sampling(vector_add_spec, host, pool):
+def test_l2_flush_and_adaptive_sampling(vector_add_spec, process, pool):
     spec = cued_spec(vector_add_spec, modes=[0], blocks=(64, 256, 1024), n=1 << 24)
     spec = spec.model_validate({**spec.model_dump(), "benchmark": {**spec.benchmark.model_dump(), "l2_flush": True}})
-    evaluator, outcomes = tune(spec, host, pool)
+    evaluator, outcomes = tune(spec, process, pool)
     measured = [o for o in outcomes.values() if isinstance(o, ConfigMeasured)]
     assert len(measured) == 3 and all(0 < o.pct_of_peak < 105 for o in measured)
     assert all(len(o.samples_ms) >= spec.benchmark.min_samples or o.abandoned for o in measured)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kforge.specfile import load_spec
-from services.benchmark.gpu_host import GpuHost
 from services.benchmark.measurement import Order, Setup
-from services.verifier.session import TrialRun, VerifySession
+from services.benchmark.process import BenchmarkProcess
+from services.verifier.session import TrialRun, VerifierSession
 from shared.device.compiler import compile_kernel
 from shared.device.process import Failed
 from shared.spec import KernelSpec
@@ -44,7 +44,7 @@ def compiled(spec: KernelSpec, source: str = GATHER):
 
 @pytest.fixture(scope="module")
 def session():
-    session = VerifySession(0, cache_bytes=1 << 30)
+    session = VerifierSession(0, cache_bytes=1 << 30)
     yield session
     session.stream.sync()
 
@@ -94,21 +94,21 @@ def test_a_data_file_changed_since_submission_is_refused(session, tmp_path):
 
 
 def test_the_benchmark_checks_the_answer_before_any_configuration(tmp_path):
-    host = GpuHost(0)
+    process = BenchmarkProcess(0)
     try:
         for shift, ok in ((0.0, True), (1.0, False)):
             spec = gather_spec(tmp_path, **fixed_files(tmp_path, answer_shift=shift))
             params, kernel = spec.baseline_params(), compiled(spec)
             geometry = spec.launch_geometry(params)
-            prepared = host.prepare(Setup(spec=spec, seed=1, reference=kernel, reference_geometry=geometry,
-                                          reference_params=params))
+            prepared = process.prepare(Setup(spec=spec, seed=1, reference=kernel, reference_geometry=geometry,
+                                             reference_params=params))
             if ok:
                 assert prepared is None
-                measured = host.measure(Order(params=params, kernel=kernel, grid=geometry[0], block=geometry[1],
-                                              best_ms=None))
+                measured = process.measure(Order(params=params, kernel=kernel, grid=geometry[0], block=geometry[1],
+                                                 best_ms=None))
                 assert not isinstance(measured, Failed) and measured.samples_ms
             else:
                 assert isinstance(prepared, Failed) and prepared.stage == "output"
                 assert "the submitted kernel's out differs from its answer" in prepared.reason
     finally:
-        host.close()
+        process.close()

@@ -17,8 +17,8 @@ from services.generator.answers import parse
 from services.generator.providers.base import Prompt
 from services.generator.providers.rules import RulesProvider
 from services.verifier import handlers
-from services.verifier.session import VerifySession
-from shared.device.process import DeviceProcess
+from services.verifier.session import VerifierSession
+from shared.device.process import GpuProcess
 from shared.events import CandidateVerified, VerificationRequested
 from shared.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
@@ -87,7 +87,7 @@ def own_geometry_job(spec: KernelSpec, candidate: CandidateSpec) -> KernelSpec:
 
 @pytest.fixture(scope="module")
 def process():
-    process = DeviceProcess(0, VerifySession)
+    process = GpuProcess(0, VerifierSession)
     yield process
     process.close()
 

@@ -9,8 +9,8 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.verifier import handlers as verifier
-from services.verifier.session import VerifySession
-from shared.device.process import DeviceProcess
+from services.verifier.session import VerifierSession
+from shared.device.process import GpuProcess
 from shared.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
 from shared.spec import KernelSpec
 from tests.conftest import EXAMPLES
@@ -45,7 +45,7 @@ def verify_spec(spec: KernelSpec, source: str) -> KernelSpec:
 
 @pytest.fixture(scope="module")
 def process():
-    process = DeviceProcess(0, VerifySession)
+    process = GpuProcess(0, VerifierSession)
     yield process
     process.close()
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from services.verifier import handlers
-from services.verifier.session import VerifySession
-from shared.device.process import DeviceProcess
+from services.verifier.session import VerifierSession
+from shared.device.process import GpuProcess
 from shared.events import CandidateRejected, CandidateVerified, VerificationRequested
 from tests.corpus_cases import load_cases
 
@@ -17,7 +17,7 @@ CASES = load_cases()
 
 @pytest.fixture(scope="module")
 def process():
-    process = DeviceProcess(0, VerifySession)
+    process = GpuProcess(0, VerifierSession)
     yield process
     process.close()
 

@@ -8,7 +8,7 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.verifier.compare import POISON
-from services.verifier.session import TrialRun, VerifySession
+from services.verifier.session import TrialRun, VerifierSession
 from shared.device.compiler import compile_kernel
 from shared.device.own_kernels import OwnKernels
 from shared.inputs import SPECIAL_STRIDE, distribution, draw, special_values, stream_key
@@ -21,7 +21,7 @@ N = 3 * (1 << 20) + 17  # more elements than the kernels' threads, so every thre
 
 @pytest.fixture(scope="module")
 def session():
-    session = VerifySession(0, cache_bytes=0)
+    session = VerifierSession(0, cache_bytes=0)
     yield session
     session.stream.sync()
 
@@ -122,7 +122,7 @@ def test_trials_beyond_the_budget_are_evicted_oldest_first_and_made_again_alike(
     good = Path(__file__).resolve().parents[1] / "corpus" / "vector_add" / "good_grid_stride.cu"
     candidate = compile_kernel(good.read_text(), spec.kernel_name, params, [], "sm_90")
     per_trial = 3 * ((1 << 22) + 2 * spec.verify.guard_bytes)  # a and b pristine, c's reference
-    session = VerifySession(0, cache_bytes=2 * per_trial)
+    session = VerifierSession(0, cache_bytes=2 * per_trial)
     trials = [TrialRun(spec, seed, kernel, params) for seed in (1, 2, 3)]
     for trial in trials:
         assert isinstance(session.reference(trial), float)

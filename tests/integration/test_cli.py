@@ -2,8 +2,10 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -280,3 +282,54 @@ def test_a_tune_past_its_timeout_is_cancelled_and_leaves_the_files_of_its_best_s
     assert "files of the best so far in" in _out(result) and "Traceback" not in _out(result)
     [job_dir] = out.iterdir()
     assert {"history.json", "overview.txt", "transcript.log"} <= {p.name for p in job_dir.iterdir()}
+
+
+def _tune_matmul_then_interrupt(home: Path, signals: int) -> tuple[subprocess.CompletedProcess, float]:
+    """`kforge tune` of matmul in replay (a minute of compiles without a GPU), interrupted as Ctrl-C does it
+    (SIGINT to the terminal's foreground process group) once its third configuration is printed, `signals`
+    times 50 ms apart; returns what it printed, and the seconds from the first signal to its exit."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
+    env.update(KFORGE_HOME=str(home), COLUMNS="200", NO_COLOR="1")
+    process = subprocess.Popen([str(KFORGE), "tune", "examples/matmul.cu", "--replay", "--verbose", "--out",
+                                str(home / "out")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    printed = []
+    while sum("ConfigMeasured" in line for line in printed) < 3 and (line := process.stdout.readline()):
+        printed.append(line)
+    sent = time.monotonic()
+    for _ in range(signals):
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(0.05)
+    stdout, stderr = process.communicate(timeout=30)
+    exited = time.monotonic() - sent
+    return subprocess.CompletedProcess(process.args, process.returncode, "".join(printed) + stdout, stderr), exited
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["ctrl-c", "ctrl-c twice"])
+def test_ctrl_c_cancels_the_tune_within_2_s_and_keeps_its_best_so_far(tmp_path, signals):
+    result, exited = _tune_matmul_then_interrupt(tmp_path, signals)
+
+    out = _out(result)
+    assert "ConfigMeasured" in out, out  # it was searching when interrupted
+    job_id = re.search(r"job (\w+) submitted", out).group(1)
+    assert result.returncode == 130, out
+    assert exited < 2, f"exited {exited:.2f} s after the first SIGINT"
+    assert "Traceback" not in out
+    shown = kforge(tmp_path, "show", job_id, "--json")  # a second Ctrl-C may leave the cancel to the next command
+    assert json.loads(shown.stdout)["status"] == "cancelled", _out(shown)
+    if signals == 1:
+        assert f"interrupted (SIGINT): job {job_id} cancelled" in out
+        written = {p.name for p in (tmp_path / "out" / job_id).iterdir()}
+        [kernel] = [name for name in written if name.endswith(".cu")]
+        assert kernel.startswith("matmul_optimised_") and {"history.json", "overview.txt"} <= written
+        assert json.loads((tmp_path / "out" / job_id / "history.json").read_text())["result"]["best"] is not None
+
+
+def test_a_piped_tune_prints_its_progress_not_a_line_per_configuration_within_80_columns(tmp_path):
+    result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--replay", "--no-save", columns=80)
+
+    assert result.returncode == 0, _out(result)
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert "ConfigMeasured" not in result.stdout and "TuningCompleted" in result.stdout
+    assert any(line.startswith("  [REPLAY] tuning 6/6, done") for line in lines), result.stdout

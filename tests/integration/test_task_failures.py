@@ -26,7 +26,7 @@ from shared.bus import CeleryBus, configure_celery
 from shared.events import BaselineRequested, TaskFailed
 from shared.eventstore import EventStore
 from shared.jobs import Admission, cancel_orphaned_jobs, follow_job, get_job, job_events, submit_job
-from shared.projections import outstanding_requests
+from shared.requests import outstanding_requests
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from kforge.render import describe, steps_table
 from services.benchmark.handlers import compare_kernels, measure_baseline
 from services.benchmark.replay import Recording, ReplayBook
 from services.benchmark.resources import BenchmarkResources
-from services.benchmark.sampling import speedup_interval
+from services.benchmark.sampling import settled, speedup_interval
 from services.planner import step_flow
 from services.planner.policy import react
 from shared.contracts import CompareKernels
@@ -19,12 +19,13 @@ from shared.device.probe import DeviceInfo
 from shared.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
                            CandidateVerified, ComparisonRequested, GenerationRequested, JobSubmitted, KernelsCompared, StepAccepted,
                            StepDiscarded, TuningCompleted, TuningRequested, VerificationRequested)
-from shared.projections import job_stream, outstanding_requests, project_job
+from shared.projections import job_stream, project_job
+from shared.requests import outstanding_requests
 from shared.reports.tracker import performance_tracker
-from shared.spec import CandidateSpec, TuningStep
+from shared.spec import TuningStep
 from shared.steps import TUNED_SUFFIX, project_optimisation
 from tests.conftest import HAS_GPU
-from tests.fakes import RecordingBus, ScriptedSession
+from tests.fakes import RecordingBus, ScriptedBenchmarkSession
 from tests.report_streams import rewrite_job
 
 JOB = "cmp000000001"
@@ -133,7 +134,7 @@ def test_a_step_accepted_before_intervals_reads_with_its_ratio_and_no_interval()
     assert event.speedup == pytest.approx(1.25) and event.speedup_ci is None
 
 
-def test_the_log_ratio_interval_of_paired_samples():
+def test_the_median_ratio_interval_of_paired_samples():
     # Both kernels drift together; the candidate is 1.25x faster with a little noise of its own.
     drift = [1.0, 1.1, 0.95, 1.2, 1.05, 1.0]
     old = [2.0 * d for d in drift]
@@ -142,7 +143,22 @@ def test_the_log_ratio_interval_of_paired_samples():
     assert low < speedup < high and speedup == pytest.approx(1.25, rel=1e-3)
     assert high - low < 0.05  # the shared drift cancels in the pairs
     assert speedup_interval([2.0], [1.0]) == (pytest.approx(2.0), None)
-    assert speedup_interval([1.0] * 3, [1.0] * 3) == (1.0, (1.0, 1.0))
+    assert speedup_interval([1.0] * 5, [1.0] * 5) == (1.0, None)  # too few pairs to bound a median at 95%
+    assert speedup_interval([1.0] * 6, [1.0] * 6) == (1.0, (1.0, 1.0))
+
+
+def test_one_disturbed_pair_neither_moves_nor_widens_the_interval():
+    old, new = [1.15] * 15, [1.0] * 15
+    disturbed = [*new[:7], 3.0, *new[8:]]  # one launch caught behind a clock change
+    assert speedup_interval(old, disturbed) == speedup_interval(old, new) == (pytest.approx(1.15), (1.15, 1.15))
+
+
+def test_pairs_are_settled_once_the_interval_leaves_the_bar():
+    noisy = [1.0 + 0.05 * (-1) ** i for i in range(15)]
+    assert settled([1.2] * 15, noisy, bar=1.02)  # well above: more pairs would not change the verdict
+    assert settled([0.8] * 15, noisy, bar=1.02)  # well below
+    assert not settled([1.03] * 15, noisy, bar=1.02)  # straddles the bar: time more pairs
+    assert not settled([1.5] * 5, [1.0] * 5, bar=1.02)  # no interval yet
 
 
 # --- the benchmark's answer --------------------------------------------------------------------------------
@@ -189,7 +205,8 @@ def test_in_replay_the_recorded_samples_are_paired(store, vector_add_spec, tmp_p
     request = _stored(store, comparing(spec))
     book = ReplayBook(tmp_path / "book.json")
     device = DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", arch="sm_90", max_threads=1024, peaks=None)
-    for candidate, samples in ((request.incumbent, [1.0, 1.01, 0.99, 1.0]), (request.candidate, [0.8, 0.81, 0.79])):
+    for candidate, samples in ((request.incumbent, [1.0, 1.01, 0.99, 1.0, 1.0, 1.02, 0.98]),
+                               (request.candidate, [0.8, 0.81, 0.79, 0.8, 0.8, 0.8])):
         recorded = spec.for_candidate(candidate)
         book.add(recorded, Recording.of(recorded, device, "2026-11-23", recorded.baseline_params(),
                                         _measured(samples)))
@@ -198,7 +215,8 @@ def test_in_replay_the_recorded_samples_are_paired(store, vector_add_spec, tmp_p
 
     answer = store.read_stream(STREAM)[-1]
     assert answer.replay and answer.error is None and "recorded" in answer.device
-    assert answer.incumbent_samples_ms == [1.0, 1.01, 0.99] and answer.candidate_samples_ms == [0.8, 0.81, 0.79]
+    assert answer.incumbent_samples_ms == [1.0, 1.01, 0.99, 1.0, 1.0, 1.02]
+    assert answer.candidate_samples_ms == [0.8, 0.81, 0.79, 0.8, 0.8, 0.8]
     assert answer.speedup == pytest.approx(1.25, rel=0.01) and answer.speedup_ci is not None
     assert "[REPLAY]" in describe(answer)
 
@@ -214,7 +232,7 @@ def test_in_replay_without_recordings_the_tuning_medians_stand(store, vector_add
 
 
 def _on_the_scripted_gpu(handler, store, request) -> None:
-    resources = BenchmarkResources(0, compile_workers=1, session_factory=ScriptedSession)
+    resources = BenchmarkResources(0, compile_workers=1, session_factory=ScriptedBenchmarkSession)
     try:
         handler(store, RecordingBus(), JOB, request.event_id, resources)
     finally:
@@ -229,7 +247,7 @@ def _measured(samples):
 
 # --- a baseline whose output disagrees with its own reference run ---------------------------------------------
 def test_a_baseline_output_mismatch_is_reported_at_stage_output(store, vector_add_spec):
-    spec = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "params": {"block_size_x": ScriptedSession.WRONG},
+    spec = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "params": {"block_size_x": ScriptedBenchmarkSession.WRONG},
                                            "benchmark": {**vector_add_spec.benchmark.model_dump(), "timeout_s": 5}})
     submitted = JobSubmitted(stream_id=STREAM, spec=spec)
     (request,) = react(submitted, project_job([submitted]), ["0"]).events

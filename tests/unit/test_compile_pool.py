@@ -1,11 +1,13 @@
 """The compile cache and the parallel compile pool, with real NVRTC (no GPU needed)."""
 import itertools
+import time
 
 import pytest
 
 from kforge.specfile import load_spec
 from services.benchmark.compile_cache import CompileCache
 from services.benchmark.compile_pool import CompilePool
+from shared.device import compiler
 from shared.device.compiler import compile_kernel
 from shared.device.nvrtc import CompileError
 from tests.conftest import EXAMPLES
@@ -97,3 +99,20 @@ extern "C" __global__ void k(float *out) { out[0] = BOMB; }
         again = list(pool.compile_all(source, "k", [{"BOMB": 0}], [], ARCH))
     assert isinstance(first[0].error, CompileError) and "KFORGE_COMPILE_CPU_S" in str(first[0].error)
     assert first[1].kernel is not None and again[0].kernel is not None
+
+
+def test_a_batch_abandoned_part_way_drops_the_compiles_not_yet_started(monkeypatch, matmul):
+    """A cancelled search stops taking outcomes: what is still queued is not compiled for nobody."""
+    started = []
+
+    def slow_compile(source, kernel_name, params, options, arch):
+        started.append(params)
+        time.sleep(0.05)
+        raise CompileError("stand-in", "")
+
+    monkeypatch.setattr(compiler, "compile_kernel", slow_compile)
+    with CompilePool(workers=1) as pool:
+        outcomes = pool.compile_all(matmul.source, matmul.kernel_name, matmul_configs(matmul, 20), [], ARCH)
+        next(outcomes)
+        outcomes.close()
+    assert len(started) <= 2  # the one taken, and at most the one compiling when the rest were dropped

@@ -11,13 +11,13 @@ from services.generator import handlers as generator
 from services.planner.handlers import catch_up
 from services.verifier import handlers as verifier
 from shared.contracts import CompareKernels, Generate, MeasureBaseline, TuneShard, VerifyCandidate
-from shared.device.process import DeviceProcess
+from shared.device.process import GpuProcess
 from shared.events import (CandidateGenerated, CandidateVerified, GeneratorCalled, JobCompleted, StepAccepted,
                            StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested)
 from shared.projections import job_stream, project_job
 from shared.settings import Settings
 from shared.steps import TUNED_SUFFIX, project_optimisation
-from tests.fakes import RecordingBus, ScriptedSession, ScriptedVerifySession, scripted_time_ms
+from tests.fakes import RecordingBus, ScriptedBenchmarkSession, ScriptedVerifierSession, scripted_time_ms
 from tests.unit.test_tune_job import submit
 
 
@@ -27,8 +27,8 @@ BENCHMARK = {MeasureBaseline.task: benchmark.measure_baseline, TuneShard.task: b
 
 @pytest.fixture(scope="module")
 def gpu():
-    resources = BenchmarkResources(0, compile_workers=2, session_factory=ScriptedSession)
-    verify = DeviceProcess(0, ScriptedVerifySession)
+    resources = BenchmarkResources(0, compile_workers=2, session_factory=ScriptedBenchmarkSession)
+    verify = GpuProcess(0, ScriptedVerifierSession)
     yield resources, verify
     resources.close()
     verify.close()

@@ -69,16 +69,17 @@ def test_a_tolerance_the_references_spread_widened_is_shown_and_a_default_one_is
 LOG = "kernel.cu(4): error: expected a \";\"\n      a[i] = b[i+1];\n"
 
 
-def test_a_compilers_log_and_reason_are_printed_verbatim_by_tune(monkeypatch):
+def test_a_compilers_log_and_reason_are_printed_verbatim_by_tune():
     from rich.console import Console
 
     from kforge import cli
     from shared.events import CandidateRejected
 
-    monkeypatch.setattr(cli, "console", Console(width=80, record=True, highlight=False))
-    cli._show_progress(CandidateRejected(stream_id="job-1", stream_version=7, request_id=uuid4(), candidate_id="c",
-                                         check="compile", reason="a[i] = b[i+1]; does not compile", log=LOG))
-    printed = cli.console.export_text()
+    console = Console(width=80, record=True, highlight=False)
+    cli._Follower(console, verbose=False).show(CandidateRejected(
+        stream_id="job-1", stream_version=7, request_id=uuid4(), candidate_id="c", check="compile",
+        reason="a[i] = b[i+1]; does not compile", log=LOG))
+    printed = console.export_text()
     assert "compile: a[i] = b[i+1]; does not compile" in printed
     assert "a[i] = b[i+1];" in printed.split("NVRTC log")[1]
 

@@ -10,7 +10,7 @@ from kforge.specfile import load_spec
 from services.benchmark.handlers import measure_baseline
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.measurement import Measured, Order
-from services.benchmark.replay import Recording, ReplayBook, ReplayHost, measurement_key
+from services.benchmark.replay import Recording, ReplayBook, ReplayProcess, measurement_key
 from shared.device.probe import DeviceInfo
 from shared.device.process import Failed
 from services.planner.policy import react
@@ -89,18 +89,18 @@ def test_the_cli_offers_replay_without_a_gpu_and_labels_it(tmp_path):
     replayed = subprocess.run([*args, "--replay"], capture_output=True, text=True, env=env, timeout=120)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "[REPLAY]" in replayed.stdout and "replayed measurements" in replayed.stdout
-    assert "tuned" in replayed.stdout and replayed.stdout.count("ConfigMeasured") == 6
+    assert "tuned" in replayed.stdout and "[REPLAY] tuning 6/6, done" in replayed.stdout
     jobs = subprocess.run([str(kforge), "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
     assert "[REPLAY]" in jobs
 
 
 def replayed(recorded: Measured, best_ms: float | None) -> Measured | Failed:
-    """What a replay host answers for one configuration recorded as `recorded`, when this run's best is `best_ms`."""
+    """What a ReplayProcess answers for one configuration recorded as `recorded`, when this run's best is `best_ms`."""
     spec = replaying(example("vector_add"))
     book = ReplayBook(Path("/nonexistent"))
     params = {"block_size_x": 128}
     book.add(spec, Recording.of(spec, DeviceInfo(index=0, name="H100", arch="sm_90"), "2026-11-23", params, recorded))
-    return ReplayHost(book, spec).measure(Order(params=params, kernel=None, grid=(1, 1, 1), block=(128, 1, 1),
+    return ReplayProcess(book, spec).measure(Order(params=params, kernel=None, grid=(1, 1, 1), block=(128, 1, 1),
                                                 best_ms=best_ms))
 
 

@@ -245,9 +245,9 @@ def test_the_run_file_carries_the_small_trial(vector_add_spec, tmp_path):
 # --- the hook in the verifier -------------------------------------------------------------------------------
 def test_the_verifier_records_the_sanitiser_verdict_with_its_answer(store, vector_add_spec, monkeypatch, tmp_path):
     from services.verifier import handlers
-    from shared.device.process import DeviceProcess
+    from shared.device.process import GpuProcess
     from shared.projections import job_stream
-    from tests.fakes import RecordingBus, ScriptedVerifySession
+    from tests.fakes import RecordingBus, ScriptedVerifierSession
     from tests.unit.test_tune_job import submit
 
     monkeypatch.setenv("KFORGE_COMPUTE_SANITIZER", str(tmp_path / "none"))  # as on a machine without the tool
@@ -256,7 +256,7 @@ def test_the_verifier_records_the_sanitiser_verdict_with_its_answer(store, vecto
     request = VerificationRequested(stream_id=job_stream(job_id), queue="verifier.0", candidate_id="one_prompt",
                                     candidate=spec.as_candidate())
     store.append(job_stream(job_id), [request], expected_version=None)
-    process = DeviceProcess(0, ScriptedVerifySession)
+    process = GpuProcess(0, ScriptedVerifierSession)
     try:
         handlers.verify_candidate(store, RecordingBus(), job_id, request.event_id, lambda: process, "sm_90")
     finally:

@@ -13,16 +13,16 @@ from shared.events import (BaselineMeasured, ConfigFailed, ConfigMeasured, JobSu
                            TuningRequested)
 from shared.jobs import cancel_job
 from shared.projections import job_stream, project_job
-from tests.fakes import RecordingBus, ScriptedSession, scripted_time_ms
+from tests.fakes import RecordingBus, ScriptedBenchmarkSession, scripted_time_ms
 
-BLOCKS = [64, 128, 192, 256, ScriptedSession.POISON, ScriptedSession.WRONG, 384, 512]
+BLOCKS = [64, 128, 192, 256, ScriptedBenchmarkSession.POISON, ScriptedBenchmarkSession.WRONG, 384, 512]
 HANDLERS = {MeasureBaseline.task: handlers.measure_baseline, TuneShard.task: handlers.tune_shard}
 
 
 @pytest.fixture
 def gpus():
     """One warm set of resources per GPU queue, as one benchmark worker per GPU keeps."""
-    resources = {gpu: BenchmarkResources(int(gpu), compile_workers=1, session_factory=ScriptedSession)
+    resources = {gpu: BenchmarkResources(int(gpu), compile_workers=1, session_factory=ScriptedBenchmarkSession)
                  for gpu in ("0", "1")}
     yield resources
     for r in resources.values():
@@ -71,7 +71,7 @@ def test_a_brute_force_tune_is_split_over_both_gpus_and_merged(store, gpus, swee
     outcomes = [e for e in history if isinstance(e, ConfigMeasured | ConfigFailed)]
     assert sorted(e.params["block_size_x"] for e in outcomes) == sorted(BLOCKS)
     assert {e.params["block_size_x"] for e in outcomes if isinstance(e, ConfigFailed)} == {
-        ScriptedSession.POISON, ScriptedSession.WRONG}
+        ScriptedBenchmarkSession.POISON, ScriptedBenchmarkSession.WRONG}
     (completed,) = [e for e in history if isinstance(e, TuningCompleted)]
     assert completed.best_params == {"block_size_x": 256} and completed.configs_failed == 2
     assert completed.speedup == pytest.approx(view.baseline_ms / scripted_time_ms(256))

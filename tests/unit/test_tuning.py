@@ -9,10 +9,10 @@ from kernel_tuner.util import ErrorConfig, get_best_config
 from services.benchmark.tuning import (SetupFailed, SpaceEvaluator, _kernel_tuner, _runner_class, reference_setup,
                                        search)
 from shared.events import ConfigFailed, ConfigMeasured
-from tests.fakes import InProcessHost, ScriptedSession, scripted_time_ms
+from tests.fakes import LocalProcess, ScriptedBenchmarkSession, scripted_time_ms
 
-# The stand-in's cues that fail without killing anything (hang and crash need a real process: test_gpu_host).
-SAFE = [b for b in range(32, 1025, 32) if b not in (ScriptedSession.HANG, ScriptedSession.CRASH)]
+# The stand-in's cues that fail without killing anything (hang and crash need a real process: test_benchmark_process).
+SAFE = [b for b in range(32, 1025, 32) if b not in (ScriptedBenchmarkSession.HANG, ScriptedBenchmarkSession.CRASH)]
 
 
 def with_blocks(spec, blocks, **search):
@@ -20,9 +20,9 @@ def with_blocks(spec, blocks, **search):
                                 "benchmark": {**spec.benchmark.model_dump(), "search": search or {}}})
 
 
-def evaluator(spec, pool, host=None, sent=None, **kw):
-    host = host or InProcessHost(ScriptedSession(0))
-    return SpaceEvaluator(spec, host, pool, "sm_90", "job-t", uuid4(),
+def evaluator(spec, pool, process=None, sent=None, **kw):
+    process = process or LocalProcess(ScriptedBenchmarkSession(0))
+    return SpaceEvaluator(spec, process, pool, "sm_90", "job-t", uuid4(),
                           (sent if sent is not None else []).extend, **kw)
 
 
@@ -36,12 +36,13 @@ def test_brute_force_ranks_only_configurations_that_ran_correctly(sweep_spec, co
     assert sorted(o.params["block_size_x"] for o in outcomes) == SAFE
     assert sorted(o.params["block_size_x"] for o in sent) == SAFE  # every outcome was handed on to be recorded
     failed = {o.params["block_size_x"]: o for o in outcomes if isinstance(o, ConfigFailed)}
-    assert failed[ScriptedSession.POISON].stage == "launch" and "ILLEGAL_ADDRESS" in failed[ScriptedSession.POISON].reason
-    assert failed[ScriptedSession.WRONG].stage == "output"
-    assert "OUT_OF_RESOURCES" in failed[ScriptedSession.NO_LAUNCH].reason
+    poisoned = failed[ScriptedBenchmarkSession.POISON]
+    assert poisoned.stage == "launch" and "ILLEGAL_ADDRESS" in poisoned.reason
+    assert failed[ScriptedBenchmarkSession.WRONG].stage == "output"
+    assert "OUT_OF_RESOURCES" in failed[ScriptedBenchmarkSession.NO_LAUNCH].reason
     # 1e-6 ms for 12 MB would be 12,000 TB/s: rejected as impossible, never ranked
-    assert failed[ScriptedSession.TOO_FAST].stage == "roofline"
-    assert "above the device's" in failed[ScriptedSession.TOO_FAST].reason
+    assert failed[ScriptedBenchmarkSession.TOO_FAST].stage == "roofline"
+    assert "above the device's" in failed[ScriptedBenchmarkSession.TOO_FAST].reason
     assert ev.tally.best.params == {"block_size_x": 256}
     assert ev.tally.best.median_ms == pytest.approx(scripted_time_ms(256))
     measured = [o for o in outcomes if isinstance(o, ConfigMeasured)]
@@ -50,9 +51,9 @@ def test_brute_force_ranks_only_configurations_that_ran_correctly(sweep_spec, co
 
 
 def test_kernel_tuner_sees_errors_as_error_markers_never_as_times(sweep_spec, compile_pool):
-    spec = with_blocks(sweep_spec, [ScriptedSession.NO_LAUNCH, ScriptedSession.TOO_FAST, 128, 256])
+    spec = with_blocks(sweep_spec, [ScriptedBenchmarkSession.NO_LAUNCH, ScriptedBenchmarkSession.TOO_FAST, 128, 256])
     kt = _kernel_tuner()
-    runner = _runner_class(kt)(evaluator(spec, compile_pool), ScriptedSession(0).info)
+    runner = _runner_class(kt)(evaluator(spec, compile_pool), ScriptedBenchmarkSession(0).info)
     options = kt.Options(tune_params=spec.tune_params, budget=kt.TuningBudget(time_limit=None, max_fevals=4))
 
     results = runner.run([(320,), (32,), (128,), (256,)], options)
@@ -75,13 +76,13 @@ def test_revisits_and_already_recorded_outcomes_are_not_measured_again(sweep_spe
     spec = with_blocks(sweep_spec, [128, 256, 512])
     first = evaluator(spec, compile_pool)
     recorded = first.evaluate([{"block_size_x": 128}, {"block_size_x": 256}])
-    host = InProcessHost(ScriptedSession(0))
-    again = evaluator(spec, compile_pool, host=host, recorded=recorded)
+    process = LocalProcess(ScriptedBenchmarkSession(0))
+    again = evaluator(spec, compile_pool, process=process, recorded=recorded)
 
     outcomes = again.evaluate([{"block_size_x": 256}, {"block_size_x": 512}, {"block_size_x": 512}])
 
     assert [o.params["block_size_x"] for o in outcomes] == [256, 512, 512]
-    assert [o.params["block_size_x"] for o in host.orders] == [512]  # only the new one reached the GPU
+    assert [o.params["block_size_x"] for o in process.orders] == [512]  # only the new one reached the GPU
     assert outcomes[0] is recorded[1] and outcomes[1] is outcomes[2]
     assert again.tally.best.params == {"block_size_x": 256}
 
@@ -117,21 +118,21 @@ def test_the_examples_spaces_are_what_kernel_tuner_builds(vector_add_spec):
 def test_every_configuration_is_launched_with_its_own_dynamic_shared_memory(sweep_spec, compile_pool):
     shared = sweep_spec.model_validate({**sweep_spec.model_dump(), "smem_args": {"size": "block_size_x * 4"}})
     spec = with_blocks(shared, [64, 128, 512])
-    host = InProcessHost(ScriptedSession(0))
+    process = LocalProcess(ScriptedBenchmarkSession(0))
 
-    search(spec, evaluator(spec, compile_pool, host=host))
+    search(spec, evaluator(spec, compile_pool, process=process))
 
-    assert {o.params["block_size_x"]: o.shared_bytes for o in host.orders} == {64: 256, 128: 512, 512: 2048}
+    assert {o.params["block_size_x"]: o.shared_bytes for o in process.orders} == {64: 256, 128: 512, 512: 2048}
     assert reference_setup(spec, compile_pool.cache, "sm_90").reference_shared_bytes == 256 * 4  # its params: 256
 
 
 def test_a_configuration_whose_shared_memory_is_negative_fails_without_a_launch(sweep_spec, compile_pool):
     spec = with_blocks(sweep_spec.model_validate({**sweep_spec.model_dump(),
                                                   "smem_args": {"size": "(block_size_x - 100) * 4"}}), [64, 128])
-    host = InProcessHost(ScriptedSession(0))
+    process = LocalProcess(ScriptedBenchmarkSession(0))
 
-    outcomes = search(spec, evaluator(spec, compile_pool, host=host))
+    outcomes = search(spec, evaluator(spec, compile_pool, process=process))
 
     failed = {o.params["block_size_x"]: o for o in outcomes if isinstance(o, ConfigFailed)}
     assert list(failed) == [64] and failed[64].stage == "geometry" and "0 or more" in failed[64].reason
-    assert [o.params["block_size_x"] for o in host.orders] == [128]
+    assert [o.params["block_size_x"] for o in process.orders] == [128]

@@ -216,6 +216,37 @@ def test_a_verify_job_asks_the_verifier_and_ends_with_its_answer(store):
     assert failed.stage == "verify: signature" and "parameter 3 (n)" in failed.reason
 
 
+def test_an_unrelated_event_landing_while_it_verifies_costs_no_second_verification(store):
+    """shared/requests.py's rule: the answer goes after whatever the stream gained meanwhile (here another task's
+    TaskProfiled), instead of the task failing and verifying again."""
+    from datetime import UTC, datetime
+    from uuid import uuid4
+
+    from shared.events import TaskProfiled
+
+    spec = spec_of("good_grid_stride.cu")
+    job = JobSubmitted(stream_id="job-busy", spec=spec)
+    request = request_for(spec).model_copy(update={"stream_id": job.stream_id})
+    store.append(job.stream_id, [job, request], expected_version=0)
+    asked = []
+
+    def device_while_the_stream_moves():
+        asked.append(1)
+        store.append(job.stream_id, [TaskProfiled(stream_id=job.stream_id, request_id=uuid4(), task="benchmark.tune",
+                                                  worker="elsewhere:1", started_at=datetime.now(UTC), wall_s=1.0,
+                                                  peak_rss_mb=1.0)], expected_version=None)
+        no_device()
+
+    bus = RecordingBus()
+    handlers.verify_candidate(store, bus, "busy", request.event_id, device_while_the_stream_moves, "sm_90")
+    handlers.verify_candidate(store, bus, "busy", request.event_id, device_while_the_stream_moves, "sm_90")
+
+    assert len(asked) == 1
+    assert [e.type for e in store.read_stream(job.stream_id)] == ["JobSubmitted", "VerificationRequested",
+                                                                 "TaskProfiled", "VerificationIncomplete"]
+    assert len(bus.messages) == 2
+
+
 def test_a_verified_candidate_completes_its_job(store):
     from services.planner.policy import react
     from shared.projections import project_job

@@ -33,9 +33,10 @@ class RulesProvider:
         candidates = _untried(prompt)
         steps = [TuningStep(id=rule.id, description=rule.description, tune_params=rule.tune_params(prompt.spec))
                  for rule in candidates]
-        order = f"{prompt.focus.upper()} order" if prompt.focus else "catalog order"
-        note = (f"Offline rules that apply to the current kernel and were not tried yet, in {order}."
-                if steps else "No offline rule is left that applies to the current kernel and was not tried yet.")
+        order = f"{prompt.focus.upper()} order" if prompt.focus else "the plan's order (restructuring first)"
+        note = (f"{rules.found(prompt.spec)} Offline rules that apply to the current kernel and were not tried yet, "
+                f"in {order}." if steps else
+                "No offline rule is left that applies to the current kernel and was not tried yet.")
         return plan_text(steps, note=note)
 
     def _validate(self, prompt: Prompt) -> str:
@@ -54,7 +55,7 @@ class RulesProvider:
             candidate, applied = _apply(prompt, step_id), [step_id]
         elif step_id == "one_prompt":
             candidate, applied = prompt.current, []
-            for rule in rules.CATALOG:
+            for rule in rules.in_focus_order(None):
                 if rules.check(rule.id, prompt.spec, candidate) is None:
                     candidate = rules.apply(rule.id, prompt.spec, candidate)
                     applied.append(rule.id)

@@ -1,7 +1,8 @@
-"""The offline rules kforge knows, and the order a refinement tries them in for each performance category.
+"""The offline rules kforge knows, the order a plan tries them in, and the order a refinement tries them in for
+each performance category.
 
-Their ids double as kforge's default explicit steps, and their tune parameters are the names the rewritten
-code uses, so a step's tune_params and its candidate's agree by construction.
+The first six ids double as kforge's default explicit steps, and their tune parameters are the names the
+rewritten code uses, so a step's tune_params and its candidate's agree by construction.
 """
 from dataclasses import dataclass
 
@@ -15,7 +16,8 @@ class Rule:
     parameter: str | None = None  # the tune parameter the rule introduces, if any
     values: tuple[ParamValue, ...] = ()
     default: ParamValue | None = None  # the value a new candidate starts from
-    elementwise: bool = False  # rendered from the submitted kernel's model rather than edited into the current one
+    rendered: bool = False  # printed from a model of the submitted kernel (its shape) rather than edited into the current one
+    restrictions: tuple[str, ...] = ()  # added to the candidate's; {x} is the spec's x block size name
 
     def parameter_name(self, spec: KernelSpec) -> str | None:
         """The identifier the code and the tune_params use; for block_size, whatever the spec calls the x block
@@ -26,37 +28,72 @@ class Rule:
         name = self.parameter_name(spec)
         return {name: list(self.values)} if name else {}
 
+    def restrictions_for(self, spec: KernelSpec) -> list[str]:
+        return [r.format(x=spec.block_size_names[0]) for r in self.restrictions]
+
 
 CATALOG = (
     Rule("block_size", "Make the thread block size a tune parameter, replacing blockDim.x in the code by that "
                        "compile-time constant.", "block_size_x", (32, 64, 128, 256, 512, 1024), 256),
     Rule("restrict", "Mark the pointer parameters __restrict__ (and the pure inputs const), so the compiler may "
                      "keep values in registers and read inputs through the read-only cache."),
-    Rule("elements_per_thread", "Let each thread handle several elements in a grid-stride loop, with the grid "
-                                "shrunk by the tunable elements_per_thread.",
-         "elements_per_thread", (1, 2, 4, 8, 16), 4, elementwise=True),
+    Rule("elements_per_thread", "Let each thread handle several elements (or points of its 2D or 3D grid) in a "
+                                "loop, with the grid shrunk by the tunable elements_per_thread.",
+         "elements_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
     Rule("vectorize", "Load and store four elements at a time through 128-bit vector types (float4, int4, uint4), "
-                      "with a scalar loop for the last n % 4 elements.", elementwise=True),
+                      "with a scalar loop for the last n % 4 elements.", rendered=True),
     Rule("unroll", "Unroll every loop that has no unroll pragma yet by the tunable loop_unroll_factor.",
          "loop_unroll_factor", (1, 2, 4, 8), 4),
     Rule("launch_bounds", "Declare __launch_bounds__ with the block size, so the compiler budgets registers for "
                           "exactly that many threads per block."),
+    # The rules that restructure a kernel of a shape their recogniser found (services/generator/rules/shapes.py).
+    Rule("hierarchical_reduction", "Replace atomics that add every element (or every warp's sum) into one "
+                                   "address by a hierarchical reduction: each thread sums elements_per_thread "
+                                   "elements in a register, each warp combines its threads' sums with "
+                                   "__shfl_down_sync, and one atomic per block and address adds the block's.",
+         rendered=True),
+    Rule("shared_tile", "Stage a square tile of block_size_x x block_size_x elements in shared memory, padded by "
+                        "one column against bank conflicts, so that the strided (transposed) writes become "
+                        "coalesced; the block's block_size_y rows of threads walk the tile.", rendered=True),
+    Rule("register_blocking", "Let each thread of a stencil compute points_per_thread consecutive points along "
+                              "its slowest axis, unrolled, so the input values neighbouring points share are "
+                              "loaded once and kept in registers; the grid shrinks by the same factor.",
+         "points_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
+    Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
+                         "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
+                         "rows per block.", rendered=True),
+    Rule("shuffle_reduction", "Replace each shared-memory tree reduction (a halving loop with a barrier per step) "
+                              "by warp shuffles: every warp reduces its values in registers, then one warp the "
+                              "warps' results, two barriers instead of one per halving.",
+         restrictions=("{x} % 32 == 0",)),
+    Rule("vectorize_loops", "Load and store the arrays of each strided loop (over a row, or over the grid) four "
+                            "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "
+                            "run time, with a scalar loop for the remaining elements."),
 )
 RULES = {rule.id: rule for rule in CATALOG}
+STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "shuffle_reduction")
+
+# The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
+# the other rules then apply to what it printed), then the others in catalog order.
+PLAN_ORDER = (*STRUCTURAL, "block_size", "restrict", "elements_per_thread", "vectorize", "vectorize_loops", "unroll",
+              "launch_bounds")
 
 # Multiturn refinement names the category of the current kernel's speed; each order tries first what most
 # often helps a kernel in that category.
 FOCUS_ORDERS = {
-    "SLOW": ("vectorize", "elements_per_thread", "restrict", "block_size", "launch_bounds", "unroll"),  # memory first
-    "MODERATE": ("block_size", "elements_per_thread", "vectorize", "restrict", "launch_bounds", "unroll"),
-    "GOOD": ("unroll", "launch_bounds", "block_size", "restrict", "elements_per_thread", "vectorize"),  # fine tuning
+    "SLOW": (*STRUCTURAL, "vectorize", "vectorize_loops", "elements_per_thread", "restrict", "block_size",
+             "launch_bounds", "unroll"),  # memory first
+    "MODERATE": (*STRUCTURAL, "block_size", "elements_per_thread", "vectorize", "vectorize_loops", "restrict",
+                 "launch_bounds", "unroll"),
+    "GOOD": ("unroll", "launch_bounds", "block_size", "restrict", "elements_per_thread", "vectorize",
+             "vectorize_loops", *STRUCTURAL),  # fine tuning
 }
 
 
 def in_focus_order(focus: str | None) -> tuple[Rule, ...]:
-    """The rules in the order for `focus` (SLOW, MODERATE or GOOD), or in catalog order without one."""
+    """The rules in the order for `focus` (SLOW, MODERATE or GOOD), or in the plan's order without one."""
     if focus is None:
-        return CATALOG
+        return tuple(RULES[rule_id] for rule_id in PLAN_ORDER)
     order = FOCUS_ORDERS.get(focus.upper())
     if order is None:
         raise ValueError(f"no rule order for focus {focus!r}; the foci are {', '.join(FOCUS_ORDERS)}")

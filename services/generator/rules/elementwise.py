@@ -1,7 +1,8 @@
 """Elementwise kernels: one guarded statement block applied at every index below a bound.
 
-Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY }`, every array in BODY
-indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so each
+Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY }`, or the same BODY in a
+grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`,
+every array in BODY indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so each
 thread handles several elements, or apply it lane by lane to 128-bit vectors of four elements. Both shapes are
 *rendered* from a model of the submitted kernel rather than edited into the current one, so the two features
 compose in either order; both loop over the grid's width, so they are correct for any grid, the one the
@@ -11,8 +12,11 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from services.generator.rules import affine
 from services.generator.rules.cuda_text import (IDENTIFIER, Kernel, closing, find_kernel, fresh_name, identifiers,
                                                  mask, split_top_level)
+from services.generator.rules.statements import Unparsed, statements
+from services.generator.rules.shape import Layout, one_thread_per_point
 from shared.spec import KernelSpec
 
 INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
@@ -47,6 +51,8 @@ def model(spec: KernelSpec) -> Elementwise:
     masked, uncommented = mask(source), mask(source, literals=False)
     start = kernel.body_open + 1
     body = masked[start:kernel.body_close]
+    if re.match(r"\s*for\s*\(", body):
+        return _grid_stride_model(spec, kernel, masked, uncommented)
 
     definition = re.match(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*(?P<expr>[^;]*);",
                           body)
@@ -77,6 +83,49 @@ def model(spec: KernelSpec) -> Elementwise:
     text = uncommented[start + guarded_from:start + guarded_to]
     lines = [line.rstrip() for line in text.split("\n") if line.strip()]
     return Elementwise(source, kernel, index, " ".join(definition["type"].split()), block_x, bound.strip(),
+                       textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
+
+
+def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommented: str) -> Elementwise:
+    """A kernel whose whole body is a grid-stride loop, `for (int i = blockIdx.x * blockDim.x + threadIdx.x;
+    i < n; i += blockDim.x * gridDim.x) BODY`: elementwise when BODY is, whatever the grid."""
+    try:
+        body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    except Unparsed as exc:
+        raise NotElementwise(f"its body could not be read: {exc}") from None
+    if len(body) != 1 or body[0].kind != "for":
+        raise NotElementwise("code follows the grid-stride loop; an elementwise kernel is the loop alone")
+    loop = body[0]
+    init, condition, step = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
+    definition = re.fullmatch(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<expr>.*)",
+                              init, re.DOTALL)
+    if definition is None:
+        raise NotElementwise("the loop does not define its index like `int i = blockIdx.x * blockDim.x + threadIdx.x`")
+    index, x_name = definition["index"], spec.block_size_names[0]
+    block_x = _block_width(definition["expr"], x_name)
+    if block_x is None:
+        raise NotElementwise(f"the loop starts {index} at `{' '.join(definition['expr'].split())}`, not at "
+                             f"blockIdx.x * blockDim.x + threadIdx.x (or with {x_name})")
+    bound = re.fullmatch(rf"\s*{index}\s*<\s*(?P<bound>[^<>=!&|?,]+?)\s*", condition)
+    if bound is None:
+        raise NotElementwise(f"the loop runs while `{' '.join(condition.split())}`, not while `{index} < bound`")
+    increment = re.fullmatch(rf"\s*{index}\s*\+=(?P<step>.*)", step, re.DOTALL)
+    stride = None
+    if increment is not None:
+        try:
+            stride = affine.parse(increment["step"])
+        except affine.NotAffine:
+            pass
+    if stride != {tuple(sorted((block_x, "gridDim.x"))): 1}:
+        raise NotElementwise(f"the loop steps by `{' '.join(step.split())}`, not by {index} += {block_x} * gridDim.x")
+    bound_at = loop.head[0] + len(init) + 1 + bound.start("bound")
+    guarded = loop.body
+    inside = (guarded.inner if guarded.kind == "block" else (guarded.start, guarded.end))
+    text = masked[inside[0]:inside[1]]
+    arrays = _check_guarded(text, index, _array_parameters(spec.source, kernel, spec))
+    lines = [line.rstrip() for line in uncommented[inside[0]:inside[1]].split("\n") if line.strip()]
+    return Elementwise(spec.source, kernel, index, " ".join(definition["type"].split()), block_x,
+                       uncommented[bound_at:bound_at + len(bound["bound"])].strip(),
                        textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
 
 
@@ -239,3 +288,24 @@ def _overwritten_before_read(kernel: Elementwise, name: str) -> bool:
         if re.search(rf"\b{name}\b", statement):
             return False
     return False
+
+
+class ElementwiseShape:
+    name = "elementwise"
+    kind = "an elementwise kernel"
+    rules = ("elements_per_thread", "vectorize")
+
+    def recognise(self, spec: KernelSpec) -> Elementwise:
+        return model(spec)
+
+    def reason(self, rule_id: str, kernel: Elementwise, spec: KernelSpec) -> str | None:
+        if (why := one_thread_per_point(spec, 0)) is not None:
+            return why
+        return vectorize_reason(kernel) if rule_id == "vectorize" else None
+
+    def render(self, kernel: Elementwise, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        """One block per block_size_x threads, each handling elements_per_thread iterations of four-element
+        vectors: the grid then covers the problem once."""
+        ept, vectors = "elements_per_thread" in features, "vectorize" in features
+        divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []), *([4] if vectors else [])]
+        return render(kernel, ept, vectors), Layout(grid_div={"x": divisors})

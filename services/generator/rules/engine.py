@@ -2,14 +2,18 @@
 
 The engine keeps no state: the rules a kernel carries are read from the header comment every rewrite starts
 with (`// kforge rules: restrict, vectorize`), so it works under any strategy and from any point of a job.
-Elementwise features are rendered afresh from the submitted kernel with every feature carried, then the
-textual edits carried are re-applied on top, in their order: the rules compose in any order and a kernel
+A rendered rule restructures the kernel of a shape a recogniser found in the *submitted* kernel
+(services/generator/rules/shapes.py): the shape's features carried are printed afresh from that model, then the
+textual edits carried are re-applied on top, in their order. So the rules compose in any order, and a kernel
 rewritten twice the same way is the same text.
 """
-from services.generator.rules import textual
+import itertools
+
+from services.generator.rules import loops, textual, tree
 from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
-from services.generator.rules.elementwise import Elementwise, NotElementwise, model, render, vectorize_reason
+from services.generator.rules.shape import Layout
+from services.generator.rules.shapes import offering, recognise
 from shared.spec import CandidateSpec, KernelSpec, ParamValue
 
 TEXTUAL = {
@@ -17,6 +21,8 @@ TEXTUAL = {
     "restrict": (textual.restrict_reason, textual.restrict_edit),
     "unroll": (textual.unroll_reason, textual.unroll_edit),
     "launch_bounds": (textual.launch_bounds_reason, textual.launch_bounds_edit),
+    "vectorize_loops": (loops.vectorize_loops_reason, loops.vectorize_loops_edit),
+    "shuffle_reduction": (tree.shuffle_reduction_reason, tree.shuffle_reduction_edit),
 }
 
 
@@ -27,6 +33,17 @@ class RuleNotApplicable(ValueError):
 def applied(source: str) -> tuple[str, ...]:
     """The rules a kernel carries, as its header lists them (none for a kernel without one)."""
     return rules_in_header(source)
+
+
+def found(spec: KernelSpec) -> str:
+    """What the recognisers see in the submitted kernel, in a sentence."""
+    try:
+        shape, _, _ = recognise(spec)
+    except ValueError as exc:
+        return f"The recognisers could not read the kernel: {exc}."
+    if shape is None:
+        return "The recognisers found no shape they restructure."
+    return f"The recognisers found {shape.kind}."
 
 
 def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
@@ -41,12 +58,10 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
     if name is not None and name in _space(spec, current):
         return f"{name} is already a tune parameter of the current kernel"
     try:
-        if rule.elementwise:
-            return _elementwise_reason(rule, spec, current, carried)
+        if rule.rendered:
+            return _rendered_reason(rule, spec, current, carried)
         reason, _ = TEXTUAL[rule_id]
         return reason(without_header(current.source), spec)
-    except NotElementwise as exc:
-        return f"{rule_id} takes elementwise kernels, and this one is not: {exc}"
     except ValueError as exc:  # the source could not be read: no kernel definition, unbalanced brackets
         return str(exc)
 
@@ -58,61 +73,75 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSp
         raise RuleNotApplicable(f"rule {rule_id} does not apply: {reason}")
     rule = RULES[rule_id]
     rules = (*applied(current.source), rule_id)
-    if rule.elementwise:
-        source, grid_div_x = _rebuild(spec, model(spec), rules), _grid_div_x(spec, rules)
+    layout = Layout()
+    if rule.rendered:
+        source, layout = _rebuild(spec, rules)
     else:
         _, edit = TEXTUAL[rule_id]
-        source, grid_div_x = edit(without_header(current.source), spec), current.grid_div_x
-    space = {**_space(spec, current), **rule.tune_params(spec)}
-    return CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name,
-                         params=_default_configuration(spec, current, space, rule), tune_params=space,
-                         restrictions=current.restrictions, grid_div_x=grid_div_x, grid_div_y=current.grid_div_y,
-                         grid_div_z=current.grid_div_z, smem_args=current.smem_args)
+        source = edit(without_header(current.source), spec)
+    space = {**_space(spec, current), **rule.tune_params(spec), **layout.tune_params}
+    restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
+    restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions) if r not in restrictions]
+    divisors = {axis: layout.grid_div.get(axis, getattr(current, f"grid_div_{axis}")) for axis in "xyz"}
+    candidate = CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name, params={},
+                              tune_params=space, restrictions=restrictions, smem_args=current.smem_args,
+                              **{f"grid_div_{axis}": divisors[axis] for axis in "xyz"})
+    params = _default_configuration(spec, current, candidate, rule, layout)
+    return candidate.model_copy(update={"params": params})
 
 
 def _space(spec: KernelSpec, current: CandidateSpec) -> dict[str, list[ParamValue]]:
     return dict(current.tune_params if current.tune_params is not None else spec.tune_params)
 
 
-def _elementwise_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carried: tuple[str, ...]) -> str | None:
-    kernel = model(spec)
-    if rule.id == "vectorize":
-        reason = vectorize_reason(kernel)
-        if reason is not None:
-            return reason
-    if normalised(_rebuild(spec, kernel, carried)) != normalised(current.source):
+def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carried: tuple[str, ...]) -> str | None:
+    shape, model, reasons = recognise(spec)
+    if shape is None or rule.id not in shape.rules:
+        shapes = offering(rule.id)
+        found = f"it is {shape.kind}" if shape is not None else "; ".join(reasons[s.name] for s in shapes)
+        return f"{rule.id} takes {' or '.join(s.kind for s in shapes)}, and this one is not: {found}"
+    reason = shape.reason(rule.id, model, spec)
+    if reason is not None:
+        return reason
+    if normalised(_rebuild(spec, carried)[0]) != normalised(current.source):
         return ("the current kernel is neither the submitted one nor an offline-rules rewrite of it, so the rules "
                 "cannot re-render it")
     return None
 
 
-def _rebuild(spec: KernelSpec, kernel: Elementwise, rules: tuple[str, ...]) -> str:
-    """The submitted kernel with `rules` applied: elementwise features rendered, then textual edits in order."""
-    features = [rule_id for rule_id in rules if RULES[rule_id].elementwise]
-    source = render(kernel, "elements_per_thread" in features, "vectorize" in features) if features else spec.source
+def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:
+    """The submitted kernel with `rules` applied: the shape's features rendered, then textual edits in order."""
+    features = tuple(rule_id for rule_id in rules if RULES[rule_id].rendered)
+    source, layout = spec.source, Layout()
+    if features:
+        shape, model, _ = recognise(spec)
+        source, layout = shape.render(model, features, spec)
     for rule_id in rules:
         if rule_id in TEXTUAL:
             reason, edit = TEXTUAL[rule_id]
             if reason(source, spec) is None:
                 source = edit(source, spec)
-    return source
+    return source, layout
 
 
-def _grid_div_x(spec: KernelSpec, rules: tuple[str, ...]) -> list[str | int]:
-    """One block per block_size_x threads, each handling elements_per_thread iterations of four-element
-    vectors: the grid then covers the problem once."""
-    return [spec.block_size_names[0], *(["elements_per_thread"] if "elements_per_thread" in rules else []),
-            *([4] if "vectorize" in rules else [])]
-
-
-def _default_configuration(spec: KernelSpec, current: CandidateSpec, space: dict[str, list[ParamValue]],
-                           rule: Rule) -> dict[str, ParamValue]:
-    """A value for every tune parameter: the current one, else the spec's, else the rule's default, else the
-    first, whichever is in the space first; parameters outside the space keep their current values."""
+def _default_configuration(spec: KernelSpec, current: CandidateSpec, candidate: CandidateSpec, rule: Rule,
+                           layout: Layout) -> dict[str, ParamValue]:
+    """A value for every tune parameter: the current one, else the rendering's default, else the spec's, else
+    the rule's default, else the first, whichever is in the space first; parameters outside the space keep
+    their current values. When that misses a restriction, the first configuration of the space that meets
+    them all."""
     params = dict(current.params)
+    space = candidate.tune_params
     for name, values in space.items():
-        choices = (current.params.get(name), spec.params.get(name),
+        choices = (current.params.get(name), layout.defaults.get(name), spec.params.get(name),
                    rule.default if name == rule.parameter_name(spec) else None, values[0])
         params[name] = next(choice for choice in choices if choice in values)
+    launched = spec.for_candidate(candidate)
+    if launched.restrictions_hold(params):
+        return params
+    names = list(space)
+    for values in itertools.product(*space.values()):
+        config = {**params, **dict(zip(names, values))}
+        if launched.restrictions_hold(config):
+            return config
     return params
-

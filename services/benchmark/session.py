@@ -1,7 +1,7 @@
-"""The benchmark's session in the GPU process: checks and times configurations of one space.
+"""BenchmarkSession, the benchmark's GpuSession: checks and times configurations of one space.
 
-Runs only in the process that owns the GPU (see gpu_host.py); nothing here runs at import time, and CUDA
-is initialised only there, never in a process that forks.
+Runs only in the child that owns the GPU, spawned by a BenchmarkProcess (process.py); nothing here runs at
+import time, and CUDA is initialised only there, never in a process that forks.
 
 Every launch and synchronisation is checked. A configuration's output is compared with the reference on
 the device (kforge's own comparison kernel), so a 64 MB matrix is not copied back to be checked, within a
@@ -23,7 +23,7 @@ from services.benchmark import sampling
 from services.benchmark.measurement import INPUT_SETS, Duel, Measured, Order, Paired, Setup
 from shared.device.own_kernels import OwnKernels
 from shared.device.process import Failed
-from shared.device.session import SessionBase
+from shared.device.session import GpuSession
 from shared.array_files import ArrayFileError, read_array
 from shared.events import Tolerance
 from shared.inputs import make_arrays
@@ -40,7 +40,7 @@ class InputSet:
     outputs: list
 
 
-class DeviceSession(SessionBase):
+class BenchmarkSession(GpuSession):
     """One GPU, one space at a time: the input sets uploaded once, their reference outputs kept on the device."""
 
     def __init__(self, index: int):
@@ -189,7 +189,9 @@ class DeviceSession(SessionBase):
                 if isinstance(warm, Failed):
                     return _named(side, warm)
         samples: tuple[list[float], list[float]] = ([], [])
-        for i in range(duel.pairs):
+        for i in range(max(duel.pairs, duel.max_pairs)):
+            if i >= duel.pairs and sampling.settled(*samples, duel.bar):
+                break
             inputs = self._timed_set(i)
             # Which goes first alternates every other pair, so neither always follows the other (and each
             # input set sees both orders): a cache the first leaves warm would otherwise favour the second.
@@ -201,7 +203,7 @@ class DeviceSession(SessionBase):
                 if isinstance(timed, Failed):
                     return _named(side, timed)
                 samples[side].append(timed)
-                if i == duel.pairs - 1:
+                if i >= duel.pairs - 1:  # any pair from here on may be the last
                     mismatch, error = self._compare(inputs)
                     if mismatch:
                         return _named(side, _inconsistent("its last launch", inputs, mismatch, error))

@@ -1,0 +1,310 @@
+"""vectorize_loops: strided loops widened to 128-bit loads and stores, where alignment allows at run time.
+
+A loop `for (int c = START; c < END; c += STEP)` whose threads together cover 0..END-1 once (START threadIdx.x
+stepping by the block width, a block walking a row; or the global index stepping by the grid's width, a
+grid-stride loop; written with blockDim.x, the block-size define or a local equal to either) processes
+element c with the same code whichever thread runs it. The arrays it indexes `X[BASE + c]` (BASE not changing
+in the loop, one BASE per array, 4-byte elements, X indexed no other way in the loop) can be taken four
+consecutive elements at a time: vector v (c = 4v .. 4v+3) is loaded as one float4/int4/uint4 per array, the
+body runs once per lane with X[BASE + c] read from (or written into) that lane, and the written vectors are
+stored back whole; any other access (`hist[data[c]]`) stays as it is, at the lane's c. The last END % 4 elements take the original loop, started at 4 * (END / 4).
+The vector loop needs each &X[BASE] 16-byte aligned: a row of a matrix whose width is not a multiple of four is
+not, so the rewrite checks every address at run time and runs the original loop when one is not.
+
+The elements are spread over threads differently, which reorders what a thread accumulates (float sums round
+differently, as any reordered sum does), and nothing else: a loop body that breaks out, returns, waits for
+other threads, or touches a vectorised array at another index is left alone.
+"""
+import re
+from dataclasses import dataclass
+
+from services.generator.rules import affine
+from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.elementwise import NotElementwise, model
+from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
+from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from shared.spec import KernelSpec
+
+VECTORS = {"float": "float4", "int": "int4", "signed": "int4", "signed int": "int4", "int32_t": "int4",
+           "unsigned": "uint4", "unsigned int": "uint4", "uint32_t": "uint4"}
+DTYPE_VECTORS = {"float32": "float4", "int32": "int4", "uint32": "uint4"}
+LANES = "xyzw"
+_ESCAPES = ("break", "continue", "return", "goto", "__syncthreads", "__syncwarp", "__shfl_sync", "__shfl_up_sync",
+            "__shfl_down_sync", "__shfl_xor_sync", "__shared__")
+
+
+@dataclass(frozen=True)
+class VectorArray:
+    name: str
+    base: str  # X[BASE + c] with c = 0, as written
+    vector: str  # float4 | int4 | uint4
+    written: bool
+    loaded: bool  # read before written, or written only in part: the vector is loaded first
+
+
+@dataclass(frozen=True)
+class VectorLoop:
+    loop: Statement
+    pragma: str  # a #pragma unroll line right before the loop, or ""
+    variable: str
+    type: str
+    start: str
+    end: str
+    step: str
+    arrays: tuple[VectorArray, ...]
+    accesses: tuple[tuple[int, int, str], ...]  # (start, end, array) of each X[BASE + c] in the body
+
+
+def vectorize_loops_reason(source: str, spec: KernelSpec) -> str | None:
+    try:
+        model(spec)
+        return "the kernel is elementwise: the vectorize rule widens it, with a grid to match"
+    except (NotElementwise, ValueError):
+        pass
+    found, reasons = vector_loops(source, spec)
+    if found:
+        return None
+    if not reasons:
+        return "the kernel has no strided loop (START threadIdx.x stepping by the block width, or a grid-stride loop)"
+    return "no strided loop can be vectorised: " + "; ".join(reasons)
+
+
+def vectorize_loops_edit(source: str, spec: KernelSpec) -> str:
+    loops, _ = vector_loops(source, spec)
+    taken = identifiers(source)
+    for loop in sorted(loops, key=lambda found: found.loop.start, reverse=True):
+        start = source.rfind("#", 0, loop.loop.start) if loop.pragma else loop.loop.start
+        line_start = source.rfind("\n", 0, start) + 1
+        indent = re.match(r"[ \t]*", source[line_start:]).group()
+        lines = _rendered(source, loop, taken)
+        text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
+        source = source[:start] + text + source[loop.loop.end:]
+    return source
+
+
+def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[str]]:
+    """The loops of the kernel that can be vectorised, and why each other strided loop cannot."""
+    kernel = find_kernel(source, spec.kernel_name)
+    masked, uncommented = mask(source), mask(source, literals=False)
+    try:
+        body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    except Unparsed:
+        return [], []
+    widths = {"blockDim.x", spec.block_size_names[0]}
+    aliases = _aliases(masked, kernel.body_open + 1, kernel.body_close)
+    types = _element_types(source, kernel, spec, masked)
+    found, reasons = [], []
+    for statement, _ in walk(masked, body):
+        if statement.kind != "for":
+            continue
+        try:
+            header = strided_loop(masked, uncommented, statement, widths, aliases)
+            if header is None:
+                continue
+            found.append(_vector_loop(source, masked, uncommented, statement, header, types))
+        except _Refused as exc:
+            reasons.append(str(exc))
+    return found, reasons
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _aliases(masked: str, start: int, end: int) -> dict[str, affine.Poly]:
+    """Integer locals defined once by an affine expression (`const int tid = threadIdx.x;`)."""
+    text = masked[start:end]
+    found: dict[str, affine.Poly] = {}
+    for match in re.finditer(rf"\b(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)\s*=\s*([^;,{{}}]+)[;,]", text):
+        name = match.group(1)
+        if len(re.findall(rf"\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b", text)) > 1:
+            continue
+        try:
+            found[name] = affine.parse(match.group(2), found)
+        except affine.NotAffine:
+            pass
+    return found
+
+
+def _element_types(source: str, kernel, spec: KernelSpec, masked: str) -> dict[str, str]:
+    """The vector type of each pointer the kernel can index: parameters by their dtype in args, local pointers
+    by their declared element type."""
+    types = {}
+    spans = kernel.parameters(source)
+    if len(spans) == len(spec.args):
+        for (start, end), arg in zip(spans, spec.args):
+            names = re.findall(r"[A-Za-z_]\w*", masked[start:end])
+            if arg.is_array and names and arg.dtype in DTYPE_VECTORS:
+                types[names[-1]] = DTYPE_VECTORS[arg.dtype]
+    body = masked[kernel.body_open:kernel.body_close]
+    for match in re.finditer(r"(?:const\s+)?([A-Za-z_][\w ]*?)\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?"
+                             r"([A-Za-z_]\w*)\s*=", body):
+        element = " ".join(w for w in match.group(1).split() if w not in ("const", "volatile"))
+        if element in VECTORS:
+            types[match.group(2)] = VECTORS[element]
+    return types
+
+
+def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str],
+             aliases: dict[str, affine.Poly]) -> tuple | None:
+    """(variable, type, start, end, step) of a loop whose threads cover 0..end-1 once; None for another loop."""
+    head = masked[loop.head[0]:loop.head[1]]
+    parts = split_top_level(head, ";")
+    if len(parts) != 3:
+        return None
+    init, condition, step = parts
+    declared = re.fullmatch(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<start>.*)",
+                            init, re.DOTALL)
+    if declared is None:
+        return None
+    c = declared["name"]
+    bound = re.fullmatch(rf"\s*{c}\s*<\s*(?P<end>.+?)\s*", condition, re.DOTALL)
+    increment = re.fullmatch(rf"\s*{c}\s*\+=(?P<step>.+)", step, re.DOTALL)
+    if bound is None or increment is None:
+        return None
+    try:
+        first, stride = affine.parse(declared["start"], aliases), affine.parse(increment["step"], aliases)
+    except affine.NotAffine:
+        return None
+    for width in widths:
+        block = first == {("threadIdx.x",): 1} and stride == {(width,): 1}
+        grid = first == {tuple(sorted(("blockIdx.x", width))): 1, ("threadIdx.x",): 1} and \
+            stride == {tuple(sorted((width, "gridDim.x"))): 1}
+        if block or grid:
+            def text(at: int, part: str) -> str:
+                return " ".join(uncommented[at:at + len(part)].split())
+            start_at = loop.head[0] + declared.start("start")
+            end_at = loop.head[0] + len(init) + 1 + bound.start("end")
+            step_at = loop.head[0] + len(init) + 1 + len(condition) + 1 + increment.start("step")
+            return (c, " ".join(declared["type"].split()), text(start_at, declared["start"]),
+                    text(end_at, bound["end"]), text(step_at, increment["step"]))
+    return None
+
+
+def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
+                 types: dict[str, str]) -> VectorLoop:
+    c, type_, start, end, step = header
+    inside = (loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end))
+    text = masked[inside[0]:inside[1]]
+    where = f"the loop over {c}"
+    escape = next((word for word in _ESCAPES if re.search(rf"\b{word}\b", text)), None)
+    if escape:
+        raise _Refused(f"{where} uses {escape}")
+    assigned = set(re.findall(rf"\b([A-Za-z_]\w*)\s*(?:{ASSIGNMENT}|\+\+|--)", text))
+    assigned |= set(re.findall(r"(?:\+\+|--)\s*([A-Za-z_]\w*)", text))
+    if c in assigned:
+        raise _Refused(f"{where} changes {c}")
+    arrays: dict[str, VectorArray] = {}
+    accesses = []
+    other_uses: dict[str, int] = {}
+    for match in re.finditer(r"(?<![\w.>\]])([A-Za-z_]\w*)\s*\[", text):
+        name = match.group(1)
+        opening = inside[0] + match.end() - 1
+        close = closing(masked, opening)
+        subscript = uncommented[opening + 1:close]
+        try:
+            poly = affine.parse(subscript)
+        except affine.NotAffine:
+            poly = None
+        if poly is None or not affine.is_unit(affine.stride(poly, c)):  # a scalar access, whatever it reads
+            other_uses[name] = other_uses.get(name, 0) + 1
+            continue
+        base = " ".join(re.sub(rf"\b{c}\b", "0", subscript).split())
+        if set(re.findall(r"[A-Za-z_]\w*", base)) & assigned:
+            raise _Refused(f"the base of {name}[{' '.join(subscript.split())}] changes in {where}")
+        if name not in types:
+            raise _Refused(f"{name} has no 4-byte element type known as float, int or unsigned")
+        after = masked[close + 1:close + 40]
+        written = bool(re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", after))
+        previous = arrays.get(name)
+        if previous is not None and previous.base != base:
+            raise _Refused(f"{where} reads {name} at two bases")
+        arrays[name] = VectorArray(name, base, types[name], written or (previous is not None and previous.written),
+                                   True)
+        accesses.append((inside[0] + match.start(), close + 1, name))
+    if not arrays:
+        raise _Refused(f"{where} indexes no array by {c}")
+    for name in arrays:
+        if other_uses.get(name) or re.search(rf"\b{name}\b(?!\s*\[)", text):
+            raise _Refused(f"{where} uses {name} other than as {name}[base + {c}]")
+    # A vector written whole must first hold what the lanes do not write: load it unless the body begins by
+    # storing into the element unconditionally, without reading it.
+    final = []
+    for array in arrays.values():
+        loaded = True
+        if array.written:
+            first = split_top_level(text, ";")[0]
+            plain = re.match(rf"\s*{array.name}\s*\[[^\]]*\]\s*=(?!=)", first)
+            loaded = not (plain and not re.search(rf"\b{array.name}\b", first[plain.end():]))
+        final.append(VectorArray(array.name, array.base, array.vector, array.written, loaded))
+    pragma = ""
+    before = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
+    if re.match(r"#\s*pragma\s+unroll\b", before):
+        line = source[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
+        pragma = line
+    return VectorLoop(loop, pragma, c, type_, start, end, step, tuple(final), tuple(accesses))
+
+
+def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
+    v, vectors = fresh_name("v", taken), fresh_name("vectors", taken)
+    registers = {a.name: fresh_name(f"{a.name}4", taken) for a in loop.arrays}
+    c, type_ = loop.variable, loop.type
+    end = loop.end if re.fullmatch(r"\w+", loop.end) else f"({loop.end})"
+    start = loop.start if re.fullmatch(r"[\w.]+", loop.start) else f"({loop.start})"
+    body_span = loop.loop.body.inner if loop.loop.body.kind == "block" else (loop.loop.body.start, loop.loop.body.end)
+    original = source[loop.loop.start:loop.loop.end]
+    body_text = mask(source, literals=False)[body_span[0]:body_span[1]]
+    aligned = " && ".join(f"(reinterpret_cast<unsigned long long>(&{a.name}[{a.base}]) & 15) == 0" for a in loop.arrays)
+    loads, stores = [], []
+    for a in loop.arrays:
+        pointer = f"&{a.name}[{a.base}]"
+        if a.loaded:
+            qualifier = "" if a.written else "const "
+            loads.append(f"{qualifier}{a.vector} {registers[a.name]} = reinterpret_cast<const {a.vector} *>({pointer})[{v}];")
+        else:
+            loads.append(f"{a.vector} {registers[a.name]};")
+        if a.written:
+            stores.append(f"reinterpret_cast<{a.vector} *>({pointer})[{v}] = {registers[a.name]};")
+    lanes = []
+    for lane, letter in enumerate(LANES):
+        replaced = body_text
+        for at, stop, name in sorted(loop.accesses, reverse=True):
+            replaced = replaced[:at - body_span[0]] + f"{registers[name]}.{letter}" + replaced[stop - body_span[0]:]
+        lines = [line.rstrip() for line in replaced.strip("\n").split("\n") if line.strip()]
+        block = _dedent(lines)
+        index = [f"const {type_} {c} = 4 * {v} + {lane};"] if re.search(rf"\b{c}\b", mask(replaced)) else []
+        single = len(split_top_level(mask(replaced), ";")) == 2 and "{" not in replaced and not index
+        lanes += block if single else ["{", *(INDENT + line for line in [*index, *block]), "}"]
+    pragma = [loop.pragma] if loop.pragma else []
+    body_statement = source[loop.loop.body.start:loop.loop.body.end]
+    tail = f"for ({type_} {c} = 4 * {vectors} + {start}; {c} < {loop.end}; {c} += {loop.step}) {body_statement}"
+    return ["{",
+            f"{INDENT}// 128-bit loads and stores when every array of the loop is 16-byte aligned at its first element",
+            f"{INDENT}// (then four lanes per vector, and the last {end} % 4 elements one by one); else the loop as "
+            f"it was.",
+            f"{INDENT}if ({aligned}) {{",
+            f"{INDENT * 2}const {type_} {vectors} = {end} / 4;",
+            *(INDENT * 2 + line for line in pragma),
+            f"{INDENT * 2}for ({type_} {v} = {loop.start}; {v} < {vectors}; {v} += {loop.step}) {{",
+            *(INDENT * 3 + line for line in [*loads, *lanes, *stores]),
+            f"{INDENT * 2}}}",
+            *(INDENT * 2 + line for line in pragma),
+            *(INDENT * 2 + line for line in _reindent(tail)),
+            f"{INDENT}}} else {{",
+            *(INDENT * 2 + line for line in pragma),
+            *(INDENT * 2 + line for line in _reindent(original)),
+            f"{INDENT}}}",
+            "}"]
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    widths = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
+    cut = min(widths) if widths else 0
+    return [line[cut:] for line in lines]
+
+
+def _reindent(text: str) -> list[str]:
+    """A statement's lines with the first line's own indentation taken off every later line."""
+    lines = text.split("\n")
+    rest = _dedent([line for line in lines[1:]]) if len(lines) > 1 else []
+    return [lines[0].strip(), *rest] if rest else [lines[0].strip()]

@@ -1,0 +1,108 @@
+"""Several points per thread for kernels of one point per thread: elements_per_thread for any such kernel
+(1D, 2D or 3D, whatever its body), register_blocking for stencils.
+
+Both march each thread over a tunable number of points along the slowest axis of the grid (x for a 1D kernel,
+y for 2D, z for 3D), the grid along it shrunk by the same factor. A stencil is a kernel that reads one of its
+inputs around the point it writes: at several offsets of the same subscript (`in[i - 1]`, `in[i + nx]`), or
+through a window that a loop of its own walks (`image[(y + i) * width + x + j]`). Its thread then takes
+consecutive rows (planes in 3D), so the rows a point shares with the next are loaded by the same thread, where
+the unrolled loop can keep them in registers (with __restrict__ pointers, which the restrict rule gives).
+"""
+from services.generator.rules import affine, points
+from services.generator.rules.cuda_text import fresh_name, identifiers
+from services.generator.rules.points import PointKernel
+from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
+from shared.spec import KernelSpec
+
+EPT_VALUES, BLOCKING_VALUES = [1, 2, 4, 8, 16], [1, 2, 4, 8, 16]
+
+
+def _marchable(spec: KernelSpec) -> PointKernel:
+    try:
+        kernel = points.recognise(spec)
+    except points.NotPointKernel as exc:
+        raise NotRecognised(str(exc)) from None
+    if not any(access.write for access in kernel.accesses) and "atomic" not in kernel.source:
+        raise NotRecognised("its point body writes no array")
+    axis = len(kernel.axes) - 1
+    if axis >= len(spec.block_size_names):
+        raise NotRecognised(f"the spec names no block size for its {'xyz'[axis]} axis")
+    if (why := one_thread_per_point(spec, axis)) is not None:
+        raise NotRecognised(why)
+    return kernel
+
+
+def neighbourhood(kernel: PointKernel) -> str | None:
+    """The input the kernel reads around its point, or None when it reads none that way."""
+    written = {a.array for a in kernel.accesses if a.write}
+    indices = kernel.index_names
+    reads: dict[str, list[affine.Poly]] = {}
+    for access in kernel.accesses:
+        if access.array in written or access.poly is None or not affine.names(access.poly) & indices:
+            continue
+        reads.setdefault(access.array, []).append(access.poly)
+        if affine.names(access.poly) & kernel.loop_variables:  # a window walked by the body's own loop
+            return access.array
+    for array, polys in reads.items():
+        distinct = {tuple(sorted(p.items())) for p in polys}
+        if len(distinct) < 2:
+            continue
+        first = polys[0]
+        if all(not affine.names(affine.minus(p, first)) & indices for p in polys):
+            return array
+    return None
+
+
+def _render(kernel: PointKernel, factor: str, spec: KernelSpec, note: list[str]) -> tuple[str, Layout]:
+    axis = len(kernel.axes) - 1
+    taken = identifiers(kernel.source)
+    names = {key: fresh_name(key, taken) for key in ("first", "k", "point")}
+    lines = [*note, *points.march(kernel, axis, factor, names)]
+    letter = "xyz"[axis]
+    return points.with_body(kernel, lines), Layout(grid_div={letter: [spec.block_size_names[axis], factor]})
+
+
+class PointsShape:
+    name = "points"
+    kind = "a kernel of one point per thread"
+    rules = ("elements_per_thread",)
+
+    def recognise(self, spec: KernelSpec) -> PointKernel:
+        return _marchable(spec)
+
+    def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
+        return None
+
+    def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        axis = "xyz"[len(kernel.axes) - 1]
+        spacing = "a block width apart" if axis == "x" else "consecutive"
+        note = [f"// Each thread runs the point body for elements_per_thread points along {axis}, {spacing};",
+                f"// the grid along {axis} is that many times smaller."]
+        return _render(kernel, "elements_per_thread", spec, note)
+
+
+class StencilShape:
+    name = "stencil"
+    kind = "a stencil (it reads an input around the point it writes)"
+    rules = ("register_blocking",)
+
+    def recognise(self, spec: KernelSpec) -> PointKernel:
+        kernel = _marchable(spec)
+        if len(kernel.axes) < 2:
+            raise NotRecognised("a stencil here is 2D or 3D: it has one index")
+        if neighbourhood(kernel) is None:
+            raise NotRecognised("it reads no input around the point it writes (at several offsets of one "
+                                "subscript, or through a window walked by a loop)")
+        return kernel
+
+    def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
+        return None
+
+    def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        axis = "xyz"[len(kernel.axes) - 1]
+        array = neighbourhood(kernel)
+        note = [f"// Register blocking: each thread computes points_per_thread consecutive points along {axis}, "
+                f"unrolled,",
+                f"// so the values of {array} that neighbouring points share are loaded once and kept in registers;",
+                f"// the grid along {axis} is points_per_thread times smaller."]
+        return _render(kernel, "points_per_thread", spec, note)

@@ -1,0 +1,320 @@
+"""Kernels where each thread handles one point of a 1D, 2D or 3D grid, and the rewrite that marches a thread
+over several points.
+
+Such a kernel starts by defining its indices (`int x = blockIdx.x * blockDim.x + threadIdx.x;` and likewise
+for y and z, any spelling of the product, block_size_x for blockDim.x, casts, several on one line), and
+everything after them, the *point body*, depends on the thread only through those indices: it reads no
+threadIdx, blockIdx, blockDim or gridDim, talks to no other thread (no barrier, shuffle, shared memory) and
+never changes an index. Which thread runs a point then does not matter, so the point body can run for several
+points per thread, or in another thread: it is wrapped, verbatim, in a lambda taking the indices that change
+(`return` keeps its meaning), and called once per point.
+"""
+import re
+import textwrap
+from dataclasses import dataclass
+
+from services.generator.rules import affine
+from services.generator.rules.cuda_text import IDENTIFIER, Kernel, closing, find_kernel, mask
+from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from shared.spec import KernelSpec
+
+AXES = "xyz"
+INDENT = "    "
+INTEGER_TYPE = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
+                r"ptrdiff_t|u?int(?:32|64)_t)")
+ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+_DECLARATION = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<rest>[^;]*);\s*", re.DOTALL)
+# What a point body must not contain: anything tied to the thread that runs it, or to other threads.
+_THREAD_BOUND = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads", "__syncwarp", "__shared__",
+                 "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
+                 "__any_sync", "__all_sync", "__activemask", "goto", "asm")
+
+
+class NotPointKernel(ValueError):
+    """The kernel is not one point per thread; the message names what did not match."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    axis: int  # 0 (x), 1 (y) or 2 (z)
+    name: str  # the index variable
+    type: str  # its declared type, without const
+    expression: str  # its initialiser as written
+    block: str  # what it multiplies blockIdx by: blockDim.<axis> or the axis's block-size define
+
+
+@dataclass(frozen=True)
+class Access:
+    array: str
+    subscript: str  # as written (comments removed)
+    start: int  # offset of the array's name in the source
+    end: int  # one past its closing ]
+    write: bool  # assigned, incremented or decremented
+    plain_store: bool  # the target of a plain `=`
+    poly: affine.Poly | None  # the subscript with the body's index locals substituted; None: not affine
+
+
+@dataclass(frozen=True)
+class PointKernel:
+    source: str
+    kernel: Kernel
+    axes: tuple[Axis, ...]  # x first, then y and z where defined
+    body_start: int  # offset where the point body starts (after the index definitions)
+    statements: tuple[Statement, ...]  # the point body's top-level statements
+    locals: dict[str, affine.Poly]  # integer locals of the point body defined once, by affine expressions
+    loop_variables: frozenset[str]  # variables declared in the headers of the point body's for loops
+    accesses: tuple[Access, ...]
+    parameters: dict[str, str]  # each parameter's name -> its declaration as written
+    array_types: dict[str, str]  # each pointer parameter -> its element type as written (const dropped)
+
+    @property
+    def body_end(self) -> int:
+        return self.kernel.body_close
+
+    @property
+    def index_names(self) -> set[str]:
+        return {axis.name for axis in self.axes}
+
+    def poly(self, text: str) -> affine.Poly | None:
+        try:
+            return affine.parse(text, self.locals)
+        except affine.NotAffine:
+            return None
+
+
+def recognise(spec: KernelSpec) -> PointKernel:
+    source = spec.source
+    kernel = find_kernel(source, spec.kernel_name)
+    masked, uncommented = mask(source), mask(source, literals=False)
+    try:
+        body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    except Unparsed as exc:
+        raise NotPointKernel(f"its body could not be read: {exc}") from None
+    axes: list[Axis] = []
+    taken = 0
+    for statement in body:
+        found = _index_definitions(statement, masked, uncommented, spec)
+        if found is None:
+            break
+        axes.extend(found)
+        taken += 1
+    if not axes:
+        raise NotPointKernel("it does not start by defining its thread index, e.g. "
+                             "`int i = blockIdx.x * blockDim.x + threadIdx.x;`")
+    by_axis = sorted(axes, key=lambda a: a.axis)
+    if [a.axis for a in by_axis] != list(range(len(by_axis))):
+        raise NotPointKernel(f"its indices cover the axes {', '.join(AXES[a.axis] for a in by_axis)}; a point "
+                             f"kernel defines x, then y, then z")
+    rest = body[taken:]
+    if not rest:
+        raise NotPointKernel("nothing follows its index definitions")
+    body_start = body[taken - 1].end
+    text = masked[body_start:kernel.body_close]
+    bound = next((word for word in _THREAD_BOUND if re.search(rf"\b{word}\b", text)), None)
+    if bound is not None:
+        raise NotPointKernel(f"after its index definitions it uses {bound}, so its work depends on more than "
+                             f"its indices")
+    for axis in by_axis:
+        if re.search(rf"(?:\+\+|--)\s*\b{axis.name}\b|\b{axis.name}\s*(?:\+\+|--|{ASSIGNMENT})", text) \
+                or address_taken(text, axis.name):
+            raise NotPointKernel(f"it changes (or takes the address of) its index {axis.name}")
+    parameters = _parameters(source, kernel)
+    if {a.name for a in by_axis} & set(parameters):
+        raise NotPointKernel("an index shadows a parameter")
+    local_polys, loop_variables = _locals(masked, uncommented, rest, body_start, kernel.body_close)
+    kernel_point = PointKernel(source, kernel, tuple(by_axis), body_start, tuple(rest), local_polys,
+                               frozenset(loop_variables), (), parameters, _array_types(parameters))
+    return PointKernel(**{**kernel_point.__dict__, "accesses": tuple(_accesses(kernel_point, masked, uncommented))})
+
+
+def address_taken(masked: str, name: str) -> bool:
+    """Whether `&name` appears as the unary address-of (not as the second operand of & or &&)."""
+    for match in re.finditer(rf"&\s*\b{name}\b", masked):
+        before = masked[:match.start()].rstrip()
+        if not before or not (before[-1].isalnum() or before[-1] in "_)]&"):
+            return True
+    return False
+
+
+def _index_definitions(statement: Statement, masked: str, uncommented: str, spec: KernelSpec) -> list[Axis] | None:
+    if statement.kind != "simple":
+        return None
+    declaration = _DECLARATION.fullmatch(masked[statement.start:statement.end])
+    if declaration is None:
+        return None
+    found, at = [], statement.start + declaration.start("rest")
+    for part in _split_commas(declaration["rest"]):
+        named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
+        if named is None:
+            return None
+        expression_at = at + named.start(2)
+        expression = uncommented[expression_at:expression_at + len(named.group(2))].strip()
+        axis = _thread_index_axis(named.group(2), spec)
+        if axis is None:
+            return None
+        found.append(Axis(axis[0], named.group(1), " ".join(declaration["type"].split()), expression, axis[1]))
+        at += len(part) + 1
+    return found
+
+
+def _thread_index_axis(expression: str, spec: KernelSpec) -> tuple[int, str] | None:
+    """(axis, block width) when the expression is blockIdx.a * width + threadIdx.a, width being blockDim.a or
+    the axis's block-size define."""
+    try:
+        poly = affine.parse(expression)
+    except affine.NotAffine:
+        return None
+    for axis, letter in enumerate(AXES):
+        widths = [f"blockDim.{letter}", *spec.block_size_names[axis:axis + 1]]
+        for width in widths:
+            if poly == {tuple(sorted((f"blockIdx.{letter}", width))): 1, (f"threadIdx.{letter}",): 1}:
+                return axis, width
+    return None
+
+
+def _split_commas(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _parameters(source: str, kernel: Kernel) -> dict[str, str]:
+    found = {}
+    for start, end in kernel.parameters(source):
+        text = mask(source[start:end]).strip()
+        names = IDENTIFIER.findall(text)
+        if names:
+            found[names[-1]] = " ".join(text.split())
+    return found
+
+
+def _array_types(parameters: dict[str, str]) -> dict[str, str]:
+    """Element types of the single-level pointer parameters: `const float *__restrict__ x` -> float."""
+    types = {}
+    for name, text in parameters.items():
+        if text.count("*") != 1:
+            continue
+        before = text.split("*")[0].split()
+        words = [w for w in before if w not in ("const", "volatile", "__restrict__", "__restrict")]
+        if words:
+            types[name] = " ".join(words)
+    return types
+
+
+def _locals(masked: str, uncommented: str, body: list[Statement], start: int,
+            end: int) -> tuple[dict[str, affine.Poly], set[str]]:
+    text = masked[start:end]
+    polys: dict[str, affine.Poly] = {}
+    loop_variables: set[str] = set()
+    for statement, _ in walk(masked, body):
+        if statement.kind == "for":
+            init = masked[statement.head[0]:statement.head[1]].split(";")[0]
+            declared = re.match(rf"\s*(?:const\s+)?(?:{INTEGER_TYPE}|auto)\s+([A-Za-z_]\w*)", init)
+            if declared:
+                loop_variables.add(declared.group(1))
+            continue
+        if statement.kind != "simple":
+            continue
+        declaration = _DECLARATION.fullmatch(masked[statement.start:statement.end])
+        if declaration is None:
+            continue
+        for part in _split_commas(declaration["rest"]):
+            named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
+            if named is None:
+                continue
+            name = named.group(1)
+            assigned = len(re.findall(rf"\b{name}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}\b", text))
+            if assigned > 1:  # its definition, then changed again: no one polynomial holds it
+                continue
+            try:
+                polys[name] = affine.parse(named.group(2), polys)
+            except affine.NotAffine:
+                pass
+    return polys, loop_variables
+
+
+def _accesses(kernel: PointKernel, masked: str, uncommented: str) -> list[Access]:
+    found = []
+    for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", masked[kernel.body_start:kernel.body_end]):
+        start = kernel.body_start + match.start()
+        opening = kernel.body_start + match.end() - 1
+        close = closing(masked, opening)
+        subscript = " ".join(uncommented[opening + 1:close].split())
+        after = masked[close + 1:close + 40]
+        before = masked[max(0, start - 3):start]
+        write = bool(re.match(rf"\s*(?:\+\+|--|{ASSIGNMENT})", after) or re.search(r"(?:\+\+|--)\s*$", before))
+        plain = bool(re.match(r"\s*=(?!=)", after))
+        if re.match(r"\s*\[", after):  # a second subscript: a 2D local array, not a global access
+            continue
+        found.append(Access(match.group(1), subscript, start, close + 1, write, plain, kernel.poly(subscript)))
+    return found
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+def point_body(kernel: PointKernel, replacements: list[tuple[int, int, str]] = ()) -> str:
+    """The point body as written (comments kept), dedented, with `replacements` ((start, end, text) in source
+    offsets, inside the body) made."""
+    text = replace_spans(kernel.source[:kernel.body_end], list(replacements))[kernel.body_start:]
+    lines = text.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return textwrap.dedent("\n".join(line.rstrip() for line in lines))
+
+
+def definition(axis: Axis) -> str:
+    return f"{axis.type} {axis.name} = {axis.expression};"
+
+
+def lambda_of(name: str, parameters: list[Axis], body: str) -> list[str]:
+    """A lambda running `body` for the given indices, everything else captured by reference."""
+    head = ", ".join(f"const {axis.type} {axis.name}" for axis in parameters)
+    return [f"auto {name} = [&]({head}) {{", *textwrap.indent(body, INDENT).split("\n"), "};"]
+
+
+def replace_spans(source: str, replacements: list[tuple[int, int, str]]) -> str:
+    for start, end, text in sorted(replacements, reverse=True):
+        source = source[:start] + text + source[end:]
+    return source
+
+
+def with_body(kernel: PointKernel, lines: list[str]) -> str:
+    """The source with the kernel's whole body replaced by `lines`."""
+    body = "\n".join(INDENT + line if line else line for line in lines)
+    return f"{kernel.source[:kernel.kernel.body_open + 1]}\n{body}\n{kernel.source[kernel.kernel.body_close:]}"
+
+
+def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], body: str | None = None,
+          prologue: list[str] = (), epilogue: list[str] = ()) -> list[str]:
+    """The kernel body as lines: each thread runs the point body for `factor` points along `axis` (a
+    compile-time constant), in a `#pragma unroll` loop. Along x the points are a block width apart, so a warp's
+    accesses stay as coalesced as before; along y or z they are consecutive, so neighbouring points (a
+    stencil's rows or planes) are loaded by the same thread, where the unrolled code can keep them in
+    registers. The grid along `axis` must be `factor` times smaller: its candidate divides it by that too."""
+    marched = next(a for a in kernel.axes if a.axis == axis)
+    others = [definition(a) for a in kernel.axes if a.axis != axis]
+    first, k, point = names["first"], names["k"], names["point"]
+    if axis == 0:
+        start = f"({marched.type})blockIdx.x * ({marched.block} * {factor}) + threadIdx.x"
+        argument = f"{first} + ({marched.type}){k} * {marched.block}"
+    else:
+        start = f"({marched.expression}) * {factor}"
+        argument = f"{first} + {k}"
+    return [*others,
+            *prologue,
+            f"const {marched.type} {first} = {start};",
+            *lambda_of(point, [marched], body if body is not None else point_body(kernel)),
+            "#pragma unroll",
+            f"for (int {k} = 0; {k} < {factor}; {k}++) {{",
+            f"{INDENT}{point}({argument});",
+            "}",
+            *epilogue]

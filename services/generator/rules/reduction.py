@@ -1,0 +1,194 @@
+"""Accumulation into a few fixed addresses with atomics, restructured as a hierarchical reduction.
+
+Recognised: a kernel of one point per thread along x (services/generator/rules/points.py) whose point body
+adds into one or a few addresses that do not depend on the point, `atomicAdd(total, x[i])`,
+`atomicAdd(&out[0], a[i] * b[i])`, `atomicAdd(sums + 1, v)`, each call a statement of its own. Every such
+atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
+
+Rendered: each thread runs the point body for elements_per_thread points (a block width apart, so loads stay
+coalesced), adding each value into a register of the address's element type instead of the atomic; each warp
+then adds its 32 sums with __shfl_down_sync, warp 0 adds the warps' sums (one shared slot per warp), and one
+atomicAdd per block and address adds the block's sum. The additions happen in another order, which for floats
+is the rounding any reordered sum has (the verifier's tolerance for a kernel whose sum depends on the order).
+Blocks must be whole warps: the rewrite tunes block_size_x over multiples of 32.
+"""
+import re
+from dataclasses import dataclass
+
+from services.generator.rules import points
+from services.generator.rules.cuda_text import IDENTIFIER, closing, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.points import INDENT, PointKernel
+from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in, one_thread_per_point
+from services.generator.rules.statements import walk
+from shared.spec import KernelSpec
+
+# Element types __shfl_down_sync and atomicAdd both take.
+SUMMABLE = {"float", "double", "int", "unsigned", "unsigned int", "long long", "long long int", "unsigned long long",
+            "unsigned long long int"}
+MAX_TARGETS = 4
+BLOCK_SIZES = [128, 256, 512, 1024]
+EPT_VALUES = [1, 2, 4, 8, 16, 32, 64]
+
+
+@dataclass(frozen=True)
+class Target:
+    address: str  # as written, e.g. `&out[0]`
+    type: str  # the element type it points to
+
+
+@dataclass(frozen=True)
+class Site:
+    start: int  # the atomicAdd statement's span in the source
+    end: int
+    target: int  # index into Accumulation.targets
+    value: str  # what it adds, as written
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    kernel: PointKernel
+    targets: tuple[Target, ...]
+    sites: tuple[Site, ...]
+
+
+def recognise(spec: KernelSpec) -> Accumulation:
+    try:
+        kernel = points.recognise(spec)
+    except points.NotPointKernel as exc:
+        raise NotRecognised(str(exc)) from None
+    if len(kernel.axes) != 1:
+        raise NotRecognised("it has a 2D or 3D grid; the hierarchical reduction takes one index")
+    if (why := one_thread_per_point(spec, 0)) is not None:
+        raise NotRecognised(why)
+    for name in spec.block_size_names[1:]:
+        if any(v != 1 for v in spec.tune_params.get(name, [spec.params.get(name, 1)])):
+            raise NotRecognised(f"its block is not one-dimensional ({name} is not 1)")
+    source, masked = spec.source, mask(spec.source)
+    uncommented = mask(source, literals=False)
+    body = masked[kernel.body_start:kernel.body_end]
+    others = sorted({m.group(1) for m in re.finditer(r"\b(atomic\w+)\s*\(", body)} - {"atomicAdd"})
+    if others:
+        raise NotRecognised(f"it uses {', '.join(others)}; the hierarchical reduction takes atomicAdd sums")
+    targets: list[Target] = []
+    sites: list[Site] = []
+    calls = len(re.findall(r"\batomicAdd\s*\(", body))
+    for statement, _ in walk(masked, list(kernel.statements)):
+        text = masked[statement.start:statement.end]
+        if statement.kind != "simple" or "atomicAdd" not in text:
+            continue
+        call = re.match(r"\s*atomicAdd\s*\(", text)
+        opening = statement.start + (call.end() - 1 if call else 0)
+        if call is None or masked[closing(masked, opening) + 1:statement.end].strip() != ";":
+            raise NotRecognised("an atomicAdd's result is used, or it is not a statement of its own")
+        close = closing(masked, opening)
+        arguments = split_top_level(masked[opening + 1:close], ",")
+        if len(arguments) != 2:
+            raise NotRecognised("an atomicAdd does not take two arguments")
+        address_at = opening + 1
+        value_at = address_at + len(arguments[0]) + 1
+        address = " ".join(uncommented[address_at:address_at + len(arguments[0])].split())
+        target = _target(address, kernel)
+        if target not in targets:
+            targets.append(target)
+        value = uncommented[value_at:close].strip()
+        sites.append(Site(statement.start, statement.end, targets.index(target), value))
+    if not sites:
+        raise NotRecognised("it makes no atomicAdd")
+    if len(sites) != calls:
+        raise NotRecognised("an atomicAdd is not a statement of its own")
+    if len(targets) > MAX_TARGETS:
+        raise NotRecognised(f"it adds into {len(targets)} addresses; the reduction keeps at most {MAX_TARGETS} sums "
+                            f"per thread")
+    return Accumulation(kernel, tuple(targets), tuple(sites))
+
+
+def _target(address: str, kernel: PointKernel) -> Target:
+    names = IDENTIFIER.findall(address)
+    outside = [n for n in names if n not in kernel.parameters]
+    if outside:
+        raise NotRecognised(f"an atomicAdd adds into `{address}`, which depends on {', '.join(outside)}: a "
+                            f"different address per point (a histogram), not a sum")
+    pointers = [n for n in names if n in kernel.array_types]
+    if len(pointers) != 1 or not re.fullmatch(r"&?\s*\(?\s*\w+\s*(?:\[.*\]|[-+].*)?\)?", address):
+        raise NotRecognised(f"the atomicAdd address `{address}` is not one array's element")
+    element = kernel.array_types[pointers[0]]
+    if element not in SUMMABLE:
+        raise NotRecognised(f"{pointers[0]} holds {element}; warp shuffles add {', '.join(sorted(SUMMABLE))}")
+    return Target(address, element)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A register holding what one thread contributes to a block's result."""
+
+    name: str
+    type: str
+    combine: str  # "+" or a function of two values: min, max, fminf, ...
+    pad: str  # what the lanes past the block's last warp contribute: the combination's identity
+
+
+def block_reduction(partials: list[Partial], width: str, taken: set[str], finish: list[str]) -> list[str]:
+    """Lines that combine each partial over the block (warp shuffles, one shared slot per warp, warp 0
+    combining the slots), leaving the block's results in thread 0's registers, where `finish` runs."""
+    lane, warp, offset = (fresh_name(n, taken) for n in ("lane", "warp", "offset"))
+    slots = [fresh_name(f"warp_{p.name}", taken) for p in partials]
+
+    def combined(p: Partial, other: str) -> str:
+        return f"{p.name} += {other};" if p.combine == "+" else f"{p.name} = {p.combine}({p.name}, {other});"
+
+    shuffle = ["#pragma unroll",
+               f"for (int {offset} = 16; {offset} > 0; {offset} /= 2) {{",
+               *(INDENT + combined(p, f"__shfl_down_sync(0xffffffffu, {p.name}, {offset})") for p in partials),
+               "}"]
+    return [*(f"__shared__ {p.type} {slot}[32];" for p, slot in zip(partials, slots)),
+            f"const int {lane} = threadIdx.x % 32, {warp} = threadIdx.x / 32;",
+            *shuffle,
+            f"if ({lane} == 0) {{",
+            *(f"{INDENT}{slot}[{warp}] = {p.name};" for p, slot in zip(partials, slots)),
+            "}",
+            "__syncthreads();",
+            f"if ({warp} == 0) {{",
+            *(f"{INDENT}{p.name} = {lane} < ({width} + 31) / 32 ? {slot}[{lane}] : {p.pad};"
+              for p, slot in zip(partials, slots)),
+            *(INDENT + line for line in shuffle),
+            f"{INDENT}if ({lane} == 0) {{",
+            *(INDENT * 2 + line for line in finish),
+            f"{INDENT}}}",
+            "}"]
+
+
+def _render(model: Accumulation, spec: KernelSpec) -> str:
+    kernel = model.kernel
+    taken = identifiers(kernel.source)
+    names = {key: fresh_name(key, taken) for key in ("first", "k", "point")}
+    sums = [fresh_name(f"sum{j}", taken) for j in range(len(model.targets))]
+    body = points.point_body(kernel, [(s.start, s.end, f"{sums[s.target]} += {s.value};") for s in model.sites])
+    prologue = ["// Hierarchical reduction: each thread adds its elements_per_thread points into registers, each warp",
+                "// adds its threads' sums with shuffles, warp 0 adds the warps' sums, and one atomicAdd per block",
+                "// and address adds the block's sum.",
+                *(f"{t.type} {s} = 0;" for t, s in zip(model.targets, sums))]
+    partials = [Partial(s, t.type, "+", f"({t.type})0") for t, s in zip(model.targets, sums)]
+    epilogue = block_reduction(partials, kernel.axes[0].block, taken,
+                               [f"atomicAdd({t.address}, {s});" for t, s in zip(model.targets, sums)])
+    lines = points.march(kernel, 0, "elements_per_thread", names, body, prologue, epilogue)
+    return points.with_body(kernel, lines)
+
+
+class AtomicAccumulationShape:
+    name = "atomic_accumulation"
+    kind = "an accumulation into a few fixed addresses with atomicAdd"
+    rules = ("hierarchical_reduction",)
+
+    def recognise(self, spec: KernelSpec) -> Accumulation:
+        return recognise(spec)
+
+    def reason(self, rule_id: str, model: Accumulation, spec: KernelSpec) -> str | None:
+        return None
+
+    def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        x = spec.block_size_names[0]
+        values = block_values(spec, 0, lambda v: v % 32 == 0 and 32 <= v <= 1024, BLOCK_SIZES)
+        layout = Layout(tune_params={x: values, "elements_per_thread": EPT_VALUES},
+                        defaults={x: default_in(values, spec.params.get(x), 256), "elements_per_thread": 16},
+                        grid_div={"x": [x, "elements_per_thread"]})
+        return _render(model, spec), layout

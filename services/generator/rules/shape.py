@@ -1,0 +1,68 @@
+"""What a recogniser finds and what its rewrite changes besides the code.
+
+A shape is a kind of kernel the rules know how to restructure (elementwise, an atomic accumulation, a
+transpose, a stencil, a row-wise loop, one point per thread). Its recogniser reads the *submitted* kernel into
+a model, or says what did not match; its rendering prints the kernel anew from that model with the shape's
+features that the current kernel carries, and says what the launch needs: the tune parameters it introduces
+or narrows (with a default each), restrictions, and the grid divisors of the axes it changes.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.spec import KernelSpec, ParamValue
+
+
+class NotRecognised(ValueError):
+    """The kernel is not of the shape; the message says what did not match."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    tune_params: dict[str, list[ParamValue]] = field(default_factory=dict)
+    defaults: dict[str, ParamValue] = field(default_factory=dict)
+    restrictions: tuple[str, ...] = ()
+    grid_div: dict[str, list[str | int]] = field(default_factory=dict)  # "x" | "y" | "z" -> divisors
+
+
+class Shape(Protocol):
+    name: str
+    kind: str  # what the shape is, in a reason: "a transpose-like kernel (...)"
+    rules: tuple[str, ...]  # the rendered rules it offers
+
+    def recognise(self, spec: KernelSpec) -> Any:
+        """The model of the submitted kernel; NotRecognised (or any ValueError) saying what did not match."""
+        ...
+
+    def reason(self, rule_id: str, model: Any, spec: KernelSpec) -> str | None:
+        """None when the rule can render this kernel, else why not."""
+        ...
+
+    def render(self, model: Any, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        """The submitted source restructured with `features` (rules of this shape, in order applied)."""
+        ...
+
+
+def block_values(spec: KernelSpec, axis: int, allowed, fallback: list[int]) -> list[int]:
+    """The values the spec tunes the axis's block size over that `allowed(value)` accepts, else `fallback`."""
+    name = spec.block_size_names[axis]
+    values = [v for v in spec.tune_params.get(name, []) if isinstance(v, int) and allowed(v)]
+    return values or fallback
+
+
+def default_in(values: list[ParamValue], *choices: ParamValue | None) -> ParamValue:
+    return next((c for c in choices if c in values), values[0])
+
+
+def one_thread_per_point(spec: KernelSpec, axis: int) -> str | None:
+    """None when the spec launches one thread per point along the axis (grid = problem size / block size),
+    else why not: a rewrite that changes how many points a thread handles divides that grid."""
+    letter = "xyz"[axis]
+    divisors = getattr(spec, f"grid_div_{letter}")
+    block = spec.block_size_names[axis] if axis < len(spec.block_size_names) else None
+    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    if axis >= len(dims):
+        return f"the problem has no {letter} dimension"
+    if divisors is not None and divisors != [block]:
+        return (f"its grid along {letter} is divided by {divisors}, not by the block size alone, so a thread does "
+                f"not handle one point")
+    return None

@@ -1,0 +1,122 @@
+"""Transpose-like kernels, restructured around a shared-memory tile.
+
+Recognised: a 2D (or 3D) kernel of one point per thread (services/generator/rules/points.py) whose point body
+stores one value, `OUT[W] = VALUE;`, where W moves by 1 along y but by more along x (neighbouring threads write
+a row apart), while every load in VALUE moves by 1 (or 0) along x (neighbouring threads read neighbours). The
+loads are coalesced, the store is not.
+
+Rendered: a block of block_size_x x block_size_y threads handles a block_size_x x block_size_x tile. First
+each thread runs the point body for the points (x0 + threadIdx.x, y0 + j), j stepping by block_size_y, with the
+store replaced by one into tile[y - y0][x - x0]: threads along x load along x. After a barrier it runs the
+point body for the points (x0 + j, y0 + threadIdx.x) with VALUE replaced by tile[y - y0][x - x0]: threads along
+x now store along y, where W is contiguous. Each point is still computed once, by the same point body with the
+same guard, so the results are identical; the tile's extra column keeps both passes free of bank conflicts.
+"""
+import re
+from dataclasses import dataclass
+
+from services.generator.rules import affine, points
+from services.generator.rules.cuda_text import fresh_name, identifiers, mask
+from services.generator.rules.points import Access, PointKernel
+from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
+from services.generator.rules.statements import walk
+from shared.spec import KernelSpec
+
+TILE_SIZES, ROW_COUNTS = [16, 32, 64], [2, 4, 8, 16]
+
+
+@dataclass(frozen=True)
+class Transposed:
+    kernel: PointKernel
+    store: Access  # OUT[W]
+    value: tuple[int, int]  # the span of VALUE in the source
+    element: str  # OUT's element type
+
+
+def recognise(spec: KernelSpec) -> Transposed:
+    try:
+        kernel = points.recognise(spec)
+    except points.NotPointKernel as exc:
+        raise NotRecognised(str(exc)) from None
+    if len(kernel.axes) < 2 or len(spec.block_size_names) < 2:
+        raise NotRecognised("a transpose has at least two indices (x and y) and block sizes for both")
+    for axis in (0, 1):
+        if (why := one_thread_per_point(spec, axis)) is not None:
+            raise NotRecognised(why)
+    masked = mask(spec.source)
+    if re.search(r"\batomic\w*\s*\(", masked[kernel.body_start:kernel.body_end]):
+        raise NotRecognised("it uses atomics")
+    stores = [a for a in kernel.accesses if a.write]
+    if len(stores) != 1 or not stores[0].plain_store:
+        raise NotRecognised(f"it makes {len(stores)} stores; a transpose makes one plain store (`out[w] = value;`)")
+    store = stores[0]
+    statement = next((s for s, _ in walk(masked, list(kernel.statements))
+                      if s.kind == "simple" and s.start <= store.start < s.end), None)
+    if statement is None or masked[statement.start:store.start].strip():
+        raise NotRecognised("its store is not a statement of its own")
+    equals = masked.index("=", store.end)
+    value = (equals + 1, masked.rindex(";", 0, statement.end))
+    x, y = kernel.axes[0].name, kernel.axes[1].name
+    along_x = affine.stride(store.poly, x) if store.poly is not None else None
+    along_y = affine.stride(store.poly, y) if store.poly is not None else None
+    if not affine.is_unit(along_y) or along_x is None or affine.is_unit(along_x) or not along_x:
+        raise NotRecognised(f"its store {store.array}[{store.subscript}] does not move by one along {y} and by more "
+                            f"along {x}")
+    reads = [a for a in kernel.accesses if not a.write and not (store.start <= a.start < store.end)]
+    outside = [a for a in reads if not value[0] <= a.start < value[1]]
+    if outside:
+        raise NotRecognised(f"it reads {outside[0].array}[{outside[0].subscript}] outside the value it stores")
+    strides = [affine.stride(a.poly, x) if a.poly is not None else None for a in reads]
+    if any(s is None or (s and not affine.is_unit(s)) for s in strides) or not any(affine.is_unit(s) for s in strides):
+        raise NotRecognised(f"its loads do not move by one along {x}, so a tile would not make them coalesced")
+    element = kernel.array_types.get(store.array)
+    if element is None:
+        raise NotRecognised(f"it stores into {store.array}, which is not a pointer parameter")
+    return Transposed(kernel, store, value, element)
+
+
+def _render(model: Transposed, spec: KernelSpec) -> str:
+    kernel = model.kernel
+    side, rows = spec.block_size_names[0], spec.block_size_names[1]
+    ax, ay = kernel.axes[0], kernel.axes[1]
+    taken = identifiers(kernel.source)
+    tile, x0, y0, j, load, store = (fresh_name(n, taken) for n in ("tile", "x0", "y0", "j", "load", "store"))
+    at = f"{tile}[{ay.name} - {y0}][{ax.name} - {x0}]"
+    loading = points.point_body(kernel, [(model.store.start, model.store.end, at)])
+    storing = points.point_body(kernel, [(model.value[0], model.value[1], f" {at}")])
+    lines = ["// A shared-memory tile: the block first loads a tile with threads along x reading along x, then",
+             "// stores it with threads along x writing along y, where the output is contiguous. One column of",
+             "// padding keeps both passes free of shared-memory bank conflicts.",
+             f"__shared__ {model.element} {tile}[{side}][{side} + 1];",
+             *(points.definition(a) for a in kernel.axes[2:]),
+             f"const {ax.type} {x0} = ({ax.type})blockIdx.x * {side};",
+             f"const {ay.type} {y0} = ({ay.type})blockIdx.y * {side};",
+             *points.lambda_of(load, [ax, ay], loading),
+             *points.lambda_of(store, [ax, ay], storing),
+             f"for (int {j} = threadIdx.y; {j} < {side}; {j} += {rows}) {{",
+             f"    {load}({x0} + threadIdx.x, {y0} + {j});",
+             "}",
+             "__syncthreads();",
+             f"for (int {j} = threadIdx.y; {j} < {side}; {j} += {rows}) {{",
+             f"    {store}({x0} + {j}, {y0} + threadIdx.x);",
+             "}"]
+    return points.with_body(kernel, lines)
+
+
+class TransposedShape:
+    name = "transposed"
+    kind = "a transpose-like kernel (a strided store of coalesced loads)"
+    rules = ("shared_tile",)
+
+    def recognise(self, spec: KernelSpec) -> Transposed:
+        return recognise(spec)
+
+    def reason(self, rule_id: str, model: Transposed, spec: KernelSpec) -> str | None:
+        return None
+
+    def render(self, model: Transposed, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        side, rows = spec.block_size_names[0], spec.block_size_names[1]
+        layout = Layout(tune_params={side: TILE_SIZES, rows: ROW_COUNTS},
+                        defaults={side: 32, rows: 8}, restrictions=(f"{rows} <= {side}",),
+                        grid_div={"x": [side], "y": [side]})
+        return _render(model, spec), layout

@@ -1,0 +1,158 @@
+"""shuffle_reduction: shared-memory tree reductions replaced by warp shuffles.
+
+Recognised anywhere in the source (a kernel or a __device__ helper), whatever the names:
+
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {          // or block_size_x, >> 1, s >>= 1, s = s / 2
+        if (tid < s) red[tid] += red[tid + s];              // or red[tid] = fmaxf(red[tid], red[tid + s]) ...
+        __syncthreads();
+    }
+
+with `red` a __shared__ array (static or extern) or a pointer a helper receives, `tid` threadIdx.x or a local equal to it, and the combination
++, or fmaxf/fminf/max/min/fmax/fmin. Before the loop each thread has put its value in red[tid] and passed a
+barrier; after it red[0] holds the block's result, seen by every thread. The replacement keeps that contract:
+each thread takes red[tid], every warp combines its 32 values with __shfl_down_sync, the warps' results go to
+red[0..warps-1], warp 0 combines those, and red[0] is written before a last barrier: two barriers and no
+shared-memory traffic per step instead of one barrier per halving. The other entries of red no longer hold the
+tree's partial results. The block must be whole warps (the rule restricts the block size to multiples of 32).
+"""
+import re
+from dataclasses import dataclass
+
+from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.points import INDENT
+from services.generator.rules.statements import Statement, Unparsed, statement_at, statements
+from shared.spec import KernelSpec
+
+FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
+
+
+@dataclass(frozen=True)
+class Tree:
+    loop: Statement
+    array: str
+    type: str  # the shared array's element type
+    thread: str  # threadIdx.x or the local that holds it
+    width: str  # blockDim.x or the block-size define the halving starts from
+    combine: str  # "+" or one of FUNCTIONS
+
+
+def shuffle_reduction_reason(source: str, spec: KernelSpec) -> str | None:
+    if tree_loops(source, spec):
+        x = spec.block_size_names[0]
+        values = spec.tune_params.get(x) or [spec.baseline_params().get(x)]
+        if not any(isinstance(v, int) and v % 32 == 0 for v in values):
+            return f"no value of {x} ({values}) is a multiple of 32, which warp shuffles need"
+        return None
+    return ("the kernel has no shared-memory tree reduction (a loop halving s from the block size, "
+            "`if (tid < s) red[tid] += red[tid + s]; __syncthreads();`)")
+
+
+def shuffle_reduction_edit(source: str, spec: KernelSpec) -> str:
+    taken = identifiers(source)
+    for tree in sorted(tree_loops(source, spec), key=lambda t: t.loop.start, reverse=True):
+        line_start = source.rfind("\n", 0, tree.loop.start) + 1
+        indent = re.match(r"[ \t]*", source[line_start:]).group()
+        lines = _replacement(tree, taken)
+        text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
+        source = source[:tree.loop.start] + text + source[tree.loop.end:]
+    return source
+
+
+def tree_loops(source: str, spec: KernelSpec) -> list[Tree]:
+    masked = mask(source)
+    shared = _shared_arrays(masked)
+    widths = ("blockDim.x", spec.block_size_names[0])
+    found = []
+    for match in re.finditer(r"\bfor\s*\(", masked):
+        try:
+            loop = statement_at(masked, match.start(), len(masked))
+        except (Unparsed, ValueError):
+            continue
+        tree = _tree(masked, loop, shared, widths)
+        if tree is not None:
+            found.append(tree)
+    return found
+
+
+def _shared_arrays(masked: str) -> dict[str, str]:
+    """The element type of each array a block can share: __shared__ arrays, and pointers a helper receives
+    (`float *red`), which the tree's barriers make as visible to the block as shared ones."""
+    arrays = {}
+    for match in re.finditer(r"(?<![\w*])(?:const\s+)?(?:volatile\s+)?([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*"
+                             r"(?:__restrict__\s+)?([A-Za-z_]\w*)\s*[,)]", masked):
+        arrays[match.group(2)] = " ".join(match.group(1).split())
+    for match in re.finditer(r"__shared__\s+(?:volatile\s+)?([A-Za-z_][\w ]*?)\s+([A-Za-z_]\w*)\s*\[", masked):
+        arrays[match.group(2)] = " ".join(match.group(1).split())
+    return arrays
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[str, ...]) -> Tree | None:
+    parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
+    if len(parts) != 3 or loop.body.kind != "block":
+        return None
+    init, condition, step = (_compact(p) for p in parts)
+    declared = re.fullmatch(r"(?:const)?(?:unsignedint|unsigned|int)([A-Za-z_]\w*)=(.+?)(?:/2|>>1)", init)
+    if declared is None or declared.group(2) not in widths:
+        return None
+    s, width = declared.group(1), declared.group(2)
+    if condition not in (f"{s}>0", f"0<{s}") or step not in (f"{s}/=2", f"{s}>>=1", f"{s}={s}/2", f"{s}={s}>>1"):
+        return None
+    try:
+        inside = statements(masked, *loop.body.inner)
+    except Unparsed:
+        return None
+    if len(inside) != 2 or _compact(masked[inside[1].start:inside[1].end]) != "__syncthreads();":
+        return None
+    guard = inside[0]
+    if guard.kind != "if" or guard.orelse is not None:
+        return None
+    tested = re.fullmatch(rf"([A-Za-z_][\w.]*)<{s}", _compact(masked[guard.head[0]:guard.head[1]]))
+    if tested is None:
+        return None
+    t = tested.group(1)
+    if t != "threadIdx.x" and not re.search(rf"\b{re.escape(t)}\s*=\s*threadIdx\s*\.\s*x\s*;", masked):
+        return None
+    action = _compact(masked[guard.body.start:guard.body.end])
+    if action.startswith("{") and action.endswith("}"):
+        action = action[1:-1]
+    for name, element in shared.items():
+        mine, other = f"{name}[{t}]", f"{name}[{t}+{s}]"
+        if action in (f"{mine}+={other};", f"{mine}={mine}+{other};", f"{mine}={other}+{mine};"):
+            return Tree(loop, name, element, t, width, "+")
+        for function in FUNCTIONS:
+            if action in (f"{mine}={function}({mine},{other});", f"{mine}={function}({other},{mine});"):
+                return Tree(loop, name, element, t, width, function)
+    return None
+
+
+def _replacement(tree: Tree, taken: set[str]) -> list[str]:
+    v, o = fresh_name("value", taken), fresh_name("offset", taken)
+    t, red = tree.thread, tree.array
+
+    def combined(other: str) -> str:
+        return f"{v} += {other};" if tree.combine == "+" else f"{v} = {tree.combine}({v}, {other});"
+
+    pad = f"({tree.type})0" if tree.combine == "+" else f"{red}[0]"
+    shuffle = ["#pragma unroll",
+               f"for (int {o} = 16; {o} > 0; {o} /= 2) {{",
+               f"{INDENT}{combined(f'__shfl_down_sync(0xffffffffu, {v}, {o})')}",
+               "}"]
+    return ["{",
+            f"{INDENT}// Warp shuffles instead of a tree in shared memory: each warp combines its values in registers,",
+            f"{INDENT}// then warp 0 the warps' results; {red}[0] holds the block's result for every thread after.",
+            f"{INDENT}{tree.type} {v} = {red}[{t}];",
+            f"{INDENT}__syncthreads();  // every value is read before warps overwrite {red}[0..]",
+            *(INDENT + line for line in shuffle),
+            f"{INDENT}if ({t} % 32 == 0) {red}[{t} / 32] = {v};",
+            f"{INDENT}__syncthreads();",
+            f"{INDENT}if ({t} < 32) {{",
+            f"{INDENT * 2}{v} = {t} < ({tree.width} + 31) / 32 ? {red}[{t}] : {pad};",
+            *(INDENT * 2 + line for line in shuffle),
+            f"{INDENT * 2}if ({t} == 0) {red}[0] = {v};",
+            f"{INDENT}}}",
+            f"{INDENT}__syncthreads();",
+            "}"]

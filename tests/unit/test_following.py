@@ -1,0 +1,67 @@
+"""One way to follow a job (JobFollower, for follow_job and the gateway's live stream) and one way to name a
+job by a prefix of its id (resolve_job_id, for the CLI, the Python API and the gateway's comparisons)."""
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import pytest
+
+from shared.events import JobCompleted, JobSubmitted, TaskProfiled
+from shared.jobs import JobFollower, UnknownJob, find_job_ids, resolve_job_id
+from shared.projections import job_stream
+
+
+def _submit(store, job_id: str, spec) -> None:
+    stream = job_stream(job_id)
+    store.append(stream, [JobSubmitted(stream_id=stream, spec=spec)], expected_version=0)
+
+
+def test_a_follower_folds_each_event_once_whether_read_or_delivered_live(store, vector_add_spec):
+    _submit(store, "abc000000001", vector_add_spec)
+    follower = JobFollower("abc000000001")
+    history = follower.read(store)
+    assert [e.type for e in history] == ["JobSubmitted"] and follower.view.status == "submitted"
+    stream = job_stream("abc000000001")
+    [done] = store.append(stream, [JobCompleted(stream_id=stream, summary="done")], expected_version=None)
+    # Delivered live and read again, as the live stream's poller and its first read may both hand it on.
+    assert follower.take([history[0], done]) == [done]
+    assert follower.take([done]) == [] and follower.read(store) == []
+    assert follower.view.finished and follower.view.version == 2 and follower.view.event_types == (
+        "JobSubmitted", "JobCompleted")
+
+
+def test_a_follower_skips_a_repeat_within_one_batch(store, vector_add_spec):
+    _submit(store, "abc000000001", vector_add_spec)
+    stream = job_stream("abc000000001")
+    [profiled] = store.append(stream, [TaskProfiled(stream_id=stream, request_id=uuid4(), task="t", worker="w",
+                                                    started_at=datetime.now(UTC), wall_s=0.0, peak_rss_mb=0.0)],
+                              expected_version=None)
+    follower = JobFollower("abc000000001")
+    [submitted] = follower.take(store.read_stream(stream)[:1])
+    assert follower.take([submitted, profiled, profiled]) == [profiled] and follower.view.version == 2
+
+
+def test_a_unique_prefix_names_its_job_and_others_are_refused_saying_why(store, vector_add_spec):
+    for job_id in ("abc000000001", "abd000000002", "xyz000000003"):
+        _submit(store, job_id, vector_add_spec)
+    assert resolve_job_id(store, "x") == "xyz000000003"
+    assert resolve_job_id(store, "abc000000001") == "abc000000001"  # a whole id is its own prefix
+    with pytest.raises(UnknownJob, match="2 jobs start with 'ab': give more of the id") as several:
+        resolve_job_id(store, "ab")
+    assert several.value.matches == 2
+    with pytest.raises(UnknownJob, match="no job starts with 'q'"):
+        resolve_job_id(store, "q")
+    with pytest.raises(UnknownJob, match="no job starts with ''"):
+        resolve_job_id(store, "")  # not every job at once
+    with pytest.raises(UnknownJob, match="no job starts with '%'"):
+        resolve_job_id(store, "%")  # the prefix is literal, not a pattern
+
+
+def test_a_prefix_among_a_callers_jobs_says_nothing_of_anyone_elses(store, vector_add_spec):
+    for job_id in ("abc000000001", "abd000000002"):
+        _submit(store, job_id, vector_add_spec)
+    mine = {"abd000000002"}
+    assert resolve_job_id(store, "ab", among=mine) == "abd000000002"  # the other's job does not make it ambiguous
+    with pytest.raises(UnknownJob, match="no job starts with 'abc'"):
+        resolve_job_id(store, "abc", among=mine)
+    assert find_job_ids(store) == ["abc000000001", "abd000000002"]
+    assert find_job_ids(store, among=mine) == ["abd000000002"]

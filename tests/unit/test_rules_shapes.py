@@ -1,0 +1,325 @@
+"""The offline rules that restructure kernels (issue 21): each recogniser takes the corpus kernel of its shape and
+variants written with other names and styles, refuses kernels of other shapes with a reason, and every rewrite
+compiles with NVRTC for a sample of its tune space (every configuration when small) and keeps the kernel's
+signature. Numbers are checked on the GPU (tests/gpu/test_rules_shapes_verified.py, bench/memory_bound_table.py);
+here the launch geometry of the rewrites is emulated to show each point is handled once at sizes no tile divides."""
+import itertools
+import math
+import random
+from functools import cache
+
+import numpy as np
+import pytest
+
+from services.generator import rules
+from services.generator.rules import affine
+from services.generator.rules.cuda_text import find_kernel, mask, normalised
+from services.generator.rules.shapes import recognise
+from shared.device.compiler import compile_kernel, parameter_types
+from shared.spec import CandidateSpec, KernelSpec
+from tests.corpus_kernels import corpus
+from tests.rules_variants import ATOMIC_SUM, VARIANTS, NOT_OF_SHAPE
+
+ARCH = "sm_90"
+CORPUS = {kernel.name: kernel for kernel in corpus()}
+# The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
+NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "shuffle_reduction",
+             "vectorize_loops")
+FIRES = {
+    "bias_gelu": {"elements_per_thread"}, "conv2d": {"register_blocking"}, "dot": {"vectorize_loops"},
+    "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread"},
+    "histogram": {"vectorize_loops"}, "horner": {"elements_per_thread"},
+    "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking"},
+    "laplace3d": {"register_blocking"}, "layernorm": {"shuffle_reduction", "vectorize_loops"},
+    "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread"},
+    "row_sum": {"shuffle_reduction", "vectorize_loops"}, "saxpy": {"elements_per_thread", "vectorize"},
+    "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": set(),
+    "softmax": {"shuffle_reduction", "vectorize_loops"}, "spmv_csr": {"warp_per_row"},
+    "transpose": {"shared_tile"},
+}
+SHAPE_RULES = (*NEW_RULES, "elements_per_thread", "vectorize")
+
+
+def fired(spec: KernelSpec) -> set[str]:
+    return {rule_id for rule_id in SHAPE_RULES if rules.check(rule_id, spec, spec.as_candidate()) is None}
+
+
+# --- which kernels each recogniser takes -----------------------------------------------------------------
+def test_every_corpus_kernel_is_listed():
+    assert set(FIRES) == set(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(FIRES))
+def test_the_rules_that_fire_on_each_corpus_kernel(name):
+    assert fired(CORPUS[name].spec()) == FIRES[name]
+
+
+def test_the_naive_atomic_sum_takes_the_hierarchical_reduction():
+    assert fired(ATOMIC_SUM) == {"hierarchical_reduction"}
+
+
+@pytest.mark.parametrize("case", list(VARIANTS), ids=str)
+def test_variants_with_other_names_and_styles_are_recognised(case):
+    rule_id, spec = VARIANTS[case]
+    assert rules.check(rule_id, spec, spec.as_candidate()) is None, rules.check(rule_id, spec, spec.as_candidate())
+
+
+@pytest.mark.parametrize("case", list(NOT_OF_SHAPE), ids=str)
+def test_what_a_recogniser_refuses_and_why(case):
+    rule_id, spec, reason = NOT_OF_SHAPE[case]
+    assert reason in (rules.check(rule_id, spec, spec.as_candidate()) or "applies")
+
+
+def test_unrelated_kernels_take_no_restructuring():
+    """A rule fires only on its shape: the corpus table above says which, and no kernel takes two shapes."""
+    for name, expected in FIRES.items():
+        structural = expected & set(rules.STRUCTURAL) - {"shuffle_reduction"}
+        assert len(structural) <= 1, name
+    shapes = {name: recognise(CORPUS[name].spec())[0] for name in FIRES}
+    assert shapes["transpose"].name == "transposed" and shapes["jacobi2d"].name == "stencil"
+    assert shapes["gemv"].name == "row_loop" and shapes["int_stats"].name == "warp_atomics"
+    assert shapes["softmax"] is None and shapes["dot"] is None  # block-level kernels: textual rules only
+
+
+# --- every rewrite compiles and keeps the signature -------------------------------------------------------
+def sample(candidate: CandidateSpec, spec: KernelSpec, count: int = 6) -> list[dict]:
+    """Every configuration of the candidate's space that meets its restrictions when there are at most
+    `count`, else the default, each parameter's smallest and largest values, and seeded random picks."""
+    launched = spec.for_candidate(candidate)
+    names = list(candidate.tune_params)
+    every = [dict(zip(names, values)) for values in itertools.product(*candidate.tune_params.values())]
+    valid = [c for c in every if launched.restrictions_hold({**candidate.params, **c})]
+    if len(valid) <= count:
+        return valid
+    lowest = min(valid, key=lambda c: [candidate.tune_params[n].index(c[n]) for n in names])
+    highest = max(valid, key=lambda c: [candidate.tune_params[n].index(c[n]) for n in names])
+    picks = [dict(candidate.params), lowest, highest, *random.Random(21).sample(valid, count - 3)]
+    return [dict(p) for p in {tuple(sorted(p.items())): p for p in picks}.values()]
+
+
+@cache
+def _compile(source: str, kernel_name: str, defines: tuple, options: tuple) -> None:
+    compile_kernel(source, kernel_name, dict(defines), list(options), ARCH)
+
+
+@cache
+def _types(source: str, kernel_name: str, defines: tuple, options: tuple) -> tuple[str, ...]:
+    return tuple(parameter_types(source, kernel_name, dict(defines), list(options), ARCH))
+
+
+def signature(source: str, spec: KernelSpec) -> list[str]:
+    """The parameters as written, qualifiers that restrict adds aside."""
+    kernel = find_kernel(source, spec.kernel_name)
+    return [" ".join(w for w in mask(source[a:b]).replace("*", " * ").split() if w not in ("__restrict__", "const"))
+            for a, b in kernel.parameters(source)]
+
+
+def assert_compiles_and_keeps_signature(spec: KernelSpec, candidate: CandidateSpec) -> int:
+    source = normalised(candidate.source)
+    options = tuple(spec.compiler_options)
+    assert signature(source, spec) == signature(spec.source, spec)
+    original = _types(spec.source, spec.kernel_name, tuple(sorted(spec.baseline_params().items())), options)
+    configurations = sample(candidate, spec)
+    for params in configurations:
+        defines = tuple(sorted({**spec.baseline_params(), **candidate.params, **params}.items()))
+        _compile(source, spec.kernel_name, defines, options)
+        assert _types(source, spec.kernel_name, defines, options) == original
+    return len(configurations)
+
+
+def applications() -> dict[str, tuple[KernelSpec, str]]:
+    cases = {f"{name}-{rule_id}": (CORPUS[name].spec(), rule_id) for name, fires in FIRES.items() for rule_id in fires
+             if rule_id in NEW_RULES or name in ("bias_gelu", "rgba_to_gray", "gather")}
+    cases["atomic_sum-hierarchical_reduction"] = (ATOMIC_SUM, "hierarchical_reduction")
+    cases.update({f"variant-{case}": (spec, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
+    return cases
+
+
+APPLICATIONS = applications()
+
+
+@pytest.mark.parametrize("case", list(APPLICATIONS))
+def test_each_rewrite_compiles_across_its_space_and_keeps_the_signature(case):
+    spec, rule_id = APPLICATIONS[case]
+    candidate = rules.apply(rule_id, spec, spec.as_candidate())
+    assert rules.applied(candidate.source) == (rule_id,)
+    assert all(candidate.params[n] in values for n, values in candidate.tune_params.items())
+    assert spec.for_candidate(candidate).restrictions_hold(candidate.params)
+    assert assert_compiles_and_keeps_signature(spec, candidate) >= 1
+
+
+def plan_applied(spec: KernelSpec, order: tuple[str, ...]) -> CandidateSpec:
+    """Every rule of `order` that applies, applied in that order, again until none does."""
+    candidate = spec.as_candidate()
+    progress = True
+    while progress:
+        progress = False
+        for rule_id in order:
+            if rules.check(rule_id, spec, candidate) is None:
+                candidate = rules.apply(rule_id, spec, candidate)
+                progress = True
+    return candidate
+
+
+@pytest.mark.parametrize("name", sorted(n for n, fires in FIRES.items() if fires & set(NEW_RULES)))
+def test_the_rules_compose_in_plan_order_and_in_reverse(name):
+    """Everything that applies, in the plan's order and in reverse: the same rules give the same kernel, which
+    compiles across its space with the signature kept."""
+    spec = CORPUS[name].spec()
+    forward = plan_applied(spec, rules.PLAN_ORDER)
+    backward = plan_applied(spec, tuple(reversed(rules.PLAN_ORDER)))
+    assert set(rules.applied(forward.source)) == set(rules.applied(backward.source)) >= FIRES[name]
+    assert normalised(forward.source) == normalised(backward.source)
+    assert (forward.grid_div_x, forward.grid_div_y, forward.grid_div_z) == \
+        (backward.grid_div_x, backward.grid_div_y, backward.grid_div_z)
+    assert_compiles_and_keeps_signature(spec, forward)
+
+
+# --- the rewrites' launch geometry covers every point once ---------------------------------------------
+@pytest.mark.parametrize("sizes", [{"nx": 37, "ny": 53}, {"nx": 130, "ny": 7}, {"nx": 2, "ny": 1}])
+def test_register_blocking_covers_each_row_once_at_odd_sizes(sizes):
+    """The blocked grid's rows, (blockIdx.y * block_size_y + threadIdx.y) * points_per_thread + k, cover every
+    row below the grid's reach once, and the grid reaches every row of the problem."""
+    spec = CORPUS["jacobi2d"].spec()
+    candidate = rules.apply("register_blocking", spec, spec.as_candidate())
+    at_size = spec.with_sizes(sizes).for_candidate(candidate)
+    for params in sample(candidate, spec, 40):
+        config = {**candidate.params, **params}
+        (gx, gy, _), (bx, by, _) = at_size.launch_geometry(config)
+        ppt = config["points_per_thread"]
+        rows = np.array([(b * by + t) * ppt + k for b in range(gy) for t in range(by) for k in range(ppt)])
+        assert len(set(rows.tolist())) == rows.size and set(range(sizes["ny"])) <= set(rows.tolist())
+        assert gx * bx >= sizes["nx"]
+
+
+@pytest.mark.parametrize("sizes", [{"rows": 33, "cols": 65}, {"rows": 1, "cols": 100}, {"rows": 129, "cols": 3}])
+def test_the_transpose_tile_loads_and_stores_every_element_once(sizes):
+    spec = CORPUS["transpose"].spec()
+    candidate = rules.apply("shared_tile", spec, spec.as_candidate())
+    at_size = spec.with_sizes(sizes).for_candidate(candidate)
+    for params in sample(candidate, spec, 40):
+        config = {**candidate.params, **params}
+        (gx, gy, _), (bx, by, _) = at_size.launch_geometry(config)
+        side = config["block_size_x"]
+        assert bx == side and by == config["block_size_y"]
+        loads, stores = [], []
+        for block_x, block_y, tx, ty in itertools.product(range(gx), range(gy), range(bx), range(by)):
+            for j in range(ty, side, by):
+                loads.append((block_x * side + tx, block_y * side + j))
+                stores.append((block_x * side + j, block_y * side + tx))
+        inside = {(c, r) for c in range(sizes["cols"]) for r in range(sizes["rows"])}
+        for points in (loads, stores):
+            assert len(set(points)) == len(points) and inside <= set(points)
+
+
+@pytest.mark.parametrize("n", [1, 31, 4097, 999_983])
+def test_the_hierarchical_reduction_adds_every_element_once(n):
+    candidate = rules.apply("hierarchical_reduction", ATOMIC_SUM, ATOMIC_SUM.as_candidate())
+    at_size = ATOMIC_SUM.with_sizes({"n": n}).for_candidate(candidate)
+    for params in sample(candidate, ATOMIC_SUM, 40):
+        config = {**candidate.params, **params}
+        (grid, _, _), (block, _, _) = at_size.launch_geometry(config)
+        ept = config["elements_per_thread"]
+        first = np.arange(grid)[:, None] * block * ept + np.arange(block)[None, :]
+        points = (first[..., None] + np.arange(ept) * block).ravel()
+        points = points[points < n]
+        assert points.size == n and np.unique(points).size == n
+
+
+# --- what the rewrites look like --------------------------------------------------------------------------
+def test_the_transpose_tile_is_padded_and_tunable():
+    spec = CORPUS["transpose"].spec()
+    candidate = rules.apply("shared_tile", spec, spec.as_candidate())
+    assert "__shared__ float tile[block_size_x][block_size_x + 1];" in candidate.source
+    assert (candidate.grid_div_x, candidate.grid_div_y) == (["block_size_x"], ["block_size_x"])
+    assert candidate.tune_params == {"block_size_x": [16, 32, 64], "block_size_y": [2, 4, 8, 16]}
+    assert "block_size_y <= block_size_x" in candidate.restrictions
+
+
+def test_the_hierarchical_reduction_has_one_atomic_per_block():
+    candidate = rules.apply("hierarchical_reduction", ATOMIC_SUM, ATOMIC_SUM.as_candidate())
+    code = mask(candidate.source)
+    assert code.count("atomicAdd(") == 1 and "__shfl_down_sync" in code
+    assert candidate.grid_div_x == ["block_size_x", "elements_per_thread"]
+    assert all(v % 32 == 0 for v in candidate.tune_params["block_size_x"])
+
+
+def test_warp_per_row_then_vectorize_loops_gives_128_bit_row_loads():
+    spec = CORPUS["gemv"].spec()
+    candidate = rules.apply("warp_per_row", spec, spec.as_candidate())
+    assert candidate.grid_div_x == ["block_size_y"] and candidate.tune_params["block_size_x"] == [32]
+    assert rules.check("vectorize_loops", spec, candidate) is None
+    widened = rules.apply("vectorize_loops", spec, candidate)
+    assert "reinterpret_cast<const float4 *>(&A[(size_t)r * cols + 0])[v]" in widened.source
+    assert "(reinterpret_cast<unsigned long long>(&A[(size_t)r * cols + 0]) & 15) == 0" in widened.source
+    assert rules.applied(widened.source) == ("warp_per_row", "vectorize_loops")
+
+
+def test_shuffle_reduction_keeps_the_combination():
+    spec = CORPUS["softmax"].spec()
+    candidate = rules.apply("shuffle_reduction", spec, spec.as_candidate())
+    code = mask(candidate.source)
+    assert "value_ = fmaxf(value_, __shfl_down_sync(0xffffffffu, value_, offset_));" in code
+    assert "value += __shfl_down_sync(0xffffffffu, value, offset);" in code
+    assert "red[tid + s]" not in code and candidate.restrictions == ["block_size_x % 32 == 0"]
+
+
+def test_a_stride_is_read_whatever_the_spelling():
+    poly = affine.parse("(size_t)c * rows + r")
+    assert affine.is_unit(affine.stride(poly, "r")) and affine.stride(poly, "c") == {("rows",): 1}
+    local = {"i": affine.parse("y * nx + x")}
+    assert affine.minus(affine.parse("i + nx", local), affine.parse("i", local)) == {("nx",): 1}
+    assert affine.stride(affine.parse("hist_index[i] + 1"), "i") is None  # inside a load: unknown, not 0
+
+
+# --- the provider plans from what the recognisers find -----------------------------------------------------
+def test_the_plan_puts_the_shape_rule_first_and_names_the_shape():
+    from services.generator.answers import parse
+    from services.generator.providers.base import Prompt
+    from services.generator.providers.rules import RulesProvider
+
+    spec = CORPUS["transpose"].spec()
+    prompt = Prompt(kind="plan", system="", text="", spec=spec, current=spec.as_candidate())
+    answer = RulesProvider().complete(prompt).text
+    assert "The recognisers found a transpose-like kernel" in answer
+    assert [step.id for step in parse("plan", answer).steps] == ["shared_tile", "restrict", "launch_bounds"]
+
+
+def test_autonomous_asks_no_breakdown_of_an_offline_rule(vector_add_spec):
+    from uuid import uuid4
+
+    from services.planner.strategies import Ask, strategy_for
+    from shared.events import (BaselineMeasured, GenerationRequested, JobSubmitted, PlanProposed, StepValidated)
+    from shared.spec import TuningStep
+    from shared.steps import project_optimisation
+
+    def decide(provider: str):
+        spec = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "strategy": {"name": "autonomous"},
+                                               "generator": {"provider": provider}})
+        stream, step = "job-auto", TuningStep(id="vectorize")
+        plan = GenerationRequested(stream_id=stream, queue="generator", kind="plan")
+        validate = GenerationRequested(stream_id=stream, queue="generator", kind="validate", step=step)
+        events = [JobSubmitted(stream_id=stream, spec=spec),
+                  BaselineMeasured(stream_id=stream, request_id=uuid4(), device="GPU", params={}, grid=(1, 1, 1),
+                                   block=(256, 1, 1), samples_ms=[1.0], median_ms=1.0),
+                  plan, PlanProposed(stream_id=stream, request_id=plan.event_id, kind="plan", steps=[step]),
+                  validate, StepValidated(stream_id=stream, request_id=validate.event_id, step_id="vectorize",
+                                          valid=True, reason="applies")]
+        optimisation = project_optimisation(events)
+        return strategy_for("autonomous").decide(optimisation, spec.strategy)
+
+    assert decide("rules") == Ask("rewrite", TuningStep(id="vectorize"))
+    assert decide("anthropic") == Ask("breakdown", TuningStep(id="vectorize"))
+
+
+def test_layouts_name_only_parameters_the_code_or_launch_reads():
+    """The generator drops tune parameters neither the code nor the launch reads; a rewrite's must all be read."""
+    for case, (spec, rule_id) in APPLICATIONS.items():
+        candidate = rules.apply(rule_id, spec, spec.as_candidate())
+        read = set(mask(candidate.source).replace(".", " ").split()) | set(spec.block_size_names)
+        read |= {str(d) for axis in "xyz" for d in getattr(candidate, f"grid_div_{axis}") or []}
+        words = set()
+        for token in read:
+            words |= set(token.replace("(", " ").replace(")", " ").replace("[", " ").replace("]", " ").split())
+        assert set(candidate.tune_params) <= words | set(spec.block_size_names), case
+        assert math.prod(len(v) for v in candidate.tune_params.values()) >= 1
