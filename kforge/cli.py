@@ -261,10 +261,11 @@ class _Follower:
         if isinstance(event, TuningCompleted):
             self._print_progress(self.progress.spaces.get(event.candidate_id))
         elif self._live is None and time.monotonic() - self._printed_at >= PROGRESS_EVERY_S:
-            self._print_progress(self.progress.current)
+            self.summarise()
 
     def summarise(self) -> None:
-        """The progress line of a search left unfinished (the job was interrupted or timed out)."""
+        """The progress of the search under way, if one is (printed too when the job is interrupted or timed
+        out, as the live display goes)."""
         current = self.progress.current
         if current is not None and not current.finished:
             self._print_progress(current)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import yaml
 
 from services.generator.rules.cuda_text import find_kernel
+from shared.dtypes import is_float
 from shared.spec import defined_kernels
 
 DEFAULT_SIZE = 2**20
@@ -18,6 +19,7 @@ BLOCK_SIZES = [64, 128, 256, 512, 1024]
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "__grid_constant__", "std"}
 _SCALAR_DTYPES = {
     "float": "float32", "double": "float64", "__half": "float16", "half": "float16",
+    "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16",
     "char": "int8", "signed char": "int8", "unsigned char": "uint8", "short": "int16", "unsigned short": "uint16",
     "int": "int32", "unsigned": "uint32", "long": "int64", "long long": "int64", "unsigned long": "uint64",
     "unsigned long long": "uint64", "size_t": "uint64", "ptrdiff_t": "int64",
@@ -84,7 +86,7 @@ def infer_spec(source: str, kernel_name: str | None = None, sizes: dict[str, int
     if integers[1:]:
         notes.append(f"only {shape_size} sizes the arrays; {', '.join(integers[1:])} = 1: set them with "
                      "--size NAME=VALUE (sizes= in Python), and the shapes where they count elements too")
-    floats = [p.name for p in parameters if not p.pointer and p.dtype.startswith("float")]
+    floats = [p.name for p in parameters if not p.pointer and is_float(p.dtype)]
     if floats:
         notes.append(f"{', '.join(floats)} = 1.0: a float scalar's value is not in the signature; set its value")
     data = {
@@ -101,8 +103,8 @@ def _arg(parameter: Parameter, shape_size: str) -> dict:
     if parameter.pointer:
         return {"name": parameter.name, "dtype": parameter.dtype, "shape": [shape_size],
                 "role": "in" if parameter.const else "out"}
-    is_float = parameter.dtype.startswith("float")
-    return {"name": parameter.name, "dtype": parameter.dtype, "value": 1.0 if is_float else parameter.name}
+    return {"name": parameter.name, "dtype": parameter.dtype,
+            "value": 1.0 if is_float(parameter.dtype) else parameter.name}
 
 
 def _chosen_kernel(source: str, kernel_name: str | None) -> str:
@@ -144,7 +146,7 @@ def _parameter(position: int, text: str) -> Parameter:
     if dtype is None or pointers > 1:
         raise InferenceError("source", f"parameter {position} ({declaration}): {' '.join(type_words)}"
                                        f"{'*' * pointers} has no kforge dtype (a scalar or a pointer to one of float, "
-                                       "double, __half and the integer types): write the spec by hand")
+                                       "double, __half, __nv_bfloat16 and the integer types): write the spec by hand")
     pointee = tokens[:tokens.index("*")] if "*" in tokens else tokens  # float *const p writes through p
     return Parameter(name, dtype, pointer=pointers == 1, const="const" in pointee)
 

@@ -15,10 +15,9 @@ from uuid import UUID
 
 from shared.events import (CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted, TuningCompleted,
                            TuningRequested)
-from shared.spec import KernelSpec
+from shared.spec import MAX_THREADS_PER_BLOCK, CandidateSpec, KernelSpec
 from shared.steps import SUBMITTED
 
-MAX_THREADS_PER_BLOCK = 1024  # every CUDA GPU's limit, which Kernel Tuner's Searchspace applies to block sizes
 
 
 def configurations_to_search(spec: KernelSpec) -> int:
@@ -34,7 +33,10 @@ def configurations_to_search(spec: KernelSpec) -> int:
 
 
 def _allowed(spec: KernelSpec, config: dict, blocks: list[str]) -> bool:
-    return math.prod(config[b] for b in blocks) <= MAX_THREADS_PER_BLOCK and spec.restrictions_hold(config)
+    try:
+        return math.prod(config[b] for b in blocks) <= MAX_THREADS_PER_BLOCK and spec.restrictions_hold(config)
+    except (ArithmeticError, ValueError):  # an ExpressionError too: the search stops there, never evaluating it
+        return False
 
 
 @dataclass
@@ -77,7 +79,7 @@ class JobProgress:
 
     spaces: dict[str, SpaceProgress] = field(default_factory=dict)
     _submitted: KernelSpec | None = None
-    _candidates: dict[str, KernelSpec] = field(default_factory=dict)
+    _candidates: dict[str, CandidateSpec] = field(default_factory=dict)
     _space_of_request: dict[UUID, str] = field(default_factory=dict)  # TuningRequested id -> its candidate id
 
     @property
@@ -88,18 +90,25 @@ class JobProgress:
         match event:
             case JobSubmitted(spec=spec):
                 self._submitted = spec
-            case CandidateGenerated(candidate_id=candidate, candidate=generated) if self._submitted:
-                self._candidates[candidate] = self._submitted.for_candidate(generated)
+            case CandidateGenerated(candidate_id=candidate, candidate=generated):
+                self._candidates[candidate] = generated
             case TuningRequested(candidate_id=candidate) if self._submitted:
                 self._space_of_request[event.event_id] = candidate
                 if candidate not in self.spaces:  # the first shard of a space; the others share it
-                    spec = self._submitted if candidate == SUBMITTED else self._candidates.get(candidate)
+                    spec = self._space(candidate)
                     total = configurations_to_search(spec) if spec else 0
                     self.spaces[candidate] = SpaceProgress(candidate, total, event.occurred_at)
             case ConfigMeasured() | ConfigFailed() if event.request_id in self._space_of_request:
                 self.spaces[self._space_of_request[event.request_id]].add(event)
             case TuningCompleted(candidate_id=candidate) if candidate in self.spaces:
                 self.spaces[candidate].finished = True
+
+    def _space(self, candidate: str) -> KernelSpec | None:
+        """The spec whose space a tuning of `candidate` searches, as the benchmark builds it."""
+        if candidate == SUBMITTED:
+            return self._submitted
+        generated = self._candidates.get(candidate)
+        return self._submitted.for_candidate(generated) if generated else None
 
 
 def fold(events: Iterable[Event]) -> JobProgress:

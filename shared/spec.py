@@ -16,10 +16,13 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, Val
                       model_validator)
 
 from shared.compile_policy import check_define_value, check_options, check_source
+from shared.dtypes import BFLOAT16, bfloat16_held_range, float_info, host_dtype, is_float, kind, scalar
 from shared.expressions import ExpressionError, Number, check_restriction, evaluate, names_in, restriction_holds
 
-DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+          "uint64")
 DEFAULT_BLOCK = {"block_size_x": 256, "block_size_y": 1, "block_size_z": 1}
+MAX_THREADS_PER_BLOCK = 1024  # every CUDA GPU's limit, which Kernel Tuner's Searchspace applies to block sizes
 Expression = int | str
 ParamValue = int | float | str
 # Patterns are whole-text matches: `pattern=` runs them in pydantic's Rust engine, where $ is the end of the
@@ -172,13 +175,16 @@ DEFAULT_RANGES = {"f": (-1.0, 1.0), "i": (-100, 100), "u": (0, 100)}
 MAX_SPAN = 2 ** 64 - 1  # values an integer range may hold: the count travels to the device as a 64-bit integer
 
 
-def held_float_range(dtype: np.dtype, low: float, high: float) -> tuple[float, float]:
+def held_float_range(dtype: str, low: float, high: float) -> tuple[float, float]:
     """The smallest value of float `dtype` at or above `low` and the largest below `high`: the range [low, high)
     as the dtype holds it (the nearest value to low may lie below it, and to high at or above it)."""
-    lowest, top = dtype.type(low), dtype.type(high)
+    if dtype == BFLOAT16:
+        return bfloat16_held_range(low, high)
+    held = np.dtype(dtype).type
+    lowest, top = held(low), held(high)
     if float(lowest) < low:
-        lowest = np.nextafter(lowest, dtype.type(np.inf))
-    below = top if float(top) < high else np.nextafter(top, dtype.type(-np.inf))
+        lowest = np.nextafter(lowest, held(np.inf))
+    below = top if float(top) < high else np.nextafter(top, held(-np.inf))
     return float(lowest), float(below)
 
 
@@ -221,7 +227,7 @@ class ArgSpec(_Strict):
             raise ValueError(f"argument {self.name!r} has a shape, so its role is in, out or inout, not scalar")
         if self.value is not None and self.role not in (None, "scalar"):
             raise ValueError(f"argument {self.name!r} has a value, so it is a scalar: drop role or set role: scalar")
-        if self.specials and (not self.dtype.startswith("float") or self.shape is None or self.role == "out"):
+        if self.specials and (not is_float(self.dtype) or self.shape is None or self.role == "out"):
             raise ValueError(f"argument {self.name!r}: specials apply to float input arrays only; drop them here")
         return self
 
@@ -268,7 +274,11 @@ MEASURING_STRATEGIES = ("baseline", "tune", "verify")
 
 # Output comparison against the reference: (atol, rtol) per dtype kind and size, for |out - ref| <= atol + rtol*|ref|.
 # Float sums computed in another order differ in the last bits, so floats get room; integers must match exactly.
-DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-2), "float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9)}
+# bfloat16 keeps 8 bits of precision (eps 2**-7, 0.0078): two honest kernels differ by a result rounded to its
+# neighbour (up to eps relative) plus an intermediate rounded to bfloat16 or not (up to eps/2 of it, e.g. a*x
+# rounded before + y, or fused): atol and rtol of 2e-2, about 2.5 eps each, hold them.
+DEFAULT_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2), "float32": (1e-4, 1e-4),
+                     "float64": (1e-9, 1e-9)}
 
 
 class WorkSpec(_Strict):
@@ -696,16 +706,15 @@ class KernelSpec(_Strict):
     def value_range(self, arg: ArgSpec) -> tuple[Number, Number]:
         """[low, high) of an input's values at this spec's sizes (a trial at other sizes has a spec of its own):
         its range, or its dtype's default. Refused, with the fix, when it is empty or the dtype cannot hold it."""
-        dtype = np.dtype(arg.dtype)
         if arg.range is None:
-            return DEFAULT_RANGES[dtype.kind]
+            return DEFAULT_RANGES[kind(arg.dtype)]
         low, high = (evaluate(bound, self.sizes) for bound in arg.range)
         shown, at = f"[{low}, {high})", f" at sizes {self.sizes}"
-        if dtype.kind == "f":
-            largest = float(np.finfo(dtype).max)
+        if is_float(arg.dtype):
+            largest = float_info(arg.dtype).largest
             if max(abs(low), abs(high)) > largest:
                 raise ValueError(f"{shown} reaches beyond the largest {arg.dtype} ({largest:g}): narrow the range")
-            lowest, below = held_float_range(dtype, low, high)
+            lowest, below = held_float_range(arg.dtype, low, high)
             if not lowest <= below:
                 raise ValueError(f"{shown} holds no {arg.dtype} value{at}: make high greater than low")
             return low, high
@@ -713,7 +722,7 @@ class KernelSpec(_Strict):
             raise ValueError(f"{shown}{at} has a bound that is not an integer, for {arg.dtype} values: use // to "
                              "divide sizes")
         low, high = int(low), int(high)
-        held = np.iinfo(dtype)
+        held = np.iinfo(arg.dtype)
         if low < held.min or high > held.max + 1:
             raise ValueError(f"{shown}{at} reaches beyond the {arg.dtype} values [{held.min}, {held.max + 1}): "
                              "narrow the range")
@@ -735,7 +744,7 @@ class KernelSpec(_Strict):
         return [a for a in self.args if a.is_array and a.effective_role != "out" and a.data is None]
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:
-        return np.dtype(arg.dtype).type(evaluate(arg.value, self.variables(params)))
+        return scalar(evaluate(arg.value, self.variables(params)), arg.dtype)
 
     def for_candidate(self, candidate: CandidateSpec) -> "KernelSpec":
         """The submission as the candidate would be submitted: its source, defines, space and geometry, the
@@ -768,7 +777,7 @@ class KernelSpec(_Strict):
 
     def array_bytes(self) -> int:
         """The size of every array argument together."""
-        return sum(math.prod(self.shape_of(a)) * np.dtype(a.dtype).itemsize for a in self.args if a.is_array)
+        return sum(math.prod(self.shape_of(a)) * host_dtype(a.dtype).itemsize for a in self.args if a.is_array)
 
     def flops_per_launch(self) -> float | None:
         return None if self.work.flops is None else float(evaluate(self.work.flops, self.sizes))

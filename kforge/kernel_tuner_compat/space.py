@@ -15,10 +15,10 @@ import numpy as np
 
 from kforge.api import KforgeError
 from shared.expressions import ExpressionError, check_restriction, names_in, restriction_holds
+from shared.spec import MAX_THREADS_PER_BLOCK
 
 Config = dict[str, object]
 DEFAULT_BLOCK = (256, 1, 1)  # Kernel Tuner's threads per block along x, y, z when no parameter sets them
-MAX_THREADS = 1024  # threads per block on every CUDA GPU since compute capability 2.0
 # Configurations times characters of exclusion restrictions that kforge's search checks in about a minute on a
 # slow core (each restriction is checked on every configuration, at about 1 µs per character).
 MAX_EXCLUSION_WORK = 60_000_000
@@ -110,7 +110,7 @@ class Restrictions:
 
     def runnable(self, config: Config) -> bool:
         """Whether Kernel Tuner would try `config`: it meets every restriction and fits a thread block."""
-        return self.hold(config) and self.threads(config) <= MAX_THREADS
+        return self.hold(config) and self.threads(config) <= MAX_THREADS_PER_BLOCK
 
     def ruled_out_by_host(self) -> list[Config]:
         """The configurations that kforge's own restrictions let through and the caller's rule out."""

@@ -18,11 +18,12 @@ from kforge.kernel_tuner_compat.arguments import spec_args
 from kforge.kernel_tuner_compat.cache import CacheFile
 from kforge.kernel_tuner_compat.results import (best_config, cached_result, config_line, outcome_result,
                                                 total_timings, with_metrics)
-from kforge.kernel_tuner_compat.space import (MAX_THREADS, DropInError, Restrictions, TuneSpace, exclusions, plain,
+from kforge.kernel_tuner_compat.space import (DropInError, Restrictions, TuneSpace, exclusions, plain,
                                               too_slow_to_check)
 from shared import runtime
 from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured, Event, JobSubmitted, KernelCompiled
 from shared.projections import job_id_of, project_job
+from shared.spec import MAX_THREADS_PER_BLOCK
 
 JOB_TIMEOUT_S = 7 * 24 * 3600.0  # a tuning is followed to its end; its own budget comes from strategy_options
 NUMPY_ALLCLOSE_RTOL = 1e-5  # Kernel Tuner compares with an answer through numpy.allclose, whose rtol this is
@@ -55,7 +56,7 @@ def tune_kernel(kernel_name, kernel_source, problem_size, arguments, tune_params
     cache_file = CacheFile(cache, kernel_name, _as_written(problem_size), tune_params) if cache else None
     runnable = [c for c in space.configs() if rules.runnable(c)]
     if not runnable:
-        raise DropInError(f"restrictions: none of the {space.size} configurations meets them within {MAX_THREADS} "
+        raise DropInError(f"restrictions: none of the {space.size} configurations meets them within {MAX_THREADS_PER_BLOCK} "
                           "threads per block: loosen them")
     results: dict[str, dict] = {}
     if cache_file is not None:
@@ -115,7 +116,7 @@ def _measure(spec: dict, arguments, answer, rules: Restrictions, skip: list[dict
     """Complete the spec (its arguments saved as arrays, the configurations to leave out excluded), run the tune
     job and collect its outcomes; the configurations in `skip` are not measured."""
     space, cache_file = rules.space, collector.cache_file
-    ruled_out = [c for c in rules.ruled_out_by_host() if rules.threads(c) <= MAX_THREADS]
+    ruled_out = [c for c in rules.ruled_out_by_host() if rules.threads(c) <= MAX_THREADS_PER_BLOCK]
     excluded = exclusions(space, ruled_out + skip)
     if skip and too_slow_to_check(excluded, space):
         excluded = exclusions(space, ruled_out)

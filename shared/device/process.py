@@ -90,7 +90,13 @@ class GpuProcess:
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child, self.device_index, self.session_factory),
                                         daemon=True, name=f"kforge-gpu{self.device_index}")
-        self._process.start()
+        # Started with SIGINT blocked, a mask the child inherits until it has set SIGINT aside: a Ctrl-C while
+        # it imports would otherwise print a KeyboardInterrupt traceback from the child.
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
         child.close()
         if not self._conn.poll(STARTUP_TIMEOUT_S):
             self._process.kill()
@@ -151,6 +157,7 @@ def _serve(conn: Connection, device_index: int, session_factory: Callable) -> No
     Ctrl-C reaches every process of the terminal's foreground group: the child ignores it, as the worker
     decides when the child ends (an interrupted `kforge tune` kills it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent while it started this
     try:
         _answer_requests(conn, device_index, session_factory)
     except (EOFError, BrokenPipeError, ConnectionError):

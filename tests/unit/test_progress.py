@@ -64,6 +64,12 @@ def test_the_total_leaves_out_blocks_over_1024_threads(vector_add_spec):
     assert configurations_to_search(spec) == 5  # 1024x2 exceeds a block's 1024 threads
 
 
+def test_a_configuration_where_a_restriction_cannot_be_evaluated_is_not_counted(vector_add_spec):
+    spec = respec(vector_add_spec, tune_params={"block_size_x": [32, 64, 128]},
+                  restrictions=["1024 // (block_size_x - 64) != 0"])  # divides by zero at 64
+    assert configurations_to_search(spec) == 2
+
+
 def test_a_budget_caps_the_total_except_for_brute_force(matmul):
     benchmark = matmul.benchmark.model_dump()
     capped = respec(matmul, benchmark={**benchmark, "search": {"strategy": "random_sample", "max_fevals": 20}})
@@ -175,3 +181,13 @@ def test_verbose_prints_every_configuration_too(matmul):
     lines = follow(matmul, verbose=True)
     assert sum("ConfigMeasured" in line for line in lines) == 40
     assert sum("ConfigFailed" in line for line in lines) == 8 and any("TaskProfiled" in line for line in lines)
+
+
+def test_piped_the_progress_of_a_search_under_way_is_printed_every_so_often(matmul, monkeypatch):
+    from kforge import cli
+
+    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.0)  # after every event
+    lines = follow(matmul, verbose=False)
+    counts = [line.split(",")[0].strip() for line in lines if line.startswith("  tuning ")]
+    assert counts[:3] == ["tuning 1/214", "tuning 2/214", "tuning 3/214"]
+    assert counts[-1] == "tuning 48/214" and lines[-2].startswith("  tuning 48/214, done")  # the search's end
