@@ -5,6 +5,9 @@ objects is refused (kforge never unpickles), and then exactly the bytes the head
 more, into an array of the argument's dtype and shape. The spec records the sha256 of the whole file when the
 spec file is loaded; every later read hashes the bytes it reads and refuses a file that changed since, so a
 job never runs on other data than it was submitted with.
+
+A bfloat16 argument's file holds its values' bit patterns (shared/dtypes.py), as uint16 or as the 2-byte void
+that np.save writes for an ml_dtypes.bfloat16 array; both are read as the uint16 the host holds them in.
 """
 import hashlib
 import math
@@ -14,6 +17,7 @@ from typing import BinaryIO
 import numpy as np
 from numpy.lib import format as npy
 
+from shared.dtypes import BFLOAT16, host_dtype
 from shared.errors import FieldError
 from shared.spec import ArrayFile, KernelSpec
 
@@ -49,7 +53,7 @@ def read_array(file: ArrayFile, dtype: str, shape: tuple[int, ...]) -> np.ndarra
     with _opened(path) as opened:
         held, held_shape, fortran_order, start = _header(opened, path)
         _check_fits(path, held, held_shape, dtype, shape)
-        array = np.empty(math.prod(shape), held)
+        array = np.empty(math.prod(shape), host_dtype(dtype))
         _check_length(opened, path, start + array.nbytes)
         opened.seek(0)
         digest = hashlib.sha256(opened.read(start))
@@ -114,9 +118,11 @@ def _header(file: BinaryIO, path: Path) -> tuple[np.dtype, tuple[int, ...], bool
 
 
 def _check_fits(path: Path, held: np.dtype, held_shape: tuple[int, ...], dtype: str, shape: tuple[int, ...]) -> None:
-    if held != np.dtype(dtype):
-        raise ArrayFileError(f"{path} holds {held} values ({held.str}), the argument is {dtype}: save it with "
-                             f".astype('{np.dtype(dtype).newbyteorder('<').str}')")
+    if held != host_dtype(dtype) and not (dtype == BFLOAT16 and held == np.dtype("V2")):
+        fix = ("save its bit patterns as uint16 (shared.dtypes.to_bfloat16 rounds floats to them) or save an "
+               "ml_dtypes.bfloat16 array" if dtype == BFLOAT16
+               else f"save it with .astype('{np.dtype(dtype).newbyteorder('<').str}')")
+        raise ArrayFileError(f"{path} holds {held} values ({held.str}), the argument is {dtype}: {fix}")
     if tuple(held_shape) != tuple(shape):
         raise ArrayFileError(f"{path} has shape {tuple(held_shape)}, the argument {shape} at the spec's sizes: save "
                              "an array of that shape, or change shape or sizes")

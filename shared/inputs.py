@@ -18,15 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.array_files import read_array
+from shared.dtypes import BFLOAT16, as_dtype, as_numbers, float_info, host_dtype, is_float
 from shared.spec import ArgSpec, KernelSpec, held_float_range
 
 CHUNK = 1 << 20  # elements drawn by one thread at a time
 SPECIAL_STRIDE = 97  # a prime, so specials do not line up with block or warp boundaries
 SPECIAL_VALUES = {"nan": lambda t: np.nan, "inf": lambda t: np.inf, "-inf": lambda t: -np.inf, "zero": lambda t: 0.0,
-                  "-zero": lambda t: -0.0, "denormal": lambda t: np.finfo(t).smallest_subnormal}
+                  "-zero": lambda t: -0.0, "denormal": lambda t: float_info(t).smallest_subnormal}
 # Random bits per float of an unsorted input, the dtype's precision: with the default range [-1, 1) every
 # value k * 2**(1 - bits) - 1 is exact, and any range gets as many distinct values as its dtype resolves.
-FLOAT_BITS = {"float16": 11, "float32": 24, "float64": 53}
+FLOAT_BITS = {"float16": 11, BFLOAT16: 8, "float32": 24, "float64": 53}
 
 _MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's counter increment
@@ -38,7 +39,7 @@ class Distribution:
     """How an input's random bits become values in [low, high) of its dtype: the constants the device's
     generator takes as they are, computed once here so that both sides round the very same numbers."""
 
-    dtype: np.dtype
+    dtype: str  # kforge's name for it (shared/dtypes.py: the host holds a bfloat16 as its bits)
     low: int = 0  # integers: the lowest value, as 64-bit two's complement
     span: int = 0  # integers: how many values [low, high) holds
     origin: float = 0.0  # floats: the lowest value, as the dtype holds it
@@ -49,9 +50,10 @@ class Distribution:
 
 
 def distribution(dtype, low: int | float, high: int | float, sorted_count: int = 0) -> Distribution:
-    """[low, high) of `dtype`, as KernelSpec.value_range checked it; sorted over `sorted_count` elements if any."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
+    """[low, high) of `dtype` (a name or a numpy dtype), as KernelSpec.value_range checked it; sorted over
+    `sorted_count` elements if any."""
+    dtype = dtype if dtype == BFLOAT16 else np.dtype(dtype).name
+    if is_float(dtype):
         lowest, below = held_float_range(dtype, low, high)
         width = float(high) - lowest
         return Distribution(dtype, origin=lowest, scale=width / sorted_count if sorted_count else width,
@@ -82,12 +84,13 @@ def draw(how: Distribution, key: int, start: int, count: int) -> np.ndarray:
     if how.sorted:
         # i + u, u in [0, 1): below i + 1, so below the next element's whatever the rounding of either.
         scaled = (index.astype(np.float64) + (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53) * how.scale
-    if how.dtype.kind == "f":
+    if is_float(how.dtype):
         if not how.sorted:
-            precision = FLOAT_BITS[how.dtype.name]
+            precision = FLOAT_BITS[how.dtype]
             scaled = (bits >> np.uint64(64 - precision)).astype(np.float64) * 2.0 ** -precision * how.scale
-        values = (how.origin + scaled).astype(how.dtype)
-        values[values.astype(np.float64) >= how.limit] = how.below  # rounding may reach high, which is left out
+        values = as_dtype(how.origin + scaled, how.dtype)
+        # Rounding may reach high, which is left out.
+        values[as_numbers(values, how.dtype).astype(np.float64) >= how.limit] = as_dtype(how.below, how.dtype)
         return values
     if how.sorted:
         whole = np.floor(scaled)
@@ -103,14 +106,13 @@ def draw(how: Distribution, key: int, start: int, count: int) -> np.ndarray:
 
 def special_values(arg: ArgSpec) -> np.ndarray:
     """The values that replace every SPECIAL_STRIDE-th element of `arg`, in the order they cycle."""
-    dtype = np.dtype(arg.dtype)
-    return np.array([SPECIAL_VALUES[name](dtype) for name in arg.specials], dtype)
+    return as_dtype(np.array([SPECIAL_VALUES[name](arg.dtype) for name in arg.specials], np.float64), arg.dtype)
 
 
 def make_array(spec: KernelSpec, arg: ArgSpec, seed: int) -> np.ndarray:
     """An input's `data`, or values drawn in its range (default: floats in [-1, 1), signed integers in
     [-100, 100), unsigned ones in [0, 100)); outputs start zeroed."""
-    shape, dtype = spec.shape_of(arg), np.dtype(arg.dtype)
+    shape, dtype = spec.shape_of(arg), host_dtype(arg.dtype)
     if arg.data is not None:
         return read_array(arg.data, arg.dtype, shape)
     array = np.zeros(shape, dtype)

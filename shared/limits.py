@@ -11,9 +11,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shared.dtypes import host_dtype
 from shared.errors import FieldError
-import numpy as np
-
 from shared.expressions import ExpressionError, evaluate, restriction_holds
 from shared.spec import KernelSpec, ParamValue
 
@@ -54,7 +53,7 @@ def memory_refusal(spec: KernelSpec, device_memory_bytes: int | None, input_sets
     """Why a worker must not allocate `spec`'s arrays, or None. A set of inputs is every array plus two copies
     of each output (the pristine and the reference output); the device holds `input_sets` of them (the
     benchmark rotates two), the host one at a time."""
-    outputs = sum(math.prod(spec.shape_of(a)) * np.dtype(a.dtype).itemsize for a in spec.output_args)
+    outputs = sum(math.prod(spec.shape_of(a)) * host_dtype(a.dtype).itemsize for a in spec.output_args)
     one_set = spec.array_bytes() + 2 * outputs
     for where, have, need in (("the device", device_memory_bytes, input_sets * one_set),
                               ("this host", _host_available_bytes(), one_set)):

@@ -1,11 +1,10 @@
 """Does a kernel take the arguments a spec lists? Compared on the parameter types PTX declares (the caller
 compiles), so it holds on any machine, GPU or not. Admission checks the submitted kernel with it, the verifier
 a candidate. PTX knows a pointer only as a 64-bit value: an array's dtype and a pointer's const-ness are not in
-it, so they are not compared."""
+it, so they are not compared. Nor is a 16-bit float scalar's kind: `__half` and `__nv_bfloat16` are both .b16."""
 from dataclasses import dataclass
 
-import numpy as np
-
+from shared.dtypes import host_dtype, is_float
 from shared.spec import DTYPES, ArgSpec
 
 
@@ -54,8 +53,7 @@ def _mismatch(position: int, arg: ArgSpec, kind: str) -> Mismatch:
 
 def _scalar_types(dtype: str) -> set[str]:
     """PTX passes a scalar by its width: as its own type (f32, s32, u32) or as bits of that width (b32)."""
-    kind = np.dtype(dtype)
-    bits = kind.itemsize * 8
-    if kind.kind == "f":
+    bits = host_dtype(dtype).itemsize * 8
+    if is_float(dtype):
         return {f"f{bits}", f"b{bits}"} | ({"u16"} if bits == 16 else set())
     return {f"u{bits}", f"s{bits}", f"b{bits}"}

@@ -26,8 +26,7 @@ The relative spread is recorded but not used: one element near zero makes it unb
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
+from shared.dtypes import float_info, is_float
 from shared.events import Tolerance
 from shared.spec import DEFAULT_TOLERANCE, KernelSpec
 
@@ -76,8 +75,8 @@ def derive(output: str, dtype: str, in_spec: dict[str, tuple[float, str]], seen:
     atol, rtol = [(default_atol, default)], [(default_rtol, default)]  # (value, why), the default first
     if seen.spread > 0:
         atol.append((SPREAD_MARGIN * seen.spread, f"{SPREAD_MARGIN} x that"))
-        if np.dtype(dtype).kind == "f":
-            eps = float(np.finfo(dtype).eps)
+        if is_float(dtype):
+            eps = float_info(dtype).eps
             atol.append((eps * seen.terms * seen.largest, f"eps x {seen.terms} terms x max|x| {seen.largest:.3g}"))
             rtol.append((2 * eps * math.sqrt(seen.terms), f"2 eps x sqrt({seen.terms} terms)"))
 

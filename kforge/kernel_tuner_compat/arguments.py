@@ -15,6 +15,7 @@ import numpy as np
 from kforge.infer_spec import InferenceError, Parameter, kernel_parameters
 from kforge.kernel_tuner_compat.space import DropInError
 from shared.array_files import ArrayFileError, array_file
+from shared.dtypes import is_float
 from shared.spec import DTYPES, kernel_base_name
 
 
@@ -113,7 +114,7 @@ def _scalar(i: int, name: str, value, parameter: Parameter | None) -> dict:
         fallback = "int32" if isinstance(value, int) else "float32"
         dtype = parameter.dtype if parameter is not None and not parameter.pointer else fallback
         number = value
-        if isinstance(value, float) and not dtype.startswith("float"):
+        if isinstance(value, float) and not is_float(dtype):
             raise DropInError(f"arguments[{i}]: the float {value}, where {name} is {dtype}: pass an integer")
     else:
         raise DropInError(f"arguments[{i}]: {type(value).__name__} is neither a numpy array nor a scalar: kforge "
@@ -123,7 +124,7 @@ def _scalar(i: int, name: str, value, parameter: Parameter | None) -> dict:
         raise DropInError(f"arguments[{i}]: a {dtype} scalar, where {name} is {wanted}")
     if not np.isfinite(number):
         raise DropInError(f"arguments[{i}]: {number} is not finite, and kforge passes finite scalars only")
-    return {"name": name, "dtype": dtype, "value": float(number) if dtype.startswith("float") else int(number)}
+    return {"name": name, "dtype": dtype, "value": float(number) if is_float(dtype) else int(number)}
 
 
 def _dtype(field: str, dtype: np.dtype) -> str:

@@ -25,6 +25,7 @@ from shared.device.own_kernels import OwnKernels
 from shared.device.process import Failed
 from shared.device.session import GpuSession
 from shared.array_files import ArrayFileError, read_array
+from shared.dtypes import is_float
 from shared.events import Tolerance
 from shared.inputs import make_arrays
 from shared.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
@@ -99,7 +100,7 @@ class BenchmarkSession(GpuSession):
         """Each output's tolerance (shared/tolerance.py) from the reference's spread, (absolute, relative) by
         output, and the scale of the float inputs: their elements in one set, the largest finite in any."""
         spec = self._setup.spec
-        floats = [a for a in spec.args if a.is_array and a.effective_role != "out" and np.dtype(a.dtype).kind == "f"]
+        floats = [a for a in spec.args if a.is_array and a.effective_role != "out" and is_float(a.dtype)]
         counts = {a.name: math.prod(spec.shape_of(a)) for a in floats}
         largest = max((self._own.max_abs(int(buffer.handle), counts[a.name], a.dtype) for inputs in self._sets
                        for a, buffer in zip(spec.args, inputs.arrays) if a.name in counts), default=0.0)

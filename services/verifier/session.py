@@ -25,6 +25,7 @@ from shared.device.own_kernels import Comparison, Found, OwnKernels
 from shared.device.process import Failed
 from shared.device.session import GpuSession
 from shared.array_files import ArrayFileError, read_array
+from shared.dtypes import as_numbers, host_dtype, is_float
 from shared.events import Tolerance
 from shared.inputs import distribution_of, special_values, stream_key
 from shared.settings import Settings
@@ -71,7 +72,7 @@ class _Array:
 
     @property
     def nbytes(self) -> int:
-        return self.count * np.dtype(self.arg.dtype).itemsize
+        return self.count * host_dtype(self.arg.dtype).itemsize
 
     @property
     def fenced_bytes(self) -> int:
@@ -266,7 +267,7 @@ class VerifierSession(GpuSession):
 
     def _input_scale(self, layout: tuple[_Array, ...], trial: _Trial) -> tuple[int, float]:
         """How many float input elements the trial has, and the largest finite magnitude among them."""
-        floats = [a for a in layout if a.arg.effective_role != "out" and np.dtype(a.arg.dtype).kind == "f"]
+        floats = [a for a in layout if a.arg.effective_role != "out" and is_float(a.arg.dtype)]
         largest = max((self._own.max_abs(int(trial.pristine[a.arg.name].handle) + a.guard, a.count, a.arg.dtype)
                        for a in floats), default=0.0)
         return sum(a.count for a in floats), largest
@@ -309,7 +310,7 @@ class VerifierSession(GpuSession):
         start = int(buffer.handle)
         before = self._own.changed_bytes(start, a.guard, value=CANARY)
         after = self._own.changed_bytes(start + a.guard + a.nbytes, a.guard, value=CANARY)
-        itemsize, name, parts = np.dtype(a.arg.dtype).itemsize, a.arg.name, []
+        itemsize, name, parts = host_dtype(a.arg.dtype).itemsize, a.arg.name, []
         if after.count:
             parts.append(f"changed {after.count} guard bytes after the end of {name} (first at element "
                          f"{a.count + after.first // itemsize}, {a.count} elements long)")
@@ -330,8 +331,10 @@ class VerifierSession(GpuSession):
         def difference(count: int, first: int | None, max_abs: float = 0.0, max_rel: float = 0.0) -> Difference:
             quoted = ""
             if first is not None:  # two elements read back, to quote
-                at = a.guard + first * np.dtype(a.arg.dtype).itemsize
-                value, instead_of = (self.download(np.empty(1, a.arg.dtype), buffer, at)[0] for buffer in (out, ref))
+                dtype = a.arg.dtype
+                at = a.guard + first * host_dtype(dtype).itemsize
+                value, instead_of = (as_numbers(self.download(np.empty(1, host_dtype(dtype)), buffer, at), dtype)[0]
+                                     for buffer in (out, ref))
                 quoted = example(a.arg.name, a.shape, first, value, instead_of)
             return Difference(count, a.count, first, max_abs, max_rel, quoted)
 

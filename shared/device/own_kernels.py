@@ -12,6 +12,7 @@ import numpy as np
 
 from shared.device.compiler import compile_kernel
 from shared.device.nvrtc import CompileError
+from shared.dtypes import BFLOAT16, host_dtype
 from shared.inputs import FLOAT_BITS, GOLDEN, SPECIAL_STRIDE, Distribution
 from shared.spec import DTYPES
 
@@ -28,6 +29,16 @@ __device__ __forceinline__ float half_to_float(unsigned short h) {
 }
 __device__ __forceinline__ unsigned short double_to_half(double d) {  // correctly rounded, as numpy's; sm_70+
     unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h;
+}
+__device__ __forceinline__ float bfloat16_to_float(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }
+// Correctly rounded, bit for bit as shared/dtypes.py's to_bfloat16 and without the bfloat16 conversions of sm_80+
+// (every module compiles for the device's arch): to float rounded to odd (towards zero, the last bit set when
+// inexact), then to nearest even in integer steps; a NaN becomes the canonical 0x7fff.
+__device__ __forceinline__ unsigned short double_to_bfloat16(double d) {
+    if (isnan(d)) return 0x7fff;
+    float f = __double2float_rz(d);
+    unsigned int u = __float_as_uint(f) | ((double)f != d);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 #define FIRST_THREAD (blockIdx.x * (u64)blockDim.x + threadIdx.x)
 #define ALL_THREADS ((u64)gridDim.x * blockDim.x)
@@ -125,8 +136,8 @@ extern "C" __global__ void kforge_max_abs(const VALUE *x, u64 n, u64 *stats) {
     if (largest > 0.0) atomicMax(&stats[0], (u64)__double_as_longlong(largest));
 }
 """
-_STORAGE = {"float16": "unsigned short", "float32": "float", "float64": "double", "int8": "signed char",
-            "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
+_STORAGE = {"float16": "unsigned short", BFLOAT16: "unsigned short", "float32": "float", "float64": "double",
+            "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
             "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long"}
 _UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 THREADS, MAX_BLOCKS = 256, 4096
@@ -137,15 +148,16 @@ NONE = ~np.uint64(0)  # "no first index": what atomicMin starts from
 
 def module_source(dtype: str) -> str:
     """SOURCE specialised for `dtype`: its storage type, same-width bits, and how a value is drawn and read."""
-    defines = {"VALUE": _STORAGE[dtype], "BITS": _UNSIGNED[np.dtype(dtype).itemsize],
-               "TO_DOUBLE": "(double)half_to_float" if dtype == "float16" else "(double)",
+    defines = {"VALUE": _STORAGE[dtype], "BITS": _UNSIGNED[host_dtype(dtype).itemsize],
+               "TO_DOUBLE": {"float16": "(double)half_to_float",
+                             BFLOAT16: "(double)bfloat16_to_float"}.get(dtype, "(double)"),
                "GOLDEN": f"{GOLDEN:#x}ull", "SPECIAL_STRIDE": f"{SPECIAL_STRIDE}ull",
                "TWO_TO_MINUS_53": float.hex(2.0 ** -53)}
     if dtype in FLOAT_BITS:
         defines.update({"FLOAT_VALUES": "1", "PRECISION": str(FLOAT_BITS[dtype]),
                         "UNIT": float.hex(2.0 ** -FLOAT_BITS[dtype]),
-                        "FROM_DOUBLE": {"float16": "double_to_half", "float32": "__double2float_rn",
-                                        "float64": ""}[dtype]})
+                        "FROM_DOUBLE": {"float16": "double_to_half", BFLOAT16: "double_to_bfloat16",
+                                        "float32": "__double2float_rn", "float64": ""}[dtype]})
     return "".join(f"#define {name} {text}\n" for name, text in defines.items()) + SOURCE
 
 
@@ -195,8 +207,8 @@ class OwnKernels:
     def generate(self, pointer: int, count: int, key: int, how: Distribution, specials: np.ndarray) -> None:
         """Fill `count` elements at `pointer` with the stream `key` drawn as `how` says (shared/inputs.draw),
         and its specials."""
-        dtype = how.dtype.name
-        table = self._session.upload(specials if specials.size else np.zeros(1, dtype), keep=False)
+        dtype = how.dtype
+        table = self._session.upload(specials if specials.size else np.zeros(1, host_dtype(dtype)), keep=False)
         self._launch(dtype, "kforge_generate", count, np.uint64(pointer), np.uint64(count), np.uint64(key),
                      np.uint64(int(table.handle)), np.uint32(specials.size), np.uint64(how.low),
                      np.uint64(how.span), np.float64(how.origin), np.float64(how.scale), np.float64(how.limit),

@@ -11,6 +11,7 @@ from services.verifier.compare import POISON
 from services.verifier.session import TrialRun, VerifierSession
 from shared.device.compiler import compile_kernel
 from shared.device.own_kernels import OwnKernels
+from shared.dtypes import as_numbers, host_dtype, is_float, kind
 from shared.inputs import SPECIAL_STRIDE, distribution, draw, special_values, stream_key
 from shared.spec import DEFAULT_RANGES, DTYPES, KernelSpec
 from tests.conftest import EXAMPLES
@@ -37,18 +38,19 @@ def read(session, buffer, dtype, count) -> np.ndarray:
 
 def default(dtype: str):
     """The distribution of an input without a range."""
-    return distribution(dtype, *DEFAULT_RANGES[np.dtype(dtype).kind])
+    return distribution(dtype, *DEFAULT_RANGES[kind(dtype)])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_device_draws_numpys_bits_for_every_dtype(session, own, dtype):
     key = stream_key(12345, 2)
-    buffer = session.allocate(N * np.dtype(dtype).itemsize, keep=False)
-    own.generate(int(buffer.handle), N, key, default(dtype), np.zeros(0, dtype))
+    held = host_dtype(dtype)  # a bfloat16's bits as uint16
+    buffer = session.allocate(N * held.itemsize, keep=False)
+    own.generate(int(buffer.handle), N, key, default(dtype), np.zeros(0, held))
     expected = draw(default(dtype), key, 0, N)
-    got = read(session, buffer, dtype, N)
+    got = read(session, buffer, held, N)
     assert got.tobytes() == expected.tobytes(), f"first difference at {np.flatnonzero(got != expected)[:5]}"
-    if dtype.startswith("float"):  # and the specials, at the same places as make_array puts them
+    if is_float(dtype):  # and the specials, at the same places as make_array puts them
         arg = KernelSpec.model_validate({
             "kernel_name": "k", "source": 'extern "C" __global__ void k(float *x) {}', "sizes": {"n": N},
             "args": [{"name": "y", "dtype": dtype, "shape": ["n"], "role": "out"},
@@ -56,15 +58,16 @@ def test_the_device_draws_numpys_bits_for_every_dtype(session, own, dtype):
         }).args[1]
         own.generate(int(buffer.handle), N, key, default(dtype), special_values(arg))
         expected[::SPECIAL_STRIDE] = np.resize(special_values(arg), expected[::SPECIAL_STRIDE].size)
-        assert read(session, buffer, dtype, N).tobytes() == expected.tobytes()
+        assert read(session, buffer, held, N).tobytes() == expected.tobytes()
     buffer.close(session.stream)
 
 
 # Per dtype, a range and whether sorted: narrow and wide, negative, ranges where rounding reaches high (float16
-# holds 2 values in [1000, 1001)), 64-bit spans that take the 128-bit product, and sorted spans below and above
-# the element count.
+# holds 2 values in [1000, 1001), bfloat16 one), 64-bit spans that take the 128-bit product, and sorted spans
+# below and above the element count.
 RANGED = [(dtype, low, high, sorted_) for dtype, low, high in [
-    ("float16", 1000, 1001), ("float16", -0.3, 60000), ("float32", 0.5, 3.25), ("float32", -1e30, 1e-30),
+    ("float16", 1000, 1001), ("float16", -0.3, 60000), ("bfloat16", 1000, 1001), ("bfloat16", -0.3, 60000),
+    ("bfloat16", -1e30, 1e-30), ("float32", 0.5, 3.25), ("float32", -1e30, 1e-30),
     ("float64", -1e-3, 5.0), ("float64", 0, 1e18), ("int8", -128, 128), ("int16", -7, 3), ("int32", 0, 1000003),
     ("int64", -2 ** 63, 2 ** 63 - 1), ("int64", 0, 1 << 40), ("uint8", 250, 256), ("uint16", 0, 65536),
     ("uint32", 1, 2 ** 32), ("uint64", 0, 2 ** 64 - 1), ("uint64", 2 ** 63, 2 ** 63 + 5)] for sorted_ in (False, True)]
@@ -74,13 +77,15 @@ RANGED = [(dtype, low, high, sorted_) for dtype, low, high in [
 def test_the_device_draws_numpys_bits_in_a_range_sorted_or_not(session, own, dtype, low, high, sorted_):
     how = distribution(dtype, low, high, N if sorted_ else 0)
     key = stream_key(777, 3)
-    buffer = session.allocate(N * np.dtype(dtype).itemsize, keep=False)
-    own.generate(int(buffer.handle), N, key, how, np.zeros(0, dtype))
-    got, expected = read(session, buffer, dtype, N), draw(how, key, 0, N)
+    held = host_dtype(dtype)
+    buffer = session.allocate(N * held.itemsize, keep=False)
+    own.generate(int(buffer.handle), N, key, how, np.zeros(0, held))
+    got, expected = read(session, buffer, held, N), draw(how, key, 0, N)
     assert got.tobytes() == expected.tobytes(), f"first difference at {np.flatnonzero(got != expected)[:5]}"
-    assert (got.astype(object) >= low).all() and (got.astype(object) < high).all()
+    values = as_numbers(got, dtype)
+    assert (values.astype(object) >= low).all() and (values.astype(object) < high).all()
     if sorted_:
-        assert (got[1:] >= got[:-1]).all()
+        assert (values[1:] >= values[:-1]).all()
     buffer.close(session.stream)
 
 

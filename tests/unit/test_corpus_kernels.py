@@ -29,6 +29,7 @@ COVERAGE = {
     "in-place (inout)": ["saxpy", "relu_inplace", "haxpy"],
     "several outputs": ["segmented_scan", "layernorm", "int_stats"],
     "half precision": ["haxpy"],
+    "bfloat16": ["bf16_axpy"],
     "index arrays with ranges": ["gather", "spmv_csr", "histogram"],
     "float atomics": ["dot"],
     "integer atomics": ["histogram", "int_stats"],
