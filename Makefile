@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install test test-unit test-integration test-gpu bench bench-corpus bench-reports serve clean
+.PHONY: install test test-unit test-integration test-gpu bench bench-corpus bench-memory-bound bench-reports serve clean
 
 install: $(BIN)/kforge
 
@@ -31,7 +31,9 @@ test-gpu: install
 # then the offline rules optimise vector_add against torch.add's bandwidth, with the explicit and the one_prompt
 # strategy, each job's time printed against its target (bench/optimise_vector_add.py),
 # then one vector_add candidate at 64M floats is verified, every trial (bench/verify_speed.py),
-# then every kernel of examples/corpus goes through baseline, tune, explicit and one_prompt (bench/corpus_matrix.py).
+# then every kernel of examples/corpus goes through baseline, tune, explicit and one_prompt (bench/corpus_matrix.py),
+# then every memory-bound one is optimised by the offline rules and held against a device-to-device copy of the
+# same bytes (bench/memory_bound_table.py).
 # Rebuilding every report from 10,000 events needs no GPU: `make bench-reports` runs it alone.
 bench: install bench-reports
 	$(BIN)/python bench/tune_vs_kernel_tuner.py
@@ -39,9 +41,13 @@ bench: install bench-reports
 	$(BIN)/python bench/optimise_vector_add.py --strategy one_prompt
 	$(BIN)/python bench/verify_speed.py
 	$(BIN)/python bench/corpus_matrix.py
+	$(BIN)/python bench/memory_bound_table.py
 
 bench-corpus: install
 	$(BIN)/python bench/corpus_matrix.py
+
+bench-memory-bound: install
+	$(BIN)/python bench/memory_bound_table.py
 
 bench-reports: install
 	$(BIN)/python bench/rebuild_projections.py

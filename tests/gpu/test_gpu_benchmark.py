@@ -162,8 +162,8 @@ def test_kforge_tune_tunes_the_vector_add_example(tmp_path):
                           text=True, env=env, timeout=300)
     print(tune.stdout[-3000:], tune.stderr[-2000:])
     assert tune.returncode == 0 and "completed" in tune.stdout and "tuned" in tune.stdout
-    jobs = subprocess.run([*kforge, "jobs"], capture_output=True, text=True, env=env, timeout=60).stdout
-    job_id = next(line.split()[1] for line in jobs.splitlines() if "vector_add" in line)
+    jobs = subprocess.run([*kforge, "jobs", "--json"], capture_output=True, text=True, env=env, timeout=60).stdout
+    job_id = next(job["job_id"] for job in map(json.loads, jobs.splitlines()) if job["kernel_name"] == "vector_add")
     listed = subprocess.run([*kforge, "events", job_id, "--json"], capture_output=True, text=True, env=env,
                             timeout=60).stdout.splitlines()
     events = [json.loads(line) for line in listed]

@@ -52,7 +52,9 @@ SCRIPT = textwrap.dedent('''
 def run_script(tmp_path: Path, name: str, import_line: str, extra: str = "", cache: str | None = None) -> dict:
     path = tmp_path / f"{name}.py"
     path.write_text(SCRIPT.format(import_line=import_line, extra=extra))
-    env = {**os.environ, "KFORGE_HOME": str(tmp_path / "home")}
+    # The script runs from its own folder, as a user's would: kforge is found where it is installed, or here.
+    path_entries = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "KFORGE_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join(path_entries)}
     for setting in ("REDIS_URL", "DATABASE_URL"):
         env.pop(setting, None)
     done = subprocess.run([sys.executable, str(path), *([cache] if cache else [])], cwd=tmp_path, env=env,

@@ -16,7 +16,7 @@ class Rule:
     parameter: str | None = None  # the tune parameter the rule introduces, if any
     values: tuple[ParamValue, ...] = ()
     default: ParamValue | None = None  # the value a new candidate starts from
-    rendered: bool = False  # printed from a model of the submitted kernel (its shape) rather than edited into the current one
+    rendered: bool = False  # printed from a model of the submitted kernel's shape, not edited into the current one
     restrictions: tuple[str, ...] = ()  # added to the candidate's; {x} is the spec's x block size name
 
     def parameter_name(self, spec: KernelSpec) -> str | None:
@@ -47,10 +47,11 @@ CATALOG = (
     Rule("launch_bounds", "Declare __launch_bounds__ with the block size, so the compiler budgets registers for "
                           "exactly that many threads per block."),
     # The rules that restructure a kernel of a shape their recogniser found (services/generator/rules/shapes.py).
-    Rule("hierarchical_reduction", "Replace atomics that add every element (or every warp's sum) into one "
-                                   "address by a hierarchical reduction: each thread sums elements_per_thread "
+    Rule("hierarchical_reduction", "Replace atomics that add every element (or every warp's sum) into a few "
+                                   "addresses by a hierarchical reduction: each thread sums elements_per_thread "
                                    "elements in a register, each warp combines its threads' sums with "
-                                   "__shfl_down_sync, and one atomic per block and address adds the block's.",
+                                   "__shfl_down_sync, and one atomic per block and address adds the block's; a "
+                                   "histogram keeps per-block bins in shared memory, one atomic per bin and block.",
          rendered=True),
     Rule("shared_tile", "Stage a square tile of block_size_x x block_size_x elements in shared memory, padded by "
                         "one column against bank conflicts, so that the strided (transposed) writes become "
@@ -64,7 +65,7 @@ CATALOG = (
                          "rows per block.", rendered=True),
     Rule("shuffle_reduction", "Replace each shared-memory tree reduction (a halving loop with a barrier per step) "
                               "by warp shuffles: every warp reduces its values in registers, then one warp the "
-                              "warps' results, two barriers instead of one per halving.",
+                              "warps' results, three barriers instead of one per halving.",
          restrictions=("{x} % 32 == 0",)),
     Rule("vectorize_loops", "Load and store the arrays of each strided loop (over a row, or over the grid) four "
                             "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "

@@ -1,12 +1,12 @@
 """Elementwise kernels: one guarded statement block applied at every index below a bound.
 
 Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY }`, or the same BODY in a
-grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`,
-every array in BODY indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so each
-thread handles several elements, or apply it lane by lane to 128-bit vectors of four elements. Both shapes are
+grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`, every
+array in BODY indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so
+each thread handles several elements, or apply it lane by lane to 128-bit vectors of four elements. Both shapes are
 *rendered* from a model of the submitted kernel rather than edited into the current one, so the two features
-compose in either order; both loop over the grid's width, so they are correct for any grid, the one the
-candidate's grid_div_x gives included. Anything outside that pattern is refused with what did not match.
+compose in either order; both loop over the grid's width, so they are correct for any grid, the one the candidate's
+grid_div_x gives included. Anything outside that pattern is refused with what did not match.
 """
 import re
 import textwrap

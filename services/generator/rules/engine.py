@@ -12,7 +12,7 @@ import itertools
 from services.generator.rules import loops, textual, tree
 from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
-from services.generator.rules.shape import Layout
+from services.generator.rules.shape import Layout, Shape
 from services.generator.rules.shapes import offering, recognise
 from shared.spec import CandidateSpec, KernelSpec, ParamValue
 
@@ -83,8 +83,9 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSp
     restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
     restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions) if r not in restrictions]
     divisors = {axis: layout.grid_div.get(axis, getattr(current, f"grid_div_{axis}")) for axis in "xyz"}
+    shared = {"size": layout.smem} if layout.smem else current.smem_args
     candidate = CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name, params={},
-                              tune_params=space, restrictions=restrictions, smem_args=current.smem_args,
+                              tune_params=space, restrictions=restrictions, smem_args=shared,
                               **{f"grid_div_{axis}": divisors[axis] for axis in "xyz"})
     params = _default_configuration(spec, current, candidate, rule, layout)
     return candidate.model_copy(update={"params": params})
@@ -98,8 +99,9 @@ def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carri
     shape, model, reasons = recognise(spec)
     if shape is None or rule.id not in shape.rules:
         shapes = offering(rule.id)
-        found = f"it is {shape.kind}" if shape is not None else "; ".join(reasons[s.name] for s in shapes)
-        return f"{rule.id} takes {' or '.join(s.kind for s in shapes)}, and this one is not: {found}"
+        why = "; ".join(reasons.get(s.name) or _refusal(s, shape, spec) for s in shapes)
+        found = f" (it is {shape.kind})" if shape is not None and shape.kind not in why else ""
+        return f"{rule.id} takes {' or '.join(s.kind for s in shapes)}, and this one is not: {why}{found}"
     reason = shape.reason(rule.id, model, spec)
     if reason is not None:
         return reason
@@ -107,6 +109,15 @@ def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carri
         return ("the current kernel is neither the submitted one nor an offline-rules rewrite of it, so the rules "
                 "cannot re-render it")
     return None
+
+
+def _refusal(offered: Shape, found: Shape, spec: KernelSpec) -> str:
+    """Why a shape after the one found refuses the kernel; when it would take it too, the shape found wins."""
+    try:
+        offered.recognise(spec)
+    except ValueError as exc:
+        return str(exc)
+    return f"it is {found.kind}, which {', '.join(found.rules)} restructures"
 
 
 def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:

@@ -1,26 +1,26 @@
 """vectorize_loops: strided loops widened to 128-bit loads and stores, where alignment allows at run time.
 
 A loop `for (int c = START; c < END; c += STEP)` whose threads together cover 0..END-1 once (START threadIdx.x
-stepping by the block width, a block walking a row; or the global index stepping by the grid's width, a
-grid-stride loop; written with blockDim.x, the block-size define or a local equal to either) processes
-element c with the same code whichever thread runs it. The arrays it indexes `X[BASE + c]` (BASE not changing
-in the loop, one BASE per array, 4-byte elements, X indexed no other way in the loop) can be taken four
-consecutive elements at a time: vector v (c = 4v .. 4v+3) is loaded as one float4/int4/uint4 per array, the
-body runs once per lane with X[BASE + c] read from (or written into) that lane, and the written vectors are
-stored back whole; any other access (`hist[data[c]]`) stays as it is, at the lane's c. The last END % 4 elements take the original loop, started at 4 * (END / 4).
-The vector loop needs each &X[BASE] 16-byte aligned: a row of a matrix whose width is not a multiple of four is
-not, so the rewrite checks every address at run time and runs the original loop when one is not.
+stepping by the block width, a block walking a row; or the global index stepping by the grid's width, a grid-stride
+loop; written with blockDim.x, the block-size define or a local equal to either) processes element c with the same
+code whichever thread runs it. The arrays it indexes `X[BASE + c]` (BASE not changing in the loop, one BASE per
+array, 4-byte elements, X indexed no other way in the loop) can be taken four consecutive elements at a time:
+vector v (c = 4v .. 4v+3) is loaded as one float4/int4/uint4 per array, the body runs once per lane with
+X[BASE + c] read from (or written into) that lane, and the written vectors are stored back whole; any other access
+(`hist[data[c]]`) stays as it is, at the lane's c. The last END % 4 elements take the original loop, started at
+4 * (END / 4). The vector loop needs each &X[BASE] 16-byte aligned: a row of a matrix whose width is not a multiple
+of four is not, so the rewrite checks every address at run time and runs the original loop when one is not.
 
 The elements are spread over threads differently, which reorders what a thread accumulates (float sums round
-differently, as any reordered sum does), and nothing else: a loop body that breaks out, returns, waits for
-other threads, or touches a vectorised array at another index is left alone.
+differently, as any reordered sum does), and nothing else: a loop body that breaks out, returns, waits for other
+threads, or touches a vectorised array at another index is left alone.
 """
 import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
-from services.generator.rules.elementwise import NotElementwise, model
+from services.generator.rules.elementwise import model
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.spec import KernelSpec
@@ -59,7 +59,7 @@ def vectorize_loops_reason(source: str, spec: KernelSpec) -> str | None:
     try:
         model(spec)
         return "the kernel is elementwise: the vectorize rule widens it, with a grid to match"
-    except (NotElementwise, ValueError):
+    except ValueError:  # NotElementwise, or a kernel the elementwise model cannot read
         pass
     found, reasons = vector_loops(source, spec)
     if found:
@@ -104,7 +104,10 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
             found.append(_vector_loop(source, masked, uncommented, statement, header, types))
         except _Refused as exc:
             reasons.append(str(exc))
-    return found, reasons
+    # A loop inside another is rewritten alone: the outer one's text would change under its rewrite.
+    inner = [loop for loop in found if not any(other is not loop and loop.loop.start <= other.loop.start
+                                                and other.loop.end <= loop.loop.end for other in found)]
+    return inner, reasons
 
 
 class _Refused(ValueError):
@@ -146,7 +149,7 @@ def _element_types(source: str, kernel, spec: KernelSpec, masked: str) -> dict[s
 
 
 def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str],
-             aliases: dict[str, affine.Poly]) -> tuple | None:
+                 aliases: dict[str, affine.Poly]) -> tuple | None:
     """(variable, type, start, end, step) of a loop whose threads cover 0..end-1 once; None for another loop."""
     head = masked[loop.head[0]:loop.head[1]]
     parts = split_top_level(head, ";")
@@ -260,7 +263,8 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
         pointer = f"&{a.name}[{a.base}]"
         if a.loaded:
             qualifier = "" if a.written else "const "
-            loads.append(f"{qualifier}{a.vector} {registers[a.name]} = reinterpret_cast<const {a.vector} *>({pointer})[{v}];")
+            loads.append(f"{qualifier}{a.vector} {registers[a.name]} = "
+                         f"reinterpret_cast<const {a.vector} *>({pointer})[{v}];")
         else:
             loads.append(f"{a.vector} {registers[a.name]};")
         if a.written:
@@ -304,7 +308,7 @@ def _dedent(lines: list[str]) -> list[str]:
 
 
 def _reindent(text: str) -> list[str]:
-    """A statement's lines with the first line's own indentation taken off every later line."""
+    """A statement's lines: the first stripped, the later ones dedented by their common indentation."""
     lines = text.split("\n")
     rest = _dedent([line for line in lines[1:]]) if len(lines) > 1 else []
     return [lines[0].strip(), *rest] if rest else [lines[0].strip()]

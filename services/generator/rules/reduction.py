@@ -26,6 +26,8 @@ from shared.spec import KernelSpec
 SUMMABLE = {"float", "double", "int", "unsigned", "unsigned int", "long long", "long long int", "unsigned long long",
             "unsigned long long int"}
 MAX_TARGETS = 4
+TYPE_WORDS = {"int", "unsigned", "long", "short", "char", "size_t", "const", "float", "double", "reinterpret_cast",
+              "static_cast"}
 BLOCK_SIZES = [128, 256, 512, 1024]
 EPT_VALUES = [1, 2, 4, 8, 16, 32, 64]
 
@@ -77,10 +79,12 @@ def recognise(spec: KernelSpec) -> Accumulation:
         if statement.kind != "simple" or "atomicAdd" not in text:
             continue
         call = re.match(r"\s*atomicAdd\s*\(", text)
-        opening = statement.start + (call.end() - 1 if call else 0)
-        if call is None or masked[closing(masked, opening) + 1:statement.end].strip() != ";":
+        if call is None:
             raise NotRecognised("an atomicAdd's result is used, or it is not a statement of its own")
+        opening = statement.start + call.end() - 1
         close = closing(masked, opening)
+        if masked[close + 1:statement.end].strip() != ";":
+            raise NotRecognised("an atomicAdd's result is used, or it is not a statement of its own")
         arguments = split_top_level(masked[opening + 1:close], ",")
         if len(arguments) != 2:
             raise NotRecognised("an atomicAdd does not take two arguments")
@@ -99,11 +103,16 @@ def recognise(spec: KernelSpec) -> Accumulation:
     if len(targets) > MAX_TARGETS:
         raise NotRecognised(f"it adds into {len(targets)} addresses; the reduction keeps at most {MAX_TARGETS} sums "
                             f"per thread")
+    rest = points.replace_spans(body, [(s.start - kernel.body_start, s.end - kernel.body_start, "") for s in sites])
+    for target in targets:
+        array = next(n for n in IDENTIFIER.findall(target.address) if n in kernel.array_types)
+        if re.search(rf"\b{array}\b", rest):
+            raise NotRecognised(f"it reads or writes {array} besides adding into it, which a deferred sum would change")
     return Accumulation(kernel, tuple(targets), tuple(sites))
 
 
 def _target(address: str, kernel: PointKernel) -> Target:
-    names = IDENTIFIER.findall(address)
+    names = [n for n in IDENTIFIER.findall(address) if n not in TYPE_WORDS]
     outside = [n for n in names if n not in kernel.parameters]
     if outside:
         raise NotRecognised(f"an atomicAdd adds into `{address}`, which depends on {', '.join(outside)}: a "

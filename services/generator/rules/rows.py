@@ -70,17 +70,26 @@ def recognise(spec: KernelSpec) -> RowLoop:
     end_at = loop.head[0] + len(init) + 1 + bound.start("end")
     start = " ".join(uncommented[start_at:start_at + len(declared["start"])].split())
     end = " ".join(uncommented[end_at:end_at + len(bound["end"])].split())
+    if masked[kernel.body_start:loop.start].rstrip()[-1:] not in (";", "{", "}", ""):
+        raise NotRecognised("its row loop is the body of another statement, not a statement of a block")
     inside = masked[loop.body.start:loop.body.end]
     escape = re.search(r"\b(break|return|goto)\b", inside)
     if escape:
         raise NotRecognised(f"its loop body uses {escape[1]}, whose meaning changes when lanes split the loop")
     accumulators = _accumulators(kernel, masked, loop, inside, c)
     _check_effects(kernel, masked, loop)
-    unit = [a for a in kernel.accesses if loop.body.start <= a.start < loop.body.end and a.poly is not None
-            and affine.is_unit(affine.stride(a.poly, c))]
-    if not unit:
-        raise NotRecognised(f"its loop reads no array contiguously along {c}, so lanes splitting it would not "
-                            f"coalesce anything")
+    r = kernel.axes[0].name
+    inside_loop = [a for a in kernel.accesses if loop.body.start <= a.start < loop.body.end and a.poly is not None]
+    row_start = r in re.findall(r"[A-Za-z_]\w*", start)  # the loop starts where the row does (CSR)
+    rows_apart = [a for a in inside_loop if affine.is_unit(affine.stride(a.poly, c))
+                  and (r in affine.names(a.poly) or row_start)]
+    if not rows_apart:
+        raise NotRecognised(f"its loop reads no array contiguously along {c} at an address that changes with the "
+                            f"row, so neighbouring threads do not read rows apart")
+    along_rows = [a for a in inside_loop if affine.is_unit(affine.stride(a.poly, r))]
+    if along_rows:
+        raise NotRecognised(f"{along_rows[0].array}[{along_rows[0].subscript}] is contiguous along the rows already: "
+                            f"a warp per row would scatter it")
     return RowLoop(kernel, loop, c, " ".join(declared["type"].split()), start, end, accumulators)
 
 

@@ -4,7 +4,8 @@ A shape is a kind of kernel the rules know how to restructure (elementwise, an a
 transpose, a stencil, a row-wise loop, one point per thread). Its recogniser reads the *submitted* kernel into
 a model, or says what did not match; its rendering prints the kernel anew from that model with the shape's
 features that the current kernel carries, and says what the launch needs: the tune parameters it introduces
-or narrows (with a default each), restrictions, and the grid divisors of the axes it changes.
+or narrows (with a default each), restrictions, the grid divisors of the axes it changes, and the dynamic
+shared memory it needs.
 """
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ class Layout:
     defaults: dict[str, ParamValue] = field(default_factory=dict)
     restrictions: tuple[str, ...] = ()
     grid_div: dict[str, list[str | int]] = field(default_factory=dict)  # "x" | "y" | "z" -> divisors
+    smem: str | None = None  # the dynamic shared memory per block it needs (smem_args.size), if any
 
 
 class Shape(Protocol):

@@ -1,20 +1,25 @@
 """The shapes the recognisers know, most specific first; a kernel is of the first shape that recognises it.
 
-| shape | recognised by | rendered rules |
-|---|---|---|
-| elementwise | one guarded statement block per index, or a grid-stride loop of it, arrays indexed [i] | elements_per_thread, vectorize |
-| atomic accumulation | one point per thread adding into a few fixed addresses with atomicAdd | hierarchical_reduction |
-| warp atomics | accumulators, a grid-stride loop, then shuffles and atomics per warp | hierarchical_reduction |
-| row loop | one row per thread, a loop over the row accumulating with += | warp_per_row |
-| transposed | 2D, one store strided along x but unit-stride along y, reads unit-stride along x | shared_tile |
-| stencil | 2D/3D, an input read around the point written | register_blocking |
-| points | one point per thread, anything else | elements_per_thread |
+- elementwise (elementwise.py): one guarded block per index, or a grid-stride loop of it, arrays indexed [i]:
+  elements_per_thread, vectorize;
+- atomic accumulation (reduction.py): one point per thread adding into a few fixed addresses with atomicAdd:
+  hierarchical_reduction;
+- warp atomics (warp_atomics.py): accumulators, a grid-stride loop, then shuffles and atomics per warp:
+  hierarchical_reduction;
+- binned atomics (binning.py): a grid-stride loop of atomicAdds into a small array's data-dependent bins (a
+  histogram): hierarchical_reduction;
+- row loop (rows.py): one row per thread, a loop over the row accumulating with +=: warp_per_row;
+- transposed (tile.py): 2D, one store strided along x and contiguous along y, loads contiguous along x:
+  shared_tile;
+- stencil (marching.py): 2D/3D, an input read around the point written: register_blocking;
+- points (marching.py): one point per thread, anything else: elements_per_thread.
 
-The textual rules (restrict, launch_bounds, unroll, block_size, vectorize_loops, shuffle_reduction) recognise
-what they edit by themselves (services/generator/rules/textual.py) and compose with every shape.
+The textual rules (restrict, launch_bounds, unroll, block_size in textual.py; vectorize_loops in loops.py;
+shuffle_reduction in tree.py) recognise what they edit by themselves and compose with every shape.
 """
 from typing import Any
 
+from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.elementwise import ElementwiseShape
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
@@ -24,8 +29,8 @@ from services.generator.rules.tile import TransposedShape
 from services.generator.rules.warp_atomics import WarpAtomicsShape
 from shared.spec import KernelSpec
 
-SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), RowLoopShape(),
-                             TransposedShape(), StencilShape(), PointsShape())
+SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
+                             RowLoopShape(), TransposedShape(), StencilShape(), PointsShape())
 
 
 def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:

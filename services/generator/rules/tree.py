@@ -7,13 +7,14 @@ Recognised anywhere in the source (a kernel or a __device__ helper), whatever th
         __syncthreads();
     }
 
-with `red` a __shared__ array (static or extern) or a pointer a helper receives, `tid` threadIdx.x or a local equal to it, and the combination
-+, or fmaxf/fminf/max/min/fmax/fmin. Before the loop each thread has put its value in red[tid] and passed a
-barrier; after it red[0] holds the block's result, seen by every thread. The replacement keeps that contract:
-each thread takes red[tid], every warp combines its 32 values with __shfl_down_sync, the warps' results go to
-red[0..warps-1], warp 0 combines those, and red[0] is written before a last barrier: two barriers and no
-shared-memory traffic per step instead of one barrier per halving. The other entries of red no longer hold the
-tree's partial results. The block must be whole warps (the rule restricts the block size to multiples of 32).
+with `red` a __shared__ array (static or extern) or a pointer a helper receives, `tid` threadIdx.x or a local
+equal to it, and the combination +, or fmaxf/fminf/max/min/fmax/fmin. Before the loop each thread has put its
+value in red[tid] and passed a barrier; after it red[0] holds the block's result, seen by every thread. The
+replacement keeps that contract: each thread takes red[tid], every warp combines its 32 values with
+__shfl_down_sync, the warps' results go to red[0..warps-1], warp 0 combines those, and red[0] is written before a
+last barrier: three barriers and no shared-memory traffic per step instead of one barrier per halving. The other
+entries of red no longer hold the tree's partial results. The block must be whole warps (the rule restricts the
+block size to multiples of 32).
 """
 import re
 from dataclasses import dataclass
@@ -50,11 +51,15 @@ def shuffle_reduction_reason(source: str, spec: KernelSpec) -> str | None:
 def shuffle_reduction_edit(source: str, spec: KernelSpec) -> str:
     taken = identifiers(source)
     for tree in sorted(tree_loops(source, spec), key=lambda t: t.loop.start, reverse=True):
-        line_start = source.rfind("\n", 0, tree.loop.start) + 1
+        start = tree.loop.start
+        previous = mask(source)[:start].rstrip().rsplit("\n", 1)[-1].strip()
+        if re.match(r"#\s*pragma\s+unroll\b", previous):  # the loop's unroll pragma goes with it
+            start = source.rfind("#", 0, start)
+        line_start = source.rfind("\n", 0, start) + 1
         indent = re.match(r"[ \t]*", source[line_start:]).group()
         lines = _replacement(tree, taken)
         text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
-        source = source[:tree.loop.start] + text + source[tree.loop.end:]
+        source = source[:start] + text + source[tree.loop.end:]
     return source
 
 

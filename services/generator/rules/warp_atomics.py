@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, identifiers, mask
 from services.generator.rules.loops import strided_loop
 from services.generator.rules.points import INTEGER_TYPE
-from services.generator.rules.reduction import BLOCK_SIZES, EPT_VALUES, Partial, block_reduction
+from services.generator.rules.reduction import BLOCK_SIZES, EPT_VALUES, TYPE_WORDS, Partial, block_reduction
 from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in
 from services.generator.rules.statements import Statement, Unparsed, statements
 from shared.spec import KernelSpec
@@ -64,17 +64,17 @@ def recognise(spec: KernelSpec) -> WarpAtomics:
     header = strided_loop(masked, uncommented, loop, {"blockDim.x", spec.block_size_names[0]}, {})
     if header is None or "blockIdx" not in header[2]:
         raise NotRecognised("its loop is not a grid-stride loop over the global thread index")
-    declared = _declarations(masked, uncommented, body[:at])
     tail = body[at + 1:]
-    tail_text = masked[loop.end:kernel.body_close]
-    if re.search(r"\b(__syncthreads|__shared__)\b", tail_text):
+    if re.search(r"\b__syncthreads\b", masked[loop.end:kernel.body_close]):
         raise NotRecognised("what follows its loop already shares values through shared memory: one atomic per block")
+    declared = _declarations(masked, uncommented, body[:at])
     atomics: list[str] = []
     combines: dict[str, str] = {}
     shuffled: dict[str, set[str]] = {}
     parameters = set(_parameter_names(source, kernel))
+    lanes = _lane_numbers(masked, tail)
     for statement in tail:
-        _tail_statement(masked, uncommented, statement, atomics, combines, shuffled, parameters)
+        _tail_statement(masked, uncommented, statement, atomics, combines, shuffled, parameters, lanes)
     if not atomics:
         raise NotRecognised("no atomic follows its loop")
     loop_text = masked[loop.start:loop.end]
@@ -125,25 +125,48 @@ def _declarations(masked: str, uncommented: str, before: list[Statement]) -> dic
     return declared
 
 
+def _lane_numbers(masked: str, tail: list[Statement]) -> set[str]:
+    """The integer locals the tail declares from threadIdx alone (lane and warp numbers)."""
+    found = set()
+    for statement in tail:
+        text = masked[statement.start:statement.end]
+        if statement.kind != "simple" or not re.match(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s", text):
+            continue
+        for name, initial in re.findall(r"([A-Za-z_]\w*)\s*=([^,;]*)", text):
+            if set(IDENTIFIER.findall(initial)) <= {"threadIdx", "x", "warpSize"} | found:
+                found.add(name)
+    return found
+
+
 def _tail_statement(masked: str, uncommented: str, statement: Statement, atomics: list[str],
-                    combines: dict[str, str], shuffled: dict[str, set[str]], parameters: set[str]) -> None:
-    """Accept what a per-warp combination does after the loop, or refuse the kernel."""
+                    combines: dict[str, str], shuffled: dict[str, set[str]], parameters: set[str],
+                    lanes: set[str], in_loop: bool = False) -> None:
+    """Accept what a per-warp combination does after the loop, or refuse the kernel: shuffles of the
+    accumulators, lane numbers, and atomics chosen by the lane alone (run once each, not in a loop)."""
     text = " ".join(masked[statement.start:statement.end].split())
     if statement.kind in ("for", "if", "block"):
+        if statement.kind == "if":
+            condition = set(IDENTIFIER.findall(masked[statement.head[0]:statement.head[1]]))
+            if not condition <= {"threadIdx", "x", "warpSize"} | lanes:
+                raise NotRecognised(f"an atomic after its loop depends on "
+                                    f"{', '.join(sorted(condition - {'threadIdx', 'x', 'warpSize'} - lanes))}, not "
+                                    f"only on the lane")
         for child in statement.children(masked):
-            _tail_statement(masked, uncommented, child, atomics, combines, shuffled, parameters)
+            _tail_statement(masked, uncommented, child, atomics, combines, shuffled, parameters, lanes,
+                            in_loop or statement.kind == "for")
         return
     if statement.kind in ("empty", "directive"):
         return
     call = re.fullmatch(r"(atomic\w+)\s*\((.*)\)\s*;", text)
+    if call is not None and in_loop:
+        raise NotRecognised("an atomic after its loop sits in a loop of its own")
     if call is not None:
         operation = ATOMICS.get(call.group(1))
         if operation is None:
             raise NotRecognised(f"it uses {call.group(1)}; the hierarchical reduction takes atomicAdd, atomicMin "
                                 f"and atomicMax")
         address, _, value = call.group(2).rpartition(",")
-        outside = set(IDENTIFIER.findall(address)) - parameters - {"reinterpret_cast", "unsigned", "long", "int",
-                                                                  "float", "double", "const"}
+        outside = set(IDENTIFIER.findall(address)) - parameters - TYPE_WORDS
         if outside:
             raise NotRecognised(f"an atomic's address `{address.strip()}` depends on {', '.join(sorted(outside))}")
         accumulator = _stripped(value)

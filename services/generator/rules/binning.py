@@ -1,0 +1,149 @@
+"""Histograms: atomics into a small array at data-dependent bins, restructured as per-block bins.
+
+Recognised, whatever the names: the kernel is one grid-stride loop whose body adds into elements of one array
+parameter, `atomicAdd(&hist[data[i]], 1u)` or `atomicAdd(counts + key[i], w[i])`, and uses that array no
+other way; its length (its shape in args) is the value of one of the kernel's scalar parameters, so the code
+knows it, and it fits in shared memory. Thousands of threads then hit the same few hundred addresses in global
+memory, each atomic a round trip to L2.
+
+Rendered: each block keeps its own bins in dynamic shared memory (the candidate's smem_args: the array's length
+times its element size), zeroed first; the loop adds into them with shared-memory atomics; after a barrier the
+block adds each non-empty bin into the array with one global atomic per bin. The same additions are made,
+grouped by block (for float weights, rounded in another order). When the launch divides the grid by the block
+size, elements_per_thread becomes tunable, so each block covers more data per flush of its bins.
+"""
+import re
+from dataclasses import dataclass
+
+from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, fresh_name, identifiers, mask
+from services.generator.rules.loops import strided_loop
+from services.generator.rules.points import INDENT
+from services.generator.rules.shape import Layout, NotRecognised, default_in
+from services.generator.rules.statements import Unparsed, statements
+from shared.dtypes import host_dtype
+from shared.expressions import evaluate
+from shared.spec import KernelSpec
+
+SHARED_ATOMIC_TYPES = {"int", "unsigned", "unsigned int", "float", "double", "unsigned long long",
+                       "unsigned long long int"}
+MAX_SHARED_BYTES = 32 * 1024
+EPT_VALUES = [4, 8, 16, 32, 64, 128, 256]
+
+
+@dataclass(frozen=True)
+class Binned:
+    kernel: Kernel
+    source: str
+    array: str  # the histogram
+    element: str  # its element type
+    length_parameter: str  # the kernel parameter that holds its length
+    length: str  # that length as the spec writes it (an expression of sizes)
+    itemsize: int
+    sites: tuple[tuple[int, int], ...]  # the spans of the array's name in each atomic's address
+
+
+def recognise(spec: KernelSpec) -> Binned:
+    source = spec.source
+    kernel = find_kernel(source, spec.kernel_name)
+    masked, uncommented = mask(source), mask(source, literals=False)
+    try:
+        body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    except Unparsed as exc:
+        raise NotRecognised(f"its body could not be read: {exc}") from None
+    if len(body) != 1 or body[0].kind != "for":
+        raise NotRecognised("its body is not one grid-stride loop")
+    loop = body[0]
+    header = strided_loop(masked, uncommented, loop, {"blockDim.x", spec.block_size_names[0]}, {})
+    if header is None or "blockIdx" not in header[2]:
+        raise NotRecognised("its loop is not a grid-stride loop over the global thread index")
+    inside = masked[loop.body.start:loop.body.end]
+    if re.search(r"\b(__syncthreads|__shared__)\b", masked[kernel.body_open:kernel.body_close]) or spec.smem_args:
+        raise NotRecognised("it uses shared memory already")
+    calls = list(re.finditer(r"\b(atomic\w+)\s*\(\s*(&\s*)?([A-Za-z_]\w*)\s*(\[|\+)", inside))
+    if not calls or len(calls) != len(re.findall(r"\batomic\w+\s*\(", inside)):
+        raise NotRecognised("its loop makes no atomicAdd into an element of an array (`&hist[bin]`, `hist + bin`)")
+    names = {m.group(3) for m in calls}
+    if any(m.group(1) != "atomicAdd" for m in calls) or len(names) != 1:
+        raise NotRecognised("its loop's atomics are not all atomicAdd into one array")
+    array = names.pop()
+    if len(re.findall(rf"\b{array}\b", inside)) != len(calls):
+        raise NotRecognised(f"its loop uses {array} other than as the address of its atomicAdd")
+    parameters = _parameters(source, kernel)
+    if array not in parameters:
+        raise NotRecognised(f"{array} is not a parameter of the kernel")
+    position, element = parameters[array]
+    if element not in SHARED_ATOMIC_TYPES:
+        raise NotRecognised(f"{array} holds {element}, which shared-memory atomicAdd does not take")
+    arg = spec.args[position] if position < len(spec.args) else None
+    if arg is None or not arg.is_array or len(arg.shape or []) != 1:
+        raise NotRecognised(f"{array} is not a 1D array of the spec")
+    length = arg.shape[0]
+    holder = next((name for name, (i, _) in parameters.items() if i < len(spec.args)
+                   and not spec.args[i].is_array and str(spec.args[i].value) == str(length)), None)
+    if holder is None:
+        raise NotRecognised(f"no parameter of the kernel holds the length of {array} ({length})")
+    itemsize = host_dtype(arg.dtype).itemsize
+    if evaluate(length, spec.sizes) * itemsize > MAX_SHARED_BYTES:
+        raise NotRecognised(f"{array} is larger than the {MAX_SHARED_BYTES} bytes of bins a block keeps")
+    sites = tuple((loop.body.start + m.start(3), loop.body.start + m.end(3)) for m in calls)
+    return Binned(kernel, source, array, element, holder, str(length), itemsize, sites)
+
+
+def _parameters(source: str, kernel: Kernel) -> dict[str, tuple[int, str]]:
+    """Each parameter's name -> (position, the element type of a pointer, else its type)."""
+    found = {}
+    for position, (start, end) in enumerate(kernel.parameters(source)):
+        text = mask(source[start:end])
+        names = IDENTIFIER.findall(text)
+        if names:
+            words = [w for w in text.replace("*", " ").split()[:-1] if w not in ("const", "__restrict__", "volatile")]
+            found[names[-1]] = (position, " ".join(words))
+    return found
+
+
+def _render(model: Binned) -> str:
+    taken = identifiers(model.source)
+    bins, b = fresh_name("block_bins", taken), fresh_name("b", taken)
+    length = model.length_parameter
+    edited = model.source
+    for start, end in sorted(model.sites, reverse=True):
+        edited = edited[:start] + bins + edited[end:]
+    opening = model.kernel.body_open + 1
+    close = model.kernel.body_close + len(edited) - len(model.source)
+    loop = edited[opening:close].rstrip()
+    found = re.search(r"\n([ \t]*)\S", loop)
+    indent = found.group(1) if found else INDENT
+    before = ["// Per-block bins in shared memory: the loop adds into them, then each block adds its non-empty bins",
+              f"// into {model.array} with one atomic per bin.",
+              f"extern __shared__ {model.element} {bins}[];",
+              f"for (int {b} = threadIdx.x; {b} < {length}; {b} += blockDim.x) {bins}[{b}] = 0;",
+              "__syncthreads();"]
+    after = ["__syncthreads();",
+             f"for (int {b} = threadIdx.x; {b} < {length}; {b} += blockDim.x) {{",
+             f"{INDENT}if ({bins}[{b}] != 0) atomicAdd(&{model.array}[{b}], {bins}[{b}]);",
+             "}"]
+    lines = "".join(f"\n{indent}{line}" for line in before)
+    ending = "".join(f"\n{indent}{line}" for line in after)
+    return edited[:opening] + lines + loop + ending + "\n" + edited[close:]
+
+
+class BinnedAtomicsShape:
+    name = "binned_atomics"
+    kind = "a histogram (atomics into a small array at data-dependent bins)"
+    rules = ("hierarchical_reduction",)
+
+    def recognise(self, spec: KernelSpec) -> Binned:
+        return recognise(spec)
+
+    def reason(self, rule_id: str, model: Binned, spec: KernelSpec) -> str | None:
+        return None
+
+    def render(self, model: Binned, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        x = spec.block_size_names[0]
+        space, defaults, divisors = {}, {}, {}
+        if x in (spec.grid_div_x or [x]):  # the grid follows the problem size: choose how much a block covers
+            space["elements_per_thread"] = EPT_VALUES
+            defaults["elements_per_thread"] = default_in(EPT_VALUES, 64)
+            divisors = {"x": [x, "elements_per_thread"]}
+        return _render(model), Layout(tune_params=space, defaults=defaults, grid_div=divisors,
+                                      smem=f"({model.length}) * {model.itemsize}")

@@ -1,0 +1,98 @@
+"""The offline rules' restructurings (issue 21) proven on a real GPU by the verifier, against the submitted kernel.
+
+Each rewrite the recognisers make of a corpus kernel (examples/corpus), of the naive atomic sum
+(tests/corpus/atomic_sum.cu) and of the variants in tests/unit/rules_variants.py, and each corpus kernel with
+every rule that applies composed in the plan's order, is verified at moderate sizes (then, as the verifier always
+does, at each size less one and at a prime below it, which no tile or vector width divides) for a sample of its
+tune space: the default configuration, the smallest and largest, and seeded picks. The candidate runs at its own
+launch geometry (its grid divisors), the submitted kernel at the spec's. Run on the GPU machine
+(`make test-gpu`, or `pytest -q -m gpu tests/gpu/test_rules_shapes_verified.py -s` for the table).
+"""
+import pytest
+
+from services.generator import rules
+from services.verifier import handlers
+from services.verifier.session import VerifierSession
+from shared.device.process import GpuProcess
+from shared.events import CandidateVerified, VerificationRequested
+from shared.spec import CandidateSpec, KernelSpec
+from tests.corpus_kernels import corpus
+from tests.unit.rules_variants import ATOMIC_SUM, VARIANTS, sample
+
+pytestmark = pytest.mark.gpu
+CORPUS = {kernel.name: kernel for kernel in corpus()}
+# Sizes small enough to verify quickly, large enough for several blocks, tiles and rows per block.
+SIZES = {
+    "transpose": {"rows": 1000, "cols": 776}, "jacobi2d": {"nx": 1000, "ny": 520},
+    "laplace3d": {"nx": 96, "ny": 64, "nz": 40}, "conv2d": {"height": 520, "width": 640, "k": 5},
+    "gemv": {"rows": 1000, "cols": 1000}, "spmv_csr": {"rows": 65536, "cols": 65536, "nnz": 1048576},
+    "softmax": {"rows": 300, "cols": 1000}, "layernorm": {"rows": 300, "cols": 1000},
+    "row_sum": {"rows": 500, "cols": 1000}, "int_stats": {"n": 1 << 22}, "dot": {"n": 1 << 22},
+    "histogram": {"n": 1 << 22}, "bias_gelu": {"rows": 500, "cols": 1000},
+    "rgba_to_gray": {"height": 500, "width": 700}, "gather": {"n": 1 << 22, "m": 1 << 20},
+}
+RESTRUCTURED = {"transpose": "shared_tile", "jacobi2d": "register_blocking", "laplace3d": "register_blocking",
+                "conv2d": "register_blocking", "gemv": "warp_per_row", "spmv_csr": "warp_per_row",
+                "softmax": "shuffle_reduction", "layernorm": "shuffle_reduction", "row_sum": "shuffle_reduction",
+                "int_stats": "hierarchical_reduction", "histogram": "hierarchical_reduction",
+                "bias_gelu": "elements_per_thread",
+                "rgba_to_gray": "elements_per_thread", "gather": "elements_per_thread"}
+VECTORIZED = ("softmax", "layernorm", "row_sum", "dot", "histogram", "int_stats")
+
+
+def small(name: str) -> KernelSpec:
+    spec = CORPUS[name].spec()
+    return spec.model_validate({**spec.model_dump(), "sizes": {**spec.sizes, **SIZES.get(name, {})},
+                                "strategy": {"name": "baseline"}, "verify": {"timeout_s": 20}})
+
+
+def composed(spec: KernelSpec) -> CandidateSpec:
+    candidate, progress = spec.as_candidate(), True
+    while progress:
+        progress = False
+        for rule_id in rules.PLAN_ORDER:
+            if rules.check(rule_id, spec, candidate) is None:
+                candidate, progress = rules.apply(rule_id, spec, candidate), True
+    return candidate
+
+
+def cases() -> dict:
+    found = {f"{name}-{rule_id}": (lambda n=name: small(n), rule_id) for name, rule_id in RESTRUCTURED.items()}
+    found.update({f"{name}-vectorize_loops": (lambda n=name: small(n), "vectorize_loops") for name in VECTORIZED})
+    found.update({f"{name}-plan": (lambda n=name: small(n), None) for name in RESTRUCTURED})
+    found["atomic_sum-hierarchical_reduction"] = (lambda: ATOMIC_SUM, "hierarchical_reduction")
+    found["atomic_sum-plan"] = (lambda: ATOMIC_SUM, None)
+    found.update({f"variant-{case}": (lambda s=spec: s, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
+    return found
+
+
+CASES = cases()
+
+
+@pytest.fixture(scope="module")
+def process():
+    process = GpuProcess(0, VerifierSession)
+    yield process
+    process.close()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_restructured_kernel_is_verified_against_the_submitted_one(process, case):
+    make, rule_id = CASES[case]
+    spec = make().model_validate({**make().model_dump(), "verify": {"timeout_s": 20}})
+    candidate = rules.apply(rule_id, spec, spec.as_candidate()) if rule_id else composed(spec)
+    failures = []
+    for params in sample(candidate, spec, 4):
+        configured = candidate.model_copy(update={"params": {**candidate.params, **params}})
+        job = spec.model_validate({**spec.model_dump(), "strategy": {"name": "verify",
+                                                                     "candidate": configured.model_dump()}})
+        request = VerificationRequested(stream_id="job-shapes", queue="verifier.0", candidate_id=case,
+                                        candidate=configured)
+        answer = handlers._verify("job-shapes", job, request, lambda: process, "sm_90")
+        verdict = "verified" if isinstance(answer, CandidateVerified) else (
+            f"{answer.type} {getattr(answer, 'check', '')}: {getattr(answer, 'reason', '')} "
+            f"[{getattr(answer, 'trial', '')}]")
+        print(f"{case:<48} {rules.applied(candidate.source)} {params}: {verdict}")
+        if not isinstance(answer, CandidateVerified):
+            failures.append(f"{params}: {verdict}")
+    assert not failures, f"{case}:\n" + "\n".join(failures) + f"\n{candidate.source}"

@@ -1,0 +1,374 @@
+"""Kernels of each shape the offline rules restructure, written with other names and styles than the corpus's
+(early returns, block-size defines, unsigned and 64-bit indices, locals, several statements, doubles and
+ints), and kernels each recogniser must refuse. Each is a complete spec, so the GPU test can verify the
+rewrites too (tests/gpu/test_rules_shapes_verified.py); `sample` picks the configurations both tests try."""
+import itertools
+import random
+from pathlib import Path
+
+from shared.spec import CandidateSpec, KernelSpec
+
+TESTS = Path(__file__).resolve().parent.parent
+
+
+def spec(source: str, name: str, args: list[dict], sizes: dict, problem_size: list, params: dict | None = None,
+         tune_params: dict | None = None, **more) -> KernelSpec:
+    return KernelSpec.model_validate({"kernel_name": name, "source": source, "args": args, "sizes": sizes,
+                                      "problem_size": problem_size, "params": params or {"block_size_x": 256},
+                                      "tune_params": tune_params or {}, "strategy": {"name": "baseline"}, **more})
+
+
+def array(name: str, shape: list, dtype: str = "float32", role: str | None = None, **more) -> dict:
+    return {"name": name, "dtype": dtype, "shape": shape, **({"role": role} if role else {}), **more}
+
+
+def scalar(name: str, value, dtype: str = "int32") -> dict:
+    return {"name": name, "dtype": dtype, "value": value}
+
+
+def sample(candidate: CandidateSpec, spec: KernelSpec, count: int = 6) -> list[dict]:
+    """Every configuration of the candidate's space that meets its restrictions when there are at most
+    `count`, else the default, each parameter's smallest and largest values, and seeded random picks."""
+    launched = spec.for_candidate(candidate)
+    names = list(candidate.tune_params)
+    every = [dict(zip(names, values)) for values in itertools.product(*candidate.tune_params.values())]
+    valid = [c for c in every if launched.restrictions_hold({**candidate.params, **c})]
+    if len(valid) <= count:
+        return valid
+    lowest = min(valid, key=lambda c: [candidate.tune_params[n].index(c[n]) for n in names])
+    highest = max(valid, key=lambda c: [candidate.tune_params[n].index(c[n]) for n in names])
+    picks = [dict(candidate.params), lowest, highest, *random.Random(21).sample(valid, count - 3)]
+    return [dict(p) for p in {tuple(sorted(p.items())): p for p in picks}.values()]
+
+
+BLOCK_2D = {"block_size_x": 32, "block_size_y": 8}
+TUNE_2D = {"block_size_x": [32, 64], "block_size_y": [2, 4, 8]}
+
+# tests/corpus/atomic_sum.cu: one float atomicAdd per element, the naive reduction.
+ATOMIC_SUM = spec((TESTS / "corpus" / "atomic_sum.cu").read_text(), "atomic_sum",
+                  [array("total", [1], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 1 << 22}, ["n"],
+                  tune_params={"block_size_x": [128, 256, 512]})
+
+SUM_OF_SQUARES = spec(r"""
+// Sum of squares in double precision, each element's square added atomically; an early return guards the end.
+extern "C" __global__ void sum_of_squares(double *acc, const double *data, unsigned count)
+{
+    const unsigned idx = threadIdx.x + blockDim.x * blockIdx.x;
+    if (idx >= count) return;
+    const double v = data[idx];
+    atomicAdd(&acc[0], v * v);
+}
+""", "sum_of_squares", [array("acc", [1], "float64", "out"), array("data", ["count"], "float64"),
+                        scalar("count", "count", "uint32")], {"count": 1 << 20}, ["count"])
+
+MOMENTS = spec(r"""
+/* The first two moments: sum and sum of squares, into stats[0] and stats[1]. */
+extern "C" __global__ void moments(float *stats, const float *__restrict__ x, int len) {
+    int gid = blockIdx.x * block_size_x + threadIdx.x;
+    if (gid < len) {
+        float value = x[gid];
+        atomicAdd(stats, value);
+        atomicAdd(stats + 1, value * value);
+    }
+}
+""", "moments", [array("stats", [2], role="out"), array("x", ["len"]), scalar("len", "len")], {"len": 1 << 20},
+               ["len"], tune_params={"block_size_x": [64, 128, 256]})
+
+COUNT_POSITIVE = spec(r"""
+// How many values are positive: a count per thread, combined per warp by xor shuffles, one atomic per warp.
+extern "C" __global__ void count_positive(unsigned int *count, const float *v, int n)
+{
+    unsigned int mine = 0u;
+    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += gridDim.x * blockDim.x)
+        mine += v[k] > 0.0f ? 1u : 0u;
+    for (int d = 16; d >= 1; d >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, d);
+    if ((threadIdx.x & 31) == 0) atomicAdd(count, mine);
+}
+""", "count_positive", [array("count", [1], "uint32", "out"), array("v", ["n"]), scalar("n", "n")],
+                       {"n": 1 << 20}, ["n"], grid_div_x=["block_size_x", 4])
+
+WEIGHTED_HIST = spec(r"""
+// A histogram of byte keys weighted by w, the address written as a pointer sum, the loop body one statement.
+extern "C" __global__ void weighted_hist(float *counts, const unsigned char *key, const float *w, int len, int nbins)
+{
+    for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < len; i += gridDim.x * blockDim.x)
+        atomicAdd(counts + key[i], w[i]);
+}
+""", "weighted_hist", [array("counts", ["nbins"], role="out"), array("key", ["len"], "uint8", range=[0, "nbins"]),
+                       array("w", ["len"]), scalar("len", "len"), scalar("nbins", "nbins")],
+                     {"len": 1 << 20, "nbins": 200}, ["len"], grid_div_x=["block_size_x", 8])
+
+BUCKET_COUNTS = spec(r"""
+// Integer counts per bucket, the bucket a local, the block size a define.
+extern "C" __global__ void bucket_counts(int *freq, const int *values, int count, int buckets)
+{
+    for (int k = blockIdx.x * block_size_x + threadIdx.x; k < count; k += block_size_x * gridDim.x) {
+        const int bucket = values[k] % buckets;
+        atomicAdd(&freq[bucket], 1);
+    }
+}
+""", "bucket_counts", [array("freq", ["buckets"], "int32", "out"), array("values", ["count"], "int32",
+                       range=[0, 1000000]), scalar("count", "count"), scalar("buckets", "buckets")],
+                     {"count": 1 << 20, "buckets": 1000}, ["count"])
+
+TRANSPOSE_SCALED = spec(r"""
+// dst = s * src^T with the block size as defines and an early return at the edges.
+extern "C" __global__ void transpose_scaled(float *dst, const float *src, int w, int h, float s)
+{
+    const int col = blockIdx.x * block_size_x + threadIdx.x;
+    const int row = blockIdx.y * block_size_y + threadIdx.y;
+    if (col >= w || row >= h) return;
+    dst[col * h + row] = s * src[row * w + col];
+}
+""", "transpose_scaled", [array("dst", ["w", "h"], role="out"), array("src", ["h", "w"]), scalar("w", "w"),
+                          scalar("h", "h"), scalar("s", 1.5, "float32")], {"w": 300, "h": 200}, ["w", "h"],
+                      BLOCK_2D, TUNE_2D)
+
+TRANSPOSE_DOUBLE = spec(r"""
+// A double-precision transpose through 64-bit index locals, both indices declared on one line.
+extern "C" __global__ void transpose_d(double *out, const double *in, int width, int height)
+{
+    int x = threadIdx.x + blockIdx.x * blockDim.x, y = threadIdx.y + blockIdx.y * blockDim.y;
+    if (x < width && y < height) {
+        size_t from = (size_t)y * width + x;
+        size_t to = (size_t)x * height + y;
+        out[to] = in[from];
+    }
+}
+""", "transpose_d", [array("out", ["width", "height"], "float64", "out"), array("in", ["height", "width"], "float64"),
+                     scalar("width", "width"), scalar("height", "height")], {"width": 257, "height": 129},
+                      ["width", "height"], BLOCK_2D, TUNE_2D)
+
+SMOOTH = spec(r"""
+// A relaxed 5-point smoothing step; the frame is not written.
+extern "C" __global__ void smooth(float *dst, const float *src, int w, int h, float alpha)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (col < 1 || row < 1 || col >= w - 1 || row >= h - 1) return;
+    const size_t at = (size_t)row * w + col;
+    dst[at] = (1.0f - alpha) * src[at] + alpha * 0.25f * (src[at - 1] + src[at + 1] + src[at - w] + src[at + w]);
+}
+""", "smooth", [array("dst", ["h", "w"], role="out"), array("src", ["h", "w"]), scalar("w", "w"), scalar("h", "h"),
+                scalar("alpha", 0.5, "float32")], {"w": 500, "h": 300}, ["w", "h"], BLOCK_2D, TUNE_2D)
+
+BOX_BLUR = spec(r"""
+// A 3x3 box blur with clamped edges: a window walked by two loops of its own.
+extern "C" __global__ void box_blur(float *out, const float *img, int width, int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= width || y >= height) return;
+    float total = 0.0f;
+    int count = 0;
+    for (int dy = -1; dy <= 1; dy++) {
+        for (int dx = -1; dx <= 1; dx++) {
+            int yy = y + dy, xx = x + dx;
+            if (yy >= 0 && yy < height && xx >= 0 && xx < width) {
+                total += img[yy * width + xx];
+                count++;
+            }
+        }
+    }
+    out[y * width + x] = total / count;
+}
+""", "box_blur", [array("out", ["height", "width"], role="out"), array("img", ["height", "width"]),
+                  scalar("width", "width"), scalar("height", "height")], {"width": 400, "height": 250},
+                 ["width", "height"], BLOCK_2D, TUNE_2D)
+
+MATVEC = spec(r"""
+// out = M v, a thread per row, with an early return and a pre-increment.
+extern "C" __global__ void matvec(float *out, const float *M, const float *v, int n_rows, int n_cols)
+{
+    const unsigned row = blockDim.x * blockIdx.x + threadIdx.x;
+    if (row >= n_rows) return;
+    float acc = 0.f;
+    for (int j = 0; j < n_cols; ++j) acc += M[(size_t)row * n_cols + j] * v[j];
+    out[row] = acc;
+}
+""", "matvec", [array("out", ["n_rows"], role="out"), array("M", ["n_rows", "n_cols"]), array("v", ["n_cols"]),
+                scalar("n_rows", "n_rows"), scalar("n_cols", "n_cols")], {"n_rows": 1000, "n_cols": 515},
+               ["n_rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+
+ROW_TOTALS = spec(r"""
+// Scaled row sums in double precision, the loop body a block with a local.
+extern "C" __global__ void row_totals(double *sums, const double *m, int rows, int cols, double scale)
+{
+    int r = blockIdx.x * block_size_x + threadIdx.x;
+    if (r < rows) {
+        double t = 0.0;
+        for (int k = 0; k < cols; k += 1) {
+            const double value = m[(size_t)r * cols + k];
+            t += value;
+        }
+        sums[r] = t * scale;
+    }
+}
+""", "row_totals", [array("sums", ["rows"], "float64", "out"), array("m", ["rows", "cols"], "float64"),
+                    scalar("rows", "rows"), scalar("cols", "cols"), scalar("scale", 0.5, "float64")],
+                   {"rows": 700, "cols": 333}, ["rows"])
+
+BLOCK_MAX = spec(r"""
+// Each block's maximum over a grid-stride share of in: a tree on a block_size_x buffer, halved by shifts.
+extern "C" __global__ void block_max(float *out, const float *in, int n)
+{
+    __shared__ float buf[block_size_x];
+    const int t = threadIdx.x;
+    float m = -3.0e38f;
+    for (int i = blockIdx.x * block_size_x + t; i < n; i += gridDim.x * block_size_x) m = fmaxf(m, in[i]);
+    buf[t] = m;
+    __syncthreads();
+    for (int s = block_size_x >> 1; s > 0; s >>= 1) {
+        if (t < s) {
+            buf[t] = fmaxf(buf[t], buf[t + s]);
+        }
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = buf[0];
+}
+""", "block_max", [array("out", ["blocks"], role="out"), array("in", ["n"]), scalar("n", "n")],
+                  {"n": 100003, "blocks": 64}, ["blocks"], grid_div_x=[1],
+                  tune_params={"block_size_x": [64, 128, 256]})
+
+PARTIAL_SUMS = spec(r"""
+// Integer row sums, one block per row, partial sums in dynamic shared memory, an unsigned halving index.
+extern "C" __global__ void partial_sums(int *out, const int *in, int len)
+{
+    extern __shared__ int scratch[];
+    int sum = 0;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) sum += in[(size_t)blockIdx.x * len + i];
+    scratch[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s = s >> 1) {
+        if (threadIdx.x < s) scratch[threadIdx.x] = scratch[threadIdx.x] + scratch[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = scratch[0];
+}
+""", "partial_sums", [array("out", ["rows"], "int32", "out"), array("in", ["rows", "len"], "int32"),
+                      scalar("len", "len")], {"rows": 300, "len": 1001}, ["rows"], grid_div_x=[1],
+                     smem_args={"size": "block_size_x * 4"}, tune_params={"block_size_x": [64, 128, 256]})
+
+WEIGHTED_SUM = spec(r"""
+// sum(w * v): a grid-stride accumulation, a shared-memory tree, one atomicAdd per block.
+extern "C" __global__ void weighted_sum(float *result, const float *w, const float *v, int count)
+{
+    __shared__ float part[1024];
+    float acc = 0.0f;
+    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < count; idx += gridDim.x * blockDim.x) {
+        acc += w[idx] * v[idx];
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(result, part[0]);
+}
+""", "weighted_sum", [array("result", [1], role="out"), array("w", ["count"]), array("v", ["count"]),
+                      scalar("count", "count")], {"count": 1 << 20, "blocks": 128}, ["blocks"], grid_div_x=[1],
+                     tune_params={"block_size_x": [128, 256]})
+
+AXPBY = spec(r"""
+// out = a x + b y in a grid-stride loop whose body is a single statement.
+extern "C" __global__ void axpby(float *out, const float *x, const float *y, float a, float b, int len)
+{
+    for (int k = threadIdx.x + blockIdx.x * blockDim.x; k < len; k += gridDim.x * blockDim.x)
+        out[k] = a * x[k] + b * y[k];
+}
+""", "axpby", [array("out", ["len"], role="out"), array("x", ["len"]), array("y", ["len"]),
+               scalar("a", 2.0, "float32"), scalar("b", -1.0, "float32"), scalar("len", "len")], {"len": 1 << 20},
+              ["len"])
+
+ADD_BIAS_2D = spec(r"""
+// A per-row bias on a 2D grid, y first in the index expressions, an early return.
+extern "C" __global__ void add_bias_2d(float *out, const float *in, const float *bias, int h, int w)
+{
+    const int col = threadIdx.x + blockIdx.x * blockDim.x;
+    const int row = threadIdx.y + blockIdx.y * blockDim.y;
+    if (row >= h || col >= w) return;
+    out[row * w + col] = in[row * w + col] + bias[row];
+}
+""", "add_bias_2d", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("bias", ["h"]),
+                     scalar("h", "h"), scalar("w", "w")], {"h": 333, "w": 257}, ["w", "h"], BLOCK_2D, TUNE_2D)
+
+SCALE_3D = spec(r"""
+// A volume scaled in place on a 3D grid, all three indices on one line.
+extern "C" __global__ void scale3d(float *v, int nx, int ny, int nz, float f)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z * blockDim.z + threadIdx.z;
+    if (i < nx && j < ny && k < nz) v[((size_t)k * ny + j) * nx + i] *= f;
+}
+""", "scale3d", [array("v", ["nz", "ny", "nx"], role="inout"), scalar("nx", "nx"), scalar("ny", "ny"),
+                 scalar("nz", "nz"), scalar("f", 0.5, "float32")], {"nx": 70, "ny": 33, "nz": 17}, ["nx", "ny", "nz"],
+                {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+                {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]})
+
+# case -> (rule, spec): each must be recognised; at least two per shape.
+VARIANTS = {
+    "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
+    "moments": ("hierarchical_reduction", MOMENTS),
+    "count_positive": ("hierarchical_reduction", COUNT_POSITIVE),
+    "weighted_hist": ("hierarchical_reduction", WEIGHTED_HIST),
+    "bucket_counts": ("hierarchical_reduction", BUCKET_COUNTS),
+    "transpose_scaled": ("shared_tile", TRANSPOSE_SCALED),
+    "transpose_double": ("shared_tile", TRANSPOSE_DOUBLE),
+    "smooth": ("register_blocking", SMOOTH),
+    "box_blur": ("register_blocking", BOX_BLUR),
+    "matvec": ("warp_per_row", MATVEC),
+    "row_totals": ("warp_per_row", ROW_TOTALS),
+    "block_max": ("shuffle_reduction", BLOCK_MAX),
+    "partial_sums": ("shuffle_reduction", PARTIAL_SUMS),
+    "weighted_sum_tree": ("shuffle_reduction", WEIGHTED_SUM),
+    "weighted_sum_loop": ("vectorize_loops", WEIGHTED_SUM),
+    "partial_sums_loop": ("vectorize_loops", PARTIAL_SUMS),
+    "block_max_loop": ("vectorize_loops", BLOCK_MAX),
+    "axpby_vectorize": ("vectorize", AXPBY),
+    "axpby_elements": ("elements_per_thread", AXPBY),
+    "add_bias_2d": ("elements_per_thread", ADD_BIAS_2D),
+    "scale_3d": ("elements_per_thread", SCALE_3D),
+}
+
+
+def _edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
+    assert old in base.source, old
+    return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
+
+
+# case -> (rule, spec, part of the reason it is refused with)
+NOT_OF_SHAPE = {
+    "histogram_is_not_a_sum": ("hierarchical_reduction", _edited(
+        SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"),
+        "which depends on v: a different address per point (a histogram), not a sum"),
+    "already_one_atomic_per_block": ("hierarchical_reduction", WEIGHTED_SUM,
+                                     "already shares values through shared memory: one atomic per block"),
+    "a_sum_that_starts_elsewhere": ("hierarchical_reduction", _edited(
+        COUNT_POSITIVE, "unsigned int mine = 0u;", "unsigned int mine = 1u;"), "starts at 1u, not 0"),
+    "an_atomic_chosen_by_its_value": ("hierarchical_reduction", _edited(
+        COUNT_POSITIVE, "if ((threadIdx.x & 31) == 0)", "if ((threadIdx.x & 31) == 0 && mine > 0)"),
+        "depends on mine, not only on the lane"),
+    "bins_the_code_cannot_count": ("hierarchical_reduction", BUCKET_COUNTS.model_validate({
+        **BUCKET_COUNTS.model_dump(),
+        "args": [{**a.model_dump(), "shape": [1000]} if a.name == "freq" else a.model_dump()
+                 for a in BUCKET_COUNTS.args]}),
+        "no parameter of the kernel holds the length of freq (1000)"),
+    "a_2d_copy_is_not_a_transpose": ("shared_tile", _edited(
+        TRANSPOSE_SCALED, "dst[col * h + row]", "dst[row * w + col]"),
+        "does not move by one along row and by more along col"),
+    "elementwise_is_not_a_stencil": ("register_blocking", ADD_BIAS_2D, "it reads no input around the point"),
+    "a_row_written_before_its_loop": ("warp_per_row", _edited(
+        ROW_TOTALS, "double t = 0.0;", "sums[r] = 0.0;\n        double t = 0.0;"),
+        "it writes memory before its row loop"),
+    "a_row_loop_reading_its_sum": ("warp_per_row", _edited(
+        ROW_TOTALS, "t += value;", "t += value * t;"), "its loop reads the accumulator t"),
+    "column_major_rows_are_already_coalesced": ("warp_per_row", _edited(
+        MATVEC, "M[(size_t)row * n_cols + j]", "M[(size_t)j * n_rows + row]"),
+        "neighbouring threads do not read rows apart"),
+    "no_tree_in_a_scan": ("shuffle_reduction", _edited(
+        BLOCK_MAX, "if (t < s) {", "if (t >= s) {"), "no shared-memory tree reduction"),
+    "strided_loads_are_not_vectorised": ("vectorize_loops", _edited(
+        WEIGHTED_SUM, "acc += w[idx] * v[idx];", "acc += w[2 * idx] * v[2 * idx];"),
+        "indexes no array by idx"),
+    "a_transpose_is_not_elementwise": ("elements_per_thread", TRANSPOSE_SCALED, "it is a transpose-like kernel"),
+}
