@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kforge.specfile import load_spec  # noqa: E402
 from services.benchmark.compile_cache import CompileCache  # noqa: E402
 from services.benchmark.compile_pool import CompilePool  # noqa: E402
-from shared.device.compiler import compile_kernel  # noqa: E402
+from shared.adapters.device.compiler import compile_kernel  # noqa: E402
 
 
 def main() -> None:

@@ -141,7 +141,7 @@ def _loads(kernel) -> bool:
 
 def run_job(rt, kernel, path: str, timeout_s: float, result: JobResult) -> None:
     """Submit one job, follow it to its end or the timeout, and fill `result` from its events."""
-    from shared.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
+    from shared.application.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
 
     result.started = time.monotonic()
     try:
@@ -170,9 +170,9 @@ def run_job(rt, kernel, path: str, timeout_s: float, result: JobResult) -> None:
 
 
 def summarise(result: JobResult, events: list, finished: bool) -> None:
-    from shared.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCancelled, JobCompleted, JobFailed,
+    from shared.domain.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCancelled, JobCompleted, JobFailed,
                                StepAccepted, StepDiscarded, StepSkipped, TaskFailed, TaskProfiled, TuningCompleted)
-    from shared.steps import project_optimisation
+    from shared.domain.steps import project_optimisation
 
     end = next((e for e in reversed(events) if isinstance(e, JOB_ENDS)), None)
     if not finished and result.outcome != "stalled":
@@ -264,8 +264,8 @@ def main() -> None:
 
     with StderrTap() as tap:
         import kforge.worker  # noqa: F401  (every service's tasks, in this process)
-        from shared import runtime
-        from shared.settings import Settings
+        from shared.application import runtime
+        from shared.adapters.settings import Settings
 
         model = scripted_model(kernels)
         rt = runtime.build(Settings(KFORGE_HOME=os.environ["KFORGE_HOME"], REDIS_URL=None, DATABASE_URL=None,

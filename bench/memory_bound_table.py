@@ -78,7 +78,7 @@ class Row:
 
 def kernels(only: set[str] | None):
     """(name, spec) of every memory-bound corpus kernel, then the naive atomic sum at 32M floats."""
-    from shared.spec import KernelSpec
+    from shared.domain.spec import KernelSpec
     from tests.corpus_kernels import corpus
 
     found = [(k.name, k.spec()) for k in corpus() if k.name not in COMPUTE_BOUND]
@@ -227,10 +227,10 @@ def _driver_copy(counts: list[int], l2: int, reps: int) -> tuple[dict[int, float
 
 # --- the jobs -----------------------------------------------------------------------------------------
 def run(rt, row: Row, spec, timeout_s: float) -> None:
-    from shared.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCompleted, JobFailed,
+    from shared.domain.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCompleted, JobFailed,
                                StepAccepted, StepDiscarded, StepSkipped)
-    from shared.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
-    from shared.steps import project_optimisation
+    from shared.application.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
+    from shared.domain.steps import project_optimisation
 
     started = time.monotonic()
     row.job_id = submit_job(rt.store, rt.bus, spec, submitted_by="memory-bound-table", run="memory-bound-table")
@@ -316,7 +316,7 @@ def main() -> None:
     from rich.markup import escape
 
     from services.generator import rules
-    from shared.device.probe import probe
+    from shared.adapters.device.probe import probe
 
     console = Console(highlight=False, width=220)
     chosen = kernels(set(args.only.split(",")) if args.only else None)
@@ -340,8 +340,8 @@ def main() -> None:
     console.print(f"{device.name}: copy measured with {copier}; {len(rows)} kernels, strategy {args.strategy}")
 
     importlib.import_module("kforge.worker")  # every service's tasks, in this process
-    from shared import runtime
-    from shared.settings import Settings
+    from shared.application import runtime
+    from shared.adapters.settings import Settings
 
     rt = runtime.build(Settings(KFORGE_HOME=os.environ["KFORGE_HOME"], REDIS_URL=None, DATABASE_URL=None))
     runtime.install(rt)

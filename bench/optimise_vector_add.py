@@ -58,9 +58,9 @@ def main() -> None:
     import kforge.worker  # noqa: F401  (every service's tasks, in this process)
     from kforge.render import describe, steps_table
     from kforge.specfile import load_spec
-    from shared import runtime
-    from shared.jobs import follow_job, job_events, submit_job
-    from shared.steps import project_optimisation
+    from shared.application import runtime
+    from shared.application.jobs import follow_job, job_events, submit_job
+    from shared.domain.steps import project_optimisation
 
     console = Console(highlight=False, width=160)
     bytes_moved = 12 * args.n

@@ -13,13 +13,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kforge.specfile import load_spec  # noqa: E402
-from shared.eventstore import EventStore  # noqa: E402
-from shared.projections import project_job  # noqa: E402
-from shared.reports.profile import pipeline_profile  # noqa: E402
-from shared.reports.results import kernel_result  # noqa: E402
-from shared.reports.suggestions import suggest  # noqa: E402
-from shared.reports.tracker import performance_tracker  # noqa: E402
-from shared.steps import project_optimisation  # noqa: E402
+from shared.adapters.eventstore import EventStore  # noqa: E402
+from shared.domain.projections import project_job  # noqa: E402
+from shared.domain.reports.profile import pipeline_profile  # noqa: E402
+from shared.domain.reports.results import kernel_result  # noqa: E402
+from shared.domain.reports.suggestions import suggest  # noqa: E402
+from shared.domain.reports.tracker import performance_tracker  # noqa: E402
+from shared.domain.steps import project_optimisation  # noqa: E402
 from tests.report_streams import T0, JobStream, rewrite_job, spec_with, tune_job  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

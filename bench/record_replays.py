@@ -19,13 +19,13 @@ def main(out: Path) -> None:
     os.environ.pop("REDIS_URL", None), os.environ.pop("DATABASE_URL", None)
     import kforge.worker  # noqa: F401  (registers the tasks the in-process bus runs)
     from kforge.specfile import load_spec
-    from shared.device.probe import probe
+    from shared.adapters.device.probe import probe
     from services.benchmark.measurement import Measured
-    from shared.device.process import Failed
+    from shared.adapters.device.process import Failed
     from services.benchmark.replay import Recording, ReplayBook
-    from shared import runtime
-    from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured
-    from shared.jobs import job_events, submit_job
+    from shared.application import runtime
+    from shared.domain.events import BaselineMeasured, ConfigFailed, ConfigMeasured
+    from shared.application.jobs import job_events, submit_job
 
     device = probe(0)
     rt = runtime.current()

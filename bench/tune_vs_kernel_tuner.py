@@ -46,7 +46,7 @@ def main() -> None:
     os.environ.pop("REDIS_URL", None), os.environ.pop("DATABASE_URL", None)
 
     from kforge.specfile import load_spec
-    from shared.device.probe import probe
+    from shared.adapters.device.probe import probe
 
     device = probe(0)
     rows = {}
@@ -79,7 +79,7 @@ def main() -> None:
 class KforgeService:
     def __init__(self, gpus: int):
         import kforge.worker  # noqa: F401  (registers the tasks the in-process bus runs)
-        from shared import runtime
+        from shared.application import runtime
 
         self.rt = runtime.current()
         self.gpus = gpus
@@ -97,8 +97,8 @@ class KforgeService:
         self.tune(small)
 
     def tune(self, spec) -> dict:
-        from shared.events import ConfigFailed, ConfigMeasured, ShardTuned, TuningCompleted, TuningRequested
-        from shared.jobs import job_events, submit_job
+        from shared.domain.events import ConfigFailed, ConfigMeasured, ShardTuned, TuningCompleted, TuningRequested
+        from shared.application.jobs import job_events, submit_job
 
         job_id = submit_job(self.rt.store, self.rt.bus, spec, submitted_by="bench")
         self.rt.bus.wait_idle()
@@ -160,8 +160,8 @@ def kernel_tuner(spec, device, ours: dict) -> dict | None:
     from kernel_tuner.util import get_best_config
 
     from services.benchmark.roofline import assess
-    from shared.expressions import evaluate
-    from shared.inputs import make_arrays
+    from shared.domain.expressions import evaluate
+    from shared.adapters.inputs import make_arrays
 
     making_inputs = time.perf_counter()
     arrays = make_arrays(spec, spec.benchmark.seed)

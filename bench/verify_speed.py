@@ -24,8 +24,8 @@ def main() -> int:
     from services.verifier import handlers
     from services.verifier.session import VerifierSession
     from services.verifier.trials import plan_trials
-    from shared.device.process import GpuProcess
-    from shared.events import CandidateVerified, VerificationRequested
+    from shared.adapters.device.process import GpuProcess
+    from shared.domain.events import CandidateVerified, VerificationRequested
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1 << 26)

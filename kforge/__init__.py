@@ -3,7 +3,7 @@
 This package is what people run: the CLI (`kforge.cli`), the Python API (`kforge.api`, re-exported here)
 and the worker entry point (`kforge.worker`, every service's Celery tasks). It is not where the parts are put
 together: the adapters they all use, the event store and the bus on Celery's app with its configuration, are
-made from settings in one place, `shared/runtime.py` (`kforge.worker` takes its configured Celery app from
+made from settings in one place, `shared/application/runtime.py` (`kforge.worker` takes its configured Celery app from
 there when imported, as `celery -A kforge.worker` needs one before any task builds a runtime). The services
 in `services/` never import each other.
 """

@@ -14,20 +14,20 @@ from pydantic import ValidationError
 from kforge.infer_spec import InferenceError, InferredSpec, infer_spec
 from kforge.job_files import write_job_files
 from kforge.specfile import SpecError, load_spec, spec_path_for
-from shared import report_queries as queries
-from shared import runtime
-from shared.errors import field_errors
-from shared.events import Event
-from shared.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, UnknownJob, cancel_job,
+from shared.application import report_queries as queries
+from shared.application import runtime
+from shared.domain.errors import field_errors
+from shared.domain.events import Event
+from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, UnknownJob, cancel_job,
                          follow_job, job_events, resolve_job_id, submit_job)
-from shared.projections import project_job
-from shared.reports.comparison import Comparison
-from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
-from shared.reports.results import KernelResult
-from shared.reports.suggestions import OptimizationSuggestion
-from shared.reports.tracker import PerformanceTracker, performance_tracker
-from shared.spec import CandidateSpec, KernelSpec, ParamValue
-from shared.steps import project_optimisation
+from shared.domain.projections import project_job
+from shared.domain.reports.comparison import Comparison
+from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile
+from shared.domain.reports.results import KernelResult
+from shared.domain.reports.suggestions import OptimizationSuggestion
+from shared.domain.reports.tracker import PerformanceTracker, performance_tracker
+from shared.domain.spec import CandidateSpec, KernelSpec, ParamValue
+from shared.domain.steps import project_optimisation
 
 
 class KforgeError(RuntimeError):

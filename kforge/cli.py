@@ -28,21 +28,21 @@ from kforge.render import (comparison_summary, comparison_table, describe, event
                            suggestions_table)
 from kforge.infer_spec import DEFAULT_SIZE, InferenceError, InferredSpec, infer_spec
 from kforge.specfile import SpecError, load_spec, spec_path_for
-from shared import report_queries as queries
-from shared import runtime
-from shared.contracts import PLANNER_QUEUE, gpu_of
-from shared.errors import FieldError, field_errors
-from shared.events import (BaselineFailed, CandidateRejected, ConfigFailed, ConfigMeasured, Event, TaskProfiled,
+from shared.application import report_queries as queries
+from shared.application import runtime
+from shared.domain.contracts import PLANNER_QUEUE, gpu_of
+from shared.domain.errors import FieldError, field_errors
+from shared.domain.events import (BaselineFailed, CandidateRejected, ConfigFailed, ConfigMeasured, Event, TaskProfiled,
                            TuningCompleted)
-from shared.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull, UnknownJob,
+from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull, UnknownJob,
                          cancel_job, follow_job, get_job, job_events, list_jobs, resolve_job_id, submit_job)
-from shared.projections import project_job
-from shared.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
-from shared.reports.profile import DEFAULT_BOTTLENECK_SHARE
-from shared.reports.tracker import performance_tracker
-from shared.settings import Settings
-from shared.spec import KernelSpec
-from shared.steps import project_optimisation
+from shared.domain.projections import project_job
+from shared.domain.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
+from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE
+from shared.domain.reports.tracker import performance_tracker
+from shared.adapters.settings import Settings
+from shared.domain.spec import KernelSpec
+from shared.domain.steps import project_optimisation
 
 app = typer.Typer(help="Submit CUDA kernels; get back faster, proven-correct, tunable versions.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -74,7 +74,7 @@ def _runtime() -> runtime.Runtime:
 
 
 def _resolve(rt: runtime.Runtime, job: str) -> str:
-    """Accept a unique prefix of a job id, as git accepts one of a commit (shared.jobs.resolve_job_id)."""
+    """Accept a unique prefix of a job id, as git accepts one of a commit (shared.application.jobs.resolve_job_id)."""
     try:
         return resolve_job_id(rt.store, job)
     except UnknownJob as exc:
@@ -297,7 +297,7 @@ def _interrupt_on_signals() -> None:
     """Ctrl-C (SIGINT), SIGTERM and SIGHUP stop `kforge tune` alike: the first raises KeyboardInterrupt, so that
     its job is cancelled and its best so far written (_stop_interrupted); from then on, another one ends the
     process at once (a job it had no time to cancel, embedded, is cancelled by the next kforge command:
-    shared/job_owners.py)."""
+    shared/adapters/job_owners.py)."""
     def interrupt(signum: int, frame) -> None:
         for stop in STOP_SIGNALS:
             signal.signal(stop, exit_at_once)

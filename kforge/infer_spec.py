@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import yaml
 
 from services.generator.rules.cuda_text import find_kernel
-from shared.dtypes import is_float
-from shared.spec import defined_kernels
+from shared.domain.dtypes import is_float
+from shared.domain.spec import defined_kernels
 
 DEFAULT_SIZE = 2**20
 BLOCK_SIZES = [64, 128, 256, 512, 1024]

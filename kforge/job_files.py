@@ -1,9 +1,9 @@
-"""Writes the files a job leaves behind (what they contain: `shared.reports.files`) into a directory."""
+"""Writes the files a job leaves behind (what they contain: `shared.domain.reports.files`) into a directory."""
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.events import Event
-from shared.reports.files import job_files
+from shared.domain.events import Event
+from shared.domain.reports.files import job_files
 
 
 def write_job_files(events: Sequence[Event], directory: Path, plots: bool = True) -> list[Path]:

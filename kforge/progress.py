@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
-from shared.events import (CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted, TuningCompleted,
+from shared.domain.events import (CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted, TuningCompleted,
                            TuningRequested)
-from shared.spec import MAX_THREADS_PER_BLOCK, CandidateSpec, KernelSpec
-from shared.steps import SUBMITTED
+from shared.domain.spec import MAX_THREADS_PER_BLOCK, CandidateSpec, KernelSpec
+from shared.domain.steps import SUBMITTED
 
 
 

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kforge.progress import SpaceProgress
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
                            CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured, Event, GenerationFailed,
                            GenerationRequested, GeneratorCalled, JobCancelled, JobCompleted, JobFailed, JobSubmitted,
                            KernelCompiled, KernelsCompared, PlanProposed, SanitizerChecked,
@@ -16,13 +16,13 @@ from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, 
                            TaskFailed, TaskProfiled, Tolerance, TuningCompleted, TuningRequested,
                            VerificationIncomplete, VerificationRequested, WebhookAbandoned, WebhookAttempted,
                            WebhookDelivered, WebhookRequested)
-from shared.projections import JobView
-from shared.reports.comparison import ChangeType, Comparison
-from shared.reports.profile import PipelineProfile
-from shared.reports.results import KernelResult
-from shared.reports.suggestions import OptimizationSuggestion
-from shared.speedup import speedup_text
-from shared.steps import SUBMITTED, Optimisation
+from shared.domain.projections import JobView
+from shared.domain.reports.comparison import ChangeType, Comparison
+from shared.domain.reports.profile import PipelineProfile
+from shared.domain.reports.results import KernelResult
+from shared.domain.reports.suggestions import OptimizationSuggestion
+from shared.domain.speedup import speedup_text
+from shared.domain.steps import SUBMITTED, Optimisation
 
 
 def describe(event: Event) -> str:

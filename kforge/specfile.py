@@ -4,10 +4,10 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from shared.array_files import ArrayFileError, array_file, array_file_errors
-from shared.errors import FieldError, field_errors
-from shared.settings import Settings
-from shared.spec import KernelSpec
+from shared.adapters.array_files import ArrayFileError, array_file, array_file_errors
+from shared.domain.errors import FieldError, field_errors
+from shared.adapters.settings import Settings
+from shared.domain.spec import KernelSpec
 
 
 class SpecError(Exception):

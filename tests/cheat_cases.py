@@ -5,7 +5,7 @@ import yaml
 
 from kforge.specfile import load_spec
 from services.planner.strategies.one_prompt import STEP
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 from tests.conftest import EXAMPLES
 from tests.corpus_cases import CORPUS
 

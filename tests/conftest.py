@@ -15,7 +15,7 @@ os.environ.setdefault("KFORGE_ALLOWED_HOSTS", "testserver,localhost,127.0.0.1,[:
 
 
 def _has_gpu() -> bool:
-    from shared.device.probe import NoCudaDevice, probe
+    from shared.adapters.device.probe import NoCudaDevice, probe
 
     try:
         probe(0)
@@ -100,7 +100,7 @@ def sweep_spec(vector_add_spec):
 @pytest.fixture
 def store(sqlite_url):
     """A real SQLite event store in the test's own folder."""
-    from shared.eventstore import EventStore
+    from shared.adapters.eventstore import EventStore
 
     store = EventStore(sqlite_url)
     yield store

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kforge.specfile import load_spec
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 CORPUS = Path(__file__).resolve().parent.parent / "examples" / "corpus"
 

@@ -1,5 +1,5 @@
 """Local stand-ins for ports whose real adapters need other processes."""
-from shared.contracts import Message
+from shared.domain.contracts import Message
 
 
 class RecordingBus:
@@ -18,14 +18,14 @@ class ScriptedBenchmarkSession:
     Times follow a smooth curve with its minimum at 256 threads. Some block sizes are cues for what real
     kernels do to a GPU process: 96 hangs, 160 kills the process, 224 poisons the context (a sticky fault),
     288 computes a wrong output, 320 fails to launch, 32 reports an impossibly short time. Its reference repeats
-    itself exactly, so every output is checked with the tolerance shared/tolerance.py gives such a reference.
+    itself exactly, so every output is checked with the tolerance shared/domain/tolerance.py gives such a reference.
     It runs inside BenchmarkProcess's spawned child, so it must stay importable by name.
     """
 
     HANG, CRASH, POISON, WRONG, NO_LAUNCH, TOO_FAST = 96, 160, 224, 288, 320, 32
 
     def __init__(self, device_index: int):
-        from shared.device.probe import DeviceInfo, Peaks
+        from shared.adapters.device.probe import DeviceInfo, Peaks
 
         self.info = DeviceInfo(index=device_index, name="Scripted GPU", arch="sm_90", max_threads=1024,
                                peaks=Peaks(dram_bytes_per_s=3.35e12, fp32_flops_per_s=67e12, l2_bytes=50 * 2**20))
@@ -33,7 +33,7 @@ class ScriptedBenchmarkSession:
         self.tolerances = ()
 
     def prepare(self, setup):
-        from shared.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
+        from shared.domain.tolerance import REFERENCE_RUNS, Observed, derive, set_in_spec
 
         self.prepared += 1
         repeated = Observed(spread=0.0, spread_rel=0.0, runs=REFERENCE_RUNS, terms=0, largest=0.0)
@@ -46,7 +46,7 @@ class ScriptedBenchmarkSession:
         import time
 
         from services.benchmark.measurement import Measured
-        from shared.device.process import Failed
+        from shared.adapters.device.process import Failed
 
         block = order.params.get("block_size_x", 256)
         if block == self.HANG:
@@ -91,7 +91,7 @@ class ScriptedVerifierSession:
     says REJECT_ME, which writes out of bounds. Spawned like the real one, so importable by name."""
 
     def __init__(self, device_index: int):
-        from shared.device.probe import DeviceInfo
+        from shared.adapters.device.probe import DeviceInfo
 
         self.info = DeviceInfo(index=device_index, name="Scripted GPU", arch="sm_90", max_threads=1024, peaks=None)
 

@@ -4,9 +4,9 @@ from uuid import uuid4
 
 from services.generator.handlers import generate
 from services.planner.strategies.one_prompt import STEP
-from shared.events import BaselineMeasured, CandidateGenerated, GenerationRequested, JobSubmitted
-from shared.projections import job_stream
-from shared.spec import KernelSpec
+from shared.domain.events import BaselineMeasured, CandidateGenerated, GenerationRequested, JobSubmitted
+from shared.domain.projections import job_stream
+from shared.domain.spec import KernelSpec
 from tests.fakes import RecordingBus
 
 

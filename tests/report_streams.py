@@ -4,13 +4,13 @@ import random
 import statistics
 from datetime import UTC, datetime, timedelta
 
-from shared.contracts import Generate, MeasureBaseline, TuneShard, VerifyCandidate
-from shared.events import (BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateVerified, ConfigFailed,
+from shared.domain.contracts import Generate, MeasureBaseline, TuneShard, VerifyCandidate
+from shared.domain.events import (BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateVerified, ConfigFailed,
                            ConfigMeasured, DeviceFacts, Event, GenerationRequested, GeneratorCalled, JobCompleted,
                            JobSubmitted, KernelCompiled, ShardTuned, StepAccepted, StepDiscarded, TaskProfiled,
                            TuningCompleted, TuningRequested, VerificationRequested)
-from shared.projections import job_stream
-from shared.spec import CandidateSpec, KernelSpec, TuningStep
+from shared.domain.projections import job_stream
+from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 H100 = DeviceFacts(sm_count=132, dram_gbps=3352.0, fp32_tflops=66.9, l2_mb=50.0)

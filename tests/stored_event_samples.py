@@ -6,7 +6,7 @@ the envelope (event_id, stream_id, stream_version, position, occurred_at). The t
 today's kforge. A sample is never rewritten: a change that stops one decoding would strand stored jobs.
 
 The files of kforges up to 2ad3764 were made once from `samples()`: in a checkout of each commit from ec6e781 on
-that changed shared/events.py or shared/spec.py, each sample was validated by that commit's event class (the fields
+that changed shared/domain/events.py or shared/domain/spec.py, each sample was validated by that commit's event class (the fields
 it did not have yet left out) and its `payload()` stored, keeping only the shapes no earlier commit had written.
 
 When an event type is added, its schema_version raised or a field added to what an event carries (a spec's
@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import NAMESPACE_URL, uuid5
 
-from shared.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
+from shared.domain.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
                            CandidateRejected, CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured,
                            DeviceFacts, Event, GenerationFailed, GenerationRequested, GeneratorCalled, JobCancelled,
                            JobCompleted, JobFailed, JobSubmitted, KernelCompiled, KernelsCompared, PlanProposed,
@@ -33,7 +33,7 @@ from shared.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineReq
                            StepSkipped, StepValidated, TaskFailed, TaskProfiled, Tolerance, TrialPassed,
                            TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested,
                            WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested)
-from shared.spec import CandidateSpec, KernelSpec, TuningStep
+from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "unit" / "stored_events"
@@ -167,7 +167,7 @@ def samples() -> list[Event]:
 
 
 def record(writer: str, event: Event, position: int) -> dict:
-    """The event as the store's row holds it (shared/eventstore.py's columns)."""
+    """The event as the store's row holds it (shared/adapters/eventstore.py's columns)."""
     return {"type": event.type, "version": event.version, "payload": event.payload(),
             "envelope": {"event_id": str(_id(f"{writer}/{event.type}/{position}")), "stream_id": f"job-{writer}",
                          "stream_version": position, "position": position,

@@ -13,11 +13,11 @@ import pytest
 
 from services.webhooks import handlers
 from services.webhooks.sender import HttpSender
-from shared.contracts import DeliverWebhook
-from shared.events import JobCompleted, JobSubmitted, WebhookRequested
-from shared.jobs import job_events
-from shared.projections import job_stream
-from shared.settings import Settings
+from shared.domain.contracts import DeliverWebhook
+from shared.domain.events import JobCompleted, JobSubmitted, WebhookRequested
+from shared.application.jobs import job_events
+from shared.domain.projections import job_stream
+from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -14,9 +14,9 @@ import numpy as np
 
 from kforge.infer_spec import InferenceError, Parameter, kernel_parameters
 from kforge.kernel_tuner_compat.space import DropInError
-from shared.array_files import ArrayFileError, array_file
-from shared.dtypes import is_float
-from shared.spec import DTYPES, kernel_base_name
+from shared.adapters.array_files import ArrayFileError, array_file
+from shared.domain.dtypes import is_float
+from shared.domain.spec import DTYPES, kernel_base_name
 
 
 def spec_args(arguments, answer, source: str, kernel_name: str, folder: Path, max_bytes: int) -> list[dict]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from kforge.kernel_tuner_compat.space import DEFAULT_BLOCK, DropInError, plain
-from shared.spec import SEARCH_STRATEGIES
+from shared.domain.spec import SEARCH_STRATEGIES
 
 DEFAULT_BLOCK_NAMES = ("block_size_x", "block_size_y", "block_size_z")
 CUDA_LANGS = ("CUDA", "CUPY", "NVCUDA")  # Kernel Tuner's backends for CUDA source; kforge compiles it with NVRTC

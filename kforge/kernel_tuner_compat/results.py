@@ -6,7 +6,7 @@ and no time, with kforge's reason under `kforge_error`."""
 import builtins
 import sys
 
-from shared.events import ConfigFailed, ConfigMeasured
+from shared.domain.events import ConfigFailed, ConfigMeasured
 
 TIMINGS = ("compile_time", "verification_time", "benchmark_time", "strategy_time", "framework_time")
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from kforge.api import KforgeError
-from shared.expressions import ExpressionError, check_restriction, names_in, restriction_holds
-from shared.spec import MAX_THREADS_PER_BLOCK
+from shared.domain.expressions import ExpressionError, check_restriction, names_in, restriction_holds
+from shared.domain.spec import MAX_THREADS_PER_BLOCK
 
 Config = dict[str, object]
 DEFAULT_BLOCK = (256, 1, 1)  # Kernel Tuner's threads per block along x, y, z when no parameter sets them

@@ -20,10 +20,10 @@ from kforge.kernel_tuner_compat.results import (best_config, cached_result, conf
                                                 total_timings, with_metrics)
 from kforge.kernel_tuner_compat.space import (DropInError, Restrictions, TuneSpace, exclusions, plain,
                                               too_slow_to_check)
-from shared import runtime
-from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured, Event, JobSubmitted, KernelCompiled
-from shared.projections import job_id_of, project_job
-from shared.spec import MAX_THREADS_PER_BLOCK
+from shared.application import runtime
+from shared.domain.events import BaselineMeasured, ConfigFailed, ConfigMeasured, Event, JobSubmitted, KernelCompiled
+from shared.domain.projections import job_id_of, project_job
+from shared.domain.spec import MAX_THREADS_PER_BLOCK
 
 JOB_TIMEOUT_S = 7 * 24 * 3600.0  # a tuning is followed to its end; its own budget comes from strategy_options
 NUMPY_ALLCLOSE_RTOL = 1e-5  # Kernel Tuner compares with an answer through numpy.allclose, whose rtol this is
@@ -153,7 +153,7 @@ def gpu_name_here(settings) -> str | None:
     no CUDA state; None without a device, or where the workers run elsewhere (then the job's device is checked)."""
     if not settings.embedded:
         return None
-    code = ("import sys\nfrom shared.device.probe import NoCudaDevice, probe\n"
+    code = ("import sys\nfrom shared.adapters.device.probe import NoCudaDevice, probe\n"
             "try:\n    print(probe(int(sys.argv[1])).name)\nexcept NoCudaDevice:\n    pass\n")
     done = subprocess.run([sys.executable, "-c", code, settings.gpus[0]], capture_output=True, text=True, timeout=300)
     return done.stdout.strip() or None

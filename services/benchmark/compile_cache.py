@@ -4,9 +4,9 @@ import json
 import os
 from pathlib import Path
 
-from shared.device.compiler import compile_kernel
-from shared.device.nvrtc import CompiledKernel, cache_key, compile_options
-from shared.spec import ParamValue
+from shared.adapters.device.compiler import compile_kernel
+from shared.adapters.device.nvrtc import CompiledKernel, cache_key, compile_options
+from shared.domain.spec import ParamValue
 
 
 class CompileCache:

@@ -1,7 +1,7 @@
 """Compile many configurations at once, handing each result over as soon as it exists, so the GPU can time
 the first cubin while the rest still compile.
 
-Each compile runs in a sandboxed child process (shared/device/compiler.py); the pool's threads only wait
+Each compile runs in a sandboxed child process (shared/adapters/device/compiler.py); the pool's threads only wait
 for them. A compile that is killed or crashes costs its child alone: the pool itself cannot break, and
 the next compile gets a fresh child.
 """
@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from shared.device import compiler
-from shared.device.nvrtc import CompiledKernel, CompileError
+from shared.adapters.device import compiler
+from shared.adapters.device.nvrtc import CompiledKernel, CompileError
 from services.benchmark.compile_cache import CompileCache
-from shared.spec import ParamValue
+from shared.domain.spec import ParamValue
 
 
 @dataclass(frozen=True)

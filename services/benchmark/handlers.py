@@ -12,17 +12,17 @@ from services.benchmark.measurement import INPUT_SETS, Duel, Order, Setup
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import speedup_interval
 from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator, reference_setup, search
-from shared.bus import Bus
-from shared.device.nvrtc import CompileError
-from shared.device.probe import Peaks
-from shared.device.process import Failed, NoDevice
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ComparisonRequested,
+from shared.adapters.bus import Bus
+from shared.adapters.device.nvrtc import CompileError
+from shared.adapters.device.probe import Peaks
+from shared.adapters.device.process import Failed, NoDevice
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, ComparisonRequested,
                            ConfigFailed, ConfigMeasured, DeviceFacts, Event, JobCancelled, JobSubmitted, KernelCompiled,
                            KernelsCompared, ShardTuned, TuningRequested, derived_id)
-from shared.eventstore import EventStore
-from shared.limits import memory_refusal
-from shared.requests import answer_request
-from shared.spec import KernelSpec
+from shared.adapters.eventstore import EventStore
+from shared.application.limits import memory_refusal
+from shared.application.requests import answer_request
+from shared.domain.spec import KernelSpec
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
@@ -93,7 +93,7 @@ def tune_shard(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resou
 
         def append(batch: list[Event]) -> None:
             # Outcomes carry derived ids and are appended without a version check, as the answer is
-            # (shared/requests.py): shards on other GPUs append to the same stream at the same time.
+            # (shared/application/requests.py): shards on other GPUs append to the same stream at the same time.
             store.append(stream, batch, expected_version=None)
             if store.stream_has(stream, JobCancelled.__name__):
                 raise Cancelled(stream)

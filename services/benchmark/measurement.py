@@ -1,10 +1,10 @@
 """What passes between a benchmark worker and the process that owns its GPU: plain, picklable values
-(with DeviceInfo and Failed from shared.device, and the Tolerance an output was checked with)."""
+(with DeviceInfo and Failed from shared.adapters.device, and the Tolerance an output was checked with)."""
 from dataclasses import dataclass
 
-from shared.device.nvrtc import CompiledKernel
-from shared.events import Tolerance
-from shared.spec import KernelSpec, ParamValue
+from shared.adapters.device.nvrtc import CompiledKernel
+from shared.domain.events import Tolerance
+from shared.domain.spec import KernelSpec, ParamValue
 
 Dim3 = tuple[int, int, int]
 # Timed launches alternate between input sets drawn from consecutive seeds, so that no kernel can key a cached

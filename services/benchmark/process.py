@@ -1,11 +1,11 @@
-"""The benchmark's GPU process: a GpuProcess (shared/device/process.py) serving a BenchmarkSession
+"""The benchmark's GPU process: a GpuProcess (shared/adapters/device/process.py) serving a BenchmarkSession
 (session.py), which prepares a space, measures configurations or times two in turn, and after a replacement
 (a fault, hang or crash cost the old process) uploads the space again before the next request runs. The
 verifier calls a plain GpuProcess serving its VerifierSession: it has no space to restore."""
 from collections.abc import Callable
 
 from services.benchmark.measurement import Duel, Measured, Order, Paired, Setup
-from shared.device.process import Failed, GpuProcess
+from shared.adapters.device.process import Failed, GpuProcess
 
 PREPARE_EXTRA_S = 120.0  # uploading inputs and running the reference take longer than one configuration
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from services.benchmark import sampling
 from services.benchmark.measurement import Measured, Order, Setup
-from shared.device.probe import DeviceInfo, Peaks
-from shared.device.process import Failed
-from shared.spec import KernelSpec, ParamValue
+from shared.adapters.device.probe import DeviceInfo, Peaks
+from shared.adapters.device.process import Failed
+from shared.domain.spec import KernelSpec, ParamValue
 
 DEFAULT_BOOK = Path(__file__).parent / "recordings" / "baselines.json"
 _LAUNCH_FIELDS = {"kernel_name", "source", "args", "sizes", "problem_size", "grid_div_x", "grid_div_y",

@@ -6,8 +6,8 @@ from services.benchmark.compile_cache import CompileCache
 from services.benchmark.compile_pool import CompilePool
 from services.benchmark.process import BenchmarkProcess
 from services.benchmark.replay import ReplayBook, ReplayProcess
-from shared.device.process import WarmProcess
-from shared.spec import KernelSpec
+from shared.adapters.device.process import WarmProcess
+from shared.domain.spec import KernelSpec
 
 
 def compile_workers_per_gpu(gpus: int = 1) -> int:

@@ -6,7 +6,7 @@ clock x bus width for DRAM, SMs x FP32 lanes x clock for FP32 (CUDA cores, not t
 """
 from dataclasses import dataclass
 
-from shared.device.probe import Peaks
+from shared.adapters.device.probe import Peaks
 
 # Slack over the nominal peak: boost clocks and rounding in the attributes, not a loophole for fast kernels.
 TOLERANCE = 1.05

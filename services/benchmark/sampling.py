@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 from enum import Enum
 
-from shared.spec import BenchmarkSpec
+from shared.domain.spec import BenchmarkSpec
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; beyond that the normal 1.96 is close enough.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,

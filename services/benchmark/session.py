@@ -6,7 +6,7 @@ import time, and CUDA is initialised only there, never in a process that forks.
 Every launch and synchronisation is checked. A configuration's output is compared with the reference on
 the device (kforge's own comparison kernel), so a 64 MB matrix is not copied back to be checked, within a
 tolerance the reference's own runs decide: it runs REFERENCE_RUNS times on each input set, and how far those
-runs disagree widens the tolerance of a kernel whose result depends on order (shared/tolerance.py).
+runs disagree widens the tolerance of a kernel whose result depends on order (shared/domain/tolerance.py).
 
 Launches face what a real call faces: two input sets drawn with different seeds, each with the reference
 output the submitted kernel computes from it, alternate from one timed launch to the next, and every output
@@ -21,14 +21,14 @@ import numpy as np
 
 from services.benchmark import sampling
 from services.benchmark.measurement import INPUT_SETS, Duel, Measured, Order, Paired, Setup
-from shared.device.own_kernels import OwnKernels
-from shared.device.process import Failed
-from shared.device.session import GpuSession
-from shared.array_files import ArrayFileError, read_array
-from shared.dtypes import is_float
-from shared.events import Tolerance
-from shared.inputs import make_arrays
-from shared.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
+from shared.adapters.device.own_kernels import OwnKernels
+from shared.adapters.device.process import Failed
+from shared.adapters.device.session import GpuSession
+from shared.adapters.array_files import ArrayFileError, read_array
+from shared.domain.dtypes import is_float
+from shared.domain.events import Tolerance
+from shared.adapters.inputs import make_arrays
+from shared.domain.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
 
 
 @dataclass
@@ -97,7 +97,7 @@ class BenchmarkSession(GpuSession):
         return None
 
     def _derived_tolerances(self, spread: dict[str, tuple[float, float]]) -> dict[str, Tolerance]:
-        """Each output's tolerance (shared/tolerance.py) from the reference's spread, (absolute, relative) by
+        """Each output's tolerance (shared/domain/tolerance.py) from the reference's spread, (absolute, relative) by
         output, and the scale of the float inputs: their elements in one set, the largest finite in any."""
         spec = self._setup.spec
         floats = [a for a in spec.args if a.is_array and a.effective_role != "out" and is_float(a.dtype)]

@@ -23,12 +23,12 @@ from services.benchmark.compile_cache import compile_through
 from services.benchmark.compile_pool import CompileOutcome, CompilePool
 from services.benchmark.measurement import Measured, Order, Setup
 from services.benchmark.sampling import summarize
-from shared.device.nvrtc import CompileError
-from shared.device.probe import DeviceInfo
-from shared.device.process import Failed
-from shared.events import ConfigFailed, ConfigMeasured, derived_id
-from shared.expressions import ExpressionError
-from shared.spec import KernelSpec, ParamValue
+from shared.adapters.device.nvrtc import CompileError
+from shared.adapters.device.probe import DeviceInfo
+from shared.adapters.device.process import Failed
+from shared.domain.events import ConfigFailed, ConfigMeasured, derived_id
+from shared.domain.expressions import ExpressionError
+from shared.domain.spec import KernelSpec, ParamValue
 
 ConfigOutcome = ConfigMeasured | ConfigFailed
 FLUSH_EVERY_S = 0.5  # how often results are handed on (appended to the store) while a batch runs

@@ -15,7 +15,7 @@ from services.gateway.access import BodyLimit, HostCheck, JsonBodies
 from services.gateway.problems import install_error_handlers
 from services.gateway.reads import Reads
 from services.gateway.routes import api_router, metrics, pages
-from shared.runtime import Runtime
+from shared.application.runtime import Runtime
 
 
 @asynccontextmanager

@@ -12,17 +12,17 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from shared.broker import Broker, known_queues
-from shared.contracts import gpu_of
-from shared.events import JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled, TuningRequested
-from shared.eventstore import EventStore
-from shared.projections import TERMINAL, by_stream, project_job
-from shared.requests import ANSWERS
-from shared.runtime import Runtime
-from shared.settings import Settings
+from shared.adapters.broker import Broker, known_queues
+from shared.domain.contracts import gpu_of
+from shared.domain.events import JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled, TuningRequested
+from shared.adapters.eventstore import EventStore
+from shared.domain.projections import TERMINAL, by_stream, project_job
+from shared.application.requests import ANSWERS
+from shared.application.runtime import Runtime
+from shared.adapters.settings import Settings
 
 STATUSES = ("submitted", "benchmarking", "tuning", *TERMINAL)
-# The only events that change a job's status (shared/projections.py): folding just these gives JobView.status.
+# The only events that change a job's status (shared/domain/projections.py): folding just these gives JobView.status.
 STATUS_EVENTS = [t.__name__ for t in (JobSubmitted, BaselineRequested, TuningRequested, *JOB_ENDS)]
 REQUESTS = [t.__name__ for t in ANSWERS]  # every event a worker task answers: where its queue wait starts
 # Seconds, from a cached compile or a planner step (10 ms) to a long tuning sweep (an hour).

@@ -7,9 +7,9 @@ from fastapi import HTTPException, status
 
 from services.gateway.access import Caller
 from services.gateway.stream import StreamHub
-from shared.jobs import JobIndex
-from shared.projections import JobView
-from shared.runtime import Runtime
+from shared.application.jobs import JobIndex
+from shared.domain.projections import JobView
+from shared.application.runtime import Runtime
 
 
 class Reads:

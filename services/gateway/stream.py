@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 
-from shared.events import Event, Undecodable
-from shared.jobs import JobFollower, JobIndex
-from shared.projections import job_id_of
+from shared.domain.events import Event, Undecodable
+from shared.application.jobs import JobFollower, JobIndex
+from shared.domain.projections import job_id_of
 
 POLL_S = 0.25
 KEEPALIVE_S = 15.0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from shared.spec import CandidateSpec, TuningStep
+from shared.domain.spec import CandidateSpec, TuningStep
 
 BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n(.*?)```", re.DOTALL)
 CODE_LANGUAGES = ("cuda", "cu", "c++", "cpp", "c", "")

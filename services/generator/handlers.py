@@ -10,16 +10,16 @@ from services.generator import answers, prompts
 from services.generator.names import reconcile
 from services.generator.providers import ProviderFailed, provider_for
 from services.generator.retrieval import similar_optimisations
-from shared.bus import Bus
-from shared.errors import field_errors
-from shared.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
+from shared.adapters.bus import Bus
+from shared.domain.errors import field_errors
+from shared.domain.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
                            JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
-from shared.eventstore import EventStore
-from shared.expressions import names_in
-from shared.requests import answer_request
-from shared.settings import Settings
-from shared.spec import CandidateSpec, KernelSpec, SharedMemorySpec, TuningStep
-from shared.steps import Optimisation, project_optimisation
+from shared.adapters.eventstore import EventStore
+from shared.domain.expressions import names_in
+from shared.application.requests import answer_request
+from shared.adapters.settings import Settings
+from shared.domain.spec import CandidateSpec, KernelSpec, SharedMemorySpec, TuningStep
+from shared.domain.steps import Optimisation, project_optimisation
 
 
 def generate(store: EventStore, bus: Bus, job_id: str, request_id: UUID, settings: Settings) -> None:

@@ -8,7 +8,7 @@ them by exactly their names and must not define them itself.
 import re
 from dataclasses import dataclass, field
 
-from shared.spec import ParamValue
+from shared.domain.spec import ParamValue
 
 IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*\b")
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)

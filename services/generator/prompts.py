@@ -7,9 +7,9 @@ rewrite's parameters reach its code: each tune parameter is a -D define, the blo
 """
 from services.generator.providers.base import Attempt, Prompt
 from services.generator.retrieval import Example
-from shared.events import GenerationRequested
-from shared.spec import ArgSpec, KernelSpec
-from shared.steps import Optimisation
+from shared.domain.events import GenerationRequested
+from shared.domain.spec import ArgSpec, KernelSpec
+from shared.domain.steps import Optimisation
 
 SYSTEM = ("You are an expert CUDA performance engineer. You make kernels faster while keeping them exactly "
           "correct for every problem size, including sizes that are not multiples of the block size or vector "

@@ -2,11 +2,11 @@
 from uuid import UUID
 
 from services.generator import handlers
-from shared import runtime
-from shared.bus import celery_app
-from shared.contracts import Generate
-from shared.task_profile import profiled
-from shared.worker_task import AnsweringTask
+from shared.application import runtime
+from shared.adapters.bus import celery_app
+from shared.domain.contracts import Generate
+from shared.application.task_profile import profiled
+from shared.application.worker_task import AnsweringTask
 
 
 @celery_app.task(base=AnsweringTask, name=Generate.task)

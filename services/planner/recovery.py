@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 from services.planner.handlers import CONSUMER, catch_up
 from services.planner.policy import request_message
-from shared.broker import Broker, known_queues
-from shared.bus import Bus
-from shared.events import JOB_ENDS, Event
-from shared.eventstore import EventStore
-from shared.projections import by_stream
-from shared.requests import ALL_ANSWERS, ANSWERS, outstanding_requests
+from shared.adapters.broker import Broker, known_queues
+from shared.adapters.bus import Bus
+from shared.domain.events import JOB_ENDS, Event
+from shared.adapters.eventstore import EventStore
+from shared.domain.projections import by_stream
+from shared.application.requests import ALL_ANSWERS, ANSWERS, outstanding_requests
 
 log = logging.getLogger(__name__)
 LOCK_KEY = "kforge:recovery"

@@ -8,14 +8,14 @@ Every event gets an id derived from the event it answers, so deciding twice appe
 from uuid import UUID
 
 from services.planner.strategies import Ask, Finish, Skip, strategy_for
-from shared.contracts import GENERATOR_QUEUE
-from shared.events import (CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationRequested,
+from shared.domain.contracts import GENERATOR_QUEUE
+from shared.domain.events import (CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationRequested,
                            JobCompleted, JobFailed, KernelsCompared, StepAccepted, StepDiscarded, StepSkipped,
                            TuningCompleted, VerificationRequested, derived_id)
-from shared.projections import JobView
-from shared.speedup import speedup_text
-from shared.spec import CandidateSpec
-from shared.steps import OVERALL, TUNED_SUFFIX, Optimisation, StepRecord
+from shared.domain.projections import JobView
+from shared.domain.speedup import speedup_text
+from shared.domain.spec import CandidateSpec
+from shared.domain.steps import OVERALL, TUNED_SUFFIX, Optimisation, StepRecord
 
 
 def advance(trigger: Event, job: JobView, opt: Optimisation, benchmark_queue: str) -> list[Event]:

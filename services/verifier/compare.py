@@ -1,5 +1,5 @@
 """What the device's comparison of a run with the reference comes back as: counts, first indices and the
-largest errors (shared/device/own_kernels.py computes them where the arrays are), with one quoted example
+largest errors (shared/adapters/device/own_kernels.py computes them where the arrays are), with one quoted example
 per finding, so a reason can show what went wrong without any array crossing PCIe."""
 from dataclasses import dataclass
 

@@ -8,17 +8,17 @@ from uuid import UUID
 from services.verifier import sanitizer
 from services.verifier.session import TrialRun
 from services.verifier.trials import plan_trials, size_problem, sizes_not_tried
-from shared.bus import Bus
-from shared.device.compiler import compile_kernel, parameter_types
-from shared.device.nvrtc import CompileError
-from shared.device.process import Failed, GpuProcess, NoDevice
-from shared.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, Tolerance, TrialPassed,
+from shared.adapters.bus import Bus
+from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.adapters.device.nvrtc import CompileError
+from shared.adapters.device.process import Failed, GpuProcess, NoDevice
+from shared.domain.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, Tolerance, TrialPassed,
                            VerificationIncomplete, VerificationRequested, derived_id)
-from shared.eventstore import EventStore
-from shared.limits import memory_refusal
-from shared.requests import answer_request
-from shared.signature import mismatches
-from shared.spec import KernelSpec
+from shared.adapters.eventstore import EventStore
+from shared.application.limits import memory_refusal
+from shared.application.requests import answer_request
+from shared.domain.signature import mismatches
+from shared.domain.spec import KernelSpec
 
 
 def verify_candidate(store: EventStore, bus: Bus, job_id: str, request_id: UUID,

@@ -3,14 +3,14 @@
 The checks run in a fixed order, the first failing one names the rejection: memory written outside the
 arrays, inputs changed, outputs left unwritten (in either run: a second run that skips work betrays a
 cached result), two runs on the same inputs that disagree (a race), NaN or Inf where the reference is
-finite, and finally values beyond tolerance (each output's own, shared/tolerance.py: the reference's
+finite, and finally values beyond tolerance (each output's own, shared/domain/tolerance.py: the reference's
 runs decide it with the spec, so it comes with every verdict).
 """
 from dataclasses import dataclass, replace
 
 from services.verifier.compare import Difference, OutputCheck
-from shared.events import Tolerance
-from shared.spec import KernelSpec
+from shared.domain.events import Tolerance
+from shared.domain.spec import KernelSpec
 
 # Every reason a candidate can be rejected for, in the order they are looked for.
 CHECKS = ("compile", "signature", "launch", "timeout", "crashed", "out_of_bounds", "input_modified", "unwritten",

@@ -29,11 +29,11 @@ from math import prod
 from pathlib import Path
 
 from services.verifier.trials import size_problem
-from shared.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
+from shared.domain.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
                            VerificationRequested, derived_id)
-from shared.settings import Settings
-from shared.steps import TUNED_SUFFIX
-from shared.spec import KernelSpec, ParamValue
+from shared.adapters.settings import Settings
+from shared.domain.steps import TUNED_SUFFIX
+from shared.domain.spec import KernelSpec, ParamValue
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 ERROR_EXIT = 86  # what the tool exits with when it found an error, told apart from the runner's own failures
@@ -78,7 +78,7 @@ def gate(spec: KernelSpec, request: VerificationRequested, answer: Event, device
     answer, or a CandidateRejected (check `sanitizer`) in its place when a check found an error."""
     if not isinstance(answer, CandidateVerified) or not _may_be_kept(spec, request):
         return [answer]
-    from shared.device.compiler import compile_kernel
+    from shared.adapters.device.compiler import compile_kernel
 
     settings = settings or Settings()
     tool = find_tool(settings.compute_sanitizer)
@@ -157,7 +157,7 @@ def check_all(tool: Path, run: SanitisedRun, timeout_s: float) -> list[Sanitizer
 
 
 def check_one(tool: Path, name: str, run_file: Path, timeout_s: float) -> SanitizerCheck:
-    from shared.device.compiler import import_path  # as in gate: the runner, this module, stays light
+    from shared.adapters.device.compiler import import_path  # as in gate: the runner, this module, stays light
 
     started = time.perf_counter()
     try:
@@ -203,10 +203,10 @@ def parse(returncode: int, output: str) -> tuple[str, str]:
 def main(run_file: str) -> int:
     import numpy as np
 
-    from shared.device.nvrtc import CompiledKernel
-    from shared.device.process import Failed
-    from shared.device.session import GpuSession
-    from shared.inputs import make_arrays
+    from shared.adapters.device.nvrtc import CompiledKernel
+    from shared.adapters.device.process import Failed
+    from shared.adapters.device.session import GpuSession
+    from shared.adapters.inputs import make_arrays
 
     run = json.loads(Path(run_file).read_text())
     spec = KernelSpec.model_validate(run["spec"])

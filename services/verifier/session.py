@@ -1,12 +1,12 @@
 """VerifierSession, the verifier's GpuSession: run the reference, then the candidate twice, on one trial's
 inputs, every array fenced by canary bytes; every check made on the device, only its findings read back.
 The reference runs more than once: how far its own runs disagree decides how close a candidate must come.
-It is served in the child of a plain GpuProcess (shared/device/process.py), with no subclass like the
+It is served in the child of a plain GpuProcess (shared/adapters/device/process.py), with no subclass like the
 benchmark's: every trial starts with a reference request, which makes again on a replacement process what
 the broken one held.
 
 Two requests per trial (reference, then candidate) so that a hang is pinned on the kernel that hung. A
-trial's inputs are generated on the device (shared/inputs.py's generator, in shared/device/own_kernels.py),
+trial's inputs are generated on the device (shared/adapters/inputs.py's generator, in shared/adapters/device/own_kernels.py),
 or uploaded from an input's `data` file, and kept there with the reference's outputs (or an output's
 `answer`), in a cache under a byte budget, for every later candidate of the job. The candidate's module
 stays loaded across trials, as it would in a benchmark loop: a kernel that keeps results in device globals
@@ -20,17 +20,17 @@ import numpy as np
 from services.verifier.cache import TrialCache
 from services.verifier.compare import POISON, Difference, OutputCheck, example
 from services.verifier.judge import Run, Verdict, judge
-from shared.device.nvrtc import CompiledKernel
-from shared.device.own_kernels import Comparison, Found, OwnKernels
-from shared.device.process import Failed
-from shared.device.session import GpuSession
-from shared.array_files import ArrayFileError, read_array
-from shared.dtypes import as_numbers, host_dtype, is_float
-from shared.events import Tolerance
-from shared.inputs import distribution_of, special_values, stream_key
-from shared.settings import Settings
-from shared.spec import ArgSpec, KernelSpec, ParamValue
-from shared.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
+from shared.adapters.device.nvrtc import CompiledKernel
+from shared.adapters.device.own_kernels import Comparison, Found, OwnKernels
+from shared.adapters.device.process import Failed
+from shared.adapters.device.session import GpuSession
+from shared.adapters.array_files import ArrayFileError, read_array
+from shared.domain.dtypes import as_numbers, host_dtype, is_float
+from shared.domain.events import Tolerance
+from shared.adapters.inputs import distribution_of, special_values, stream_key
+from shared.adapters.settings import Settings
+from shared.domain.spec import ArgSpec, KernelSpec, ParamValue
+from shared.domain.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
 
 CANARY = 0xA5  # every guard byte; a kernel writing out of bounds changes some
 
@@ -233,7 +233,7 @@ class VerifierSession(GpuSession):
     def _settle(self, request: TrialRun, layout: tuple[_Array, ...], trial: _Trial) -> Failed | None:
         """After the reference's first run (from poisoned outputs, still in the working arrays): run it
         REFERENCE_RUNS more times from zeroed outputs, as the spec's outputs start. How far those runs disagree
-        is its own spread, from which each output's tolerance follows (shared/tolerance.py). A pure output
+        is its own spread, from which each output's tolerance follows (shared/domain/tolerance.py). A pure output
         whose result from poison differs from its result from zeros is one the reference reads before writing
         (it accumulates into it): it starts at zero in every run of the trial, the candidate's too, and poison
         cannot show its unwritten elements. The last run's outputs stay in the working arrays, to be kept."""

@@ -4,7 +4,7 @@ with fixed `data` is tried at its own sizes only, where the files' arrays fit.""
 import zlib
 from dataclasses import dataclass
 
-from shared.spec import KernelSpec, ParamValue
+from shared.domain.spec import KernelSpec, ParamValue
 
 
 @dataclass(frozen=True)

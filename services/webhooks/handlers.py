@@ -9,15 +9,15 @@ from uuid import UUID
 
 from services.webhooks.sender import Sender, Unreachable
 from services.webhooks.signing import signed_headers
-from shared.bus import Bus
-from shared.contracts import DeliverWebhook
-from shared.events import Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested, derived_id
-from shared.eventstore import EventStore
-from shared.jobs import JobPublic
-from shared.projections import JobView, job_stream, project_job
-from shared.requests import needs_answer
-from shared.settings import Settings
-from shared.webhook_addresses import WebhookUrlRefused, allowed_addresses
+from shared.adapters.bus import Bus
+from shared.domain.contracts import DeliverWebhook
+from shared.domain.events import Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested, derived_id
+from shared.adapters.eventstore import EventStore
+from shared.application.jobs import JobPublic
+from shared.domain.projections import JobView, job_stream, project_job
+from shared.application.requests import needs_answer
+from shared.adapters.settings import Settings
+from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
 
 GONE = 410  # Standard Webhooks: the receiver asks never to be called again
 

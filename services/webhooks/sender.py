@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from shared.webhook_addresses import IPAddress
+from shared.adapters.webhook_addresses import IPAddress
 
 # Of the receiver's answer, kept in the delivery history. The connection reads at most 64 KiB at a time
 # (httpcore's read size), so an attempt holds about that much of an answer however long it is.

@@ -13,10 +13,10 @@ from kforge.api import optimise
 from kforge.cli import app as cli_app
 from kforge.specfile import SpecError, load_spec
 from services.gateway.app import create_app
-from shared.eventstore import EventStore
-from shared.runtime import Runtime
-from shared.settings import Settings
-from shared.spec import KernelSpec
+from shared.adapters.eventstore import EventStore
+from shared.application.runtime import Runtime
+from shared.adapters.settings import Settings
+from shared.domain.spec import KernelSpec
 from tests.conftest import record_attack
 from tests.fakes import RecordingBus
 from tests.report_streams import tune_job

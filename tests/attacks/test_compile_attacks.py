@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from shared import runtime
-from shared.compile_policy import PolicyViolation, check_options, check_source
-from shared.device import compiler
-from shared.device.compiler import CompileLimits, Sandbox, compile_kernel
-from shared.device.nvrtc import CompileError, compile_options
-from shared.jobs import AdmissionRefused, job_events, submit_job
-from shared.settings import Settings
-from shared.spec import KernelSpec
+from shared.application import runtime
+from shared.domain.compile_policy import PolicyViolation, check_options, check_source
+from shared.adapters.device import compiler
+from shared.adapters.device.compiler import CompileLimits, Sandbox, compile_kernel
+from shared.adapters.device.nvrtc import CompileError, compile_options
+from shared.application.jobs import AdmissionRefused, job_events, submit_job
+from shared.adapters.settings import Settings
+from shared.domain.spec import KernelSpec
 from tests.conftest import record_attack
 
 KERNEL = 'extern "C" __global__ void k(float *out) { out[0] = 1.0f; }\n'
@@ -186,7 +186,7 @@ def test_a_macro_bomb_is_killed_within_its_limit_and_the_next_compile_works(limi
 
 
 def test_nvrtc_never_runs_in_the_calling_process(monkeypatch):
-    from shared.device import nvrtc
+    from shared.adapters.device import nvrtc
 
     def in_this_process(*_):
         raise AssertionError("NVRTC compiled in the calling process")

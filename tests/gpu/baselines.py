@@ -5,10 +5,10 @@ from uuid import uuid4
 from services.benchmark import handlers
 from services.benchmark.resources import BenchmarkResources
 from services.planner.policy import react
-from shared.events import Event, JobSubmitted
-from shared.eventstore import EventStore
-from shared.projections import project_job
-from shared.spec import KernelSpec
+from shared.domain.events import Event, JobSubmitted
+from shared.adapters.eventstore import EventStore
+from shared.domain.projections import project_job
+from shared.domain.spec import KernelSpec
 from tests.fakes import RecordingBus
 
 

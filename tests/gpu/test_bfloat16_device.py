@@ -12,12 +12,12 @@ from services.generator.answers import parse
 from services.verifier import handlers
 from services.verifier.compare import POISON
 from services.verifier.session import VerifierSession
-from shared.device.own_kernels import OwnKernels
-from shared.device.process import GpuProcess
-from shared.dtypes import from_bfloat16, to_bfloat16
-from shared.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
-from shared.inputs import distribution, draw, stream_key
-from shared.spec import CandidateSpec, KernelSpec
+from shared.adapters.device.own_kernels import OwnKernels
+from shared.adapters.device.process import GpuProcess
+from shared.domain.dtypes import from_bfloat16, to_bfloat16
+from shared.domain.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
+from shared.adapters.inputs import distribution, draw, stream_key
+from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import CorpusKernel
 from tests.gpu.baselines import baseline_events
 

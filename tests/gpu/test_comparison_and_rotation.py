@@ -11,9 +11,9 @@ from services.benchmark.process import BenchmarkProcess
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import speedup_interval
 from services.benchmark.tuning import SpaceEvaluator, reference_setup, search
-from shared.device.compiler import compile_kernel
-from shared.events import ComparisonRequested, ConfigFailed, ConfigMeasured, JobSubmitted, KernelsCompared
-from shared.projections import job_stream
+from shared.adapters.device.compiler import compile_kernel
+from shared.domain.events import ComparisonRequested, ConfigFailed, ConfigMeasured, JobSubmitted, KernelsCompared
+from shared.domain.projections import job_stream
 from tests.fakes import RecordingBus
 
 pytestmark = pytest.mark.gpu

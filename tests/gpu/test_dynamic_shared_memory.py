@@ -11,9 +11,9 @@ from services.benchmark.tuning import SetupFailed, SpaceEvaluator, search
 from services.generator.answers import parse
 from services.verifier import handlers as verifier
 from services.verifier.session import VerifierSession
-from shared.device.process import GpuProcess
-from shared.events import BaselineMeasured, CandidateVerified, ConfigMeasured, VerificationRequested
-from shared.spec import CandidateSpec
+from shared.adapters.device.process import GpuProcess
+from shared.domain.events import BaselineMeasured, CandidateVerified, ConfigMeasured, VerificationRequested
+from shared.domain.spec import CandidateSpec
 from tests.corpus_kernels import CorpusKernel
 from tests.gpu.baselines import baseline_events
 

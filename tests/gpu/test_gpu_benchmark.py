@@ -10,7 +10,7 @@ import pytest
 from services.benchmark.compile_pool import CompilePool
 from services.benchmark.process import BenchmarkProcess
 from services.benchmark.tuning import SpaceEvaluator, search
-from shared.events import BaselineMeasured, ConfigFailed, ConfigMeasured
+from shared.domain.events import BaselineMeasured, ConfigFailed, ConfigMeasured
 from tests.conftest import EXAMPLES
 from tests.gpu.baselines import baseline_events
 

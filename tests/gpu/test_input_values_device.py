@@ -11,9 +11,9 @@ from kforge.specfile import load_spec
 from services.benchmark.measurement import Order, Setup
 from services.benchmark.process import BenchmarkProcess
 from services.verifier.session import TrialRun, VerifierSession
-from shared.device.compiler import compile_kernel
-from shared.device.process import Failed
-from shared.spec import KernelSpec
+from shared.adapters.device.compiler import compile_kernel
+from shared.adapters.device.process import Failed
+from shared.domain.spec import KernelSpec
 
 pytestmark = pytest.mark.gpu
 N = 100_003

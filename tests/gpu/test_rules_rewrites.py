@@ -18,9 +18,9 @@ from services.generator.providers.base import Prompt
 from services.generator.providers.rules import RulesProvider
 from services.verifier import handlers
 from services.verifier.session import VerifierSession
-from shared.device.process import GpuProcess
-from shared.events import CandidateVerified, VerificationRequested
-from shared.spec import CandidateSpec, KernelSpec, TuningStep
+from shared.adapters.device.process import GpuProcess
+from shared.domain.events import CandidateVerified, VerificationRequested
+from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
 from tests.corpus_cases import CORPUS
 

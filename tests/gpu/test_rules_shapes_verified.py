@@ -13,9 +13,9 @@ import pytest
 from services.generator import rules
 from services.verifier import handlers
 from services.verifier.session import VerifierSession
-from shared.device.process import GpuProcess
-from shared.events import CandidateVerified, VerificationRequested
-from shared.spec import CandidateSpec, KernelSpec
+from shared.adapters.device.process import GpuProcess
+from shared.domain.events import CandidateVerified, VerificationRequested
+from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import ATOMIC_SUM, VARIANTS, sample
 

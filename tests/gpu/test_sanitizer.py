@@ -4,8 +4,8 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.verifier.sanitizer import TOOLS, SanitisedRun, check_all, find_tool, small_sizes
-from shared.device.compiler import compile_kernel
-from shared.device.probe import probe
+from shared.adapters.device.compiler import compile_kernel
+from shared.adapters.device.probe import probe
 from tests.conftest import EXAMPLES
 from tests.corpus_cases import CORPUS
 

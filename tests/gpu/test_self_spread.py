@@ -10,9 +10,9 @@ import pytest
 from kforge.specfile import load_spec
 from services.verifier import handlers as verifier
 from services.verifier.session import VerifierSession
-from shared.device.process import GpuProcess
-from shared.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
-from shared.spec import KernelSpec
+from shared.adapters.device.process import GpuProcess
+from shared.domain.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
+from shared.domain.spec import KernelSpec
 from tests.conftest import EXAMPLES
 from tests.gpu.baselines import baseline_events
 

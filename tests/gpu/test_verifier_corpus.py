@@ -7,8 +7,8 @@ import pytest
 
 from services.verifier import handlers
 from services.verifier.session import VerifierSession
-from shared.device.process import GpuProcess
-from shared.events import CandidateRejected, CandidateVerified, VerificationRequested
+from shared.adapters.device.process import GpuProcess
+from shared.domain.events import CandidateRejected, CandidateVerified, VerificationRequested
 from tests.corpus_cases import load_cases
 
 pytestmark = pytest.mark.gpu

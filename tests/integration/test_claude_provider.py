@@ -6,8 +6,8 @@ from services.generator import answers
 from services.generator.answers import MalformedAnswer
 from services.generator.providers.base import Prompt, ProviderFailed
 from services.generator.providers.claude import NOT_MESSAGES, ClaudeProvider, estimate_cost
-from shared.settings import Settings
-from shared.spec import GeneratorSpec
+from shared.adapters.settings import Settings
+from shared.domain.spec import GeneratorSpec
 from tests.messages_api import MessagesAPI, messages_api  # noqa: F401 (the fixture)
 
 KEY = "sk-ant-test-0123"

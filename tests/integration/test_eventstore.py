@@ -10,10 +10,10 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import insert
 
-from shared.spec import TuningStep
-from shared.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
+from shared.domain.spec import TuningStep
+from shared.domain.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
                            PlanProposed, Undecodable)
-from shared.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen, UnreadableEvent, events_table
+from shared.adapters.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen, UnreadableEvent, events_table
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from uuid import uuid4
 import pytest
 
 from services.generator.handlers import generate
-from shared.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested, GeneratorCalled,
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested, GeneratorCalled,
                            JobSubmitted, PlanProposed, StepAccepted, StepValidated)
-from shared.projections import job_stream
-from shared.settings import Settings
-from shared.spec import TuningStep
+from shared.domain.projections import job_stream
+from shared.adapters.settings import Settings
+from shared.domain.spec import TuningStep
 from tests.fakes import RecordingBus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)
 

@@ -15,9 +15,9 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, negativ
                                                response_schema_conformance, status_code_conformance)
 
 from services.gateway.app import create_app
-from shared.eventstore import EventStore
-from shared.runtime import Runtime
-from shared.settings import Settings
+from shared.adapters.eventstore import EventStore
+from shared.application.runtime import Runtime
+from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 
 _home = Path(tempfile.mkdtemp(prefix="kforge-fuzz-"))

@@ -5,14 +5,14 @@ from celery import Celery
 
 from services.planner.handlers import catch_up
 from services.planner.recovery import resend_lost
-from shared.broker import Broker
-from shared.bus import CeleryBus, configure_celery
-from shared.contracts import DeliverWebhook, MeasureBaseline
-from shared.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobSubmitted, WebhookAttempted,
+from shared.adapters.broker import Broker
+from shared.adapters.bus import CeleryBus, configure_celery
+from shared.domain.contracts import DeliverWebhook, MeasureBaseline
+from shared.domain.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobSubmitted, WebhookAttempted,
                            WebhookRequested)
-from shared.jobs import cancel_job
-from shared.projections import job_stream
-from shared.settings import Settings
+from shared.application.jobs import cancel_job
+from shared.domain.projections import job_stream
+from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 
 pytestmark = pytest.mark.redis

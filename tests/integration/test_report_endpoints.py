@@ -3,9 +3,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.gateway.app import create_app
-from shared.eventstore import EventStore
-from shared.runtime import Runtime
-from shared.settings import Settings
+from shared.adapters.eventstore import EventStore
+from shared.application.runtime import Runtime
+from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 from tests.report_streams import rewrite_job, tune_job
 

@@ -1,16 +1,16 @@
-"""The request/answer protocol (shared/requests.py) against both databases: what lands on a job's stream while a
+"""The request/answer protocol (shared/application/requests.py) against both databases: what lands on a job's stream while a
 worker computes its answer never costs a second computation, and an answer is stored once."""
 from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
 
-from shared.contracts import PlannerCatchUp
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCancelled, JobSubmitted,
+from shared.domain.contracts import PlannerCatchUp
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCancelled, JobSubmitted,
                            KernelCompiled, TaskProfiled, derived_id)
-from shared.eventstore import ConcurrencyConflict, EventStore
-from shared.projections import job_stream
-from shared.requests import answer_request, needs_answer
+from shared.adapters.eventstore import ConcurrencyConflict, EventStore
+from shared.domain.projections import job_stream
+from shared.application.requests import answer_request, needs_answer
 from tests.fakes import RecordingBus
 
 JOB = "aaaabbbbcccc"

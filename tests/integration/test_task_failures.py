@@ -21,13 +21,13 @@ from services.generator import handlers as generator_handlers
 from services.planner import handlers as planner_handlers
 from services.verifier import handlers as verifier_handlers
 from services.webhooks import handlers as webhooks_handlers
-from shared import runtime
-from shared.bus import CeleryBus, configure_celery
-from shared.events import BaselineRequested, TaskFailed
-from shared.eventstore import EventStore
-from shared.jobs import Admission, cancel_orphaned_jobs, follow_job, get_job, job_events, submit_job
-from shared.requests import outstanding_requests
-from shared.settings import Settings
+from shared.application import runtime
+from shared.adapters.bus import CeleryBus, configure_celery
+from shared.domain.events import BaselineRequested, TaskFailed
+from shared.adapters.eventstore import EventStore
+from shared.application.jobs import Admission, cancel_orphaned_jobs, follow_job, get_job, job_events, submit_job
+from shared.application.requests import outstanding_requests
+from shared.adapters.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -86,7 +86,7 @@ def test_a_task_that_raises_is_retried_then_its_failure_ends_the_job(kind, embed
     assert (failed.task, failed.error_type, failed.error, failed.attempts) == (task, "ImportError", FAULT, 3)
     assert len(calls) == 3  # the first attempt and KFORGE_TASK_RETRIES=2 retries, no more
     assert not outstanding_requests(events)  # TaskFailed answers the request: recovery sends nothing again
-    errors = [r for r in caplog.records if r.name == "shared.worker_task" and r.levelno == logging.ERROR]
+    errors = [r for r in caplog.records if r.name == "shared.application.worker_task" and r.levelno == logging.ERROR]
     assert len(errors) == 1 and errors[0].exc_info and task in errors[0].getMessage()
     if kind == "webhooks":
         # The webhook announces the job's end: the job has ended already, completed, and stays so.

@@ -15,12 +15,12 @@ from services.gateway.app import create_app
 from services.webhooks import handlers
 from services.webhooks.sender import HttpSender
 from services.webhooks.signing import signed_headers
-from shared import runtime
-from shared.events import JobSubmitted, WebhookRequested
-from shared.jobs import job_events
-from shared.projections import job_stream
-from shared.settings import Settings
-from shared.webhook_addresses import WebhookUrlRefused, allowed_addresses
+from shared.application import runtime
+from shared.domain.events import JobSubmitted, WebhookRequested
+from shared.application.jobs import job_events
+from shared.domain.projections import job_stream
+from shared.adapters.settings import Settings
+from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
 from tests.fakes import RecordingBus
 from tests.webhook_receivers import (SECRET, deliver_all, finished_job, receiver_factory,  # noqa: F401 (the fixture)
                                      webhook_settings)
@@ -70,8 +70,8 @@ def test_public_addresses_and_allowed_networks_pass():
 
 
 def test_gateway_refuses_a_loopback_webhook_unless_configured(tmp_path, sqlite_url, vector_add_spec):
-    from shared.eventstore import EventStore
-    from shared.runtime import Runtime
+    from shared.adapters.eventstore import EventStore
+    from shared.application.runtime import Runtime
 
     body = {**vector_add_spec.model_dump(mode="json"), "webhook_url": "http://127.0.0.1:8080/hook"}
     strict = Runtime(Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None), EventStore(sqlite_url),

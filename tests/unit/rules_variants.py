@@ -6,7 +6,7 @@ import itertools
 import random
 from pathlib import Path
 
-from shared.spec import CandidateSpec, KernelSpec
+from shared.domain.spec import CandidateSpec, KernelSpec
 
 TESTS = Path(__file__).resolve().parent.parent
 

@@ -3,9 +3,9 @@ webhook URL, and the submitted kernel itself, compiled once by real NVRTC (no GP
 and takes the arguments `args` lists, whatever the strategy."""
 import pytest
 
-from shared.jobs import Admission, AdmissionRefused, submit_job
-from shared.kernel_admission import kernel_errors
-from shared.spec import KernelSpec
+from shared.application.jobs import Admission, AdmissionRefused, submit_job
+from shared.application.kernel_admission import kernel_errors
+from shared.domain.spec import KernelSpec
 from tests.conftest import EXAMPLES
 from tests.fakes import RecordingBus
 
@@ -81,8 +81,8 @@ def test_the_examples_compile_and_fit_their_args(name):
 
 def test_the_python_api_raises_one_error_naming_every_field(tmp_path):
     from kforge.api import KforgeError, optimise
-    from shared import runtime
-    from shared.settings import Settings
+    from shared.application import runtime
+    from shared.adapters.settings import Settings
 
     rt = runtime.build(Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None))
     runtime.install(rt)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from kforge.specfile import SpecError, load_spec
-from shared.array_files import ArrayFileError, array_file, array_file_errors, read_array
-from shared.inputs import make_arrays
+from shared.adapters.array_files import ArrayFileError, array_file, array_file_errors, read_array
+from shared.adapters.inputs import make_arrays
 
 KERNEL = 'extern "C" __global__ void gather(float *out, const float *x, const int *idx, int n) {}\n'
 

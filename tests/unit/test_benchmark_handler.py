@@ -7,11 +7,11 @@ from kforge.specfile import load_spec
 from services.benchmark.handlers import measure_baseline
 from services.benchmark.resources import BenchmarkResources
 from services.planner.policy import react
-from shared.contracts import PlannerCatchUp
-from shared.events import BaselineFailed, BaselineRequested, JobSubmitted, KernelCompiled
-from shared.eventstore import EventStore
-from shared.projections import job_stream, project_job
-from shared.spec import KernelSpec
+from shared.domain.contracts import PlannerCatchUp
+from shared.domain.events import BaselineFailed, BaselineRequested, JobSubmitted, KernelCompiled
+from shared.adapters.eventstore import EventStore
+from shared.domain.projections import job_stream, project_job
+from shared.domain.spec import KernelSpec
 from tests.conftest import HAS_GPU
 from services.benchmark.compile_cache import CompileCache
 from tests.fakes import RecordingBus
@@ -152,7 +152,7 @@ def test_an_unrelated_event_landing_meanwhile_costs_no_second_measurement(store,
     """A TaskProfiled, a cancel or any other event may land while the GPU measures: the answer goes after it,
     instead of the task failing and measuring again."""
     from services.benchmark import handlers
-    from shared.events import StepSkipped
+    from shared.domain.events import StepSkipped
 
     job_id, request = _job_with_request(store, _spec())
     measured = []

@@ -4,8 +4,8 @@ import pytest
 
 from services.benchmark.measurement import Measured, Order, Setup
 from services.benchmark.process import BenchmarkProcess
-from shared.device.nvrtc import CompiledKernel
-from shared.device.process import Failed, NoDevice, WarmProcess
+from shared.adapters.device.nvrtc import CompiledKernel
+from shared.adapters.device.process import Failed, NoDevice, WarmProcess
 from tests.conftest import HAS_GPU
 from tests.fakes import ScriptedBenchmarkSession
 

@@ -1,5 +1,5 @@
 """bfloat16 end to end on a machine without a GPU: the spec takes it, the host holds it as uint16 bit patterns
-correctly rounded from float32 and float64 (shared/dtypes.py), inputs and .npy files come as those bits, the
+correctly rounded from float32 and float64 (shared/domain/dtypes.py), inputs and .npy files come as those bits, the
 tolerance is the bfloat16 default, a `__nv_bfloat16` kernel compiles through the sandbox and takes bfloat16
 args by its PTX, inference reads `__nv_bfloat16` parameters, and kforge's own kernels compile for bfloat16.
 The device's side (its generator's bits, its comparison, a baseline and verifications) is
@@ -9,14 +9,14 @@ import pytest
 
 from kforge.infer_spec import infer_spec
 from kforge.specfile import load_spec
-from shared.array_files import ArrayFileError, array_file, read_array
-from shared.device.compiler import compile_kernel, parameter_types
-from shared.device.own_kernels import compile_module, module_source
-from shared.dtypes import CANONICAL_NAN, from_bfloat16, to_bfloat16
-from shared.inputs import SPECIAL_STRIDE, distribution, draw, make_arrays, stream_key
-from shared.signature import mismatches
-from shared.spec import KernelSpec
-from shared.tolerance import Observed, derive
+from shared.adapters.array_files import ArrayFileError, array_file, read_array
+from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.adapters.device.own_kernels import compile_module, module_source
+from shared.domain.dtypes import CANONICAL_NAN, from_bfloat16, to_bfloat16
+from shared.adapters.inputs import SPECIAL_STRIDE, distribution, draw, make_arrays, stream_key
+from shared.domain.signature import mismatches
+from shared.domain.spec import KernelSpec
+from shared.domain.tolerance import Observed, derive
 from tests.corpus_kernels import CORPUS
 
 AXPY = load_spec(CORPUS / "bf16_axpy.cu", CORPUS / "bf16_axpy.yaml")  # y = a*x + y, __nv_bfloat16 throughout
@@ -112,7 +112,7 @@ def test_a_bfloat16_file_holds_its_bits_as_uint16_or_as_ml_dtypes_saves_them(tmp
 def test_a_float_file_for_a_bfloat16_argument_is_refused_with_the_fix(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros(64, np.float32))
     with pytest.raises(ArrayFileError, match=r"holds float32 values \(<f4\), the argument is bfloat16: save its "
-                                             r"bit patterns as uint16 \(shared.dtypes.to_bfloat16"):
+                                             r"bit patterns as uint16 \(shared.domain.dtypes.to_bfloat16"):
         read_array(array_file(tmp_path / "x.npy", 1 << 20), "bfloat16", (64,))
 
 

@@ -5,10 +5,10 @@ catch is the compile itself (a device-side launch) must fail to compile, saying 
 
 import pytest
 
-from shared.device.compiler import compile_kernel, parameter_types
-from shared.device.nvrtc import CompileError
-from shared.settings import Settings
-from shared.signature import mismatches
+from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.adapters.device.nvrtc import CompileError
+from shared.adapters.settings import Settings
+from shared.domain.signature import mismatches
 from tests.cheat_cases import load_cheats
 from tests.messages_api import messages_api  # noqa: F401  (fixture)
 from tests.one_prompt_answers import generated

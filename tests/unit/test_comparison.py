@@ -14,16 +14,16 @@ from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import settled, speedup_interval
 from services.planner import step_flow
 from services.planner.policy import react
-from shared.contracts import CompareKernels
-from shared.device.probe import DeviceInfo
-from shared.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
+from shared.domain.contracts import CompareKernels
+from shared.adapters.device.probe import DeviceInfo
+from shared.domain.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
                            CandidateVerified, ComparisonRequested, GenerationRequested, JobSubmitted, KernelsCompared, StepAccepted,
                            StepDiscarded, TuningCompleted, TuningRequested, VerificationRequested)
-from shared.projections import job_stream, project_job
-from shared.requests import outstanding_requests
-from shared.reports.tracker import performance_tracker
-from shared.spec import TuningStep
-from shared.steps import TUNED_SUFFIX, project_optimisation
+from shared.domain.projections import job_stream, project_job
+from shared.application.requests import outstanding_requests
+from shared.domain.reports.tracker import performance_tracker
+from shared.domain.spec import TuningStep
+from shared.domain.steps import TUNED_SUFFIX, project_optimisation
 from tests.conftest import HAS_GPU
 from tests.fakes import RecordingBus, ScriptedBenchmarkSession
 from tests.report_streams import rewrite_job

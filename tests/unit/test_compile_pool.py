@@ -7,9 +7,9 @@ import pytest
 from kforge.specfile import load_spec
 from services.benchmark.compile_cache import CompileCache
 from services.benchmark.compile_pool import CompilePool
-from shared.device import compiler
-from shared.device.compiler import compile_kernel
-from shared.device.nvrtc import CompileError
+from shared.adapters.device import compiler
+from shared.adapters.device.compiler import compile_kernel
+from shared.adapters.device.nvrtc import CompileError
 from tests.conftest import EXAMPLES
 
 ARCH = "sm_90"

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from kforge.specfile import load_spec
-from shared.device.compiler import compile_kernel, parameter_types
-from shared.device.nvrtc import CompileError, cache_key, compile_options
+from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.adapters.device.nvrtc import CompileError, cache_key, compile_options
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ELF_MAGIC = b"\x7fELF"
@@ -187,7 +187,7 @@ def test_a_clean_compile_leaves_the_interpreters_shared_bytes_alone():
     """NVRTC writes its log into the buffer it is handed. An empty log is one NUL byte; written into an
     immutable `b" " * 1`, that is CPython's shared one-byte b" ", and every b" " in the process became NUL:
     on the GPU machine this silently removed spaces from generated kernels."""
-    from shared.device.nvrtc import build_cubin, compile_options, ptx_parameter_types
+    from shared.adapters.device.nvrtc import build_cubin, compile_options, ptx_parameter_types
 
     source = 'extern "C" __global__ void k(float *a) { a[0] = 1.0f; }'
     kernel = build_cubin(source, "k", compile_options({}, [], "sm_90"), "sm_90", log_limit=1024)

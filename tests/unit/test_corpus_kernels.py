@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from shared.device.compiler import compile_kernel, parameter_types
-from shared.settings import Settings
-from shared.signature import mismatches
-from shared.spec import KernelSpec
+from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.adapters.settings import Settings
+from shared.domain.signature import mismatches
+from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import PATHS, corpus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)
 from tests.one_prompt_answers import generated

@@ -3,12 +3,12 @@ for real through the sandbox (no GPU needed), a `__half` parameter reads as a fl
 is allowed only when its header is there and safe."""
 import pytest
 
-from shared.compile_policy import Headers, PolicyViolation, check_source, vetted_headers
-from shared.device import compiler
-from shared.device.compiler import compile_kernel
-from shared.device.nvrtc import CompileError
-from shared.signature import mismatches
-from shared.spec import ArgSpec
+from shared.domain.compile_policy import Headers, PolicyViolation, check_source, vetted_headers
+from shared.adapters.device import compiler
+from shared.adapters.device.compiler import compile_kernel
+from shared.adapters.device.nvrtc import CompileError
+from shared.domain.signature import mismatches
+from shared.domain.spec import ArgSpec
 
 HALF = """#include <cuda_fp16.h>
 extern "C" __global__ void axpy_half(__half *y, const __half *x, __half a, int n) {

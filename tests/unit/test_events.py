@@ -6,10 +6,10 @@ from uuid import UUID, uuid4
 import pytest
 from pydantic import ValidationError
 
-from shared.events import (EVENTS, BaselineMeasured, BaselineRequested, Event, EventFromNewerVersion, EventRegistry,
+from shared.domain.events import (EVENTS, BaselineMeasured, BaselineRequested, Event, EventFromNewerVersion, EventRegistry,
                            JobCompleted, JobSubmitted, Tolerance, UnknownEventType, derived_id)
-from shared.eventstore import EventStore
-from shared.spec import KernelSpec
+from shared.adapters.eventstore import EventStore
+from shared.domain.spec import KernelSpec
 
 
 def envelope(stream_id: str = "job-1", **extra) -> dict:

@@ -5,9 +5,9 @@ from uuid import uuid4
 
 import pytest
 
-from shared.events import JobCompleted, JobSubmitted, TaskProfiled
-from shared.jobs import JobFollower, UnknownJob, find_job_ids, resolve_job_id
-from shared.projections import job_stream
+from shared.domain.events import JobCompleted, JobSubmitted, TaskProfiled
+from shared.application.jobs import JobFollower, UnknownJob, find_job_ids, resolve_job_id
+from shared.domain.projections import job_stream
 
 
 def _submit(store, job_id: str, spec) -> None:

@@ -7,7 +7,7 @@ import yaml
 
 from kforge.api import KforgeError, build_spec
 from kforge.infer_spec import BLOCK_SIZES, DEFAULT_SIZE, InferenceError, infer_spec
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 VECTOR_ADD_SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "vector_add.cu").read_text()
 

@@ -1,8 +1,8 @@
-"""kforge writes a job's files, whose contents shared.reports.files folds from the events."""
+"""kforge writes a job's files, whose contents shared.domain.reports.files folds from the events."""
 import pytest
 
 from kforge.job_files import write_job_files
-from shared.reports.files import job_files
+from shared.domain.reports.files import job_files
 from tests.report_streams import rewrite_job
 
 

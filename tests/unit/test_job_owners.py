@@ -5,15 +5,15 @@ import signal
 import subprocess
 import sys
 
-from shared.events import JobCancelled, JobCompleted, JobSubmitted
-from shared.job_owners import JobOwner, dead_owners, owners_directory
-from shared.jobs import cancel_orphaned_jobs, get_job, job_events
-from shared.projections import job_stream
+from shared.domain.events import JobCancelled, JobCompleted, JobSubmitted
+from shared.adapters.job_owners import JobOwner, dead_owners, owners_directory
+from shared.application.jobs import cancel_orphaned_jobs, get_job, job_events
+from shared.domain.projections import job_stream
 
 CLAIMS_AND_WAITS = """
 import sys, time
 from pathlib import Path
-from shared.job_owners import JobOwner
+from shared.adapters.job_owners import JobOwner
 owner = JobOwner(Path(sys.argv[1]), sys.argv[2])
 for job_id in sys.argv[3:]:
     owner.claim(job_id)

@@ -3,12 +3,12 @@ ratio of a baseline and a tuning time measured apart (on a shared GPU those disa
 import pytest
 
 from services.planner.policy import react
-from shared.events import (BaselineMeasured, BaselineRequested, ComparisonRequested, JobCompleted, JobSubmitted,
+from shared.domain.events import (BaselineMeasured, BaselineRequested, ComparisonRequested, JobCompleted, JobSubmitted,
                            KernelsCompared, ShardTuned, StepAccepted, TuningCompleted, TuningRequested)
-from shared.projections import project_job
-from shared.reports.results import kernel_result
-from shared.reports.tracker import performance_tracker
-from shared.steps import OVERALL, project_optimisation
+from shared.domain.projections import project_job
+from shared.domain.reports.results import kernel_result
+from shared.domain.reports.tracker import performance_tracker
+from shared.domain.steps import OVERALL, project_optimisation
 from tests.report_streams import rewrite_job
 from tests.unit.test_comparison import STREAM, comparing, explicit, judged
 

@@ -10,10 +10,10 @@ from sqlalchemy import text
 
 from services.planner import handlers
 from services.planner.policy import NOTHING, react
-from shared.contracts import MeasureBaseline, Message
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
+from shared.domain.contracts import MeasureBaseline, Message
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
                            KernelCompiled, GeneratorCalled)
-from shared.projections import project_job
+from shared.domain.projections import project_job
 from tests.fakes import RecordingBus
 
 GPUS = ["0", "1", "2"]
@@ -82,8 +82,8 @@ def test_gpu_choice_is_the_same_in_another_process(vector_add_spec):
         "import sys; from pathlib import Path\n"
         "from kforge.specfile import load_spec\n"
         "from services.planner.policy import react\n"
-        "from shared.events import JobSubmitted\n"
-        "from shared.projections import project_job\n"
+        "from shared.domain.events import JobSubmitted\n"
+        "from shared.domain.projections import project_job\n"
         f"spec = load_spec(Path({str(ROOT / 'examples' / 'vector_add.cu')!r}), None)\n"
         f"for s in {job_ids!r}:\n"
         "    j = JobSubmitted(stream_id=s, spec=spec)\n"

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from shared.reports.plots import history_svg, landscape_svg
-from shared.reports.search_space import Outcome, SearchedSpace, best_so_far, searched_spaces
-from shared.spec import CandidateSpec, TuningStep
+from shared.domain.reports.plots import history_svg, landscape_svg
+from shared.domain.reports.search_space import Outcome, SearchedSpace, best_so_far, searched_spaces
+from shared.domain.spec import CandidateSpec, TuningStep
 from tests.report_streams import EPT_SOURCE, GRID_SPACE, JobStream, grid_tune_job, rewrite_job, spec_with, tune_job
 
 

@@ -11,9 +11,9 @@ from kforge.cli import _Follower
 from kforge.progress import configurations_to_search, fold
 from kforge.render import progress_display, progress_lines
 from kforge.specfile import load_spec
-from shared.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, JobSubmitted,
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, JobSubmitted,
                            TaskProfiled, TuningCompleted, TuningRequested)
-from shared.spec import CandidateSpec
+from shared.domain.spec import CandidateSpec
 from tests.conftest import EXAMPLES
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

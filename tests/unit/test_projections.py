@@ -7,11 +7,11 @@ from uuid import uuid4
 import pytest
 
 from kforge.specfile import load_spec
-from shared.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
                            KernelCompiled, StepSkipped, TaskProfiled, Undecodable)
-from shared.eventstore import EventStore
-from shared.jobs import follow_job
-from shared.projections import JobView, job_id_of, job_stream, project_job
+from shared.adapters.eventstore import EventStore
+from shared.application.jobs import follow_job
+from shared.domain.projections import JobView, job_id_of, job_stream, project_job
 from tests.conftest import EXAMPLES
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)

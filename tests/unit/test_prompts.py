@@ -5,8 +5,8 @@ from uuid import uuid4
 from kforge.specfile import load_spec
 from services.generator import prompts
 from services.planner.strategies.one_prompt import STEP
-from shared.events import BaselineMeasured, GenerationRequested, JobSubmitted
-from shared.steps import project_optimisation
+from shared.domain.events import BaselineMeasured, GenerationRequested, JobSubmitted
+from shared.domain.steps import project_optimisation
 from tests.conftest import EXAMPLES
 
 

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from kforge.render import describe
-from shared.events import EVENTS
-from shared.spec import CandidateSpec, KernelSpec
+from shared.domain.events import EVENTS
+from shared.domain.spec import CandidateSpec, KernelSpec
 
 PLAIN = {str: "x", int: 1, float: 1.0, bool: False, datetime: datetime(2025, 1, 1, tzinfo=UTC)}
 TIED = {"KernelsCompared": {"speedup": 1.0}}  # a comparison without a speedup is one with an error
@@ -45,7 +45,7 @@ def test_every_event_type_has_a_description(event_type, vector_add_spec):
 
 
 def test_a_tolerance_the_references_spread_widened_is_shown_and_a_default_one_is_not():
-    from shared.events import BaselineMeasured, CandidateVerified, Tolerance, TrialPassed
+    from shared.domain.events import BaselineMeasured, CandidateVerified, Tolerance, TrialPassed
 
     default = Tolerance(output="c", atol=1e-4, rtol=1e-4, reason="the float32 default: the reference repeats itself "
                                                                  "exactly")
@@ -73,7 +73,7 @@ def test_a_compilers_log_and_reason_are_printed_verbatim_by_tune():
     from rich.console import Console
 
     from kforge import cli
-    from shared.events import CandidateRejected
+    from shared.domain.events import CandidateRejected
 
     console = Console(width=80, record=True, highlight=False)
     cli._Follower(console, verbose=False).show(CandidateRejected(
@@ -88,7 +88,7 @@ def test_show_lists_a_jobs_facts_verbatim_within_80_columns():
     from rich.console import Console
 
     from kforge.render import job_facts
-    from shared.projections import JobView
+    from shared.domain.projections import JobView
 
     console = Console(width=80, record=True)
     console.print(job_facts(JobView(job_id="0dac12345678", status="failed", failed_stage="compile",
@@ -104,7 +104,7 @@ def test_jobs_table_keeps_full_ids_within_80_columns_and_adds_columns_when_wide(
     from rich.console import Console
 
     from kforge.render import WIDE_JOBS, jobs_table
-    from shared.projections import JobView
+    from shared.domain.projections import JobView
 
     jobs = [JobView(job_id=f"{i:012x}", run="a-long-run-name-of-nightly-builds", status="benchmarking",
                     device="NVIDIA H100 80GB HBM3", replay=True, baseline_ms=0.2994) for i in range(3)]

@@ -11,12 +11,12 @@ from services.benchmark.handlers import measure_baseline
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.measurement import Measured, Order
 from services.benchmark.replay import Recording, ReplayBook, ReplayProcess, measurement_key
-from shared.device.probe import DeviceInfo
-from shared.device.process import Failed
+from shared.adapters.device.probe import DeviceInfo
+from shared.adapters.device.process import Failed
 from services.planner.policy import react
-from shared.events import BaselineFailed, BaselineMeasured, JobSubmitted
-from shared.eventstore import EventStore
-from shared.projections import job_stream, project_job
+from shared.domain.events import BaselineFailed, BaselineMeasured, JobSubmitted
+from shared.adapters.eventstore import EventStore
+from shared.domain.projections import job_stream, project_job
 from tests.conftest import EXAMPLES, HAS_GPU
 from tests.fakes import RecordingBus
 

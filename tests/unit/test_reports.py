@@ -4,13 +4,13 @@ from datetime import timedelta
 
 import pytest
 
-from shared.events import EVENTS, BaselineMeasured, JobCancelled, JobSubmitted, TaskProfiled, TuningCompleted
-from shared.reports.comparison import ChangeType, RunEntry, Run, compare_runs, run_of
-from shared.reports.files import file_stem, job_files, kernel_file_text, transcript_text
-from shared.reports.profile import pipeline_profile
-from shared.reports.results import kernel_result
-from shared.reports.suggestions import Priority, SuggestionType, suggest
-from shared.reports.tracker import performance_tracker
+from shared.domain.events import EVENTS, BaselineMeasured, JobCancelled, JobSubmitted, TaskProfiled, TuningCompleted
+from shared.domain.reports.comparison import ChangeType, RunEntry, Run, compare_runs, run_of
+from shared.domain.reports.files import file_stem, job_files, kernel_file_text, transcript_text
+from shared.domain.reports.profile import pipeline_profile
+from shared.domain.reports.results import kernel_result
+from shared.domain.reports.suggestions import Priority, SuggestionType, suggest
+from shared.domain.reports.tracker import performance_tracker
 from tests.report_streams import H100, T0, JobStream, rewrite_job, spec_with, tune_job
 
 
@@ -289,7 +289,7 @@ def test_job_files_need_a_submitted_job():
 
 
 def test_kernel_file_compiles_on_its_own_with_the_best_parameters(vector_add_spec):
-    from shared.device.compiler import compile_kernel
+    from shared.adapters.device.compiler import compile_kernel
 
     source = kernel_file_text(vector_add_spec.source, {"block_size_x": 512}, "// header\n")
     compiled = compile_kernel(source, vector_add_spec.kernel_name, {}, [], "sm_90")
@@ -311,7 +311,7 @@ def test_version_1_payloads_read_with_the_new_fields_empty(vector_add_spec):
 
 
 def test_the_job_summary_agrees_with_the_tracker_when_a_rewrite_was_discarded(vector_add_spec):
-    from shared.projections import project_job
+    from shared.domain.projections import project_job
 
     events = rewrite_job(vector_add_spec)
     view, tracker = project_job(events), performance_tracker(events)

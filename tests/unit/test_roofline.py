@@ -1,6 +1,6 @@
 """A time implying more than the device's peak is rejected; real ones report GB/s, TFLOP/s, % of peak."""
 from services.benchmark.roofline import assess
-from shared.device.probe import Peaks
+from shared.adapters.device.probe import Peaks
 
 H100 = Peaks(dram_bytes_per_s=3.35e12, fp32_flops_per_s=66.9e12, l2_bytes=50 * 2**20)
 VECTOR_ADD_64M = 3 * 4 * 2**26  # bytes: a and b read, c written

@@ -16,8 +16,8 @@ from services.generator.providers.base import Attempt, Prompt, ProviderFailed
 from services.generator.providers.rules import RulesProvider
 from services.generator.rules.cuda_text import IDENTIFIER, mask, normalised
 from services.generator.rules.elementwise import NotElementwise, model
-from shared.device.compiler import compile_kernel
-from shared.spec import CandidateSpec, KernelSpec, TuningStep
+from shared.adapters.device.compiler import compile_kernel
+from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
 
 ARCH = "sm_90"

@@ -13,8 +13,8 @@ from services.generator import rules
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
 from services.generator.rules.shapes import recognise
-from shared.device.compiler import compile_kernel, parameter_types
-from shared.spec import CandidateSpec, KernelSpec
+from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import ATOMIC_SUM, NOT_OF_SHAPE, VARIANTS, sample
 
@@ -282,9 +282,9 @@ def test_autonomous_asks_no_breakdown_of_an_offline_rule(vector_add_spec):
     from uuid import uuid4
 
     from services.planner.strategies import Ask, strategy_for
-    from shared.events import (BaselineMeasured, GenerationRequested, JobSubmitted, PlanProposed, StepValidated)
-    from shared.spec import TuningStep
-    from shared.steps import project_optimisation
+    from shared.domain.events import (BaselineMeasured, GenerationRequested, JobSubmitted, PlanProposed, StepValidated)
+    from shared.domain.spec import TuningStep
+    from shared.domain.steps import project_optimisation
 
     def decide(provider: str):
         spec = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "strategy": {"name": "autonomous"},
@@ -322,9 +322,9 @@ def test_the_rewrite_survives_the_generators_reading_of_an_answer(case):
 
     from services.generator.answers import parse, rewrite_text
     from services.generator.handlers import _candidate
-    from shared.events import BaselineMeasured, JobSubmitted
-    from shared.spec import TuningStep
-    from shared.steps import project_optimisation
+    from shared.domain.events import BaselineMeasured, JobSubmitted
+    from shared.domain.spec import TuningStep
+    from shared.domain.steps import project_optimisation
 
     spec, rule_id = APPLICATIONS[case]
     candidate = rules.apply(rule_id, spec, spec.as_candidate())

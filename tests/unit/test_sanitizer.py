@@ -11,8 +11,8 @@ import pytest
 from kforge.specfile import load_spec
 from services.verifier import sanitizer
 from services.verifier.sanitizer import NOT_INSTALLED, SanitisedRun, command, find_tool, gate, parse, small_sizes
-from shared.events import CandidateRejected, CandidateVerified, SanitizerChecked, TrialPassed, VerificationRequested
-from shared.settings import Settings
+from shared.domain.events import CandidateRejected, CandidateVerified, SanitizerChecked, TrialPassed, VerificationRequested
+from shared.adapters.settings import Settings
 from tests.conftest import EXAMPLES
 
 # compute-sanitizer's output, captured on an H100 (compute-sanitizer 2025.3.1, CUDA 13.0) from small faulty
@@ -245,8 +245,8 @@ def test_the_run_file_carries_the_small_trial(vector_add_spec, tmp_path):
 # --- the hook in the verifier -------------------------------------------------------------------------------
 def test_the_verifier_records_the_sanitiser_verdict_with_its_answer(store, vector_add_spec, monkeypatch, tmp_path):
     from services.verifier import handlers
-    from shared.device.process import GpuProcess
-    from shared.projections import job_stream
+    from shared.adapters.device.process import GpuProcess
+    from shared.domain.projections import job_stream
     from tests.fakes import RecordingBus, ScriptedVerifierSession
     from tests.unit.test_tune_job import submit
 
@@ -268,7 +268,7 @@ def test_the_verifier_records_the_sanitiser_verdict_with_its_answer(store, vecto
 
 
 def test_a_rewrite_is_sanitised_once_tuned_the_version_that_may_be_kept(vector_add_spec, tmp_path):
-    from shared.steps import TUNED_SUFFIX
+    from shared.domain.steps import TUNED_SUFFIX
 
     rewriting = vector_add_spec.model_validate({**vector_add_spec.model_dump(), "strategy": {"name": "one_prompt"}})
     request, answer = verified(rewriting)

@@ -2,7 +2,7 @@
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import Settings
+from shared.adapters.settings import Settings
 
 
 def test_webhook_retry_delays_must_be_below_the_visibility_timeout(tmp_path):

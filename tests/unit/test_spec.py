@@ -9,10 +9,10 @@ import yaml
 from pydantic import ValidationError
 
 from kforge.specfile import SpecError, load_spec
-from shared.errors import FieldError, field_errors
-from shared.inputs import make_arrays
-from shared.expressions import ExpressionError
-from shared.spec import DTYPES, CandidateSpec, KernelSpec
+from shared.domain.errors import FieldError, field_errors
+from shared.adapters.inputs import make_arrays
+from shared.domain.expressions import ExpressionError
+from shared.domain.spec import DTYPES, CandidateSpec, KernelSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VECTOR_ADD_SOURCE = (EXAMPLES / "vector_add.cu").read_text()
@@ -455,7 +455,7 @@ def test_work_defaults_to_every_array_once_and_takes_expressions():
 
 
 def test_large_inputs_are_drawn_in_chunks_that_depend_on_the_seed_not_the_threads(monkeypatch):
-    import shared.inputs
+    import shared.adapters.inputs
 
     source = 'extern "C" __global__ void k(float *c, const float *a, const int *i) {}'
     spec = KernelSpec.model_validate({
@@ -464,10 +464,10 @@ def test_large_inputs_are_drawn_in_chunks_that_depend_on_the_seed_not_the_thread
                  {"name": "a", "dtype": "float32", "shape": ["n"]},
                  {"name": "i", "dtype": "int32", "shape": ["n"]}],
     })
-    monkeypatch.setattr(shared.inputs, "CHUNK", 16)  # 7 chunks of 100 elements
-    monkeypatch.setattr(shared.inputs.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(shared.adapters.inputs, "CHUNK", 16)  # 7 chunks of 100 elements
+    monkeypatch.setattr(shared.adapters.inputs.os, "cpu_count", lambda: 1)
     one_thread = make_arrays(spec, 5)
-    monkeypatch.setattr(shared.inputs.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(shared.adapters.inputs.os, "cpu_count", lambda: 4)
     four_threads = make_arrays(spec, 5)
 
     for name in ("a", "i"):
@@ -498,14 +498,14 @@ def _spec(**changes) -> KernelSpec:
     ({"smem_args": {"size": "block_size_x / 3"}}, {}, "smem_args.size"),  # not whole bytes at 32
 ])
 def test_admission_refuses_each_limit_naming_the_field_and_setting(changes, limits, field):
-    from shared.limits import Limits, limit_errors
+    from shared.application.limits import Limits, limit_errors
 
     assert [e.field for e in limit_errors(_spec(**changes), Limits(**limits))] == [field]
 
 
 def test_the_examples_pass_admission_and_limits_come_from_settings(monkeypatch):
-    from shared.limits import Limits, limit_errors
-    from shared.settings import Settings
+    from shared.application.limits import Limits, limit_errors
+    from shared.adapters.settings import Settings
 
     for name in ("vector_add", "matmul", "reduction"):
         assert limit_errors(example(name), Limits()) == []
@@ -517,7 +517,7 @@ def test_the_examples_pass_admission_and_limits_come_from_settings(monkeypatch):
 
 
 def test_memory_refusal_compares_arrays_and_copies_with_device_and_host():
-    from shared.limits import memory_refusal
+    from shared.application.limits import memory_refusal
 
     spec = example("vector_add")  # 3 x 256 MiB arrays, one output: 1.25 GiB with the output's two copies
     assert memory_refusal(spec, 80 << 30) is None

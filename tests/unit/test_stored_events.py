@@ -8,7 +8,7 @@ kforge since the planner's strategies landed (ec6e781). Builds before it (the fi
 they wrote StepAccepted, StepDiscarded, TuningCompleted, CandidateGenerated, CandidateVerified and
 CandidateRejected with other fields under the same version 1, which this kforge cannot read.
 
-A change that stops a sample decoding would strand the jobs stored with it: give it an upcaster (shared/events.py)
+A change that stops a sample decoding would strand the jobs stored with it: give it an upcaster (shared/domain/events.py)
 instead of changing the sample. tests/stored_event_samples.py says how to add samples; never rewrite one.
 """
 import json
@@ -19,9 +19,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import insert
 
-from shared.events import EVENTS, Undecodable
-from shared.eventstore import EventStore, events_table
-from shared.jobs import list_jobs
+from shared.domain.events import EVENTS, Undecodable
+from shared.adapters.eventstore import EventStore, events_table
+from shared.application.jobs import list_jobs
 
 # Read here, not through tests/stored_event_samples.py, which builds today's events: the samples stand alone.
 FILES = {path.name: json.loads(path.read_text())

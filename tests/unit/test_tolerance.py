@@ -1,10 +1,10 @@
-"""The tolerance rule (shared/tolerance.py): what the spec sets wins, a reference that repeats itself keeps the
+"""The tolerance rule (shared/domain/tolerance.py): what the spec sets wins, a reference that repeats itself keeps the
 dtype's default, and one whose runs disagree allows its own spread and the rounding of a sum in any order,
 which lets an honest reordering of a float sum through and still catches a sum that drops 1% of its terms."""
 import numpy as np
 import pytest
 
-from shared.tolerance import SPREAD_MARGIN, Observed, derive, set_in_spec
+from shared.domain.tolerance import SPREAD_MARGIN, Observed, derive, set_in_spec
 
 EPS32 = float(np.finfo(np.float32).eps)
 

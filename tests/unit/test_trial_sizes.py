@@ -3,7 +3,7 @@ sanitizer's small launch avoids such sizes; a candidate whose launch fails where
 rejected. Before, the ValueError escaped the verifier and the job ended as a TaskFailed."""
 from services.verifier.sanitizer import small_sizes
 from services.verifier.trials import size_problem
-from shared.spec import CandidateSpec
+from shared.domain.spec import CandidateSpec
 
 
 def with_smem(spec, size: str, n: int):

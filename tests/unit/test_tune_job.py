@@ -8,11 +8,11 @@ from services.benchmark import handlers
 from services.benchmark.resources import BenchmarkResources
 from services.planner.handlers import catch_up
 from services.planner.policy import react
-from shared.contracts import MeasureBaseline, TuneShard
-from shared.events import (BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned, TuningCompleted,
+from shared.domain.contracts import MeasureBaseline, TuneShard
+from shared.domain.events import (BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned, TuningCompleted,
                            TuningRequested)
-from shared.jobs import cancel_job
-from shared.projections import job_stream, project_job
+from shared.application.jobs import cancel_job
+from shared.domain.projections import job_stream, project_job
 from tests.fakes import RecordingBus, ScriptedBenchmarkSession, scripted_time_ms
 
 BLOCKS = [64, 128, 192, 256, ScriptedBenchmarkSession.POISON, ScriptedBenchmarkSession.WRONG, 384, 512]
@@ -104,7 +104,7 @@ def test_a_shard_whose_worker_died_resumes_after_what_it_recorded(store, gpus, s
     request = next(e for e in store.read_stream(job_stream(job_id)) if isinstance(e, TuningRequested))
     # What the dead worker recorded, with the ids the runner derives: 256 looked slow on that run.
     from services.benchmark.tuning import config_key
-    from shared.events import derived_id
+    from shared.domain.events import derived_id
 
     before = [ConfigMeasured(event_id=derived_id(request.event_id, config_key({"block_size_x": b}), "ConfigMeasured"),
                              stream_id=job_stream(job_id), request_id=request.event_id, params={"block_size_x": b},

@@ -8,7 +8,7 @@ from kernel_tuner.util import ErrorConfig, get_best_config
 
 from services.benchmark.tuning import (SetupFailed, SpaceEvaluator, _kernel_tuner, _runner_class, reference_setup,
                                        search)
-from shared.events import ConfigFailed, ConfigMeasured
+from shared.domain.events import ConfigFailed, ConfigMeasured
 from tests.fakes import LocalProcess, ScriptedBenchmarkSession, scripted_time_ms
 
 # The stand-in's cues that fail without killing anything (hang and crash need a real process: test_benchmark_process).

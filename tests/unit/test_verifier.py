@@ -10,16 +10,16 @@ from services.verifier.cache import TrialCache
 from services.verifier.compare import Difference, OutputCheck, example
 from services.verifier.judge import CHECKS, Run, Verdict, judge
 from services.verifier.trials import plan_trials, prime_below
-from shared.contracts import VerifyCandidate
-from shared.device.compiler import parameter_types
-from shared.device.probe import DeviceInfo
-from shared.device.process import NoDevice
-from shared.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed, VerificationIncomplete,
+from shared.domain.contracts import VerifyCandidate
+from shared.adapters.device.compiler import parameter_types
+from shared.adapters.device.probe import DeviceInfo
+from shared.adapters.device.process import NoDevice
+from shared.domain.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed, VerificationIncomplete,
                            VerificationRequested)
-from shared.inputs import SPECIAL_STRIDE, make_arrays
-from shared.signature import mismatches
-from shared.spec import KernelSpec
-from shared.tolerance import Observed, derive
+from shared.adapters.inputs import SPECIAL_STRIDE, make_arrays
+from shared.domain.signature import mismatches
+from shared.domain.spec import KernelSpec
+from shared.domain.tolerance import Observed, derive
 from tests.corpus_cases import CPU_CHECKS, load_cases
 from tests.fakes import RecordingBus
 
@@ -217,12 +217,12 @@ def test_a_verify_job_asks_the_verifier_and_ends_with_its_answer(store):
 
 
 def test_an_unrelated_event_landing_while_it_verifies_costs_no_second_verification(store):
-    """shared/requests.py's rule: the answer goes after whatever the stream gained meanwhile (here another task's
+    """shared/application/requests.py's rule: the answer goes after whatever the stream gained meanwhile (here another task's
     TaskProfiled), instead of the task failing and verifying again."""
     from datetime import UTC, datetime
     from uuid import uuid4
 
-    from shared.events import TaskProfiled
+    from shared.domain.events import TaskProfiled
 
     spec = spec_of("good_grid_stride.cu")
     job = JobSubmitted(stream_id="job-busy", spec=spec)
@@ -249,7 +249,7 @@ def test_an_unrelated_event_landing_while_it_verifies_costs_no_second_verificati
 
 def test_a_verified_candidate_completes_its_job(store):
     from services.planner.policy import react
-    from shared.projections import project_job
+    from shared.domain.projections import project_job
 
     spec = spec_of("good_grid_stride.cu")
     job = JobSubmitted(stream_id="job-ok", spec=spec)

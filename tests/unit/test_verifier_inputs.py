@@ -3,10 +3,10 @@ tests/gpu/test_verifier_device.py), and kforge's own kernels compiling through t
 import numpy as np
 import pytest
 
-from shared.device.own_kernels import compile_module, module_source
-from shared.dtypes import as_numbers, host_dtype, kind
-from shared.inputs import SPECIAL_STRIDE, distribution, draw, make_arrays, stream_key
-from shared.spec import DTYPES, KernelSpec
+from shared.adapters.device.own_kernels import compile_module, module_source
+from shared.domain.dtypes import as_numbers, host_dtype, kind
+from shared.adapters.inputs import SPECIAL_STRIDE, distribution, draw, make_arrays, stream_key
+from shared.domain.spec import DTYPES, KernelSpec
 
 RANGES = {"f": (-1, 1), "i": (-100, 100), "u": (0, 100)}  # [low, high)
 
@@ -54,10 +54,10 @@ def test_values_depend_on_seed_position_and_index_only():
 
 
 def test_chunked_arrays_equal_one_draw(monkeypatch):
-    import shared.inputs
+    import shared.adapters.inputs
 
     spec = spec_with("float64", n=1000)
-    monkeypatch.setattr(shared.inputs, "CHUNK", 64)  # 16 chunks, on several threads
+    monkeypatch.setattr(shared.adapters.inputs, "CHUNK", 64)  # 16 chunks, on several threads
     chunked = make_arrays(spec, 3)["x"]
     assert np.array_equal(chunked, draw(default(np.float64), stream_key(3, 1), 0, 1000))
 
@@ -118,11 +118,11 @@ def test_sorted_values_never_decrease_and_stay_in_range(dtype, bounds, n):
 
 
 def test_sorted_values_are_the_same_however_the_array_is_chunked(monkeypatch):
-    import shared.inputs
+    import shared.adapters.inputs
 
     spec = spec_with("int32", n=10_000, range=[0, "3 * n"], sorted=True)
     whole = make_arrays(spec, 5)["x"]
-    monkeypatch.setattr(shared.inputs, "CHUNK", 64)
+    monkeypatch.setattr(shared.adapters.inputs, "CHUNK", 64)
     assert np.array_equal(make_arrays(spec, 5)["x"], whole)
     assert np.array_equal(make_arrays(spec, 5)["x"], whole)  # deterministic
     assert not np.array_equal(make_arrays(spec, 6)["x"], whole)  # and the seed's
@@ -137,7 +137,7 @@ def test_a_range_follows_the_trials_sizes():
 
 
 def test_the_wide_integer_product_is_exact():
-    from shared.inputs import _high_product
+    from shared.adapters.inputs import _high_product
 
     rng = np.random.default_rng(3)
     bits = rng.integers(0, 2 ** 64, 10_000, dtype=np.uint64, endpoint=False)

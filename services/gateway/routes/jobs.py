@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse
 from services.gateway.deps import CallerDep, ReadsDep, RuntimeDep, VisibleJob
 from services.gateway.problems import invalid_fields, too_many
 from services.gateway.schemas import CancelRequest, EventPublic, FieldErrorPublic, JobAccepted, JobPublic, Problem
-from shared.array_files import named_file_errors
-from shared.jobs import Admission, AdmissionRefused, JobFinished, QueueFull, cancel_job, job_events, submit_job
-from shared.spec import KernelSpec
+from shared.adapters.array_files import named_file_errors
+from shared.application.jobs import Admission, AdmissionRefused, JobFinished, QueueFull, cancel_job, job_events, submit_job
+from shared.domain.spec import KernelSpec
 
 router = APIRouter(prefix="/jobs")
 

@@ -9,7 +9,7 @@ from services.gateway.deps import CallerDep, ReadsDep, RuntimeDep, VisibleJob
 from services.gateway.problems import too_many
 from services.gateway.schemas import EventPublic, JobPublic, Problem
 from services.gateway.stream import StreamsFull, job_event_stream
-from shared.jobs import JobFollower
+from shared.application.jobs import JobFollower
 
 router = APIRouter(prefix="/jobs")
 

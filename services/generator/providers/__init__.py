@@ -1,10 +1,10 @@
 """Choosing the provider of a job: the spec's choice, with auto meaning Claude when a key is set."""
 from services.generator.providers.base import Provider, ProviderFailed
-from shared.events import GeneratorCalled, JobSubmitted
-from shared.eventstore import EventStore
-from shared.projections import job_stream
-from shared.settings import Settings
-from shared.spec import GeneratorSpec
+from shared.domain.events import GeneratorCalled, JobSubmitted
+from shared.adapters.eventstore import EventStore
+from shared.domain.projections import job_stream
+from shared.adapters.settings import Settings
+from shared.domain.spec import GeneratorSpec
 
 
 def provider_for(spec: GeneratorSpec, settings: Settings, store: EventStore,

@@ -6,7 +6,7 @@ offline rules read), so every provider answers the same request and is recorded 
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.spec import CandidateSpec, KernelSpec, TuningStep
+from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 
 KINDS = ("plan", "replan", "validate", "breakdown", "rewrite")
 

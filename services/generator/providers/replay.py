@@ -4,7 +4,7 @@ Answers are matched by request kind, step id and occurrence (the second rewrite 
 recorded one), not by prompt text: prompts quote timings and earlier optimisations, which differ between
 runs even when the conversation is the same."""
 from services.generator.providers.base import Answer, Prompt, ProviderFailed
-from shared.events import GeneratorCalled
+from shared.domain.events import GeneratorCalled
 
 
 class ReplayProvider:

@@ -7,7 +7,7 @@ are read from the header comment of the current source and of the sources in the
 from services.generator import rules
 from services.generator.answers import plan_text, rewrite_text, verdict_text
 from services.generator.providers.base import Answer, Prompt, ProviderFailed
-from shared.spec import CandidateSpec, TuningStep
+from shared.domain.spec import CandidateSpec, TuningStep
 
 MODEL = "kforge-rules"
 

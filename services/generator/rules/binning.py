@@ -20,9 +20,9 @@ from services.generator.rules.loops import strided_loop
 from services.generator.rules.points import INDENT
 from services.generator.rules.shape import Layout, NotRecognised, default_in
 from services.generator.rules.statements import Unparsed, statements
-from shared.dtypes import host_dtype
-from shared.expressions import evaluate
-from shared.spec import KernelSpec
+from shared.domain.dtypes import host_dtype
+from shared.domain.expressions import evaluate
+from shared.domain.spec import KernelSpec
 
 SHARED_ATOMIC_TYPES = {"int", "unsigned", "unsigned int", "float", "double", "unsigned long long",
                        "unsigned long long int"}

@@ -6,7 +6,7 @@ rewritten code uses, so a step's tune_params and its candidate's agree by constr
 """
 from dataclasses import dataclass
 
-from shared.spec import KernelSpec, ParamValue
+from shared.domain.spec import KernelSpec, ParamValue
 
 
 @dataclass(frozen=True)

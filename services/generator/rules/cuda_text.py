@@ -9,7 +9,7 @@ position in the original.
 import re
 from dataclasses import dataclass
 
-from shared.spec import kernel_base_name
+from shared.domain.spec import kernel_base_name
 
 HEADER = "// kforge rules:"
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")

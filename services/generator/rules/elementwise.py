@@ -17,7 +17,7 @@ from services.generator.rules.cuda_text import (IDENTIFIER, Kernel, closing, fin
                                                  mask, split_top_level)
 from services.generator.rules.statements import Unparsed, statements
 from services.generator.rules.shape import Layout, one_thread_per_point
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
                r"u?int(?:32|64)_t)")

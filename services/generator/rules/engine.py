@@ -14,7 +14,7 @@ from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
 from services.generator.rules.shape import Layout, Shape
 from services.generator.rules.shapes import offering, recognise
-from shared.spec import CandidateSpec, KernelSpec, ParamValue
+from shared.domain.spec import CandidateSpec, KernelSpec, ParamValue
 
 TEXTUAL = {
     "block_size": (textual.block_size_reason, textual.block_size_edit),

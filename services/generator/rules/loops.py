@@ -23,7 +23,7 @@ from services.generator.rules.cuda_text import closing, find_kernel, fresh_name,
 from services.generator.rules.elementwise import model
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 VECTORS = {"float": "float4", "int": "int4", "signed": "int4", "signed int": "int4", "int32_t": "int4",
            "unsigned": "uint4", "unsigned int": "uint4", "uint32_t": "uint4"}

@@ -12,7 +12,7 @@ from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import fresh_name, identifiers
 from services.generator.rules.points import PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 EPT_VALUES, BLOCKING_VALUES = [1, 2, 4, 8, 16], [1, 2, 4, 8, 16]
 

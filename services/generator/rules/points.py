@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, Kernel, closing, find_kernel, mask
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 AXES = "xyz"
 INDENT = "    "

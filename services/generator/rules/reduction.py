@@ -20,7 +20,7 @@ from services.generator.rules.cuda_text import IDENTIFIER, closing, fresh_name, 
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in, one_thread_per_point
 from services.generator.rules.statements import walk
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 # Element types __shfl_down_sync and atomicAdd both take.
 SUMMABLE = {"float", "double", "int", "unsigned", "unsigned int", "long long", "long long int", "unsigned long long",

@@ -20,7 +20,7 @@ from services.generator.rules.cuda_text import fresh_name, identifiers, mask, sp
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 ACCUMULATOR_TYPES = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
 ZERO = r"(?:0+(?:\.0*)?[fF]?|0*\.0+[fF]?|0[uUlL]*)"

@@ -10,7 +10,7 @@ shared memory it needs.
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.spec import KernelSpec, ParamValue
+from shared.domain.spec import KernelSpec, ParamValue
 
 
 class NotRecognised(ValueError):

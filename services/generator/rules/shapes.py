@@ -27,7 +27,7 @@ from services.generator.rules.rows import RowLoopShape
 from services.generator.rules.shape import Shape
 from services.generator.rules.tile import TransposedShape
 from services.generator.rules.warp_atomics import WarpAtomicsShape
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
                              RowLoopShape(), TransposedShape(), StencilShape(), PointsShape())

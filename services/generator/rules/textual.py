@@ -7,7 +7,7 @@ them on top of a freshly rendered elementwise kernel and get what applying them 
 import re
 
 from services.generator.rules.cuda_text import find_kernel, mask
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 UNROLL_FACTOR = "loop_unroll_factor"
 _QUALIFIERS = {"const", "__restrict__", "__restrict"}

@@ -20,7 +20,7 @@ from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import Access, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
 from services.generator.rules.statements import walk
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 TILE_SIZES, ROW_COUNTS = [16, 32, 64], [2, 4, 8, 16]
 

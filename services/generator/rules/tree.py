@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import INDENT
 from services.generator.rules.statements import Statement, Unparsed, statement_at, statements
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
 

@@ -24,7 +24,7 @@ from services.generator.rules.points import INTEGER_TYPE
 from services.generator.rules.reduction import BLOCK_SIZES, EPT_VALUES, TYPE_WORDS, Partial, block_reduction
 from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in
 from services.generator.rules.statements import Statement, Unparsed, statements
-from shared.spec import KernelSpec
+from shared.domain.spec import KernelSpec
 
 ATOMICS = {"atomicAdd": "+", "atomicMin": "min", "atomicMax": "max"}
 ZERO = re.compile(r"\(?\s*0+(?:\.0*)?[fFuUlL]*\s*\)?")

@@ -8,7 +8,7 @@ an installed package under the entry-point group `kforge.strategies`.
 from importlib.metadata import entry_points
 
 from services.planner.strategies.decisions import Ask, Decision, Finish, Skip, Strategy
-from shared.strategy_names import ENTRY_POINT_GROUP, note_registered
+from shared.domain.strategy_names import ENTRY_POINT_GROUP, note_registered
 
 _REGISTRY: dict[str, Strategy] = {}
 

@@ -6,8 +6,8 @@ restructuring of its shape first, then the edits that apply), and a replan finds
 as the accepted steps left it. A rule is one atomic code change, so its steps are not broken down."""
 from services.planner.strategies import register
 from services.planner.strategies.decisions import Ask, Decision, Finish
-from shared.spec import StrategySpec
-from shared.steps import Optimisation
+from shared.domain.spec import StrategySpec
+from shared.domain.steps import Optimisation
 
 
 def offline_rules(optimisation: Optimisation) -> bool:

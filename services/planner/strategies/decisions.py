@@ -2,8 +2,8 @@
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.spec import StrategySpec, TuningStep
-from shared.steps import Optimisation
+from shared.domain.spec import StrategySpec, TuningStep
+from shared.domain.steps import Optimisation
 
 
 @dataclass(frozen=True)

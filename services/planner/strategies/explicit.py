@@ -4,8 +4,8 @@ A step runs only if every step it depends on was accepted, and, unless `skip_eva
 generator judged it worth doing for the current kernel."""
 from services.planner.strategies import register
 from services.planner.strategies.decisions import Ask, Decision, Finish, Skip
-from shared.spec import StrategySpec
-from shared.steps import Optimisation
+from shared.domain.spec import StrategySpec
+from shared.domain.steps import Optimisation
 
 
 @register("explicit")

@@ -2,8 +2,8 @@
 against the reference, until the target speedup, a plateau, or the iteration limit."""
 from services.planner.strategies import register
 from services.planner.strategies.decisions import Ask, Decision, Finish
-from shared.spec import StrategySpec, TuningStep
-from shared.steps import Optimisation
+from shared.domain.spec import StrategySpec, TuningStep
+from shared.domain.steps import Optimisation
 
 PREFIX = "iteration-"
 FOCUS = {

@@ -1,8 +1,8 @@
 """One prompt: the whole optimisation asked for in a single rewrite."""
 from services.planner.strategies import register
 from services.planner.strategies.decisions import Ask, Decision, Finish
-from shared.spec import StrategySpec, TuningStep
-from shared.steps import Optimisation
+from shared.domain.spec import StrategySpec, TuningStep
+from shared.domain.steps import Optimisation
 
 STEP = TuningStep(
     id="one_prompt", description="optimise the kernel in one rewrite, with tunable parameters", skip_evaluation=True,

@@ -1,0 +1,274 @@
+"""What a submitted source and its compiler options may ask of NVRTC. Checked where a spec arrives and again
+before every compile, since candidates arrive later, from a model that a submitted kernel can talk to.
+
+NVRTC reads any file an include names, and some options read or write files, so a stranger's kernel could
+quote `/proc/self/environ` into its compile log or overwrite the event store. So:
+- an include names a header by a plain relative path (`<cuda_fp16.h>`, "cuda/std/cstdint"): never an
+  absolute path, `..`, or a macro. The compile runs in an empty working directory, and NVRTC searches only
+  the CUDA headers kforge ships (`Headers`: those of the nvidia-cuda-runtime and nvidia-cuda-cccl
+  packages, which the compiler passes to NVRTC itself), so such a name can only reach those;
+- an angle include must name a header there that is safe to include: a header one of whose includes, however
+  deep, names its file by a macro (thrust's do) would let the source's own #defines aim it anywhere, so it
+  is refused with everything that reaches it;
+- directives that open files by other means (`#include_next`, `#import`, `#embed`, `__has_include` of a
+  non-literal) are refused;
+- compiler options come from an allowlist of options that change code generation only.
+"""
+import functools
+import os
+import re
+from dataclasses import dataclass
+
+MAX_OPTION_CHARS = 200
+
+
+class PolicyViolation(ValueError):
+    """A source or option NVRTC must not see; the message names the line or option and what to do."""
+
+
+# --- the source ---------------------------------------------------------------------------------------
+_SAFE_HEADER = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+/-]*")
+_INCLUDE_OPERAND = re.compile(r'\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\Z')
+_DIRECTIVE = re.compile(r"\s*(?:#|%:)\s*([A-Za-z_]\w*)?(.*)\Z", re.S)
+_HAS_INCLUDE = re.compile(r"__has_include(?:_next)?\b")
+_HAS_INCLUDE_LITERAL = re.compile(r'__has_include\s*\(\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\)')
+_DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
+               "pragma", "error", "warning", "line", "include"}
+
+
+def check_source(source: str, headers: "Headers | None" = None) -> str:
+    """The source unchanged, or PolicyViolation for the first directive that could open a file it may not.
+    `headers`: what NVRTC will search, by default the CUDA headers kforge ships (`vetted_headers()`)."""
+    if "\x00" in source:
+        raise PolicyViolation("source: contains a NUL character; send plain CUDA C++ text")
+    for number, line in enumerate(logical_lines(source), start=1):
+        directive = _DIRECTIVE.match(line)
+        if directive is not None:
+            _check_directive(number, directive.group(1), directive.group(2),
+                             headers if headers is not None else vetted_headers())
+        if _HAS_INCLUDE.search(line):
+            _check_has_include(number, line)
+    return source
+
+
+def logical_lines(source: str) -> list[str]:
+    """The lines the preprocessor sees: trigraphs replaced, backslash-newlines spliced, each comment replaced
+    by one space (a block comment may hide the `#` of a directive or span lines inside one); string and
+    character literals kept as they are."""
+    text = re.sub(r"\\\r?\n", "", source.replace("??=", "#").replace("??/", "\\"))  # trigraphs first, as C does
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            out.append(" ")
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            out.append(" ")
+        elif c in "\"'":
+            end = _literal_end(text, i)
+            out.append(text[i:end])
+            i = end
+        elif c == "R" and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            end = _raw_literal_end(text, i)
+            out.append(text[i:end])
+            i = end
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out).split("\n")
+
+
+def _literal_end(text: str, start: int) -> int:
+    quote, i = text[start], start + 1
+    while i < len(text) and text[i] not in (quote, "\n"):
+        i += 2 if text[i] == "\\" else 1
+    return min(i + 1, len(text))
+
+
+def _raw_literal_end(text: str, start: int) -> int:
+    match = re.compile(r'R"([^()\\\s]{0,16})\(').match(text, start)
+    if match is None:
+        return start + 1
+    end = text.find(")" + match.group(1) + '"', match.end())
+    return len(text) if end < 0 else end + len(match.group(1)) + 2
+
+
+def _check_directive(number: int, name: str | None, rest: str, headers: "Headers") -> None:
+    if name is None:
+        if rest.strip():
+            raise PolicyViolation(f"source line {number}: {('#' + rest).strip()[:80]!r} is not a preprocessor "
+                                  "directive NVRTC may run")
+        return  # the null directive
+    if name not in _DIRECTIVES:
+        raise PolicyViolation(f"source line {number}: #{name} is not allowed; use #include with a CUDA header "
+                              "such as <cuda_fp16.h>, or the usual #define/#if/#pragma")
+    if name == "include":
+        operand = _INCLUDE_OPERAND.match(rest)
+        if operand is None:
+            raise PolicyViolation(f"source line {number}: #include{rest[:60]} must name a header as <name.h> or "
+                                  '"name.h" (a macro that expands to a path is not allowed)')
+        angled, quoted = operand.groups()
+        _check_header(number, angled if angled is not None else quoted)
+        refusal = headers.refusal(angled if angled is not None else quoted, angled=angled is not None)
+        if refusal:
+            raise PolicyViolation(f"source line {number}: {refusal}")
+
+
+def _check_has_include(number: int, line: str) -> None:
+    literal_uses = _HAS_INCLUDE_LITERAL.findall(line)
+    if len(literal_uses) != len(_HAS_INCLUDE.findall(line)) or "__has_include_next" in line:
+        raise PolicyViolation(f"source line {number}: __has_include must name a header literally, as "
+                              "__has_include(<cuda_fp16.h>)")
+    for angled, quoted in literal_uses:
+        _check_header(number, angled or quoted)
+
+
+def _check_header(number: int, header: str) -> None:
+    parts = header.split("/")
+    if not _SAFE_HEADER.fullmatch(header) or ".." in parts or "" in parts or "." in parts:
+        raise PolicyViolation(f"source line {number}: the header {header!r} is not allowed: include CUDA's own "
+                              "headers by their plain names (e.g. <cuda_fp16.h>, <cuda/std/cstdint>); absolute "
+                              "paths, '..' and host files cannot be included")
+
+
+# --- the headers ----------------------------------------------------------------------------------------
+AVAILABLE = ("the CUDA runtime's (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperative_groups.h, mma.h, "
+             "cuda_pipeline.h, vector_types.h, ...) and CCCL's (cuda/std/..., cuda/..., nv/target, cub/...)")
+_OPENS_FILES = {"include", "include_next", "import", "embed"}
+
+
+@dataclass(frozen=True)
+class Headers:
+    """The directories NVRTC searches for a kernel's includes, in its order. kforge passes them to NVRTC itself
+    (shared/adapters/device/compiler.py): a submitter's options can add none."""
+    dirs: tuple[str, ...]
+
+    def refusal(self, header: str, angled: bool) -> str:
+        """'' when `header` (a plain relative name) may be included, else why not. An angle include must find
+        its header here; a quoted one found nowhere here is left to NVRTC, which can then look for it only in
+        the compile's empty working directory."""
+        return _refusal(self, header, angled)
+
+
+@functools.cache
+def vetted_headers() -> Headers:
+    """The CUDA headers kforge ships, found as NVRTC is (cuda.pathfinder: the nvidia pip packages, else a CUDA
+    toolkit): nvidia-cuda-runtime's include directory, then nvidia-cuda-cccl's."""
+    from cuda.pathfinder import find_nvidia_header_directory
+
+    found = (find_nvidia_header_directory(name) for name in ("cudart", "cccl"))
+    return Headers(tuple(dict.fromkeys(os.path.realpath(d) for d in found if d)))
+
+
+@functools.lru_cache(maxsize=4096)  # bounded: the names come from strangers
+def _refusal(headers: Headers, header: str, angled: bool) -> str:
+    found = [os.path.join(d, header) for d in headers.dirs if os.path.isfile(os.path.join(d, header))]
+    if not found and angled:
+        if not headers.dirs:
+            return (f"<{header}> cannot be included: kforge found no CUDA headers on this machine (the "
+                    "nvidia-cuda-runtime and nvidia-cuda-cccl packages)")
+        return f"<{header}> is not among the CUDA headers kforge compiles with: {AVAILABLE}"
+    for path in found:
+        unsafe = _unsafe_reach(path, headers.dirs)
+        if unsafe:
+            return f"{header} cannot be included: {unsafe}. Available are {AVAILABLE}, but none that reaches one"
+    return ""
+
+
+def _unsafe_reach(start: str, dirs: tuple[str, ...]) -> str:
+    """'' when every file NVRTC could open from `start` on is a file in `dirs` that an include names literally,
+    else the first that is not. Over every branch of every #if and every directory NVRTC could search, so it
+    holds whatever the source defines."""
+    seen, todo = set(), [start]
+    while todo:
+        opened = todo.pop()
+        real = os.path.realpath(opened)
+        if real in seen:
+            continue
+        seen.add(real)
+        if not any(os.path.commonpath([real, d]) == d for d in dirs):
+            return f"it reaches {opened}, outside the CUDA headers' directories"
+        for how, name in _includes(real):
+            if how == "!":
+                return (f"it reaches {_short(real, dirs)}, which has {name!r}: the source's own #defines could aim "
+                        "that at any file (thrust's headers do this)")
+            places = dirs if how == "<" else (os.path.dirname(opened), os.path.dirname(real), *dirs)
+            todo.extend(p for d in places if os.path.isfile(p := os.path.join(d, name)))
+    return ""
+
+
+@functools.cache
+def _includes(path: str) -> tuple[tuple[str, str], ...]:
+    """The header's includes as ('<' or '"', name), and ('!', the directive) for one that opens a file by other
+    means: a macro, #include_next, #import, #embed, or __has_include of a non-literal."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            text = file.read()
+    except OSError:
+        return ()
+    found = []
+    for line in logical_lines(text):
+        directive = _DIRECTIVE.match(line)
+        if directive is not None and directive.group(1) in _OPENS_FILES:
+            operand = _INCLUDE_OPERAND.match(directive.group(2))
+            if directive.group(1) != "include" or operand is None:
+                found.append(("!", f"#{directive.group(1)}{directive.group(2)}".strip()[:120]))
+            else:
+                found.append(("<", operand.group(1)) if operand.group(1) is not None else ('"', operand.group(2)))
+        if _HAS_INCLUDE.search(line) and len(_HAS_INCLUDE_LITERAL.findall(line)) != len(_HAS_INCLUDE.findall(line)):
+            found.append(("!", line.strip()[:80]))
+    return tuple(found)
+
+
+def _short(path: str, dirs: tuple[str, ...]) -> str:
+    return min((os.path.relpath(path, d) for d in dirs if os.path.commonpath([path, d]) == d), key=len)
+
+
+# --- the options ----------------------------------------------------------------------------------------
+_IDENT = r"[A-Za-z_]\w*"
+_BOOL = r"(?:true|false)"
+_ALLOWED_OPTIONS = [re.compile(p + r"\Z") for p in (
+    rf"(?:-D|--define-macro=){_IDENT}(?:=[^\n\r\x00]*)?",
+    rf"(?:-U|--undefine-macro=){_IDENT}",
+    r"-{1,2}std=c\+\+(?:03|11|14|17|20)",
+    r"-{1,2}use_fast_math",
+    rf"-{{1,2}}(?:ftz|prec-div|prec-sqrt|fmad)={_BOOL}",
+    r"-{1,2}extra-device-vectorization",
+    r"-lineinfo|--generate-line-info|-G|--device-debug",
+    r"-{1,2}maxrregcount=\d{1,3}",
+    r"-restrict|--restrict",
+    r"-default-device|--device-as-default-execution-space",
+    r"-w|--disable-warnings|-{1,2}Wreorder|-{1,2}Wno-deprecated-declarations",
+    r"-{1,2}(?:diag-suppress|diag-error|diag-warn)=\d+(?:,\d+)*",
+    r"-{1,2}(?:no-)?display-error-number",
+    r"-{1,2}dopt=(?:on|off)|-{1,2}(?:rdc|relocatable-device-code)=false",
+    r"-{1,2}minimal",
+    r"-{1,2}(?:Ofast-compile)=(?:0|min|mid|max)",
+    r"(?:-Xptxas=|--ptxas-options=)(?:-v|--verbose|-O[0-3]|--warn-on-spills|--warn-on-local-memory-usage"
+    r"|-dlcm=(?:ca|cg|cs)|-dscm=(?:wb|cg|cs|wt)|--allow-expensive-optimizations=(?:true|false))",
+)]
+
+
+def check_options(options: list[str]) -> list[str]:
+    """The options unchanged, or PolicyViolation naming the first that is not on the allowlist."""
+    for option in options:
+        if len(option) > MAX_OPTION_CHARS or not any(p.match(option) for p in _ALLOWED_OPTIONS):
+            raise PolicyViolation(
+                f"compiler_options: {option[:80]!r} is not allowed. Options that read or write files (-I, "
+                "--pre-include, --create-pch, --use-pch, --pch-dir, --time, --fdevice-time-trace, ...) and other "
+                "unlisted ones are refused; allowed are -D/-U, --std=c++NN, --use_fast_math, --ftz/--prec-div/"
+                "--prec-sqrt/--fmad=true|false, --extra-device-vectorization, -lineinfo, -G, --maxrregcount=N, "
+                "--restrict, -default-device, warnings and diagnostics (-w, --diag-suppress=N), --dopt=on|off, "
+                "--minimal, --Ofast-compile=LEVEL and -Xptxas=-v|-O3|--warn-on-spills|-dlcm=ca|cg|cs")
+    return options
+
+
+def check_define_value(name: str, value: object) -> None:
+    """A tune parameter's value becomes `-Dname=value`: one line of text, with no NUL."""
+    text = str(value)
+    if any(c in text for c in "\n\r\x00") or len(text) > MAX_OPTION_CHARS:
+        raise PolicyViolation(f"tune parameter {name}: the value {text[:40]!r} must be one short line of text "
+                              "(it becomes a -D define)")
