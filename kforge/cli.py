@@ -659,7 +659,7 @@ def worker(queues: Annotated[str, typer.Option("--queues", "-Q", help="e.g. plan
     if PLANNER_QUEUE in names:  # planner workers also look for messages the broker lost
         from services.planner.recovery import start_recovery
 
-        start_recovery(runtime.current, Settings().recovery_interval_s)
+        start_recovery(runtime.current, runtime.current().settings.recovery_interval_s)
 
     # A GPU worker runs one task at a time in its main process, which keeps the compile pool and the
     # process owning the GPU warm between tasks (a kernel that poisons the GPU costs only that process).

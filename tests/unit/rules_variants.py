@@ -323,7 +323,6 @@ VARIANTS = {
     "weighted_sum_tree": ("shuffle_reduction", WEIGHTED_SUM),
     "weighted_sum_loop": ("vectorize_loops", WEIGHTED_SUM),
     "partial_sums_loop": ("vectorize_loops", PARTIAL_SUMS),
-    "block_max_loop": ("vectorize_loops", BLOCK_MAX),
     "axpby_vectorize": ("vectorize", AXPBY),
     "axpby_elements": ("elements_per_thread", AXPBY),
     "add_bias_2d": ("elements_per_thread", ADD_BIAS_2D),
@@ -335,6 +334,17 @@ def _edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
     assert old in base.source, old
     return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
 
+
+# BLOCK_MAX with the block width read at run time through a local, and no block size in the spec's space.
+BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**_edited(BLOCK_MAX, """    __shared__ float buf[block_size_x];
+    const int t = threadIdx.x;
+    float m = -3.0e38f;
+    for (int i = blockIdx.x * block_size_x + t; i < n; i += gridDim.x * block_size_x) m = fmaxf(m, in[i]);""",
+    """    __shared__ float buf[1024];
+    const int t = threadIdx.x;
+    int width = blockDim.x, i = blockIdx.x * width + t;
+    float m = -3.0e38f;
+    for (; i < n; i += width * gridDim.x) m = fmaxf(m, in[i]);""").model_dump(), "tune_params": {}})
 
 # case -> (rule, spec, part of the reason it is refused with)
 NOT_OF_SHAPE = {
@@ -367,6 +377,12 @@ NOT_OF_SHAPE = {
         "neighbouring threads do not read rows apart"),
     "no_tree_in_a_scan": ("shuffle_reduction", _edited(
         BLOCK_MAX, "if (t < s) {", "if (t >= s) {"), "no shared-memory tree reduction"),
+    # One result per block from a grid-stride share: vectors would move elements between blocks, and another
+    # block size would too (services/generator/rules/partition.py).
+    "a_grid_stride_share_per_block_keeps_its_loop": ("vectorize_loops", BLOCK_MAX,
+                                                     "the kernel writes one result per block (`out[blockIdx.x]`)"),
+    "a_grid_stride_share_per_block_keeps_its_block_size": ("block_size", BLOCK_MAX_BY_WIDTH,
+                                                           "another block_size_x gives each result other elements"),
     "strided_loads_are_not_vectorised": ("vectorize_loops", _edited(
         WEIGHTED_SUM, "acc += w[idx] * v[idx];", "acc += w[2 * idx] * v[2 * idx];"),
         "indexes no array by idx"),

@@ -33,3 +33,14 @@ def test_imports_run_one_way(role, path):
 def test_every_module_of_shared_has_its_role():
     loose = [p.name for p in SHARED.glob("*.py") if p.name != "__init__.py"]
     assert not loose, f"modules outside domain/adapters/application: {loose}"
+
+
+REPORTS = sorted((SHARED / "domain" / "reports").glob("*.py"))
+FILE_MODULES = ("os", "pathlib", "shutil", "tempfile")
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.name)
+def test_reports_are_pure_folds_that_touch_no_file(path):
+    """shared.application.report_queries and kforge.job_files read the store and write files around them."""
+    assert not [name for name in imported(path) if name.startswith(FILE_MODULES)]
+    assert "open(" not in path.read_text() and ".write_text(" not in path.read_text()

@@ -12,11 +12,12 @@ import pytest
 from services.generator import rules
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
+from services.generator.rules.partition import Partition, partition
 from services.generator.rules.shapes import recognise
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ATOMIC_SUM, NOT_OF_SHAPE, VARIANTS, sample
+from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE, VARIANTS, sample
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -207,6 +208,65 @@ def test_the_hierarchical_reduction_adds_every_element_once(n):
         points = (first[..., None] + np.arange(ept) * block).ravel()
         points = points[points < n]
         assert points.size == n and np.unique(points).size == n
+
+
+# --- kernels that write one result per block keep each result's elements -----------------------------------
+def test_per_block_outputs_and_whether_the_block_size_decides_their_elements():
+    """One block per row covers its row at any block size; a grid-stride share per block does not."""
+    found = {name: partition(CORPUS[name].spec().source, CORPUS[name].spec())
+             for name in ("row_sum", "softmax", "layernorm", "segmented_scan", "dot", "int_stats", "saxpy")}
+    assert (found["row_sum"].outputs, found["row_sum"].widths) == (("sums[blockIdx.x]",), ())
+    assert (found["layernorm"].outputs, found["layernorm"].widths) == (("mean[r]", "rstd[r]"), ())
+    assert (found["segmented_scan"].outputs, found["segmented_scan"].widths) == (("totals[blockIdx.x]",), ())
+    assert not any(found[name].outputs for name in ("softmax", "dot", "int_stats", "saxpy"))
+    partial_sums = VARIANTS["partial_sums"][1]
+    assert partition(partial_sums.source, partial_sums).widths == ()
+    for spec in (BLOCK_MAX, BLOCK_MAX_BY_WIDTH):  # by the define, and by blockDim.x through locals
+        assert partition(spec.source, spec) == Partition(("out[blockIdx.x]",), ("block_size_x",))
+
+
+def per_block_cases() -> dict[str, tuple[KernelSpec, str]]:
+    kernels = {**{name: kernel.spec() for name, kernel in CORPUS.items()},
+               **{case: spec for case, (_, spec) in VARIANTS.items()}, "block_max_by_width": BLOCK_MAX_BY_WIDTH}
+    return {f"{name}-{rule_id}": (spec, rule_id) for name, spec in kernels.items()
+            if partition(spec.source, spec).outputs for rule_id in rules.PLAN_ORDER
+            if rules.check(rule_id, spec, spec.as_candidate()) is None}
+
+
+PER_BLOCK = per_block_cases()
+
+
+@pytest.mark.parametrize("case", list(PER_BLOCK))
+def test_a_rewrite_of_a_kernel_with_per_block_results_keeps_each_blocks_elements(case):
+    """Every configuration the verifier tries of a rewrite of such a kernel launches the submitted grid, and, where
+    the block size decides a block's share, the submitted block: the GPU test verifies each against the
+    submitted kernel at its own configuration, and a max or a count over other elements is another answer."""
+    spec, rule_id = PER_BLOCK[case]
+    candidate = rules.apply(rule_id, spec, spec.as_candidate())
+    submitted_grid, submitted_block = spec.launch_geometry(spec.baseline_params())
+    dependent = partition(spec.source, spec).widths
+    for params in sample(candidate, spec, 40):
+        grid, block = spec.for_candidate(candidate).launch_geometry({**spec.baseline_params(), **candidate.params,
+                                                                     **params})
+        assert grid == submitted_grid, params
+        if dependent:
+            assert block == submitted_block, params
+
+
+def test_shuffle_reduction_keeps_the_block_size_of_a_grid_stride_share_per_block():
+    candidate = rules.apply("shuffle_reduction", BLOCK_MAX, BLOCK_MAX.as_candidate())
+    assert candidate.tune_params == {"block_size_x": [256]} and candidate.params == {"block_size_x": 256}
+    assert "__shfl_down_sync" in candidate.source
+    assert "block_size_x stays 256" in rules.check("block_size", BLOCK_MAX, candidate)
+    assert rules.check("vectorize_loops", BLOCK_MAX, candidate).startswith("no strided loop can be vectorised")
+    planned = plan_applied(BLOCK_MAX, rules.PLAN_ORDER)
+    assert set(rules.applied(planned.source)) == {"shuffle_reduction", "restrict", "unroll", "launch_bounds"}
+    assert planned.tune_params["block_size_x"] == [256]
+    assert_compiles_and_keeps_signature(BLOCK_MAX, planned)
+    # One block per row takes its row at any block size: those keep the space.
+    partial_sums = VARIANTS["partial_sums"][1]
+    assert rules.apply("shuffle_reduction", partial_sums, partial_sums.as_candidate()).tune_params == \
+        {"block_size_x": [64, 128, 256]}
 
 
 # --- what the rewrites look like --------------------------------------------------------------------------
