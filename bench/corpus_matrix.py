@@ -170,9 +170,9 @@ def run_job(rt, kernel, path: str, timeout_s: float, result: JobResult) -> None:
 
 
 def summarise(result: JobResult, events: list, finished: bool) -> None:
-    from shared.domain.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCancelled, JobCompleted, JobFailed,
-                               StepAccepted, StepDiscarded, StepSkipped, TaskFailed, TaskProfiled, TuningCompleted)
-    from shared.domain.steps import project_optimisation
+    from shared.domain.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCancelled, JobCompleted,
+                                      JobFailed, StepAccepted, StepDiscarded, StepSkipped, TaskFailed, TaskProfiled)
+    from shared.domain.projections import project_job
 
     end = next((e for e in reversed(events) if isinstance(e, JOB_ENDS)), None)
     if not finished and result.outcome != "stalled":
@@ -193,11 +193,9 @@ def summarise(result: JobResult, events: list, finished: bool) -> None:
     baseline = next((e for e in events if isinstance(e, BaselineMeasured)), None)
     result.baseline_ms = baseline.median_ms if baseline else None
     result.task_failures = [f"{e.task}: {e.error_type}: {e.error}" for e in events if isinstance(e, TaskFailed)]
-    if result.path == "tune":
-        tuned = [e for e in events if isinstance(e, TuningCompleted)]
-        result.speedup = tuned[-1].speedup if tuned else None
-    elif result.path != "baseline":
-        result.speedup = project_optimisation(events).speedup
+    if result.path != "baseline":
+        result.speedup = project_job(events).speedup  # timed in turn with the submitted kernel where it was
+    if result.path not in ("baseline", "tune"):
         rejected = {e.candidate_id: e for e in events if isinstance(e, CandidateRejected)}
         for e in events:
             if isinstance(e, StepAccepted):

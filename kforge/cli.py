@@ -33,9 +33,10 @@ from shared.application import runtime
 from shared.domain.contracts import PLANNER_QUEUE, gpu_of
 from shared.domain.errors import FieldError, field_errors
 from shared.domain.events import (BaselineFailed, CandidateRejected, ConfigFailed, ConfigMeasured, Event, TaskProfiled,
-                           TuningCompleted)
-from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull, UnknownJob,
-                         cancel_job, follow_job, get_job, job_events, list_jobs, resolve_job_id, submit_job)
+                                  TuningCompleted)
+from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull,
+                                     UnknownJob, cancel_job, follow_job, get_job, job_events, list_jobs, resolve_job_id,
+                                     submit_job)
 from shared.domain.projections import project_job
 from shared.domain.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE

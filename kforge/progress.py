@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
-from shared.domain.events import (CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted, TuningCompleted,
-                           TuningRequested)
+from shared.domain.events import (CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted,
+                                  TuningCompleted, TuningRequested)
 from shared.domain.spec import MAX_THREADS_PER_BLOCK, CandidateSpec, KernelSpec
 from shared.domain.steps import SUBMITTED
 

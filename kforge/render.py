@@ -8,14 +8,14 @@ from rich.table import Table
 from rich.text import Text
 
 from kforge.progress import SpaceProgress
-from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
-                           CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured, Event, GenerationFailed,
-                           GenerationRequested, GeneratorCalled, JobCancelled, JobCompleted, JobFailed, JobSubmitted,
-                           KernelCompiled, KernelsCompared, PlanProposed, SanitizerChecked,
-                           ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
-                           TaskFailed, TaskProfiled, Tolerance, TuningCompleted, TuningRequested,
-                           VerificationIncomplete, VerificationRequested, WebhookAbandoned, WebhookAttempted,
-                           WebhookDelivered, WebhookRequested)
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
+                                  CandidateRejected, CandidateVerified, ComparisonRequested, ConfigFailed,
+                                  ConfigMeasured, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
+                                  JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, KernelsCompared,
+                                  PlanProposed, SanitizerChecked, ShardTuned, StepAccepted, StepBrokenDown,
+                                  StepDiscarded, StepSkipped, StepValidated, TaskFailed, TaskProfiled, Tolerance,
+                                  TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested,
+                                  WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested)
 from shared.domain.projections import JobView
 from shared.domain.reports.comparison import ChangeType, Comparison
 from shared.domain.reports.profile import PipelineProfile

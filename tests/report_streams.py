@@ -5,10 +5,10 @@ import statistics
 from datetime import UTC, datetime, timedelta
 
 from shared.domain.contracts import Generate, MeasureBaseline, TuneShard, VerifyCandidate
-from shared.domain.events import (BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateVerified, ConfigFailed,
-                           ConfigMeasured, DeviceFacts, Event, GenerationRequested, GeneratorCalled, JobCompleted,
-                           JobSubmitted, KernelCompiled, ShardTuned, StepAccepted, StepDiscarded, TaskProfiled,
-                           TuningCompleted, TuningRequested, VerificationRequested)
+from shared.domain.events import (BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateVerified,
+                                  ConfigFailed, ConfigMeasured, DeviceFacts, Event, GenerationRequested,
+                                  GeneratorCalled, JobCompleted, JobSubmitted, KernelCompiled, ShardTuned, StepAccepted,
+                                  StepDiscarded, TaskProfiled, TuningCompleted, TuningRequested, VerificationRequested)
 from shared.domain.projections import job_stream
 from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 

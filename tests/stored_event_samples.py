@@ -26,13 +26,14 @@ from pathlib import Path
 from uuid import NAMESPACE_URL, uuid5
 
 from shared.domain.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
-                           CandidateRejected, CandidateVerified, ComparisonRequested, ConfigFailed, ConfigMeasured,
-                           DeviceFacts, Event, GenerationFailed, GenerationRequested, GeneratorCalled, JobCancelled,
-                           JobCompleted, JobFailed, JobSubmitted, KernelCompiled, KernelsCompared, PlanProposed,
-                           SanitizerCheck, SanitizerChecked, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
-                           StepSkipped, StepValidated, TaskFailed, TaskProfiled, Tolerance, TrialPassed,
-                           TuningCompleted, TuningRequested, VerificationIncomplete, VerificationRequested,
-                           WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested)
+                                  CandidateRejected, CandidateVerified, ComparisonRequested, ConfigFailed,
+                                  ConfigMeasured, DeviceFacts, Event, GenerationFailed, GenerationRequested,
+                                  GeneratorCalled, JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled,
+                                  KernelsCompared, PlanProposed, SanitizerCheck, SanitizerChecked, ShardTuned,
+                                  StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated, TaskFailed,
+                                  TaskProfiled, Tolerance, TrialPassed, TuningCompleted, TuningRequested,
+                                  VerificationIncomplete, VerificationRequested, WebhookAbandoned, WebhookAttempted,
+                                  WebhookDelivered, WebhookRequested)
 from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 
 ROOT = Path(__file__).resolve().parent.parent

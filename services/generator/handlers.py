@@ -13,7 +13,7 @@ from services.generator.retrieval import similar_optimisations
 from shared.adapters.bus import Bus
 from shared.domain.errors import field_errors
 from shared.domain.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
-                           JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
+                                  JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
 from shared.adapters.eventstore import EventStore
 from shared.domain.expressions import names_in
 from shared.application.requests import answer_request

@@ -12,14 +12,13 @@ from functools import singledispatch
 from services.planner import step_flow
 from services.planner.strategies import UnknownStrategy, strategy_for
 from shared.domain.contracts import (WEBHOOKS_QUEUE, CompareKernels, DeliverWebhook, Generate, MeasureBaseline, Message,
-                              TuneShard, VerifyCandidate, benchmark_queue, verifier_queue)
-from shared.domain.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated, CandidateRejected,
-                           CandidateVerified, ComparisonRequested, Event, GenerationFailed, GenerationRequested,
-                           JobCancelled, JobCompleted, KernelsCompared,
-                           JobFailed, JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
-                           StepSkipped, StepValidated, TaskFailed, TuningCompleted, TuningRequested,
-                           VerificationIncomplete,
-                           VerificationRequested, WebhookRequested, derived_id)
+                                     TuneShard, VerifyCandidate, benchmark_queue, verifier_queue)
+from shared.domain.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
+                                  CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationFailed,
+                                  GenerationRequested, JobCancelled, JobCompleted, KernelsCompared, JobFailed,
+                                  JobSubmitted, PlanProposed, ShardTuned, StepAccepted, StepBrokenDown, StepDiscarded,
+                                  StepSkipped, StepValidated, TaskFailed, TuningCompleted, TuningRequested,
+                                  VerificationIncomplete, VerificationRequested, WebhookRequested, derived_id)
 from shared.domain.projections import JobView, job_id_of
 from shared.domain.steps import OVERALL, SUBMITTED, TUNED_SUFFIX, Optimisation
 

@@ -10,8 +10,8 @@ from uuid import UUID
 from services.planner.strategies import Ask, Finish, Skip, strategy_for
 from shared.domain.contracts import GENERATOR_QUEUE
 from shared.domain.events import (CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationRequested,
-                           JobCompleted, JobFailed, KernelsCompared, StepAccepted, StepDiscarded, StepSkipped,
-                           TuningCompleted, VerificationRequested, derived_id)
+                                  JobCompleted, JobFailed, KernelsCompared, StepAccepted, StepDiscarded, StepSkipped,
+                                  TuningCompleted, VerificationRequested, derived_id)
 from shared.domain.projections import JobView
 from shared.domain.speedup import speedup_text
 from shared.domain.spec import CandidateSpec

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from services.verifier.trials import size_problem
 from shared.domain.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
-                           VerificationRequested, derived_id)
+                                  VerificationRequested, derived_id)
 from shared.adapters.settings import Settings
 from shared.domain.steps import TUNED_SUFFIX
 from shared.domain.spec import KernelSpec, ParamValue

@@ -11,7 +11,8 @@ from services.webhooks.sender import Sender, Unreachable
 from services.webhooks.signing import signed_headers
 from shared.adapters.bus import Bus
 from shared.domain.contracts import DeliverWebhook
-from shared.domain.events import Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested, derived_id
+from shared.domain.events import (Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested,
+                                  derived_id)
 from shared.adapters.eventstore import EventStore
 from shared.application.jobs import JobPublic
 from shared.domain.projections import JobView, job_stream, project_job

@@ -35,10 +35,11 @@ from uuid import UUID
 from shared.adapters.bus import Bus
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
-                           CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationFailed,
-                           GenerationRequested, JobCancelled, JobSubmitted, KernelsCompared, PlanProposed, ShardTuned,
-                           StepBrokenDown, StepValidated, TaskFailed, TuningRequested, VerificationIncomplete,
-                           VerificationRequested, WebhookAbandoned, WebhookDelivered, WebhookRequested)
+                                  CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationFailed,
+                                  GenerationRequested, JobCancelled, JobSubmitted, KernelsCompared, PlanProposed,
+                                  ShardTuned, StepBrokenDown, StepValidated, TaskFailed, TuningRequested,
+                                  VerificationIncomplete, VerificationRequested, WebhookAbandoned, WebhookDelivered,
+                                  WebhookRequested)
 from shared.adapters.eventstore import ConcurrencyConflict, EventStore
 from shared.domain.projections import job_stream
 

@@ -5,10 +5,10 @@ from datetime import datetime
 from functools import singledispatch
 from uuid import UUID
 
-from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured, Event,
-                           KernelsCompared,
-                           JobCancelled, JobCompleted, JobFailed, JobSubmitted, KernelCompiled, ShardTuned, StepAccepted,
-                           TuningCompleted, TuningRequested, Undecodable)
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, ConfigFailed, ConfigMeasured,
+                                  Event, KernelsCompared, JobCancelled, JobCompleted, JobFailed, JobSubmitted,
+                                  KernelCompiled, ShardTuned, StepAccepted, TuningCompleted, TuningRequested,
+                                  Undecodable)
 from shared.domain.spec import KernelSpec
 from shared.domain.steps import OVERALL
 

@@ -4,11 +4,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import singledispatch
 
-from shared.domain.events import (BaselineMeasured, CandidateGenerated, ComparisonRequested, Event,
-                           GenerationFailed, GenerationRequested, GeneratorCalled, JobSubmitted, KernelsCompared,
-                           PlanProposed,
-                           StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated, TuningCompleted,
-                           TuningRequested)
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, ComparisonRequested, Event, GenerationFailed,
+                                  GenerationRequested, GeneratorCalled, JobSubmitted, KernelsCompared, PlanProposed,
+                                  StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated,
+                                  TuningCompleted, TuningRequested)
 from shared.domain.spec import CandidateSpec, KernelSpec, ParamValue, TuningStep
 
 FINAL = ("accepted", "discarded", "skipped", "invalid", "broken_down")

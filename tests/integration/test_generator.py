@@ -6,8 +6,8 @@ from uuid import uuid4
 import pytest
 
 from services.generator.handlers import generate
-from shared.domain.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested, GeneratorCalled,
-                           JobSubmitted, PlanProposed, StepAccepted, StepValidated)
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested,
+                                  GeneratorCalled, JobSubmitted, PlanProposed, StepAccepted, StepValidated)
 from shared.domain.projections import job_stream
 from shared.adapters.settings import Settings
 from shared.domain.spec import TuningStep

@@ -9,7 +9,7 @@ from shared.adapters.broker import Broker
 from shared.adapters.bus import CeleryBus, configure_celery
 from shared.domain.contracts import DeliverWebhook, MeasureBaseline
 from shared.domain.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobSubmitted, WebhookAttempted,
-                           WebhookRequested)
+                                  WebhookRequested)
 from shared.application.jobs import cancel_job
 from shared.domain.projections import job_stream
 from shared.adapters.settings import Settings

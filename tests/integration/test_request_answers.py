@@ -7,7 +7,7 @@ import pytest
 
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCancelled, JobSubmitted,
-                           KernelCompiled, TaskProfiled, derived_id)
+                                  KernelCompiled, TaskProfiled, derived_id)
 from shared.adapters.eventstore import ConcurrencyConflict, EventStore
 from shared.domain.projections import job_stream
 from shared.application.requests import answer_request, needs_answer

@@ -17,8 +17,9 @@ from services.planner.policy import react
 from shared.domain.contracts import CompareKernels
 from shared.adapters.device.probe import DeviceInfo
 from shared.domain.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
-                           CandidateVerified, ComparisonRequested, GenerationRequested, JobSubmitted, KernelsCompared, StepAccepted,
-                           StepDiscarded, TuningCompleted, TuningRequested, VerificationRequested)
+                                  CandidateVerified, ComparisonRequested, GenerationRequested, JobSubmitted,
+                                  KernelsCompared, StepAccepted, StepDiscarded, TuningCompleted, TuningRequested,
+                                  VerificationRequested)
 from shared.domain.projections import job_stream, project_job
 from shared.application.requests import outstanding_requests
 from shared.domain.reports.tracker import performance_tracker

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from shared.domain.expressions import MAX_MAGNITUDE, ExpressionError, check_restriction, evaluate, names_in, restriction_holds
+from shared.domain.expressions import (MAX_MAGNITUDE, ExpressionError, check_restriction, evaluate, names_in,
+                                       restriction_holds)
 
 
 @pytest.mark.parametrize("expression, variables, expected", [

@@ -13,7 +13,7 @@ from services.verifier import handlers as verifier
 from shared.domain.contracts import CompareKernels, Generate, MeasureBaseline, TuneShard, VerifyCandidate
 from shared.adapters.device.process import GpuProcess
 from shared.domain.events import (CandidateGenerated, CandidateVerified, GeneratorCalled, JobCompleted, StepAccepted,
-                           StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested)
+                                  StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested)
 from shared.domain.projections import job_stream, project_job
 from shared.adapters.settings import Settings
 from shared.domain.steps import TUNED_SUFFIX, project_optimisation

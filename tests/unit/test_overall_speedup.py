@@ -4,7 +4,7 @@ import pytest
 
 from services.planner.policy import react
 from shared.domain.events import (BaselineMeasured, BaselineRequested, ComparisonRequested, JobCompleted, JobSubmitted,
-                           KernelsCompared, ShardTuned, StepAccepted, TuningCompleted, TuningRequested)
+                                  KernelsCompared, ShardTuned, StepAccepted, TuningCompleted, TuningRequested)
 from shared.domain.projections import project_job
 from shared.domain.reports.results import kernel_result
 from shared.domain.reports.tracker import performance_tracker

@@ -11,8 +11,8 @@ from sqlalchemy import text
 from services.planner import handlers
 from services.planner.policy import NOTHING, react
 from shared.domain.contracts import MeasureBaseline, Message
-from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
-                           KernelCompiled, GeneratorCalled)
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed,
+                                  JobSubmitted, KernelCompiled, GeneratorCalled)
 from shared.domain.projections import project_job
 from tests.fakes import RecordingBus
 

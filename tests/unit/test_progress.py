@@ -12,7 +12,7 @@ from kforge.progress import configurations_to_search, fold
 from kforge.render import progress_display, progress_lines
 from kforge.specfile import load_spec
 from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, JobSubmitted,
-                           TaskProfiled, TuningCompleted, TuningRequested)
+                                  TaskProfiled, TuningCompleted, TuningRequested)
 from shared.domain.spec import CandidateSpec
 from tests.conftest import EXAMPLES
 

@@ -11,7 +11,8 @@ import pytest
 from kforge.specfile import load_spec
 from services.verifier import sanitizer
 from services.verifier.sanitizer import NOT_INSTALLED, SanitisedRun, command, find_tool, gate, parse, small_sizes
-from shared.domain.events import CandidateRejected, CandidateVerified, SanitizerChecked, TrialPassed, VerificationRequested
+from shared.domain.events import (CandidateRejected, CandidateVerified, SanitizerChecked, TrialPassed,
+                                  VerificationRequested)
 from shared.adapters.settings import Settings
 from tests.conftest import EXAMPLES
 

@@ -6,8 +6,9 @@ import pytest
 
 from services.planner.strategies import Ask, Finish, Skip, UnknownStrategy, register, registered, strategy_for
 from services.planner.strategies.multiturn import category
-from shared.domain.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested, JobSubmitted,
-                           PlanProposed, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped, StepValidated)
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested,
+                                  JobSubmitted, PlanProposed, StepAccepted, StepBrokenDown, StepDiscarded, StepSkipped,
+                                  StepValidated)
 from shared.domain.spec import DEFAULT_STEPS, TuningStep
 from shared.domain.steps import project_optimisation
 from shared.domain.strategy_names import unknown_strategy

@@ -14,8 +14,8 @@ from shared.domain.contracts import VerifyCandidate
 from shared.adapters.device.compiler import parameter_types
 from shared.adapters.device.probe import DeviceInfo
 from shared.adapters.device.process import NoDevice
-from shared.domain.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed, VerificationIncomplete,
-                           VerificationRequested)
+from shared.domain.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed,
+                                  VerificationIncomplete, VerificationRequested)
 from shared.adapters.inputs import SPECIAL_STRIDE, make_arrays
 from shared.domain.signature import mismatches
 from shared.domain.spec import KernelSpec

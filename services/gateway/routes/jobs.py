@@ -9,7 +9,8 @@ from services.gateway.deps import CallerDep, ReadsDep, RuntimeDep, VisibleJob
 from services.gateway.problems import invalid_fields, too_many
 from services.gateway.schemas import CancelRequest, EventPublic, FieldErrorPublic, JobAccepted, JobPublic, Problem
 from shared.adapters.array_files import named_file_errors
-from shared.application.jobs import Admission, AdmissionRefused, JobFinished, QueueFull, cancel_job, job_events, submit_job
+from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, QueueFull, cancel_job, job_events,
+                                     submit_job)
 from shared.domain.spec import KernelSpec
 
 router = APIRouter(prefix="/jobs")

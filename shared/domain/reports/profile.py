@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.domain.events import (BaselineRequested, Event, GenerationRequested, GeneratorCalled, JobCompleted, JobFailed,
-                           KernelCompiled, ShardTuned, TaskProfiled, TuningRequested, VerificationRequested)
+from shared.domain.events import (BaselineRequested, Event, GenerationRequested, GeneratorCalled, JobCompleted,
+                                  JobFailed, KernelCompiled, ShardTuned, TaskProfiled, TuningRequested,
+                                  VerificationRequested)
 from shared.domain.projections import job_id_of
 
 STAGES = ("queue wait", "planning", "generation", "verification", "compile", "benchmark")

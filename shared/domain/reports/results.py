@@ -4,8 +4,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigMeasured, Event, JobSubmitted, KernelsCompared,
-                           StepAccepted, TuningRequested)
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigMeasured, Event, JobSubmitted,
+                                  KernelsCompared, StepAccepted, TuningRequested)
 from shared.domain.expressions import ExpressionError
 from shared.domain.projections import job_id_of, project_job
 from shared.domain.spec import KernelSpec, ParamValue

@@ -8,8 +8,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, DeviceFacts, Event,
-                           JobSubmitted, TuningRequested)
+from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigFailed, ConfigMeasured, DeviceFacts,
+                                  Event, JobSubmitted, TuningRequested)
 from shared.domain.reports.results import KernelResult, Measurement, kernel_result, stored_figure
 from shared.domain.spec import KernelSpec
 from shared.domain.steps import SUBMITTED
