@@ -17,7 +17,7 @@ from shared.adapters.device.process import GpuProcess
 from shared.domain.events import CandidateVerified, VerificationRequested
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ATOMIC_SUM, VARIANTS, sample
+from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, VARIANTS, sample
 
 pytestmark = pytest.mark.gpu
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -63,10 +63,18 @@ def cases() -> dict:
     found["atomic_sum-hierarchical_reduction"] = (lambda: ATOMIC_SUM, "hierarchical_reduction")
     found["atomic_sum-plan"] = (lambda: ATOMIC_SUM, None)
     found.update({f"variant-{case}": (lambda s=spec: s, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
+    # One result per block from a grid-stride share: every rule that applies keeps the submitted block size.
+    found["variant-block_max-plan"] = (lambda: BLOCK_MAX, None)
     return found
 
 
 CASES = cases()
+# The submitted moments kernel adds 1M float squares with one atomic each: its rounding is biased (small terms
+# added to a large running sum round down more often than up), so it is 137 (3.9e-4) below the exact sum, in
+# every order, while the rewrite is within 0.03 of it. The verifier judges against the submitted kernel, whose
+# spread over runs cannot show a bias all orders share, and refuses the accurate rewrite: a known limit of
+# judging order-dependent sums against a float32 reference (issue 21's note).
+BIASED_REFERENCE = {"variant-moments"}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +84,8 @@ def process():
     process.close()
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="biased reference"))
+                                  if c in BIASED_REFERENCE else c for c in CASES])
 def test_the_restructured_kernel_is_verified_against_the_submitted_one(process, case):
     make, rule_id = CASES[case]
     spec = make().model_validate({**make().model_dump(), "verify": {"timeout_s": 20}})

@@ -12,6 +12,7 @@ import itertools
 from services.generator.rules import loops, textual, tree
 from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
+from services.generator.rules.partition import partition
 from services.generator.rules.shape import Layout, Shape
 from services.generator.rules.shapes import offering, recognise
 from shared.domain.spec import CandidateSpec, KernelSpec, ParamValue
@@ -55,11 +56,20 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
     if rule_id in carried:
         return f"the current kernel already carries {rule_id}"
     name = rule.parameter_name(spec)
+    blocks = partition(spec.source, spec)
+    if name is not None and name in blocks.widths:
+        return (f"the kernel writes one result per block ({blocks.describe()}) from the elements its blocks take by "
+                f"block size: another {name} gives each result other elements, so {name} stays "
+                f"{spec.baseline_params().get(name)}")
     if name is not None and name in _space(spec, current):
         return f"{name} is already a tune parameter of the current kernel"
     try:
         if rule.rendered:
-            return _rendered_reason(rule, spec, current, carried)
+            reason = _rendered_reason(rule, spec, current, carried)
+            if reason is None and blocks.outputs:  # a shape's rendering launches another grid
+                return (f"the kernel writes one result per block ({blocks.describe()}); {rule_id} would spread the "
+                        f"elements over the blocks differently and give each result other elements")
+            return reason
         reason, _ = TEXTUAL[rule_id]
         return reason(without_header(current.source), spec)
     except ValueError as exc:  # the source could not be read: no kernel definition, unbalanced brackets
@@ -80,6 +90,7 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSp
         _, edit = TEXTUAL[rule_id]
         source = edit(without_header(current.source), spec)
     space = {**_space(spec, current), **rule.tune_params(spec), **layout.tune_params}
+    space.update(_pinned(spec, space))
     restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
     restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions) if r not in restrictions]
     divisors = {axis: layout.grid_div.get(axis, getattr(current, f"grid_div_{axis}")) for axis in "xyz"}
@@ -89,6 +100,14 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSp
                               **{f"grid_div_{axis}": divisors[axis] for axis in "xyz"})
     params = _default_configuration(spec, current, candidate, rule, layout)
     return candidate.model_copy(update={"params": params})
+
+
+def _pinned(spec: KernelSpec, space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:
+    """The block sizes a kernel with per-block results must keep (services/generator/rules/partition.py), each at
+    the submitted kernel's value: the verifier compares every configuration with the submitted kernel as it
+    ran, and another block size gives each per-block result other elements."""
+    baseline = spec.baseline_params()
+    return {name: [baseline[name]] for name in partition(spec.source, spec).widths if name in space}
 
 
 def _space(spec: KernelSpec, current: CandidateSpec) -> dict[str, list[ParamValue]]:

@@ -13,7 +13,10 @@ of four is not, so the rewrite checks every address at run time and runs the ori
 
 The elements are spread over threads differently, which reorders what a thread accumulates (float sums round
 differently, as any reordered sum does), and nothing else: a loop body that breaks out, returns, waits for other
-threads, or touches a vectorised array at another index is left alone.
+threads, or touches a vectorised array at another index is left alone. A grid-stride loop's vectors also spread
+the elements over the blocks differently, so it is left alone in a kernel that writes one result per block
+(`out[blockIdx.x]`, services/generator/rules/partition.py): each result would take other elements. A block's
+loop over its own row keeps each block's elements.
 """
 import re
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.elementwise import model
+from services.generator.rules.partition import partition
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.spec import KernelSpec
@@ -94,6 +98,7 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
     aliases = _aliases(masked, kernel.body_open + 1, kernel.body_close)
     types = _element_types(source, kernel, spec, masked)
     found, reasons = [], []
+    per_block = partition(source, spec)
     for statement, _ in walk(masked, body):
         if statement.kind != "for":
             continue
@@ -101,6 +106,10 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
             header = strided_loop(masked, uncommented, statement, widths, aliases)
             if header is None:
                 continue
+            if per_block.outputs and "blockIdx.x" in affine.names(affine.parse(header[2], aliases)):
+                raise _Refused(f"the loop over {header[0]} shares the elements out among the grid's blocks, and the "
+                               f"kernel writes one result per block ({per_block.describe()}): vectors of four would "
+                               f"give each block other elements")
             found.append(_vector_loop(source, masked, uncommented, statement, header, types))
         except _Refused as exc:
             reasons.append(str(exc))

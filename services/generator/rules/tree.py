@@ -14,12 +14,15 @@ replacement keeps that contract: each thread takes red[tid], every warp combines
 __shfl_down_sync, the warps' results go to red[0..warps-1], warp 0 combines those, and red[0] is written before a
 last barrier: three barriers and no shared-memory traffic per step instead of one barrier per halving. The other
 entries of red no longer hold the tree's partial results. The block must be whole warps (the rule restricts the
-block size to multiples of 32).
+block size to multiples of 32). Only the block's combination changes: each block takes the same elements, and
+where the kernel writes one result per block from elements taken by block size (a grid-stride share), the engine
+keeps the block size at the submitted kernel's (services/generator/rules/partition.py).
 """
 import re
 from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.partition import partition
 from services.generator.rules.points import INDENT
 from services.generator.rules.statements import Statement, Unparsed, statement_at, statements
 from shared.domain.spec import KernelSpec
@@ -41,6 +44,8 @@ def shuffle_reduction_reason(source: str, spec: KernelSpec) -> str | None:
     if tree_loops(source, spec):
         x = spec.block_size_names[0]
         values = spec.tune_params.get(x) or [spec.baseline_params().get(x)]
+        if x in partition(spec.source, spec).widths:  # one result per block: the block size stays (engine.py)
+            values = [spec.baseline_params().get(x)]
         if not any(isinstance(v, int) and v % 32 == 0 for v in values):
             return f"no value of {x} ({values}) is a multiple of 32, which warp shuffles need"
         return None

@@ -1,0 +1,159 @@
+"""Kernels that write one result per block, and whether the block size decides which inputs each result takes.
+
+A kernel that writes `out[blockIdx.x]` (a global array at an address that depends on the block and on no thread
+index) leaves a partial result per block: which inputs reach each output is the launch's partition of the
+elements among blocks. A max, a count or an integer sum over another partition is another answer, not a
+rounding of the same one, so a rewrite must keep it: one block per row (`in[blockIdx.x * len + c]` walked by
+`c = threadIdx.x; c += blockDim.x`) covers its row whatever the block size, but a grid-stride share
+(`i = blockIdx.x * block_size_x + threadIdx.x; i += gridDim.x * block_size_x`) changes with the block size, and
+changes with anything that spreads the elements over the grid differently (vectors, elements per thread).
+
+`partition(source, spec)` finds the per-block outputs and the block-size names their partition depends on: the
+names that multiply blockIdx or gridDim of their axis anywhere in the kernel's index arithmetic (conservatively:
+a kernel that also has an elementwise part, `out2[blockIdx.x * blockDim.x + threadIdx.x]`, counts too).
+"""
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.generator.rules import affine
+from services.generator.rules.cuda_text import IDENTIFIER, closing, find_kernel, mask
+from services.generator.rules.points import ASSIGNMENT
+from shared.domain.spec import KernelSpec
+
+AXES = "xyz"
+
+
+@dataclass(frozen=True)
+class Partition:
+    outputs: tuple[str, ...] = ()  # the per-block writes as written, e.g. "out[blockIdx.x]"
+    widths: tuple[str, ...] = ()  # block-size names the outputs' partition depends on (only with outputs)
+
+    def describe(self) -> str:
+        return ", ".join(f"`{o}`" for o in self.outputs)
+
+
+def partition(source: str, spec: KernelSpec) -> Partition:
+    """The per-block outputs of the kernel and the block sizes their partition depends on; none for a kernel
+    that cannot be read (the rules refuse it for that anyway)."""
+    try:
+        return _partition(source, spec)
+    except ValueError:
+        return Partition()
+
+
+def _partition(source: str, spec: KernelSpec) -> Partition:
+    kernel = find_kernel(source, spec.kernel_name)
+    masked, uncommented = mask(source), mask(source, literals=False)
+    start, end = kernel.body_open + 1, kernel.body_close
+    parameters = set()
+    for a, b in kernel.parameters(source):
+        names = IDENTIFIER.findall(masked[a:b])
+        if names and "*" in masked[a:b]:
+            parameters.add(names[-1])
+    assigned = _assignments(masked, start, end)
+    # What each local is computed from: every name its right-hand sides hold, or only those outside loads (the
+    # index arithmetic a block's share of the elements follows).
+    values = {name: set().union(*(_names(rhs) for rhs in texts)) for name, texts in assigned.items()}
+    indices = {name: set().union(*(_names(_without_subscripts(rhs)) for rhs in texts))
+               for name, texts in assigned.items()}
+
+    def reach(names: set[str], depends: dict[str, set[str]] = indices) -> set[str]:
+        seen, todo = set(), list(names)
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(depends.get(name, ()))
+        return seen
+
+    outputs = []
+    for text, base, address in _writes(masked, uncommented, start, end):
+        names = reach(_names(address) | {base}, values)
+        if names & parameters and _any(names, "blockIdx.") and not _any(names, "threadIdx.") and text not in outputs:
+            outputs.append(text)
+    if not outputs:
+        return Partition()
+    expressions = [rhs for texts in assigned.values() for rhs in texts]
+    expressions += [masked[m.end():closing(masked, m.end() - 1)]
+                    for m in re.compile(r"[\w\]]\s*\[").finditer(masked, start, end)]
+    widths = []
+    for axis, name in zip(AXES, spec.block_size_names):
+        grid, width = {f"blockIdx.{axis}", f"gridDim.{axis}"}, {f"blockDim.{axis}", name}
+        if any(_multiplies(expression, reach, grid, width) for expression in expressions):
+            widths.append(name)
+    return Partition(tuple(outputs), tuple(widths))
+
+
+def _names(text: str) -> set[str]:
+    """The names in the text, members kept (`blockIdx.x`)."""
+    return {re.sub(r"\s+", "", name) for name in re.findall(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*", text)}
+
+
+def _any(names: set[str], prefix: str) -> bool:
+    return any(name.startswith(prefix) for name in names)
+
+
+def _assignments(masked: str, start: int, end: int) -> dict[str, list[str]]:
+    """Every local's right-hand sides (`x = ...`, `x += ...`, declarations and loop headers alike)."""
+    found: dict[str, list[str]] = {}
+    for match in re.finditer(rf"(?<![\w.\]>])([A-Za-z_]\w*)\s*{ASSIGNMENT}", masked[start:end]):
+        at = start + match.end()
+        found.setdefault(match.group(1), []).append(masked[at:_expression_end(masked, at, end)])
+    return found
+
+
+def _expression_end(masked: str, at: int, end: int) -> int:
+    depth = 0
+    while at < end:
+        char = masked[at]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return at
+            depth -= 1
+        elif char in ";," and depth == 0:
+            return at
+        at += 1
+    return at
+
+
+def _writes(masked: str, uncommented: str, start: int, end: int) -> list[tuple[str, str, str]]:
+    """(text, array, address) of each store `X[...] = ...` (or op=, ++, --) and each atomic's address."""
+    found = []
+    for match in re.finditer(r"(?<![\w.\]>])([A-Za-z_]\w*)\s*\[", masked[start:end]):
+        opening = start + match.end() - 1
+        close = closing(masked, opening)
+        before = masked[:start + match.start()].rstrip()
+        if re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", masked[close + 1:close + 8]) or before.endswith(("++", "--")):
+            text = " ".join(uncommented[start + match.start():close + 1].split())
+            found.append((text, match.group(1), masked[opening + 1:close]))
+    for match in re.finditer(r"\batomic\w+\s*\(", masked[start:end]):
+        opening = start + match.end() - 1
+        first = masked[opening + 1:_expression_end(masked, opening + 1, end)]
+        names = IDENTIFIER.findall(first)
+        if names:
+            text = " ".join(uncommented[opening + 1:opening + 1 + len(first)].split())
+            found.append((text, names[0], first))
+    return found
+
+
+def _multiplies(expression: str, reach: Callable[[set[str]], set[str]], grid: set[str], width: set[str]) -> bool:
+    """Whether a product in the expression takes a grid index (blockIdx, gridDim) and a block width, locals
+    followed to what they are assigned (`i = blockIdx.x * bs + t` with `bs = blockDim.x`)."""
+    expression = _without_subscripts(expression)  # a load's subscript is an expression of its own
+    try:
+        terms = [affine.names({term: 1}) for term in affine.parse(expression)]
+    except affine.NotAffine:
+        terms = [_names(expression)]
+    return any(reach(names) & grid and reach(names) & width for names in terms)
+
+
+def _without_subscripts(text: str) -> str:
+    while (opening := text.find("[")) >= 0:
+        try:
+            text = text[:opening] + text[closing(text, opening) + 1:]
+        except ValueError:
+            return text.replace("[", " ")
+    return text
