@@ -19,7 +19,7 @@ from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, 
 from services.generator.rules.loops import strided_loop
 from services.generator.rules.points import INDENT
 from services.generator.rules.shape import Layout, NotRecognised, default_in
-from services.generator.rules.statements import Unparsed, statements
+from services.generator.rules.statements import body_of
 from shared.domain.dtypes import host_dtype
 from shared.domain.expressions import evaluate
 from shared.domain.spec import KernelSpec
@@ -46,10 +46,7 @@ def recognise(spec: KernelSpec) -> Binned:
     source = spec.source
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
-    try:
-        body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    except Unparsed as exc:
-        raise NotRecognised(f"its body could not be read: {exc}") from None
+    body = body_of(kernel, masked, NotRecognised)
     if len(body) != 1 or body[0].kind != "for":
         raise NotRecognised("its body is not one grid-stride loop")
     loop = body[0]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (IDENTIFIER, Kernel, closing, find_kernel, fresh_name, identifiers,
                                                  mask, split_top_level)
-from services.generator.rules.statements import Unparsed, statements
+from services.generator.rules.statements import body_of
 from services.generator.rules.shape import Layout, one_thread_per_point
 from shared.domain.spec import KernelSpec
 
@@ -89,10 +89,7 @@ def model(spec: KernelSpec) -> Elementwise:
 def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommented: str) -> Elementwise:
     """A kernel whose whole body is a grid-stride loop, `for (int i = blockIdx.x * blockDim.x + threadIdx.x;
     i < n; i += blockDim.x * gridDim.x) BODY`: elementwise when BODY is, whatever the grid."""
-    try:
-        body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    except Unparsed as exc:
-        raise NotElementwise(f"its body could not be read: {exc}") from None
+    body = body_of(kernel, masked, NotElementwise)
     if len(body) != 1 or body[0].kind != "for":
         raise NotElementwise("code follows the grid-stride loop; an elementwise kernel is the loop alone")
     loop = body[0]

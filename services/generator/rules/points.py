@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, Kernel, closing, find_kernel, mask
-from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
 
 AXES = "xyz"
@@ -86,10 +86,7 @@ def recognise(spec: KernelSpec) -> PointKernel:
     source = spec.source
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
-    try:
-        body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    except Unparsed as exc:
-        raise NotPointKernel(f"its body could not be read: {exc}") from None
+    body = body_of(kernel, masked, NotPointKernel)
     axes: list[Axis] = []
     taken = 0
     for statement in body:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import closing
+from services.generator.rules.cuda_text import Kernel, closing
 
 _CONTROL = re.compile(r"(if|for|while|switch)\s*\(")
 _WORD_AFTER = re.compile(r"\s*(else|while)\b")
@@ -37,6 +37,14 @@ class Statement:
 
 class Unparsed(ValueError):
     """The text could not be split into statements; the message says where."""
+
+
+def body_of(kernel: Kernel, masked: str, refuse: type[Exception]) -> list[Statement]:
+    """The statements of `kernel`'s body, in order; `refuse` is raised, saying why, when they cannot be read."""
+    try:
+        return statements(masked, kernel.body_open + 1, kernel.body_close)
+    except Unparsed as exc:
+        raise refuse(f"its body could not be read: {exc}") from None
 
 
 def statements(masked: str, start: int, end: int) -> list[Statement]:

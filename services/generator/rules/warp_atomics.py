@@ -23,7 +23,7 @@ from services.generator.rules.loops import strided_loop
 from services.generator.rules.points import INTEGER_TYPE
 from services.generator.rules.reduction import BLOCK_SIZES, EPT_VALUES, TYPE_WORDS, Partial, block_reduction
 from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in
-from services.generator.rules.statements import Statement, Unparsed, statements
+from services.generator.rules.statements import Statement, body_of
 from shared.domain.spec import KernelSpec
 
 ATOMICS = {"atomicAdd": "+", "atomicMin": "min", "atomicMax": "max"}
@@ -53,10 +53,7 @@ def recognise(spec: KernelSpec) -> WarpAtomics:
     source = spec.source
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
-    try:
-        body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    except Unparsed as exc:
-        raise NotRecognised(f"its body could not be read: {exc}") from None
+    body = body_of(kernel, masked, NotRecognised)
     at = next((i for i, s in enumerate(body) if s.kind != "simple"), None)
     if at is None or body[at].kind != "for":
         raise NotRecognised("it is not accumulators declared, then a loop")
