@@ -35,9 +35,9 @@ from shared.domain.errors import FieldError, field_errors
 from shared.domain.events import (BaselineFailed, CandidateRejected, ConfigFailed, ConfigMeasured, Event, TaskProfiled,
                                   TuningCompleted)
 from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull,
-                                     UnknownJob, cancel_job, follow_job, get_job, job_events, list_jobs, resolve_job_id,
-                                     submit_job)
-from shared.domain.projections import project_job
+                                     UnknownJob, cancel_job, follow_job, follow_jobs, get_job, job_events, list_jobs,
+                                     resolve_job_id, submit_job)
+from shared.domain.projections import JobView, project_job
 from shared.domain.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.domain.reports.tracker import performance_tracker
@@ -341,9 +341,13 @@ def _save_best_so_far(rt: runtime.Runtime, job_id: str, directory: Path | None, 
 def _exit_now(code: int) -> NoReturn:
     """End the process without the interpreter's clean-up, which would first wait for the work in progress in
     it (the compile pool's queued compiles, a measurement): the job is cancelled, so none of it is wanted, and
-    what it recorded is stored. The GPU processes it started are killed, as what they run may take long."""
+    what it recorded is stored. The GPU processes it started are killed, as what they run may take long, and
+    the compile children's working directories removed (atexit would have)."""
     for child in multiprocessing.active_children():
         child.kill()
+    if (compiler := sys.modules.get("shared.adapters.device.compiler")) is not None:  # only where it compiled
+        with contextlib.suppress(OSError):
+            compiler.remove_workdirs()
     for stream in (console.file, sys.stdout, sys.stderr):
         with contextlib.suppress(OSError):  # a reader that has gone (`kforge tune | head`)
             stream.flush()
@@ -589,11 +593,14 @@ def slow(
     strategy: Annotated[str, typer.Option(help="the strategy of --optimise")] = "multiturn",
     run: Annotated[str | None, typer.Option(help="the run name of the --optimise jobs; default: slow-<threshold>")]
         = None,
-    timeout: Annotated[float, typer.Option(help="seconds to follow the --optimise jobs")] = 3600,
+    timeout: Annotated[float, typer.Option(help="seconds to follow the --optimise jobs, all of them together")]
+        = 3600,
     as_json: JsonOption = None,
 ) -> None:
     """Kernels whose best speedup (against the spec's reference_ms, else the submitted kernel) is below the
-    threshold, slowest first; --optimise submits them all, then follows them."""
+    threshold, slowest first; --optimise submits them all, then follows them together, printing each one's end as
+    it comes. As kforge tune, it exits 1 when a job failed (or stopped recording events, and was cancelled) and 3
+    when one was unfinished at --timeout; embedded, those unfinished are cancelled."""
     rt = _runtime()
     found = _report(queries.slow_kernels, rt.store, threshold)
     if as_json is None or str(as_json) != "-":
@@ -602,15 +609,52 @@ def slow(
     if not optimise or not found:
         return
     name = run or f"slow-{threshold:g}"
-    job_ids = _report(queries.optimise_batch, rt.store, rt.bus, found, strategy, name,
-                      lambda r, j: console.print(f"{r.kernel}: job {j} submitted ({strategy})", markup=False),
-                      rt.owner)
+    kernels: dict[str, str] = {}
+
+    def submitted(result, job_id: str) -> None:
+        kernels[job_id] = result.kernel
+        console.print(f"{result.kernel}: job {job_id} submitted ({strategy})", markup=False)
+
+    job_ids = _report(queries.optimise_batch, rt.store, rt.bus, found, strategy, name, submitted, rt.owner)
     with console.status(f"optimising {len(job_ids)} kernel(s)…"):
-        views = [follow_job(rt.store, j, lambda e: None, timeout_s=timeout) for j in job_ids]
-        if all(v.finished for v in views):
+        followed = follow_jobs(rt.store, job_ids, lambda view: console.print(_job_end(view, kernels)),
+                               timeout_s=timeout, stalled=rt.bus.stalled, stall_s=rt.settings.stall_timeout_s)
+        if not followed.unfinished:
             rt.bus.wait_idle()
-    console.print(jobs_table(views, console.width))
+    console.print(jobs_table(followed.views, console.width))
     console.print(f"compare with: kforge compare <earlier run> {name}", markup=False)
+    failed = [v for v in followed.views if v.finished and v.status != "completed"]
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(job_ids)} job(s) did not complete[/red]: "
+                      + escape(", ".join(f"{v.job_id} ({kernels[v.job_id]}) {v.status}" for v in failed)))
+    if not followed.unfinished:
+        if failed:
+            raise typer.Exit(1)
+        return
+    if followed.stalled is not None:
+        why, reason = f"stopped: {followed.stalled}", f"kforge slow stopped following: {followed.stalled}"
+    else:
+        why, reason = f"still unfinished after {timeout:g} s", f"not finished within kforge slow --timeout {timeout:g}"
+    cancelled = [v.job_id for v in followed.unfinished if stop_embedded_job(rt, v.job_id, reason, "cli")]
+    unfinished = ", ".join(f"{v.job_id} ({kernels[v.job_id]}, {v.status})" for v in followed.unfinished)
+    if cancelled:
+        console.print(f"[yellow]{escape(why)}[/yellow]: {escape(unfinished)}; cancelled, as the in-process workers "
+                      "stop with this command")
+    else:
+        console.print(f"[yellow]{escape(why)}[/yellow]: {escape(unfinished)}; left to the workers, `kforge show "
+                      "<job>` follows up")
+    code = 1 if failed or (followed.stalled is not None and cancelled) else 3
+    if cancelled:
+        _exit_now(code)  # the cancelled jobs' work in progress is not waited for, as kforge tune does
+    raise typer.Exit(code)
+
+
+def _job_end(view: JobView, kernels: dict[str, str]) -> str:
+    """One line, as a job followed by `kforge slow --optimise` ends."""
+    said = {"completed": f"[green]completed[/green]: {escape(view.summary or '')}",
+            "failed": f"[red]failed[/red] at {view.failed_stage}: {escape(view.failure or '')}"}
+    ended = said.get(view.status, f"[yellow]{view.status}[/yellow]")
+    return f"{escape(kernels[view.job_id])}: job {view.job_id} {ended}"
 
 
 @app.command()

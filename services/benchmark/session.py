@@ -28,7 +28,7 @@ from shared.adapters.array_files import ArrayFileError, read_array
 from shared.domain.dtypes import is_float
 from shared.domain.events import Tolerance
 from shared.adapters.inputs import make_arrays
-from shared.domain.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
+from shared.domain.tolerance import REFERENCE_RUNS, answer_tolerances, derive_each, set_in_spec
 
 
 @dataclass
@@ -48,6 +48,7 @@ class BenchmarkSession(GpuSession):
         super().__init__(index)
         self._own = OwnKernels(self)
         self._tolerances: dict[str, Tolerance] = {}  # per output of the space, from the reference's runs
+        self._answer_tolerances: dict[str, Tolerance] = {}  # per output with an answer, as the verifier holds it
         self._flush = None
         self._setup: Setup | None = None
         self._setup_key: tuple | None = None
@@ -89,23 +90,27 @@ class BenchmarkSession(GpuSession):
                     found = self._own.compare(int(buffer.handle), int(reference.handle), size, arg.dtype, 0.0, 0.0)
                     spread[arg.name] = (max(spread[arg.name][0], found.max_abs),
                                         max(spread[arg.name][1], found.max_rel))
-        self._tolerances = self._derived_tolerances(spread)
+        self._tolerances, self._answer_tolerances = self._derived_tolerances(spread, answers)
         # An answer comes with fixed data on every input, so both sets hold the same inputs: one is checked.
         if answers and (wrong := self._answer_mismatch(self._sets[0], answers)):
             self._setup = None
             return Failed("output", wrong)
         return None
 
-    def _derived_tolerances(self, spread: dict[str, tuple[float, float]]) -> dict[str, Tolerance]:
+    def _derived_tolerances(self, spread: dict[str, tuple[float, float]],
+                            answers: dict) -> tuple[dict[str, Tolerance], dict[str, Tolerance]]:
         """Each output's tolerance (shared/domain/tolerance.py) from the reference's spread, (absolute, relative) by
-        output, and the scale of the float inputs: their elements in one set, the largest finite in any."""
+        output, and the scale of the float inputs: their elements in one set, the largest finite in any; and the
+        tolerance of each output with an answer against it, by the same rule as the verifier's."""
         spec = self._setup.spec
         floats = [a for a in spec.args if a.is_array and a.effective_role != "out" and is_float(a.dtype)]
         counts = {a.name: math.prod(spec.shape_of(a)) for a in floats}
         largest = max((self._own.max_abs(int(buffer.handle), counts[a.name], a.dtype) for inputs in self._sets
                        for a, buffer in zip(spec.args, inputs.arrays) if a.name in counts), default=0.0)
-        return derive_each([(arg.name, arg.dtype) for arg, *_ in self._sets[0].outputs],
-                           set_in_spec(spec, verifying=False), spread, sum(counts.values()), largest)
+        outputs = [(arg.name, arg.dtype) for arg, *_ in self._sets[0].outputs]
+        terms = sum(counts.values())
+        return (derive_each(outputs, set_in_spec(spec, verifying=False), spread, terms, largest),
+                answer_tolerances(spec, [o for o in outputs if o[0] in answers], spread, terms, largest))
 
     def _upload(self, spec, seed: int) -> InputSet:
         # One set at a time on the host: the device holds them all. An input with fixed `data` is the same in
@@ -253,21 +258,23 @@ class BenchmarkSession(GpuSession):
         return "; ".join(problems), worst
 
     def _answer_mismatch(self, inputs: InputSet, answers: dict[str, np.ndarray]) -> str:
-        """'' when the reference's outputs on `inputs` match the spec's answers within verify.atol/rtol (Kernel
-        Tuner's atol), else how they differ: a wrong answer is reported as such, before any configuration."""
-        spec, problems = self._setup.spec, []
+        """'' when the reference's outputs on `inputs` match the spec's answers within the answer's tolerance (the
+        verifier's: verify.*, then benchmark.*, as Kernel Tuner's atol; else derived from the reference's spread),
+        else how they differ: a wrong answer is reported as such, before any configuration."""
+        problems = []
         for arg, _, _, reference, size in inputs.outputs:
             if arg.name not in answers:
                 continue
-            atol, rtol = spec.verify_tolerance(arg.dtype)
+            tolerance = self._answer_tolerances[arg.name]
+            atol, rtol = tolerance.atol, tolerance.rtol
             answer = self.upload(answers[arg.name], keep=False)
             count, first, error = self._differences(arg.dtype, reference, answer, size, atol, rtol)
             answer.close(self.stream)
             if count:
                 problems.append(f"the submitted kernel's {arg.name} differs from its answer ({arg.answer.path}) at "
                                 f"{count} of {size} elements beyond atol {atol:g} + rtol {rtol:g} x |answer| (first "
-                                f"at index {first}, largest absolute error {error:.3g}): the kernel or the answer "
-                                "is wrong")
+                                f"at index {first}, largest absolute error {error:.3g}; {tolerance.reason}): the "
+                                "kernel or the answer is wrong")
         return "; ".join(problems)
 
     def _differences(self, dtype: str, out, ref, size: int, atol: float, rtol: float) -> tuple[int, int | None, float]:

@@ -326,10 +326,59 @@ def follow_job(store: EventStore, job_id: str, on_event: Callable[[Event], None]
             progressed = time.monotonic()
         if follower.view.finished:
             return follower.view
-        if why is None and stall_s is not None and time.monotonic() - progressed > stall_s:
-            why = f"it recorded no event for {stall_s:.0f} s"
-        if why is not None:
+        if (why := _no_progress(why, stall_s, progressed, "it recorded no event for {} s")) is not None:
             raise NoProgress(follower.view, why)
         if time.monotonic() > deadline:
             return follower.view
         time.sleep(poll_s)
+
+
+@dataclass
+class Followed:
+    """Where following several jobs left them: each one's last view, in the order given, and, when following
+    stopped before they all ended because nothing could move them on, why (as NoProgress says); when it did not,
+    those unfinished ran past the deadline."""
+
+    views: list[JobView]
+    stalled: str | None = None
+
+    @property
+    def unfinished(self) -> list[JobView]:
+        return [view for view in self.views if not view.finished]
+
+
+def follow_jobs(store: EventStore, job_ids: list[str], on_end: Callable[[JobView], None], timeout_s: float,
+                poll_s: float = 0.1, stalled: Callable[[], str | None] = lambda: None,
+                stall_s: float | None = None) -> Followed:
+    """Follow several jobs at once until they all finish or `timeout_s` passes, one deadline for them all;
+    `on_end(view)` as each finishes, in the order they do. Stops early by follow_job's rule: `stalled` says no
+    work is left to move them on, or none of them recorded an event for `stall_s` seconds (jobs run in turn, so
+    one waiting for its turn records nothing while another runs: the bound is on them together)."""
+    followers = [JobFollower(job_id) for job_id in job_ids]
+    deadline = time.monotonic() + timeout_s
+    progressed = time.monotonic()
+    while True:
+        why = stalled()  # asked before reading, as follow_job does
+        for follower in followers:
+            if follower.view.finished:
+                continue
+            if follower.read(store):
+                progressed = time.monotonic()
+            if follower.view.finished:
+                on_end(follower.view)
+        followed = Followed([follower.view for follower in followers])
+        if not followed.unfinished:
+            return followed
+        if (why := _no_progress(why, stall_s, progressed, "none of them recorded an event for {} s")) is not None:
+            return Followed(followed.views, why)
+        if time.monotonic() > deadline:
+            return followed
+        time.sleep(poll_s)
+
+
+def _no_progress(why: str | None, stall_s: float | None, progressed: float, saying: str) -> str | None:
+    """Why following must stop, or None: `why` (from Bus.stalled) first, else, when no event came since `progressed`
+    (time.monotonic()) for `stall_s` seconds, `saying` with those seconds."""
+    if why is None and stall_s is not None and time.monotonic() - progressed > stall_s:
+        return saying.format(f"{stall_s:.0f}")
+    return why

@@ -765,10 +765,6 @@ class KernelSpec(_Strict):
         """The same kernel at other sizes (verification trials at odd sizes), validated like any spec."""
         return self.model_validate({**self.model_dump(), "sizes": {**self.sizes, **sizes}})
 
-    def verify_tolerance(self, dtype: str) -> tuple[float, float]:
-        atol, rtol = self.benchmark.tolerance(dtype)
-        return (atol if self.verify.atol is None else self.verify.atol, rtol if self.verify.rtol is None else self.verify.rtol)
-
     def bytes_per_launch(self) -> int:
         """The spec's figure, or every array read or written once: the least any correct kernel moves."""
         if self.work.bytes is not None:

@@ -22,6 +22,10 @@ Both floors still grow with N as the error does and no faster: 2^24 terms in [-1
 differ by about 0.5, their floors allow about 6, and a sum that drops 1% of the terms is off by about 240.
 Integer arithmetic has no rounding: an integer output gets only the margin over its spread.
 The relative spread is recorded but not used: one element near zero makes it unbounded.
+
+An output's `answer` (Kernel Tuner's answer, whose atol the user gives) is held to the verifier's reading of the
+spec wherever it is checked, the verifier's trials and the benchmark's input sets alike: verify.* wins, then
+benchmark.*, and what neither sets is derived as above (answer_tolerances).
 """
 import math
 from dataclasses import dataclass
@@ -66,6 +70,14 @@ def derive_each(outputs: list[tuple[str, str]], in_spec: dict[str, tuple[float, 
     return {name: derive(name, dtype, in_spec, Observed(spread=spread[name][0], spread_rel=spread[name][1],
                                                         runs=REFERENCE_RUNS, terms=terms, largest=largest))
             for name, dtype in outputs}
+
+
+def answer_tolerances(spec: KernelSpec, outputs: list[tuple[str, str]], spread: dict[str, tuple[float, float]],
+                      terms: int, largest: float) -> dict[str, Tolerance]:
+    """The tolerance of each output, (name, dtype), against its `answer`: the verifier's (verify.*, then benchmark.*,
+    then derived from the reference's spread), which the benchmark's own check of an answer uses too, though it
+    holds configurations to benchmark.* alone."""
+    return derive_each(outputs, set_in_spec(spec, verifying=True), spread, terms, largest)
 
 
 def derive(output: str, dtype: str, in_spec: dict[str, tuple[float, str]], seen: Observed) -> Tolerance:

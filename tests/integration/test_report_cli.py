@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.integration.test_cli import KFORGE, ROOT, _out, kforge
+from tests.integration.test_cli import KFORGE, ROOT, _out, kforge, no_gpu_only
 
 pytestmark = pytest.mark.skipif(not KFORGE.exists(), reason=f"console script {KFORGE} not installed")
 
@@ -101,6 +101,49 @@ def test_slow_lists_and_optimises_in_a_batch(runs):
     assert batch.returncode == 0, _out(batch)
     assert re.search(r"vector_add\[n=67108864\]: job \w+ submitted \(tune\)", batch.stdout)
     assert "completed" in batch.stdout and "kforge compare <earlier run> retry" in batch.stdout
+
+
+@pytest.fixture(scope="module")
+def two_kernels(tmp_path_factory):
+    """A home where reduce_sum and vector_add were each tuned once, from recordings: `kforge slow --threshold 1.5`
+    lists both."""
+    home = tmp_path_factory.mktemp("kforge-slow")
+    for kernel in ("reduction", "vector_add"):
+        tuned = kforge(home, "tune", f"examples/{kernel}.cu", "--replay", "--run", "first", "--no-save")
+        assert tuned.returncode == 0, _out(tuned)
+    return home
+
+
+def _batch(home, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """`kforge slow --optimise` of both kernels, and its jobs by kernel."""
+    result = kforge(home, "slow", "--threshold", "1.5", "--optimise", *args)
+    jobs = dict(re.findall(r"^(\w+)\[.*\]: job (\w+) submitted", result.stdout, re.MULTILINE))
+    assert set(jobs) == {"reduce_sum", "vector_add"}, _out(result)
+    return result, jobs
+
+
+def test_slow_follows_its_jobs_against_one_deadline_and_cancels_those_unfinished(two_kernels):
+    batch, jobs = _batch(two_kernels, "--strategy", "tune", "--run", "late", "--timeout", "0")
+    assert batch.returncode == 3, _out(batch)  # as kforge tune past its --timeout
+    said = " ".join(_out(batch).split())
+    assert "still unfinished after 0 s:" in said and f"{jobs['vector_add']} (vector_add[n=67108864]" in said
+    assert "cancelled, as the in-process workers stop with this command" in said and "Traceback" not in said
+    listed = kforge(two_kernels, "jobs", "--json")
+    statuses = {j["job_id"]: j["status"] for j in map(json.loads, listed.stdout.splitlines())}
+    assert statuses[jobs["vector_add"]] == "cancelled" and statuses[jobs["reduce_sum"]] in ("cancelled", "completed")
+
+
+@no_gpu_only
+def test_slow_prints_each_jobs_end_as_it_comes_and_exits_1_naming_the_failed(two_kernels):
+    """one_prompt's rewrite cannot be proven without a device: both jobs fail, each said as it ends."""
+    batch, jobs = _batch(two_kernels, "--strategy", "one_prompt", "--run", "rewrites")
+    assert batch.returncode == 1, _out(batch)
+    said = " ".join(batch.stdout.split())
+    for kernel, job_id in jobs.items():
+        assert re.search(rf"{kernel}\[[^]]*\]: job {job_id} failed at device: .*no CUDA device", said), said
+        assert said.index(f"job {job_id} failed at") < said.index("compare with:")  # before the table, as it ended
+    assert (f"2 of 2 job(s) did not complete: {jobs['reduce_sum']} (reduce_sum[blocks=1024,n=16777216]) failed, "
+            f"{jobs['vector_add']} (vector_add[n=67108864]) failed") in said
 
 
 def test_bad_report_arguments_are_messages_not_tracebacks(runs):

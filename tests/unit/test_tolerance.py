@@ -1,10 +1,12 @@
 """The tolerance rule (shared/domain/tolerance.py): what the spec sets wins, a reference that repeats itself keeps the
 dtype's default, and one whose runs disagree allows its own spread and the rounding of a sum in any order,
 which lets an honest reordering of a float sum through and still catches a sum that drops 1% of its terms."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from shared.domain.tolerance import SPREAD_MARGIN, Observed, derive, set_in_spec
+from shared.domain.tolerance import SPREAD_MARGIN, Observed, answer_tolerances, derive, derive_each, set_in_spec
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -70,3 +72,43 @@ def test_an_honest_reordering_passes_and_a_sum_missing_1pc_of_its_terms_does_not
     dropped = float(np.sum(np.delete(x, np.s_[::100])))
     assert within(honest, runs[0], tolerance)
     assert not within(dropped, runs[0], tolerance)
+
+
+def test_an_answer_is_held_to_the_verifiers_rule_the_spec_first_else_the_derived_tolerance(vector_add_spec):
+    """Kernel Tuner's answer: the atol/rtol the user sets win (verify.*, then benchmark.*), and what neither sets is
+    derived from the reference's spread as for any output, never the bare dtype default."""
+    outputs, spread = [("c", "float32")], {"c": (0.5, 0.001)}
+    derived = answer_tolerances(vector_add_spec, outputs, spread, 1 << 24, 1.0)["c"]
+    assert derived == derive_each(outputs, {}, spread, 1 << 24, 1.0)["c"]
+    assert derived.atol == pytest.approx(max(SPREAD_MARGIN * 0.5, EPS32 * (1 << 24))) and derived.atol > 1e-4
+    spec = with_tolerances(vector_add_spec, benchmark={"atol": 0.5, "rtol": 0.25}, verify={"atol": 0.125})
+    given = answer_tolerances(spec, outputs, spread, 1 << 24, 1.0)["c"]
+    assert (given.atol, given.rtol) == (0.125, 0.25)  # verify.atol over benchmark.atol, as the verifier reads it
+    assert given == derive_each(outputs, set_in_spec(spec, verifying=True), spread, 1 << 24, 1.0)["c"]
+    exact = answer_tolerances(vector_add_spec, outputs, {"c": (0.0, 0.0)}, 1 << 24, 1.0)["c"]
+    assert (exact.atol, exact.rtol) == (1e-4, 1e-4)  # a reference that repeats itself: the dtype's default
+
+
+def test_the_benchmark_checks_an_answer_with_the_answer_tolerance_not_the_configurations(vector_add_spec):
+    """BenchmarkSession's answer check, its device calls replaced: configurations are held to benchmark.* alone,
+    the answer to verify.* first, and an unset part of either to what the reference's spread derives."""
+    from services.benchmark.session import BenchmarkSession, InputSet
+
+    spec = with_tolerances(vector_add_spec, benchmark={"atol": 0.5}, verify={"atol": 0.125})
+    c = spec.args[0]
+    session = BenchmarkSession.__new__(BenchmarkSession)
+    session._setup = SimpleNamespace(spec=spec)
+    session._own = SimpleNamespace(max_abs=lambda handle, count, dtype: 1.0)
+    session._sets = [InputSet(seed=1, arrays=[SimpleNamespace(handle=0)] * 3 + [None],
+                              outputs=[(c, None, None, "reference", 16)])]
+    session.stream = None
+    compared = []
+    session.upload = lambda array, keep=True: SimpleNamespace(close=lambda stream: None)
+    session._differences = lambda dtype, out, ref, size, atol, rtol: compared.append((atol, rtol)) or (0, None, 0.0)
+
+    answers = {"c": np.zeros(16, np.float32)}
+    session._tolerances, session._answer_tolerances = session._derived_tolerances({"c": (0.5, 0.001)}, answers)
+    assert (session._tolerances["c"].atol, session._answer_tolerances["c"].atol) == (0.5, 0.125)
+    assert session._answer_mismatch(session._sets[0], answers) == ""
+    terms = 2 * spec.sizes["n"]  # a and b, the float inputs
+    assert compared == [(0.125, pytest.approx(2 * EPS32 * np.sqrt(terms)))]  # rtol unset: derived, not the default

@@ -10,10 +10,17 @@ nvidia-cuda-cccl's include directories), passed by kforge, never by a request; w
 Landlock the child can open no other file. A child
 that is killed or dies is reported as a CompileError that says which limit it hit, and the next compile
 starts a fresh child. Children are kept warm between compiles (starting one costs about 0.2 s).
+
+The children's working directories lie under one folder per process, kforge-compile-<pid>-<random> in the
+temporary directory, removed when the process exits: at exit (atexit, after a return, an exception or a
+signal turned into one) and by kforge's quick exits (`remove_workdirs`, before os._exit). A process that died
+without either (SIGKILL, a crash) leaves its folder, which the next process to start a child removes, its pid
+having no process.
 """
 import atexit
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -137,7 +144,7 @@ class Sandbox:
         from cuda.pathfinder import load_nvidia_dynamic_lib  # where this process finds NVRTC, the child does too
 
         self.limits = limits
-        self.workdir = tempfile.mkdtemp(prefix="kforge-compile-")
+        self.workdir = _WORKDIRS.new()
         config = {"paths": import_path(), "memory_bytes": limits.memory_bytes,
                   "nvrtc": load_nvidia_dynamic_lib("nvrtc").abs_path, "include_dirs": list(vetted_headers().dirs)}
         self.process = subprocess.Popen([sys.executable, "-I", str(CHILD), json.dumps(config)],
@@ -250,5 +257,69 @@ class _Sandboxes:
             sandbox.close()
 
 
+class _Workdirs:
+    """This process's folder of working directories, made at its first child's start (when the stale folders of
+    dead processes are removed), and removed at its exit. A fork makes its own (the pid is checked): it never
+    removes its parent's."""
+
+    PREFIX = "kforge-compile-"
+    NAME = re.compile(r"kforge-compile-(\d+)-[a-z0-9_]+")  # mkdtemp's random part holds neither - nor upper case
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._folder: tuple[int, str] | None = None  # (pid of the process that made it, its path)
+
+    def new(self) -> str:
+        """A fresh, empty working directory for one child."""
+        with self._lock:
+            if self._folder is None or self._folder[0] != os.getpid():
+                remove_stale_workdirs()
+                self._folder = (os.getpid(), tempfile.mkdtemp(prefix=f"{self.PREFIX}{os.getpid()}-"))
+            return tempfile.mkdtemp(prefix="sandbox-", dir=self._folder[1])
+
+    def remove(self) -> None:
+        """Without the lock: a signal handler may call it while its thread holds it (a child started meanwhile
+        then fails, at exit)."""
+        folder, self._folder = self._folder, None
+        if folder is not None and folder[0] == os.getpid():
+            shutil.rmtree(folder[1], ignore_errors=True)
+
+
+def remove_stale_workdirs(directory: str | None = None) -> list[Path]:
+    """Remove the folders of working directories (in `directory`, by default the temporary one) whose process is
+    gone, the ones a killed process left; those removed. A pid reused since stays alive to this check, and its
+    folder is left until that process is gone too."""
+    removed = []
+    for path in Path(directory or tempfile.gettempdir()).glob(_Workdirs.PREFIX + "*"):
+        found = _Workdirs.NAME.fullmatch(path.name)
+        if found and not _alive(int(found[1])) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's; no pid at all: left alone either way
+        return True
+    return True
+
+
+def remove_workdirs() -> None:
+    """Remove this process's working directories, the children's or not: before os._exit, which skips atexit (a
+    child outlives its directory; it ends when its pipe closes, with this process)."""
+    _WORKDIRS.remove()
+
+
+def shutdown() -> None:
+    """At exit: close the idle children and remove this process's working directories."""
+    _SANDBOXES.close_all()
+    _WORKDIRS.remove()
+
+
 _SANDBOXES = _Sandboxes()
-atexit.register(_SANDBOXES.close_all)
+_WORKDIRS = _Workdirs()
+atexit.register(shutdown)
