@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from shared.adapters.bus import Bus
+from shared.domain.errors import field_errors
 from shared.domain.events import JobSubmitted
 from shared.adapters.eventstore import EventStore, UnreadableEvent
 from shared.adapters.job_owners import JobOwner
@@ -122,13 +123,17 @@ def slow_kernels(store: EventStore, threshold: float, among: Collection[str] | N
 def optimise_batch(store: EventStore, bus: Bus, kernels: list[KernelResult], strategy: str, run: str,
                    on_submitted: Callable[[KernelResult, str], None] = lambda r, j: None,
                    owner: JobOwner | None = None) -> list[str]:
-    """Submit each kernel again, as its latest job submitted it, under a rewriting strategy and one run name;
-    `owner` as submit_job takes it."""
+    """Submit each kernel again, as its latest job submitted it, under `strategy` and one run name; `owner` as
+    submit_job takes it. A strategy the spec cannot take is a ReportError naming the field and the fix."""
     job_ids = []
     for result in kernels:
         submitted = next(e for e in events_of(store, result.job_id) if isinstance(e, JobSubmitted))
-        spec = submitted.spec.model_validate({**submitted.spec.model_dump(),
-                                              "strategy": {**submitted.spec.strategy.model_dump(), "name": strategy}})
+        try:
+            spec = submitted.spec.model_validate({**submitted.spec.model_dump(), "strategy": {
+                **submitted.spec.strategy.model_dump(), "name": strategy}})
+        except ValidationError as exc:
+            raise ReportError(f"--strategy {strategy}: " + "; ".join(
+                f"{e.field}: {e.message}" for e in field_errors(exc.errors()))) from None
         job_id = submit_job(store, bus, spec, submitted_by="batch", run=run, owner=owner)
         on_submitted(result, job_id)
         job_ids.append(job_id)

@@ -103,6 +103,13 @@ def test_slow_lists_and_optimises_in_a_batch(runs):
     assert "completed" in batch.stdout and "kforge compare <earlier run> retry" in batch.stdout
 
 
+def test_slow_refuses_a_strategy_the_specs_cannot_take_naming_the_field(runs):
+    home, *_ = runs
+    batch = kforge(home, "slow", "--threshold", "1.5", "--optimise", "--strategy", "verify", "--run", "bad")
+    assert batch.returncode == 2, _out(batch)
+    assert "--strategy verify: strategy" in batch.stderr + batch.stdout and "Traceback" not in batch.stderr
+
+
 @pytest.fixture(scope="module")
 def two_kernels(tmp_path_factory):
     """A home where reduce_sum and vector_add were each tuned once, from recordings: `kforge slow --threshold 1.5`
