@@ -18,6 +18,7 @@ from shared.domain.events import CandidateVerified, VerificationRequested
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, VARIANTS, sample
+from tests.unit.test_rules_vectorize16 import NARROW_VARIANTS
 
 pytestmark = pytest.mark.gpu
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -30,6 +31,7 @@ SIZES = {
     "row_sum": {"rows": 500, "cols": 1000}, "int_stats": {"n": 1 << 22}, "dot": {"n": 1 << 22},
     "histogram": {"n": 1 << 22}, "bias_gelu": {"rows": 500, "cols": 1000},
     "rgba_to_gray": {"height": 500, "width": 700}, "gather": {"n": 1 << 22, "m": 1 << 20},
+    "haxpy": {"n": 1 << 22}, "bf16_axpy": {"n": 1 << 22},
 }
 RESTRUCTURED = {"transpose": "shared_tile", "jacobi2d": "register_blocking", "laplace3d": "register_blocking",
                 "conv2d": "register_blocking", "gemv": "warp_per_row", "spmv_csr": "warp_per_row",
@@ -38,6 +40,11 @@ RESTRUCTURED = {"transpose": "shared_tile", "jacobi2d": "register_blocking", "la
                 "bias_gelu": "elements_per_thread",
                 "rgba_to_gray": "elements_per_thread", "gather": "elements_per_thread"}
 VECTORIZED = ("softmax", "layernorm", "row_sum", "dot", "histogram", "int_stats")
+# Kernels passing over each row several times: the row read once into shared memory (alone here; with the
+# shuffles and vectors in their -plan cases, where sizes less one leave rows unaligned, so one pass may take
+# vectors and another the scalar loop).
+ROW_IN_SHARED = ("softmax", "layernorm")
+NARROW = ("haxpy", "bf16_axpy")  # 2-byte elementwise kernels: vectorize alone, and with everything in plan order
 
 
 def small(name: str) -> KernelSpec:
@@ -59,12 +66,18 @@ def composed(spec: KernelSpec) -> CandidateSpec:
 def cases() -> dict:
     found = {f"{name}-{rule_id}": (lambda n=name: small(n), rule_id) for name, rule_id in RESTRUCTURED.items()}
     found.update({f"{name}-vectorize_loops": (lambda n=name: small(n), "vectorize_loops") for name in VECTORIZED})
+    found.update({f"{name}-row_in_shared": (lambda n=name: small(n), "row_in_shared") for name in ROW_IN_SHARED})
     found.update({f"{name}-plan": (lambda n=name: small(n), None) for name in RESTRUCTURED})
+    found.update({f"{name}-vectorize": (lambda n=name: small(n), "vectorize") for name in NARROW})
+    found.update({f"{name}-plan": (lambda n=name: small(n), None) for name in NARROW})
+    found.update({f"variant16-{case}": (lambda s=spec: s, "vectorize") for case, spec in NARROW_VARIANTS.items()})
+    found.update({f"variant16-{case}-plan": (lambda s=spec: s, None) for case, spec in NARROW_VARIANTS.items()})
     found["atomic_sum-hierarchical_reduction"] = (lambda: ATOMIC_SUM, "hierarchical_reduction")
     found["atomic_sum-plan"] = (lambda: ATOMIC_SUM, None)
     found.update({f"variant-{case}": (lambda s=spec: s, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
     # One result per block from a grid-stride share: every rule that applies keeps the submitted block size.
     found["variant-block_max-plan"] = (lambda: BLOCK_MAX, None)
+    found.update({f"variant-{case}-plan": (lambda s=VARIANTS[case][1]: s, None) for case in ("l2_normalise", "rms_norm")})
     return found
 
 

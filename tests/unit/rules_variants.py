@@ -305,6 +305,51 @@ extern "C" __global__ void scale3d(float *v, int nx, int ny, int nz, float f)
                 {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
                 {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]})
 
+L2_NORMALISE = spec(r"""
+// Each row scaled to unit length in double precision, one block per row: the sum of squares, then the scaling.
+// The row is indexed from the matrix through a 64-bit base, the block width is the define.
+extern "C" __global__ void l2_normalise(double *dst, const double *src, int n)
+{
+    __shared__ double partial[block_size_x];
+    const int t = threadIdx.x;
+    const size_t base = (size_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int i = t; i < n; i += block_size_x) {
+        const double v = src[base + i];
+        ss += v * v;
+    }
+    partial[t] = ss;
+    __syncthreads();
+    for (int s = block_size_x >> 1; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        __syncthreads();
+    }
+    const double inv = 1.0 / sqrt(partial[0] + 1e-12);
+    for (int i = t; i < n; i += block_size_x) dst[base + i] = src[base + i] * inv;
+}
+""", "l2_normalise", [array("dst", ["rows", "n"], "float64", "out"), array("src", ["rows", "n"], "float64"),
+                      scalar("n", "n")], {"rows": 300, "n": 1001}, ["rows"], {"block_size_x": 128},
+                     {"block_size_x": [64, 128, 256]}, grid_div_x=[1])
+
+RMS_NORM = spec(r"""
+// RMS normalisation, a warp per row of a 32 x block_size_y block: the lanes' squares added by xor shuffles,
+// then the scaled outputs; an early return past the last row, the stride the literal warp width.
+extern "C" __global__ void rms_norm(float *out, const float *x, const float *w, int rows, int dim, float eps)
+{
+    const int r = blockIdx.x * blockDim.y + threadIdx.y;
+    if (r >= rows) return;
+    const float *xr = x + (size_t)r * dim;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < dim; j += 32) ss += xr[j] * xr[j];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float scale = rsqrtf(ss / dim + eps);
+    for (int j = threadIdx.x; j < dim; j += 32) out[(size_t)r * dim + j] = xr[j] * scale * w[j];
+}
+""", "rms_norm", [array("out", ["rows", "dim"], role="out"), array("x", ["rows", "dim"]), array("w", ["dim"]),
+                  scalar("rows", "rows"), scalar("dim", "dim"), scalar("eps", 1e-5, "float32")],
+                 {"rows": 1000, "dim": 1024}, ["rows"], {"block_size_x": 32, "block_size_y": 4},
+                 {"block_size_x": [32], "block_size_y": [1, 2, 4, 8, 16]}, grid_div_x=["block_size_y"])
+
 # case -> (rule, spec): each must be recognised; at least two per shape.
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
@@ -321,6 +366,8 @@ VARIANTS = {
     "block_max": ("shuffle_reduction", BLOCK_MAX),
     "partial_sums": ("shuffle_reduction", PARTIAL_SUMS),
     "weighted_sum_tree": ("shuffle_reduction", WEIGHTED_SUM),
+    "l2_normalise": ("row_in_shared", L2_NORMALISE),
+    "rms_norm": ("row_in_shared", RMS_NORM),
     "weighted_sum_loop": ("vectorize_loops", WEIGHTED_SUM),
     "partial_sums_loop": ("vectorize_loops", PARTIAL_SUMS),
     "axpby_vectorize": ("vectorize", AXPBY),
@@ -386,5 +433,18 @@ NOT_OF_SHAPE = {
     "strided_loads_are_not_vectorised": ("vectorize_loops", _edited(
         WEIGHTED_SUM, "acc += w[idx] * v[idx];", "acc += w[2 * idx] * v[2 * idx];"),
         "indexes no array by idx"),
+    "a_single_pass_row_is_read_once_already": ("row_in_shared", PARTIAL_SUMS,
+                                               "no row is read in more than one of its 1 loop(s) over a row"),
+    "a_row_too_long_for_shared_memory": ("row_in_shared", L2_NORMALISE.with_sizes({"n": 8192}),
+                                         "the row of src takes 65536 bytes of shared memory at the spec's sizes"),
+    "a_row_the_kernel_writes_in_place": ("row_in_shared", L2_NORMALISE.model_validate({
+        **_edited(L2_NORMALISE, "dst[base + i] = src[base + i] * inv;", "src[base + i] = src[base + i] * inv;")
+        .model_dump(), "args": [a.model_dump() | ({"role": "inout"} if a.name == "src" else {})
+                                for a in L2_NORMALISE.args]}), "the kernel writes src (role inout)"),
+    "rows_of_several_warps_without_a_barrier": ("row_in_shared", RMS_NORM.model_validate({
+        **_edited(RMS_NORM, "j += 32)", "j += blockDim.x)").model_dump(),
+        "tune_params": {"block_size_x": [64], "block_size_y": [1, 2]}, "params": {"block_size_x": 64,
+                                                                                 "block_size_y": 2}}),
+        "no barrier comes between its first pass over the row and the later ones"),
     "a_transpose_is_not_elementwise": ("elements_per_thread", TRANSPOSE_SCALED, "it is a transpose-like kernel"),
 }

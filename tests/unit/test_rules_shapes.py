@@ -22,19 +22,19 @@ from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH,
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
 # The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
-NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "shuffle_reduction",
-             "vectorize_loops")
+NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_shared",
+             "shuffle_reduction", "vectorize_loops")
 FIRES = {
-    "bf16_axpy": {"elements_per_thread"}, "bias_gelu": {"elements_per_thread"},
+    "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread"},
     "conv2d": {"register_blocking"}, "dot": {"vectorize_loops"},
-    "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread"},
+    "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread", "vectorize"},
     "histogram": {"hierarchical_reduction", "vectorize_loops"}, "horner": {"elements_per_thread"},
     "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking"},
-    "laplace3d": {"register_blocking"}, "layernorm": {"shuffle_reduction", "vectorize_loops"},
+    "laplace3d": {"register_blocking"}, "layernorm": {"row_in_shared", "shuffle_reduction", "vectorize_loops"},
     "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread"},
     "row_sum": {"shuffle_reduction", "vectorize_loops"}, "saxpy": {"elements_per_thread", "vectorize"},
     "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": set(),
-    "softmax": {"shuffle_reduction", "vectorize_loops"}, "spmv_csr": {"warp_per_row"},
+    "softmax": {"row_in_shared", "shuffle_reduction", "vectorize_loops"}, "spmv_csr": {"warp_per_row"},
     "transpose": {"shared_tile"},
 }
 SHAPE_RULES = (*NEW_RULES, "elements_per_thread", "vectorize")
@@ -77,7 +77,8 @@ def test_unrelated_kernels_take_no_restructuring():
     assert shapes["transpose"].name == "transposed" and shapes["jacobi2d"].name == "stencil"
     assert shapes["gemv"].name == "row_loop" and shapes["int_stats"].name == "warp_atomics"
     assert shapes["histogram"].name == "binned_atomics"
-    assert shapes["softmax"] is None and shapes["dot"] is None  # block-level kernels: textual rules only
+    assert shapes["softmax"].name == shapes["layernorm"].name == "row_passes"  # a block passing over its row
+    assert shapes["dot"] is None and shapes["row_sum"] is None  # block-level kernels of one pass: textual rules only
 
 
 # --- every rewrite compiles and keeps the signature -------------------------------------------------------
@@ -306,6 +307,59 @@ def test_warp_per_row_then_vectorize_loops_gives_128_bit_row_loads():
     assert "reinterpret_cast<const float4 *>(&A[(size_t)r * cols + 0])[v]" in widened.source
     assert "(reinterpret_cast<unsigned long long>(&A[(size_t)r * cols + 0]) & 15) == 0" in widened.source
     assert rules.applied(widened.source) == ("warp_per_row", "vectorize_loops")
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_row_in_shared_reads_the_row_from_global_memory_once(name):
+    """The first pass stores each element it reads; every other read of the row reads shared memory. The grid,
+    the block size's space and the signature are the submitted ones; the smem is the row's bytes."""
+    spec = CORPUS[name].spec()
+    candidate = rules.apply("row_in_shared", spec, spec.as_candidate())
+    code = mask(candidate.source)
+    assert code.count("row[c]") == 1 and "row_cache[c] = row[c];" in code
+    assert code.count("row_cache[c]") == 4
+    assert "extern __shared__ __align__(16) unsigned char row_shared[];" in code
+    assert "__syncwarp" not in code and code.count("__syncthreads") == mask(spec.source).count("__syncthreads")
+    assert candidate.smem_args.size == "cols * 4" and candidate.restrictions == spec.restrictions
+    assert spec.for_candidate(candidate).shared_memory_bytes(candidate.params) == 1024 * 4
+    assert candidate.tune_params == spec.tune_params and candidate.grid_div_x == spec.grid_div_x
+    assert rules.found(spec) == ("The recognisers found a kernel that passes over each row several times (a block, "
+                                 "or a warp, per row).")
+
+
+def test_row_in_shared_composes_with_the_shuffles_and_the_vectors():
+    spec = CORPUS["layernorm"].spec()
+    planned = plan_applied(spec, rules.PLAN_ORDER)
+    assert rules.applied(planned.source)[:2] == ("row_in_shared", "shuffle_reduction")
+    assert "vectorize_loops" in rules.applied(planned.source) and planned.smem_args.size == "cols * 4"
+    code = mask(planned.source)
+    assert "reinterpret_cast<float4 *>(&row_cache[0])[v___] = row_cache4__;" in code  # the first pass stores vectors
+    assert "const float4 row_cache4_ = reinterpret_cast<const float4 *>(&row_cache[0])[v__];" in code
+    assert "__shfl_down_sync" in code
+
+
+def test_row_in_shared_refuses_a_row_longer_than_shared_memory_holds():
+    spec = CORPUS["softmax"].spec().with_sizes({"cols": 16384})
+    assert rules.check("row_in_shared", spec, spec.as_candidate()) == (
+        "the row of row takes 65536 bytes of shared memory at the spec's sizes (cols x 4), more than the 45056 left "
+        "of the 49152 a block gets by default beside its 4096 bytes of static shared memory")
+    fits = CORPUS["softmax"].spec().with_sizes({"cols": 11264})
+    assert rules.check("row_in_shared", fits, fits.as_candidate()) is None
+
+
+def test_row_in_shared_keeps_a_row_per_warp_and_restricts_the_rows_per_block():
+    """A warp per row (32 x block_size_y): a row per threadIdx.y, block_size_y rows of dynamic shared memory,
+    the values of block_size_y whose rows do not fit restricted away, and a __syncwarp after the first pass
+    (nothing else orders the lanes' stores before the reads vectorize_loops may move to other lanes)."""
+    spec = VARIANTS["rms_norm"][1]
+    candidate = rules.apply("row_in_shared", spec, spec.as_candidate())
+    code = mask(candidate.source)
+    assert "float *xr_cache = reinterpret_cast<float *>(row_shared) + (size_t)threadIdx.y * dim;" in code
+    assert candidate.smem_args.size == "block_size_y * dim * 4"
+    assert candidate.restrictions == ["block_size_y * dim * 4 <= 49152"]
+    assert [c["block_size_y"] for c in sample(candidate, spec, 10)] == [1, 2, 4, 8]
+    assert code.index("__syncwarp();") > code.index("ss += xr_cache[j] * xr_cache[j];")
+    assert code.index("__syncwarp();") < code.index("__shfl_xor_sync")
 
 
 def test_shuffle_reduction_keeps_the_combination():

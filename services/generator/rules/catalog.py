@@ -18,6 +18,7 @@ class Rule:
     default: ParamValue | None = None  # the value a new candidate starts from
     rendered: bool = False  # printed from a model of the submitted kernel's shape, not edited into the current one
     restrictions: tuple[str, ...] = ()  # added to the candidate's; {x} is the spec's x block size name
+    keeps_grid: bool = False  # rendered on the submitted grid and blocks: per-block results keep their elements
 
     def parameter_name(self, spec: KernelSpec) -> str | None:
         """The identifier the code and the tune_params use; for block_size, whatever the spec calls the x block
@@ -40,8 +41,9 @@ CATALOG = (
     Rule("elements_per_thread", "Let each thread handle several elements (or points of its 2D or 3D grid) in a "
                                 "loop, with the grid shrunk by the tunable elements_per_thread.",
          "elements_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
-    Rule("vectorize", "Load and store four elements at a time through 128-bit vector types (float4, int4, uint4), "
-                      "with a scalar loop for the last n % 4 elements.", rendered=True),
+    Rule("vectorize", "Load and store 128 bits at a time: four 4-byte elements through float4, int4 or uint4, eight "
+                      "halves or bfloat16s or sixteen bytes as aligned structs (run-time checked), each lane computed "
+                      "as the kernel wrote it, with a scalar loop for the last elements.", rendered=True),
     Rule("unroll", "Unroll every loop that has no unroll pragma yet by the tunable loop_unroll_factor.",
          "loop_unroll_factor", (1, 2, 4, 8), 4),
     Rule("launch_bounds", "Declare __launch_bounds__ with the block size, so the compiler budgets registers for "
@@ -63,6 +65,9 @@ CATALOG = (
     Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
                          "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
                          "rows per block.", rendered=True),
+    Rule("row_in_shared", "Read a row that a block (or a warp) passes over several times from global memory once: "
+                          "the first pass keeps each element it reads in dynamic shared memory, sized by the row's "
+                          "length, and the later passes read it there.", rendered=True, keeps_grid=True),
     Rule("shuffle_reduction", "Replace each shared-memory tree reduction (a halving loop with a barrier per step) "
                               "by warp shuffles: every warp reduces its values in registers, then one warp the "
                               "warps' results, three barriers instead of one per halving.",
@@ -72,7 +77,8 @@ CATALOG = (
                             "run time, with a scalar loop for the remaining elements."),
 )
 RULES = {rule.id: rule for rule in CATALOG}
-STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "shuffle_reduction")
+STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_shared",
+              "shuffle_reduction")
 
 # The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
 # the other rules then apply to what it printed), then the others in catalog order.

@@ -3,7 +3,10 @@
 Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY }`, or the same BODY in a
 grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`, every
 array in BODY indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so
-each thread handles several elements, or apply it lane by lane to 128-bit vectors of four elements. Both shapes are
+each thread handles several elements, or apply it lane by lane to 128-bit vectors (four lanes of 4-byte elements,
+eight of 2-byte ones such as __half and __nv_bfloat16, sixteen of bytes; each lane runs BODY as written, so it
+rounds exactly as one thread did, and the narrow vectors fall back to the element loop when an array is not 16-byte
+aligned at run time). Both shapes are
 *rendered* from a model of the submitted kernel rather than edited into the current one, so the two features
 compose in either order; both loop over the grid's width, so they are correct for any grid, the one the candidate's
 grid_div_x gives included. Anything outside that pattern is refused with what did not match.
@@ -23,6 +26,12 @@ INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsign
                r"u?int(?:32|64)_t)")
 VECTOR_TYPES = {"float32": "float4", "int32": "int4", "uint32": "uint4"}  # 4 lanes of 4 bytes: 128 bits
 LANES = "xyzw"
+# The element sizes vectorize takes. Arrays all of 4 bytes take the float4/int4/uint4 lanes above; a kernel with a
+# narrower one takes 16 bytes of its narrowest arrays per vector (8 halves, or 16 int8s), as a struct of that many
+# elements of each array's own type, aligned to 16 bytes (its wider arrays move a multiple of 16 bytes per vector).
+ELEMENT_BYTES = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2, "float32": 4, "int32": 4,
+                 "uint32": 4}
+VECTOR_BYTES = 16
 ESCAPES = ("return", "break", "continue", "goto", "__syncthreads", "__syncwarp", "__shared__")
 ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
 INDENT = "    "
@@ -192,11 +201,40 @@ def vectorize_reason(kernel: Elementwise) -> str | None:
     for name, dtype in kernel.arrays.items():
         if dtype is None:
             return f"{name} is not one of the kernel's array arguments, so it cannot be loaded as vectors"
-        if dtype not in VECTOR_TYPES:
-            return f"{name} is {dtype}; vectorize takes arrays of 4-byte elements (float32, int32, uint32)"
+        if dtype not in ELEMENT_BYTES:
+            return (f"{name} is {dtype}; vectorize takes arrays of 1-, 2- or 4-byte elements "
+                    f"({', '.join(ELEMENT_BYTES)})")
         if re.search(rf"&\s*{name}\s*\[", mask(kernel.body)):
             return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
+    if lanes(kernel) != 4:
+        pointees = _pointees(kernel)
+        for name in kernel.arrays:
+            if name not in pointees:
+                return (f"{name} is not declared as a plain pointer (`const T *{name}`), so its element type for "
+                        f"the vector of {lanes(kernel)} lanes is unknown")
     return None
+
+
+def lanes(kernel: Elementwise) -> int:
+    """The elements per vector: 4 when every array has 4-byte elements (float4, int4, uint4), else 16 bytes of the
+    narrowest array's (8 of 2 bytes, 16 of 1 byte)."""
+    sizes = [ELEMENT_BYTES.get(dtype, 4) for dtype in kernel.arrays.values()]
+    return VECTOR_BYTES // min(sizes, default=4)
+
+
+def _pointees(kernel: Elementwise) -> dict[str, str]:
+    """The element type each array parameter is declared with (`const __half *__restrict__ x`: __half), for
+    the arrays declared as plain pointers to a non-volatile type."""
+    found = {}
+    for start, end in kernel.kernel.parameters(kernel.source):
+        declared = re.fullmatch(r"\s*(?P<type>[\w\s:]+?)\s*\*\s*(?:(?:const|__restrict__|__restrict)\s+)*"
+                                r"(?P<name>[A-Za-z_]\w*)\s*", mask(kernel.source[start:end]))
+        if declared is None or declared["name"] not in kernel.arrays:
+            continue
+        words = [word for word in declared["type"].split() if word != "const"]
+        if words and "volatile" not in words:
+            found[declared["name"]] = " ".join(words)
+    return found
 
 
 # --- rendering ----------------------------------------------------------------------------------------
@@ -204,7 +242,8 @@ def render(kernel: Elementwise, elements_per_thread: bool, vectorize: bool) -> s
     """The submitted source with the kernel's body re-shaped: a grid-stride loop (several elements per
     thread when `elements_per_thread`), over 128-bit vectors plus a scalar tail when `vectorize`."""
     if vectorize:
-        lines = _vector_loops(kernel, elements_per_thread)
+        lines = (_vector_loops(kernel, elements_per_thread) if lanes(kernel) == 4 else
+                 _narrow_vector_loops(kernel, elements_per_thread))
     else:
         lines = [*_unrolled_by_elements_per_thread(elements_per_thread),
                  *_scalar_loop(kernel, f"blockIdx.x * {kernel.block_x} + threadIdx.x")]
@@ -255,6 +294,66 @@ def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
             *_scalar_loop(kernel, f"4 * {vectors} + blockIdx.x * {kernel.block_x} + threadIdx.x")]
 
 
+def _narrow_vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
+    """Vectors of `lanes(kernel)` elements when every array is 16-byte aligned: each array's vector is a struct
+    of that many of its elements, aligned to 16 bytes, loaded and stored whole (one 128-bit access per 16
+    bytes), and an unrolled loop over the lanes runs the body as written on each lane's elements, so every
+    element is computed (and rounded) as one thread computed it. Then the last bound % lanes elements one by
+    one; with an array not aligned, the element loop alone."""
+    width = lanes(kernel)
+    taken = identifiers(kernel.source)
+    v, vectors, k, lane = (fresh_name(base, taken) for base in ("v", "vectors", "k", "lane"))
+    pointees = _pointees(kernel)
+    structs: dict[str, str] = {}
+    for name in kernel.arrays:
+        element = pointees[name]
+        if element not in structs:
+            structs[element] = fresh_name(f"{re.sub(r'[^A-Za-z0-9]+', '_', element).strip('_')}_x{width}", taken)
+    registers = {name: fresh_name(f"{name}{width}", taken) for name in kernel.arrays}
+    bound = kernel.bound if re.fullmatch(r"\w+", kernel.bound) else f"({kernel.bound})"
+    loads, stores = [], []
+    for name, register in registers.items():
+        vector = structs[pointees[name]]
+        written = _written(kernel, name)
+        if not written:
+            loads.append(f"const {vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
+        elif _overwritten_before_read(kernel, name):
+            loads.append(f"{vector} {register};")
+        else:
+            loads.append(f"{vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
+        if written:
+            stores.append(f"reinterpret_cast<{vector} *>({name})[{v}] = {register};")
+    i, text = kernel.index, kernel.body
+    for name, register in registers.items():
+        text = re.sub(rf"\b{name}\s*\[\s*{i}\s*\]", f"{register}.{lane}[{k}]", text)
+    index = [f"const {kernel.index_type} {i} = {width} * {v} + {k};"] if re.search(rf"\b{i}\b", mask(text)) else []
+    aligned = " && ".join(f"(reinterpret_cast<unsigned long long>({name}) & 15) == 0" for name in kernel.arrays)
+    first = f"blockIdx.x * {kernel.block_x} + threadIdx.x"
+    return [f"// 128-bit loads and stores when every array is 16-byte aligned: the first {bound} / {width} * {width} "
+            f"elements as vectors",
+            f"// of {width} lanes, each lane doing what one thread did, then the last {bound} % {width} one by one; "
+            f"else all one by one.",
+            *(f"struct __align__({VECTOR_BYTES}) {struct} {{ {element} {lane}[{width}]; }};"
+              for element, struct in structs.items()),
+            f"const {kernel.index_type} {vectors} = {bound} / {width};",
+            f"if ({aligned}) {{",
+            *(INDENT + line for line in [
+                *_unrolled_by_elements_per_thread(elements_per_thread),
+                f"for ({kernel.index_type} {v} = {first}; {v} < {vectors}; {v} += gridDim.x * {kernel.block_x}) {{",
+                *(INDENT + line for line in [
+                    *loads,
+                    "#pragma unroll",
+                    f"for (int {k} = 0; {k} < {width}; {k}++) {{",
+                    *(INDENT + line for line in [*index, *text.split("\n")]),
+                    "}",
+                    *stores]),
+                "}",
+                *_scalar_loop(kernel, f"{width} * {vectors} + {first}")]),
+            "} else {",
+            *(INDENT + line for line in _scalar_loop(kernel, first)),
+            "}"]
+
+
 def _lane(kernel: Elementwise, registers: dict[str, str], v: str, lane: int) -> list[str]:
     """The body for one lane: each X[i] becomes lane `lane` of X's register; where the body still needs the
     index, a block declares it as the lane's element."""
@@ -301,8 +400,9 @@ class ElementwiseShape:
         return vectorize_reason(kernel) if rule_id == "vectorize" else None
 
     def render(self, kernel: Elementwise, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
-        """One block per block_size_x threads, each handling elements_per_thread iterations of four-element
-        vectors: the grid then covers the problem once."""
+        """One block per block_size_x threads, each handling elements_per_thread iterations of vectors of
+        lanes(kernel) elements (4, 8 or 16): the grid then covers the problem once."""
         ept, vectors = "elements_per_thread" in features, "vectorize" in features
-        divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []), *([4] if vectors else [])]
+        divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []),
+                    *([lanes(kernel)] if vectors else [])]
         return render(kernel, ept, vectors), Layout(grid_div={"x": divisors})

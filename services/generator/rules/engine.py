@@ -66,7 +66,7 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
     try:
         if rule.rendered:
             reason = _rendered_reason(rule, spec, current, carried)
-            if reason is None and blocks.outputs:  # a shape's rendering launches another grid
+            if reason is None and blocks.outputs and not rule.keeps_grid:  # a rendering that launches another grid
                 return (f"the kernel writes one result per block ({blocks.describe()}); {rule_id} would spread the "
                         f"elements over the blocks differently and give each result other elements")
             return reason

@@ -9,6 +9,7 @@
 - binned atomics (binning.py): a grid-stride loop of atomicAdds into a small array's data-dependent bins (a
   histogram): hierarchical_reduction;
 - row loop (rows.py): one row per thread, a loop over the row accumulating with +=: warp_per_row;
+- row passes (row_cache.py): a block (or a warp) passing over an input row in several loops: row_in_shared;
 - transposed (tile.py): 2D, one store strided along x and contiguous along y, loads contiguous along x:
   shared_tile;
 - stencil (marching.py): 2D/3D, an input read around the point written: register_blocking;
@@ -23,6 +24,7 @@ from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.elementwise import ElementwiseShape
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
+from services.generator.rules.row_cache import RowPassesShape
 from services.generator.rules.rows import RowLoopShape
 from services.generator.rules.shape import Shape
 from services.generator.rules.tile import TransposedShape
@@ -30,7 +32,7 @@ from services.generator.rules.warp_atomics import WarpAtomicsShape
 from shared.domain.spec import KernelSpec
 
 SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
-                             RowLoopShape(), TransposedShape(), StencilShape(), PointsShape())
+                             RowLoopShape(), RowPassesShape(), TransposedShape(), StencilShape(), PointsShape())
 
 
 def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
