@@ -262,8 +262,8 @@ def main() -> None:
 
     with StderrTap() as tap:
         import kforge.worker  # noqa: F401  (every service's tasks, in this process)
-        from shared.application import runtime
         from shared.adapters.settings import Settings
+        from shared.application import runtime
 
         model = scripted_model(kernels)
         rt = runtime.build(Settings(KFORGE_HOME=os.environ["KFORGE_HOME"], REDIS_URL=None, DATABASE_URL=None,

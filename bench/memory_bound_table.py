@@ -232,9 +232,9 @@ def _driver_copy(counts: list[int], l2: int, reps: int) -> tuple[dict[int, float
 
 # --- the jobs -----------------------------------------------------------------------------------------
 def run(rt, row: Row, spec, timeout_s: float) -> None:
+    from shared.application.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
     from shared.domain.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCompleted, JobFailed,
                                       StepAccepted, StepDiscarded, StepSkipped)
-    from shared.application.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
     from shared.domain.steps import project_optimisation
 
     started = time.monotonic()
@@ -352,8 +352,8 @@ def main() -> None:
     console.print(f"{device.name}: copy measured with {copier}; {len(rows)} kernels, strategy {args.strategy}")
 
     importlib.import_module("kforge.worker")  # every service's tasks, in this process
-    from shared.application import runtime
     from shared.adapters.settings import Settings
+    from shared.application import runtime
 
     rt = runtime.build(Settings(KFORGE_HOME=os.environ["KFORGE_HOME"], REDIS_URL=None, DATABASE_URL=None))
     runtime.install(rt)

@@ -24,8 +24,8 @@ def main(out: Path) -> None:
     from shared.adapters.device.process import Failed
     from services.benchmark.replay import Recording, ReplayBook
     from shared.application import runtime
-    from shared.domain.events import BaselineMeasured, ConfigFailed, ConfigMeasured
     from shared.application.jobs import job_events, submit_job
+    from shared.domain.events import BaselineMeasured, ConfigFailed, ConfigMeasured
 
     device = probe(0)
     rt = runtime.current()

@@ -97,8 +97,8 @@ class KforgeService:
         self.tune(small)
 
     def tune(self, spec) -> dict:
-        from shared.domain.events import ConfigFailed, ConfigMeasured, ShardTuned, TuningCompleted, TuningRequested
         from shared.application.jobs import job_events, submit_job
+        from shared.domain.events import ConfigFailed, ConfigMeasured, ShardTuned, TuningCompleted, TuningRequested
 
         job_id = submit_job(self.rt.store, self.rt.bus, spec, submitted_by="bench")
         self.rt.bus.wait_idle()
@@ -160,8 +160,8 @@ def kernel_tuner(spec, device, ours: dict) -> dict | None:
     from kernel_tuner.util import get_best_config
 
     from services.benchmark.roofline import assess
-    from shared.domain.expressions import evaluate
     from shared.adapters.inputs import make_arrays
+    from shared.domain.expressions import evaluate
 
     making_inputs = time.perf_counter()
     arrays = make_arrays(spec, spec.benchmark.seed)

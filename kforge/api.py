@@ -16,10 +16,10 @@ from kforge.job_files import write_job_files
 from kforge.specfile import SpecError, load_spec, spec_path_for
 from shared.application import report_queries as queries
 from shared.application import runtime
-from shared.domain.errors import field_errors
-from shared.domain.events import Event
 from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, NoProgress, QueueFull, UnknownJob,
                                      cancel_job, follow_job, job_events, resolve_job_id, submit_job)
+from shared.domain.errors import field_errors
+from shared.domain.events import Event
 from shared.domain.projections import project_job
 from shared.domain.reports.comparison import Comparison
 from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProfile

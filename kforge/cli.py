@@ -28,20 +28,20 @@ from kforge.render import (comparison_summary, comparison_table, describe, event
                            suggestions_table)
 from kforge.infer_spec import DEFAULT_SIZE, InferenceError, InferredSpec, infer_spec
 from kforge.specfile import SpecError, load_spec, spec_path_for
+from shared.adapters.settings import Settings
 from shared.application import report_queries as queries
 from shared.application import runtime
+from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull,
+                                     UnknownJob, cancel_job, follow_job, follow_jobs, get_job, job_events, list_jobs,
+                                     resolve_job_id, submit_job)
 from shared.domain.contracts import PLANNER_QUEUE, gpu_of
 from shared.domain.errors import FieldError, field_errors
 from shared.domain.events import (BaselineFailed, CandidateRejected, ConfigFailed, ConfigMeasured, Event, TaskProfiled,
                                   TuningCompleted)
-from shared.application.jobs import (Admission, AdmissionRefused, JobFinished, JobPublic, NoProgress, QueueFull,
-                                     UnknownJob, cancel_job, follow_job, follow_jobs, get_job, job_events, list_jobs,
-                                     resolve_job_id, submit_job)
 from shared.domain.projections import JobView, project_job
 from shared.domain.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT
 from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE
 from shared.domain.reports.tracker import performance_tracker
-from shared.adapters.settings import Settings
 from shared.domain.spec import KernelSpec
 from shared.domain.steps import project_optimisation
 

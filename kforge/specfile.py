@@ -5,8 +5,8 @@ import yaml
 from pydantic import ValidationError
 
 from shared.adapters.array_files import ArrayFileError, array_file, array_file_errors
-from shared.domain.errors import FieldError, field_errors
 from shared.adapters.settings import Settings
+from shared.domain.errors import FieldError, field_errors
 from shared.domain.spec import KernelSpec
 
 

@@ -13,11 +13,11 @@ import pytest
 
 from services.webhooks import handlers
 from services.webhooks.sender import HttpSender
+from shared.adapters.settings import Settings
+from shared.application.jobs import job_events
 from shared.domain.contracts import DeliverWebhook
 from shared.domain.events import JobCompleted, JobSubmitted, WebhookRequested
-from shared.application.jobs import job_events
 from shared.domain.projections import job_stream
-from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -16,13 +16,13 @@ from shared.adapters.bus import Bus
 from shared.adapters.device.nvrtc import CompileError
 from shared.adapters.device.probe import Peaks
 from shared.adapters.device.process import Failed, NoDevice
+from shared.adapters.eventstore import EventStore
+from shared.application.limits import memory_refusal
+from shared.application.requests import answer_request
 from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
                                   ComparisonRequested, ConfigFailed, ConfigMeasured, DeviceFacts, Event, JobCancelled,
                                   JobSubmitted, KernelCompiled, KernelsCompared, ShardTuned, TuningRequested,
                                   derived_id)
-from shared.adapters.eventstore import EventStore
-from shared.application.limits import memory_refusal
-from shared.application.requests import answer_request
 from shared.domain.spec import KernelSpec
 
 

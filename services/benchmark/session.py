@@ -21,13 +21,13 @@ import numpy as np
 
 from services.benchmark import sampling
 from services.benchmark.measurement import INPUT_SETS, Duel, Measured, Order, Paired, Setup
+from shared.adapters.array_files import ArrayFileError, read_array
 from shared.adapters.device.own_kernels import OwnKernels
 from shared.adapters.device.process import Failed
 from shared.adapters.device.session import GpuSession
-from shared.adapters.array_files import ArrayFileError, read_array
+from shared.adapters.inputs import make_arrays
 from shared.domain.dtypes import is_float
 from shared.domain.events import Tolerance
-from shared.adapters.inputs import make_arrays
 from shared.domain.tolerance import REFERENCE_RUNS, answer_tolerances, derive_each, set_in_spec
 
 

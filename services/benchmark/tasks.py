@@ -10,13 +10,13 @@ from uuid import UUID
 from services.benchmark import handlers
 from services.benchmark.compile_cache import CompileCache
 from services.benchmark.resources import BenchmarkResources, compile_workers_per_gpu
-from shared.application import runtime
 from shared.adapters.bus import celery_app
-from shared.domain.contracts import CompareKernels, MeasureBaseline, TuneShard
 from shared.adapters.device.process import device_index
 from shared.adapters.eventstore import ConcurrencyConflict
+from shared.application import runtime
 from shared.application.task_profile import profiled
 from shared.application.worker_task import AnsweringTask
+from shared.domain.contracts import CompareKernels, MeasureBaseline, TuneShard
 
 _resources: dict[str, BenchmarkResources] = {}
 

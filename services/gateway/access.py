@@ -12,9 +12,9 @@ from fastapi.security import APIKeyHeader
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from shared.adapters.settings import Settings
 from shared.domain.events import LOCAL_TENANT
 from shared.domain.projections import JobView
-from shared.adapters.settings import Settings
 
 API_KEY_HEADER = "X-API-Key"
 api_key = APIKeyHeader(name=API_KEY_HEADER, auto_error=False,

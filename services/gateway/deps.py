@@ -9,8 +9,8 @@ from fastapi import Depends, Path, Request, Security
 
 from services.gateway.access import Caller, api_key, identify
 from services.gateway.reads import Reads
-from shared.domain.projections import JobView
 from shared.application.runtime import Runtime
+from shared.domain.projections import JobView
 
 
 def get_runtime(request: Request) -> Runtime:

@@ -13,13 +13,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from shared.adapters.broker import Broker, known_queues
-from shared.domain.contracts import gpu_of
-from shared.domain.events import JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled, TuningRequested
 from shared.adapters.eventstore import EventStore
-from shared.domain.projections import TERMINAL, by_stream, project_job
+from shared.adapters.settings import Settings
 from shared.application.requests import ANSWERS
 from shared.application.runtime import Runtime
-from shared.adapters.settings import Settings
+from shared.domain.contracts import gpu_of
+from shared.domain.events import JOB_ENDS, BaselineRequested, JobSubmitted, ShardTuned, TaskProfiled, TuningRequested
+from shared.domain.projections import TERMINAL, by_stream, project_job
 
 STATUSES = ("submitted", "benchmarking", "tuning", *TERMINAL)
 # The only events that change a job's status (shared/domain/projections.py): folding just these gives JobView.status.

@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.gateway.schemas import FieldErrorPublic, Problem, ValidationProblem
-from shared.domain.errors import field_errors
 from shared.adapters.eventstore import UnreadableEvent
+from shared.domain.errors import field_errors
 
 log = logging.getLogger(__name__)
 

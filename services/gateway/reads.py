@@ -8,8 +8,8 @@ from fastapi import HTTPException, status
 from services.gateway.access import Caller
 from services.gateway.stream import StreamHub
 from shared.application.jobs import JobIndex
-from shared.domain.projections import JobView
 from shared.application.runtime import Runtime
+from shared.domain.projections import JobView
 
 
 class Reads:

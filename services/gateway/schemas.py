@@ -4,8 +4,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.domain.events import Event
 from shared.application.jobs import JobPublic
+from shared.domain.events import Event
 
 __all__ = ["JobPublic"]  # the gateway's job, shared with the webhook payload
 

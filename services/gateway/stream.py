@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 
-from shared.domain.events import Event, Undecodable
 from shared.application.jobs import JobFollower, JobIndex
+from shared.domain.events import Event, Undecodable
 from shared.domain.projections import job_id_of
 
 POLL_S = 0.25

@@ -11,13 +11,13 @@ from services.generator.names import reconcile
 from services.generator.providers import ProviderFailed, provider_for
 from services.generator.retrieval import similar_optimisations
 from shared.adapters.bus import Bus
+from shared.adapters.eventstore import EventStore
+from shared.adapters.settings import Settings
+from shared.application.requests import answer_request
 from shared.domain.errors import field_errors
 from shared.domain.events import (CandidateGenerated, Event, GenerationFailed, GenerationRequested, GeneratorCalled,
                                   JobSubmitted, PlanProposed, StepBrokenDown, StepValidated, derived_id)
-from shared.adapters.eventstore import EventStore
 from shared.domain.expressions import names_in
-from shared.application.requests import answer_request
-from shared.adapters.settings import Settings
 from shared.domain.spec import CandidateSpec, KernelSpec, SharedMemorySpec, TuningStep
 from shared.domain.steps import Optimisation, project_optimisation
 

@@ -6,8 +6,8 @@ and good at "this is another elementwise kernel over float arrays" without an em
 import re
 from dataclasses import dataclass
 
-from shared.domain.events import CandidateGenerated, JobSubmitted, StepAccepted
 from shared.adapters.eventstore import EventStore
+from shared.domain.events import CandidateGenerated, JobSubmitted, StepAccepted
 
 TOKENS = re.compile(r"[A-Za-z_]\w*")
 

@@ -2,11 +2,11 @@
 from uuid import UUID
 
 from services.generator import handlers
-from shared.application import runtime
 from shared.adapters.bus import celery_app
-from shared.domain.contracts import Generate
+from shared.application import runtime
 from shared.application.task_profile import profiled
 from shared.application.worker_task import AnsweringTask
+from shared.domain.contracts import Generate
 
 
 @celery_app.task(base=AnsweringTask, name=Generate.task)

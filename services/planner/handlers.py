@@ -3,11 +3,11 @@ import logging
 
 from services.planner.policy import NOTHING, TRIGGERS, Reaction, react
 from shared.adapters.bus import Bus
-from shared.domain.events import Event, TaskFailed
 from shared.adapters.eventstore import EventStore
+from shared.application.worker_task import FailedAt
+from shared.domain.events import Event, TaskFailed
 from shared.domain.projections import project_job
 from shared.domain.steps import project_optimisation
-from shared.application.worker_task import FailedAt
 
 CONSUMER = "planner"
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from services.planner.handlers import CONSUMER, catch_up
 from services.planner.policy import request_message
 from shared.adapters.broker import Broker, known_queues
 from shared.adapters.bus import Bus
-from shared.domain.events import JOB_ENDS, Event
 from shared.adapters.eventstore import EventStore
-from shared.domain.projections import by_stream
 from shared.application.requests import ALL_ANSWERS, ANSWERS, outstanding_requests
+from shared.domain.events import JOB_ENDS, Event
+from shared.domain.projections import by_stream
 
 log = logging.getLogger(__name__)
 LOCK_KEY = "kforge:recovery"

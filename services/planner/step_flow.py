@@ -13,8 +13,8 @@ from shared.domain.events import (CandidateRejected, CandidateVerified, Comparis
                                   JobCompleted, JobFailed, KernelsCompared, StepAccepted, StepDiscarded, StepSkipped,
                                   TuningCompleted, VerificationRequested, derived_id)
 from shared.domain.projections import JobView
-from shared.domain.speedup import speedup_text
 from shared.domain.spec import CandidateSpec
+from shared.domain.speedup import speedup_text
 from shared.domain.steps import OVERALL, TUNED_SUFFIX, Optimisation, StepRecord
 
 

@@ -1,10 +1,10 @@
 """Celery entry point of the planner: a thin wrapper around the handler."""
 from services.planner import handlers
-from shared.application import runtime
 from shared.adapters.bus import celery_app
-from shared.domain.contracts import PlannerCatchUp
 from shared.adapters.eventstore import ConcurrencyConflict
+from shared.application import runtime
 from shared.application.worker_task import AnsweringTask
+from shared.domain.contracts import PlannerCatchUp
 
 
 @celery_app.task(base=AnsweringTask, name=PlannerCatchUp.task, bind=True, autoretry_for=(ConcurrencyConflict,),

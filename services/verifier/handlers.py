@@ -12,11 +12,11 @@ from shared.adapters.bus import Bus
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.adapters.device.nvrtc import CompileError
 from shared.adapters.device.process import Failed, GpuProcess, NoDevice
-from shared.domain.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, Tolerance, TrialPassed,
-                                  VerificationIncomplete, VerificationRequested, derived_id)
 from shared.adapters.eventstore import EventStore
 from shared.application.limits import memory_refusal
 from shared.application.requests import answer_request
+from shared.domain.events import (CandidateRejected, CandidateVerified, Event, JobSubmitted, Tolerance, TrialPassed,
+                                  VerificationIncomplete, VerificationRequested, derived_id)
 from shared.domain.signature import mismatches
 from shared.domain.spec import KernelSpec
 

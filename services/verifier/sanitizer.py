@@ -29,11 +29,11 @@ from math import prod
 from pathlib import Path
 
 from services.verifier.trials import size_problem
+from shared.adapters.settings import Settings
 from shared.domain.events import (CandidateRejected, CandidateVerified, Event, SanitizerCheck, SanitizerChecked,
                                   VerificationRequested, derived_id)
-from shared.adapters.settings import Settings
-from shared.domain.steps import TUNED_SUFFIX
 from shared.domain.spec import KernelSpec, ParamValue
+from shared.domain.steps import TUNED_SUFFIX
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 ERROR_EXIT = 86  # what the tool exits with when it found an error, told apart from the runner's own failures

@@ -20,15 +20,15 @@ import numpy as np
 from services.verifier.cache import TrialCache
 from services.verifier.compare import POISON, Difference, OutputCheck, example
 from services.verifier.judge import Run, Verdict, judge
+from shared.adapters.array_files import ArrayFileError, read_array
 from shared.adapters.device.nvrtc import CompiledKernel
 from shared.adapters.device.own_kernels import Comparison, Found, OwnKernels
 from shared.adapters.device.process import Failed
 from shared.adapters.device.session import GpuSession
-from shared.adapters.array_files import ArrayFileError, read_array
-from shared.domain.dtypes import as_numbers, host_dtype, is_float
-from shared.domain.events import Tolerance
 from shared.adapters.inputs import distribution_of, special_values, stream_key
 from shared.adapters.settings import Settings
+from shared.domain.dtypes import as_numbers, host_dtype, is_float
+from shared.domain.events import Tolerance
 from shared.domain.spec import ArgSpec, KernelSpec, ParamValue
 from shared.domain.tolerance import REFERENCE_RUNS, derive_each, set_in_spec
 

@@ -5,13 +5,13 @@ from uuid import UUID
 
 from services.verifier import handlers
 from services.verifier.session import VerifierSession
-from shared.application import runtime
 from shared.adapters.bus import celery_app
-from shared.domain.contracts import VerifyCandidate
 from shared.adapters.device.process import GpuProcess, WarmProcess, device_index
 from shared.adapters.eventstore import ConcurrencyConflict
+from shared.application import runtime
 from shared.application.task_profile import profiled
 from shared.application.worker_task import AnsweringTask
+from shared.domain.contracts import VerifyCandidate
 
 _processes: dict[str, WarmProcess[GpuProcess]] = {}
 

@@ -10,15 +10,15 @@ from uuid import UUID
 from services.webhooks.sender import Sender, Unreachable
 from services.webhooks.signing import signed_headers
 from shared.adapters.bus import Bus
+from shared.adapters.eventstore import EventStore
+from shared.adapters.settings import Settings
+from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
+from shared.application.jobs import JobPublic
+from shared.application.requests import needs_answer
 from shared.domain.contracts import DeliverWebhook
 from shared.domain.events import (Event, WebhookAbandoned, WebhookAttempted, WebhookDelivered, WebhookRequested,
                                   derived_id)
-from shared.adapters.eventstore import EventStore
-from shared.application.jobs import JobPublic
 from shared.domain.projections import JobView, job_stream, project_job
-from shared.application.requests import needs_answer
-from shared.adapters.settings import Settings
-from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
 
 GONE = 410  # Standard Webhooks: the receiver asks never to be called again
 

@@ -3,10 +3,10 @@ from uuid import UUID
 
 from services.webhooks import handlers
 from services.webhooks.sender import HttpSender
-from shared.application import runtime
 from shared.adapters.bus import celery_app
-from shared.domain.contracts import DeliverWebhook
+from shared.application import runtime
 from shared.application.worker_task import AnsweringTask
+from shared.domain.contracts import DeliverWebhook
 
 
 @celery_app.task(base=AnsweringTask, name=DeliverWebhook.task)

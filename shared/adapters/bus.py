@@ -16,8 +16,8 @@ from typing import Protocol
 
 from celery import Celery
 
-from shared.domain.contracts import GENERATOR_QUEUE, PLANNER_QUEUE, VERIFIER_QUEUE, WEBHOOKS_QUEUE, Message
 from shared.adapters.settings import Settings
+from shared.domain.contracts import GENERATOR_QUEUE, PLANNER_QUEUE, VERIFIER_QUEUE, WEBHOOKS_QUEUE, Message
 
 log = logging.getLogger(__name__)
 

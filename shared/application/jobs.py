@@ -10,18 +10,18 @@ from uuid import uuid4
 from pydantic import BaseModel, Field
 
 from shared.adapters.bus import Bus
+from shared.adapters.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen
+from shared.adapters.job_owners import JobOwner, dead_owners
+from shared.adapters.settings import Settings
+from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
+from shared.application.kernel_admission import kernel_errors
+from shared.application.limits import Limits, limit_errors
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.errors import FieldError
 from shared.domain.events import JOB_ENDS, LOCAL_TENANT, Event, JobCancelled, JobSubmitted, Undecodable
-from shared.adapters.eventstore import ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen
-from shared.adapters.job_owners import JobOwner, dead_owners
-from shared.application.kernel_admission import kernel_errors
-from shared.application.limits import Limits, limit_errors
 from shared.domain.projections import JobView, by_stream, job_id_of, job_stream, project_job
-from shared.adapters.settings import Settings
 from shared.domain.spec import KernelSpec, ParamValue
 from shared.domain.strategy_names import unknown_strategy
-from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
 
 
 class JobPublic(BaseModel):

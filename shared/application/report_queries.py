@@ -7,11 +7,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from shared.adapters.bus import Bus
-from shared.domain.errors import field_errors
-from shared.domain.events import JobSubmitted
 from shared.adapters.eventstore import EventStore, UnreadableEvent
 from shared.adapters.job_owners import JobOwner
 from shared.application.jobs import UnknownJob, find_job_ids, job_events, resolve_job_id, submit_job
+from shared.domain.errors import field_errors
+from shared.domain.events import JobSubmitted
 from shared.domain.projections import job_stream
 from shared.domain.reports.comparison import Comparison, Run, compare_runs, run_of
 from shared.domain.reports.deliveries import WebhookDelivery, webhook_deliveries

@@ -33,6 +33,7 @@ from typing import TypeVar
 from uuid import UUID
 
 from shared.adapters.bus import Bus
+from shared.adapters.eventstore import ConcurrencyConflict, EventStore
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
                                   CandidateRejected, CandidateVerified, ComparisonRequested, Event, GenerationFailed,
@@ -40,7 +41,6 @@ from shared.domain.events import (JOB_ENDS, BaselineFailed, BaselineMeasured, Ba
                                   ShardTuned, StepBrokenDown, StepValidated, TaskFailed, TuningRequested,
                                   VerificationIncomplete, VerificationRequested, WebhookAbandoned, WebhookDelivered,
                                   WebhookRequested)
-from shared.adapters.eventstore import ConcurrencyConflict, EventStore
 from shared.domain.projections import job_stream
 
 RequestT = TypeVar("RequestT", bound=Event)

@@ -14,8 +14,8 @@ from celery import Celery
 from shared.adapters.bus import Bus, CeleryBus, InProcessBus, celery_app, configure_celery
 from shared.adapters.eventstore import EventStore
 from shared.adapters.job_owners import JobOwner
-from shared.application.jobs import cancel_orphaned_jobs
 from shared.adapters.settings import Settings
+from shared.application.jobs import cancel_orphaned_jobs
 
 
 @dataclass

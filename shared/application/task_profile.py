@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
 
-from shared.domain.events import TaskProfiled, derived_id
 from shared.adapters.eventstore import EventStore
+from shared.domain.events import TaskProfiled, derived_id
 from shared.domain.projections import job_stream
 
 

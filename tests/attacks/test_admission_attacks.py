@@ -14,8 +14,8 @@ from kforge.cli import app as cli_app
 from kforge.specfile import SpecError, load_spec
 from services.gateway.app import create_app
 from shared.adapters.eventstore import EventStore
-from shared.application.runtime import Runtime
 from shared.adapters.settings import Settings
+from shared.application.runtime import Runtime
 from shared.domain.spec import KernelSpec
 from tests.conftest import record_attack
 from tests.fakes import RecordingBus

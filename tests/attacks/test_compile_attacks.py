@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.application import runtime
-from shared.domain.compile_policy import PolicyViolation, check_options, check_source
 from shared.adapters.device import compiler
 from shared.adapters.device.compiler import CompileLimits, Sandbox, compile_kernel
 from shared.adapters.device.nvrtc import CompileError, compile_options
-from shared.application.jobs import AdmissionRefused, job_events, submit_job
 from shared.adapters.settings import Settings
+from shared.application import runtime
+from shared.application.jobs import AdmissionRefused, job_events, submit_job
+from shared.domain.compile_policy import PolicyViolation, check_options, check_source
 from shared.domain.spec import KernelSpec
 from tests.conftest import record_attack
 

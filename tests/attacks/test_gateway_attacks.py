@@ -23,11 +23,11 @@ from kforge.specfile import load_spec
 from services.gateway.access import tenant_of
 from services.gateway.app import create_app
 from services.generator.handlers import generate
-from shared.domain.events import BaselineMeasured, GenerationRequested, GeneratorCalled, StepAccepted
 from shared.adapters.eventstore import EventStore, events_table
-from shared.domain.projections import job_stream
-from shared.application.runtime import Runtime
 from shared.adapters.settings import Settings
+from shared.application.runtime import Runtime
+from shared.domain.events import BaselineMeasured, GenerationRequested, GeneratorCalled, StepAccepted
+from shared.domain.projections import job_stream
 from tests.conftest import record_attack
 from tests.fakes import RecordingBus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)

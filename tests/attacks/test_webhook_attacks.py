@@ -14,8 +14,8 @@ import pytest
 
 from services.webhooks import handlers
 from services.webhooks.sender import MAX_ANSWER_BYTES, HttpSender
-from shared.application.jobs import Admission, AdmissionRefused, job_events, submit_job
 from shared.adapters.settings import Settings
+from shared.application.jobs import Admission, AdmissionRefused, job_events, submit_job
 from tests.conftest import record_attack
 from tests.fakes import RecordingBus
 from tests.webhook_receivers import (SECRET, deliver_all, finished_job, receiver_factory,  # noqa: F401 (the fixture)

@@ -5,8 +5,8 @@ from uuid import uuid4
 from services.benchmark import handlers
 from services.benchmark.resources import BenchmarkResources
 from services.planner.policy import react
-from shared.domain.events import Event, JobSubmitted
 from shared.adapters.eventstore import EventStore
+from shared.domain.events import Event, JobSubmitted
 from shared.domain.projections import project_job
 from shared.domain.spec import KernelSpec
 from tests.fakes import RecordingBus

@@ -14,9 +14,9 @@ from services.verifier.compare import POISON
 from services.verifier.session import VerifierSession
 from shared.adapters.device.own_kernels import OwnKernels
 from shared.adapters.device.process import GpuProcess
+from shared.adapters.inputs import distribution, draw, stream_key
 from shared.domain.dtypes import from_bfloat16, to_bfloat16
 from shared.domain.events import BaselineMeasured, CandidateRejected, CandidateVerified, VerificationRequested
-from shared.adapters.inputs import distribution, draw, stream_key
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import CorpusKernel
 from tests.gpu.baselines import baseline_events

@@ -6,11 +6,11 @@ catch table after the run (`make test-gpu`)."""
 import pytest
 
 import kforge.worker  # noqa: F401  (every service's tasks, run in this process by the in-process bus)
+from shared.adapters.settings import Settings
 from shared.application import runtime
+from shared.application.jobs import follow_job, job_events, submit_job
 from shared.domain.events import (CandidateRejected, ConfigFailed, GenerationFailed, KernelsCompared, SanitizerChecked,
                                   StepAccepted, StepDiscarded)
-from shared.application.jobs import follow_job, job_events, submit_job
-from shared.adapters.settings import Settings
 from tests.cheat_cases import load_cheats
 from tests.conftest import record_cheat
 from tests.messages_api import MessagesAPI

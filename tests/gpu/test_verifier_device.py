@@ -11,8 +11,8 @@ from services.verifier.compare import POISON
 from services.verifier.session import TrialRun, VerifierSession
 from shared.adapters.device.compiler import compile_kernel
 from shared.adapters.device.own_kernels import OwnKernels
-from shared.domain.dtypes import as_numbers, host_dtype, is_float, kind
 from shared.adapters.inputs import SPECIAL_STRIDE, distribution, draw, special_values, stream_key
+from shared.domain.dtypes import as_numbers, host_dtype, is_float, kind
 from shared.domain.spec import DEFAULT_RANGES, DTYPES, KernelSpec
 from tests.conftest import EXAMPLES
 

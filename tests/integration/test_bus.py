@@ -11,10 +11,10 @@ import pytest
 from celery import Celery
 
 from shared.adapters.bus import CeleryBus, InProcessBus, configure_celery
-from shared.domain.contracts import MeasureBaseline, Message, PlannerCatchUp
 from shared.adapters.eventstore import EventStore
-from shared.application.jobs import follow_job, job_events, submit_job
 from shared.adapters.settings import Settings
+from shared.application.jobs import follow_job, job_events, submit_job
+from shared.domain.contracts import MeasureBaseline, Message, PlannerCatchUp
 from tests.conftest import HAS_GPU
 
 KFORGE = str(Path(sys.executable).parent / "kforge")

@@ -10,11 +10,11 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import insert
 
-from shared.domain.spec import TuningStep
-from shared.domain.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
-                                  KernelCompiled, PlanProposed, Undecodable)
 from shared.adapters.eventstore import (ConcurrencyConflict, EventStore, OpenLimit, TooManyOpen, UnreadableEvent,
                                         events_table)
+from shared.domain.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobFailed, JobSubmitted,
+                                  KernelCompiled, PlanProposed, Undecodable)
+from shared.domain.spec import TuningStep
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import pytest
 from kforge.specfile import load_spec
 from services.benchmark.tuning import config_key
 from shared.adapters.broker import Broker
-from shared.domain.events import ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned
 from shared.adapters.eventstore import EventStore
 from shared.application.jobs import get_job, job_events
+from shared.domain.events import ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned
 from shared.domain.projections import TERMINAL, job_id_of
 from tests.conftest import record_fault
 

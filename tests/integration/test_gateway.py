@@ -7,11 +7,11 @@ from fastapi.testclient import TestClient
 
 from kforge.specfile import load_spec
 from services.gateway.app import create_app
-from shared.application import runtime
-from shared.domain.contracts import PlannerCatchUp
 from shared.adapters.eventstore import EventStore
-from shared.application.runtime import Runtime
 from shared.adapters.settings import Settings
+from shared.application import runtime
+from shared.application.runtime import Runtime
+from shared.domain.contracts import PlannerCatchUp
 from tests.conftest import HAS_GPU
 from tests.fakes import RecordingBus
 

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from kforge.specfile import load_spec
 from services.gateway.app import create_app
 from services.planner.handlers import catch_up
-from shared.domain.events import BaselineRequested, JobCompleted
 from shared.adapters.eventstore import EventStore
-from shared.domain.projections import job_stream
-from shared.application.runtime import Runtime
 from shared.adapters.settings import Settings
+from shared.application.runtime import Runtime
+from shared.domain.events import BaselineRequested, JobCompleted
+from shared.domain.projections import job_stream
 from tests.fakes import RecordingBus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -6,10 +6,10 @@ from uuid import uuid4
 import pytest
 
 from services.generator.handlers import generate
+from shared.adapters.settings import Settings
 from shared.domain.events import (BaselineMeasured, CandidateGenerated, GenerationFailed, GenerationRequested,
                                   GeneratorCalled, JobSubmitted, PlanProposed, StepAccepted, StepValidated)
 from shared.domain.projections import job_stream
-from shared.adapters.settings import Settings
 from shared.domain.spec import TuningStep
 from tests.fakes import RecordingBus
 from tests.messages_api import messages_api  # noqa: F401  (fixture)

@@ -12,9 +12,9 @@ from services.gateway.app import create_app
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.adapters.eventstore import EventStore
 from shared.adapters.inputs import make_arrays
+from shared.adapters.settings import Settings
 from shared.application.limits import Limits, limit_errors
 from shared.application.runtime import Runtime
-from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 
 GATHER = """// out[i] = x[idx[i]]: every index must be a valid element of x.

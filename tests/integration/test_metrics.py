@@ -8,12 +8,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.app import create_app
 from shared.adapters.bus import configure_celery
-from shared.domain.contracts import Generate, MeasureBaseline, PlannerCatchUp, TuneShard, VerifyCandidate
-from shared.domain.events import BaselineRequested, JobCancelled, JobFailed, ShardTuned, TaskProfiled, TuningRequested
 from shared.adapters.eventstore import EventStore
+from shared.adapters.settings import Settings
 from shared.application.jobs import list_jobs
 from shared.application.runtime import Runtime
-from shared.adapters.settings import Settings
+from shared.domain.contracts import Generate, MeasureBaseline, PlannerCatchUp, TuneShard, VerifyCandidate
+from shared.domain.events import BaselineRequested, JobCancelled, JobFailed, ShardTuned, TaskProfiled, TuningRequested
 from tests.fakes import RecordingBus
 from tests.report_streams import JobStream, rewrite_job, tune_job
 

@@ -16,8 +16,8 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, negativ
 
 from services.gateway.app import create_app
 from shared.adapters.eventstore import EventStore
-from shared.application.runtime import Runtime
 from shared.adapters.settings import Settings
+from shared.application.runtime import Runtime
 from tests.fakes import RecordingBus
 
 _home = Path(tempfile.mkdtemp(prefix="kforge-fuzz-"))

@@ -7,12 +7,12 @@ from services.planner.handlers import catch_up
 from services.planner.recovery import resend_lost
 from shared.adapters.broker import Broker
 from shared.adapters.bus import CeleryBus, configure_celery
+from shared.adapters.settings import Settings
+from shared.application.jobs import cancel_job
 from shared.domain.contracts import DeliverWebhook, MeasureBaseline
 from shared.domain.events import (BaselineMeasured, BaselineRequested, JobCompleted, JobSubmitted, WebhookAttempted,
                                   WebhookRequested)
-from shared.application.jobs import cancel_job
 from shared.domain.projections import job_stream
-from shared.adapters.settings import Settings
 from tests.fakes import RecordingBus
 
 pytestmark = pytest.mark.redis

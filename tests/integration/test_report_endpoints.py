@@ -4,8 +4,8 @@ from fastapi.testclient import TestClient
 
 from services.gateway.app import create_app
 from shared.adapters.eventstore import EventStore
-from shared.application.runtime import Runtime
 from shared.adapters.settings import Settings
+from shared.application.runtime import Runtime
 from tests.fakes import RecordingBus
 from tests.report_streams import rewrite_job, tune_job
 

@@ -5,12 +5,12 @@ from uuid import uuid4
 
 import pytest
 
+from shared.adapters.eventstore import ConcurrencyConflict, EventStore
+from shared.application.requests import answer_request, needs_answer
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCancelled, JobSubmitted,
                                   KernelCompiled, TaskProfiled, derived_id)
-from shared.adapters.eventstore import ConcurrencyConflict, EventStore
 from shared.domain.projections import job_stream
-from shared.application.requests import answer_request, needs_answer
 from tests.fakes import RecordingBus
 
 JOB = "aaaabbbbcccc"

@@ -21,13 +21,13 @@ from services.generator import handlers as generator_handlers
 from services.planner import handlers as planner_handlers
 from services.verifier import handlers as verifier_handlers
 from services.webhooks import handlers as webhooks_handlers
-from shared.application import runtime
 from shared.adapters.bus import CeleryBus, configure_celery
-from shared.domain.events import BaselineRequested, TaskFailed
 from shared.adapters.eventstore import EventStore
+from shared.adapters.settings import Settings
+from shared.application import runtime
 from shared.application.jobs import Admission, cancel_orphaned_jobs, follow_job, get_job, job_events, submit_job
 from shared.application.requests import outstanding_requests
-from shared.adapters.settings import Settings
+from shared.domain.events import BaselineRequested, TaskFailed
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -18,10 +18,10 @@ import uvicorn
 from playwright.sync_api import Page, expect, sync_playwright
 
 from services.gateway.app import create_app
-from shared.application import runtime
-from shared.domain.events import Event
 from shared.adapters.eventstore import EventStore
 from shared.adapters.settings import Settings
+from shared.application import runtime
+from shared.domain.events import Event
 from tests.report_streams import JobStream, grid_tune_job, rewrite_job, spec_with, tune_job
 
 CHROMIUM = Path("/usr/bin/chromium")

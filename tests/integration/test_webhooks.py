@@ -15,12 +15,12 @@ from services.gateway.app import create_app
 from services.webhooks import handlers
 from services.webhooks.sender import HttpSender
 from services.webhooks.signing import signed_headers
-from shared.application import runtime
-from shared.domain.events import JobSubmitted, WebhookRequested
-from shared.application.jobs import job_events
-from shared.domain.projections import job_stream
 from shared.adapters.settings import Settings
 from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
+from shared.application import runtime
+from shared.application.jobs import job_events
+from shared.domain.events import JobSubmitted, WebhookRequested
+from shared.domain.projections import job_stream
 from tests.fakes import RecordingBus
 from tests.webhook_receivers import (SECRET, deliver_all, finished_job, receiver_factory,  # noqa: F401 (the fixture)
                                      webhook_settings)

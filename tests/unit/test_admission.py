@@ -81,8 +81,8 @@ def test_the_examples_compile_and_fit_their_args(name):
 
 def test_the_python_api_raises_one_error_naming_every_field(tmp_path):
     from kforge.api import KforgeError, optimise
-    from shared.application import runtime
     from shared.adapters.settings import Settings
+    from shared.application import runtime
 
     rt = runtime.build(Settings(KFORGE_HOME=tmp_path, REDIS_URL=None, DATABASE_URL=None))
     runtime.install(rt)

@@ -7,9 +7,9 @@ from kforge.specfile import load_spec
 from services.benchmark.handlers import measure_baseline
 from services.benchmark.resources import BenchmarkResources
 from services.planner.policy import react
+from shared.adapters.eventstore import EventStore
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.events import BaselineFailed, BaselineRequested, JobSubmitted, KernelCompiled
-from shared.adapters.eventstore import EventStore
 from shared.domain.projections import job_stream, project_job
 from shared.domain.spec import KernelSpec
 from tests.conftest import HAS_GPU

@@ -12,8 +12,8 @@ from kforge.specfile import load_spec
 from shared.adapters.array_files import ArrayFileError, array_file, read_array
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.adapters.device.own_kernels import compile_module, module_source
-from shared.domain.dtypes import CANONICAL_NAN, from_bfloat16, to_bfloat16
 from shared.adapters.inputs import SPECIAL_STRIDE, distribution, draw, make_arrays, stream_key
+from shared.domain.dtypes import CANONICAL_NAN, from_bfloat16, to_bfloat16
 from shared.domain.signature import mismatches
 from shared.domain.spec import KernelSpec
 from shared.domain.tolerance import Observed, derive

@@ -14,14 +14,14 @@ from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import settled, speedup_interval
 from services.planner import step_flow
 from services.planner.policy import react
-from shared.domain.contracts import CompareKernels
 from shared.adapters.device.probe import DeviceInfo
+from shared.application.requests import outstanding_requests
+from shared.domain.contracts import CompareKernels
 from shared.domain.events import (EVENTS, BaselineFailed, BaselineMeasured, BaselineRequested, CandidateGenerated,
                                   CandidateVerified, ComparisonRequested, GenerationRequested, JobSubmitted,
                                   KernelsCompared, StepAccepted, StepDiscarded, TuningCompleted, TuningRequested,
                                   VerificationRequested)
 from shared.domain.projections import job_stream, project_job
-from shared.application.requests import outstanding_requests
 from shared.domain.reports.tracker import performance_tracker
 from shared.domain.spec import TuningStep
 from shared.domain.steps import TUNED_SUFFIX, project_optimisation

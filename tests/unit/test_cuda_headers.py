@@ -3,10 +3,10 @@ for real through the sandbox (no GPU needed), a `__half` parameter reads as a fl
 is allowed only when its header is there and safe."""
 import pytest
 
-from shared.domain.compile_policy import Headers, PolicyViolation, check_source, vetted_headers
 from shared.adapters.device import compiler
 from shared.adapters.device.compiler import compile_kernel
 from shared.adapters.device.nvrtc import CompileError
+from shared.domain.compile_policy import Headers, PolicyViolation, check_source, vetted_headers
 from shared.domain.signature import mismatches
 from shared.domain.spec import ArgSpec
 

@@ -6,9 +6,9 @@ from uuid import UUID, uuid4
 import pytest
 from pydantic import ValidationError
 
+from shared.adapters.eventstore import EventStore
 from shared.domain.events import (EVENTS, BaselineMeasured, BaselineRequested, Event, EventFromNewerVersion,
                                   EventRegistry, JobCompleted, JobSubmitted, Tolerance, UnknownEventType, derived_id)
-from shared.adapters.eventstore import EventStore
 from shared.domain.spec import KernelSpec
 
 

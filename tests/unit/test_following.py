@@ -6,8 +6,8 @@ from uuid import uuid4
 
 import pytest
 
-from shared.domain.events import JobCompleted, JobFailed, JobSubmitted, TaskProfiled
 from shared.application.jobs import JobFollower, UnknownJob, find_job_ids, follow_jobs, resolve_job_id
+from shared.domain.events import JobCompleted, JobFailed, JobSubmitted, TaskProfiled
 from shared.domain.projections import job_stream
 
 

@@ -7,8 +7,8 @@ from pydantic import ValidationError
 from services.verifier.sanitizer import small_sizes
 from services.verifier.trials import plan_trials, range_problem, sizes_not_tried
 from shared.adapters.array_files import named_file_errors
-from shared.domain.errors import FieldError, field_errors
 from shared.application.limits import Limits, limit_errors
+from shared.domain.errors import FieldError, field_errors
 from shared.domain.spec import KernelSpec
 
 SOURCE = 'extern "C" __global__ void gather(float *out, const float *x, const int *idx, int n) {}'

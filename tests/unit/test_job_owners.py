@@ -5,9 +5,9 @@ import signal
 import subprocess
 import sys
 
-from shared.domain.events import JobCancelled, JobCompleted, JobSubmitted
 from shared.adapters.job_owners import JobOwner, dead_owners, owners_directory
 from shared.application.jobs import cancel_orphaned_jobs, get_job, job_events
+from shared.domain.events import JobCancelled, JobCompleted, JobSubmitted
 from shared.domain.projections import job_stream
 
 CLAIMS_AND_WAITS = """

@@ -21,10 +21,10 @@ from kforge.kernel_tuner_compat import tuning
 from kforge.kernel_tuner_compat.arguments import spec_args
 from kforge.kernel_tuner_compat.options import problem_dims
 from kforge.kernel_tuner_compat.space import DropInError, TuneSpace, exclusions
+from shared.adapters.settings import Settings
 from shared.application import runtime
 from shared.domain.events import BaselineMeasured, ConfigFailed, ConfigMeasured, JobCompleted, JobSubmitted
 from shared.domain.expressions import restriction_holds
-from shared.adapters.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTOR_ADD = """

@@ -10,12 +10,12 @@ from services.benchmark.resources import BenchmarkResources
 from services.generator import handlers as generator
 from services.planner.handlers import catch_up
 from services.verifier import handlers as verifier
-from shared.domain.contracts import CompareKernels, Generate, MeasureBaseline, TuneShard, VerifyCandidate
 from shared.adapters.device.process import GpuProcess
+from shared.adapters.settings import Settings
+from shared.domain.contracts import CompareKernels, Generate, MeasureBaseline, TuneShard, VerifyCandidate
 from shared.domain.events import (CandidateGenerated, CandidateVerified, GeneratorCalled, JobCompleted, StepAccepted,
                                   StepDiscarded, StepSkipped, TuningCompleted, VerificationRequested)
 from shared.domain.projections import job_stream, project_job
-from shared.adapters.settings import Settings
 from shared.domain.steps import TUNED_SUFFIX, project_optimisation
 from tests.fakes import RecordingBus, ScriptedBenchmarkSession, ScriptedVerifierSession, scripted_time_ms
 from tests.unit.test_tune_job import submit

@@ -7,10 +7,10 @@ from uuid import uuid4
 import pytest
 
 from kforge.specfile import load_spec
-from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed,
-                                  JobSubmitted, KernelCompiled, StepSkipped, TaskProfiled, Undecodable)
 from shared.adapters.eventstore import EventStore
 from shared.application.jobs import follow_job
+from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequested, JobCompleted, JobFailed,
+                                  JobSubmitted, KernelCompiled, StepSkipped, TaskProfiled, Undecodable)
 from shared.domain.projections import JobView, job_id_of, job_stream, project_job
 from tests.conftest import EXAMPLES
 

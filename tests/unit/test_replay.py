@@ -14,8 +14,8 @@ from services.benchmark.replay import Recording, ReplayBook, ReplayProcess, meas
 from shared.adapters.device.probe import DeviceInfo
 from shared.adapters.device.process import Failed
 from services.planner.policy import react
-from shared.domain.events import BaselineFailed, BaselineMeasured, JobSubmitted
 from shared.adapters.eventstore import EventStore
+from shared.domain.events import BaselineFailed, BaselineMeasured, JobSubmitted
 from shared.domain.projections import job_stream, project_job
 from tests.conftest import EXAMPLES, HAS_GPU
 from tests.fakes import RecordingBus

@@ -11,9 +11,9 @@ import pytest
 from kforge.specfile import load_spec
 from services.verifier import sanitizer
 from services.verifier.sanitizer import NOT_INSTALLED, SanitisedRun, command, find_tool, gate, parse, small_sizes
+from shared.adapters.settings import Settings
 from shared.domain.events import (CandidateRejected, CandidateVerified, SanitizerChecked, TrialPassed,
                                   VerificationRequested)
-from shared.adapters.settings import Settings
 from tests.conftest import EXAMPLES
 
 # compute-sanitizer's output, captured on an H100 (compute-sanitizer 2025.3.1, CUDA 13.0) from small faulty

@@ -9,8 +9,8 @@ import yaml
 from pydantic import ValidationError
 
 from kforge.specfile import SpecError, load_spec
-from shared.domain.errors import FieldError, field_errors
 from shared.adapters.inputs import make_arrays
+from shared.domain.errors import FieldError, field_errors
 from shared.domain.expressions import ExpressionError
 from shared.domain.spec import DTYPES, CandidateSpec, KernelSpec
 
@@ -504,8 +504,8 @@ def test_admission_refuses_each_limit_naming_the_field_and_setting(changes, limi
 
 
 def test_the_examples_pass_admission_and_limits_come_from_settings(monkeypatch):
-    from shared.application.limits import Limits, limit_errors
     from shared.adapters.settings import Settings
+    from shared.application.limits import Limits, limit_errors
 
     for name in ("vector_add", "matmul", "reduction"):
         assert limit_errors(example(name), Limits()) == []

@@ -19,9 +19,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import insert
 
-from shared.domain.events import EVENTS, Undecodable
 from shared.adapters.eventstore import EventStore, events_table
 from shared.application.jobs import list_jobs
+from shared.domain.events import EVENTS, Undecodable
 
 # Read here, not through tests/stored_event_samples.py, which builds today's events: the samples stand alone.
 FILES = {path.name: json.loads(path.read_text())

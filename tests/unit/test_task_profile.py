@@ -5,8 +5,8 @@ from uuid import uuid4
 
 import pytest
 
-from shared.domain.events import TaskProfiled
 from shared.application.task_profile import peak_rss_mb, profiled
+from shared.domain.events import TaskProfiled
 
 
 def test_a_task_is_recorded_once_with_when_and_how_long(store):

@@ -8,10 +8,10 @@ from services.benchmark import handlers
 from services.benchmark.resources import BenchmarkResources
 from services.planner.handlers import catch_up
 from services.planner.policy import react
+from shared.application.jobs import cancel_job
 from shared.domain.contracts import MeasureBaseline, TuneShard
 from shared.domain.events import (BaselineMeasured, ConfigFailed, ConfigMeasured, JobSubmitted, ShardTuned,
                                   TuningCompleted, TuningRequested)
-from shared.application.jobs import cancel_job
 from shared.domain.projections import job_stream, project_job
 from tests.fakes import RecordingBus, ScriptedBenchmarkSession, scripted_time_ms
 

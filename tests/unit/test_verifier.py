@@ -10,13 +10,13 @@ from services.verifier.cache import TrialCache
 from services.verifier.compare import Difference, OutputCheck, example
 from services.verifier.judge import CHECKS, Run, Verdict, judge
 from services.verifier.trials import plan_trials, prime_below
-from shared.domain.contracts import VerifyCandidate
 from shared.adapters.device.compiler import parameter_types
 from shared.adapters.device.probe import DeviceInfo
 from shared.adapters.device.process import NoDevice
+from shared.adapters.inputs import SPECIAL_STRIDE, make_arrays
+from shared.domain.contracts import VerifyCandidate
 from shared.domain.events import (CandidateRejected, CandidateVerified, JobSubmitted, TrialPassed,
                                   VerificationIncomplete, VerificationRequested)
-from shared.adapters.inputs import SPECIAL_STRIDE, make_arrays
 from shared.domain.signature import mismatches
 from shared.domain.spec import KernelSpec
 from shared.domain.tolerance import Observed, derive

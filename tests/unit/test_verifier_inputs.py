@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from shared.adapters.device.own_kernels import compile_module, module_source
-from shared.domain.dtypes import as_numbers, host_dtype, kind
 from shared.adapters.inputs import SPECIAL_STRIDE, distribution, draw, make_arrays, stream_key
+from shared.domain.dtypes import as_numbers, host_dtype, kind
 from shared.domain.spec import DTYPES, KernelSpec
 
 RANGES = {"f": (-1, 1), "i": (-100, 100), "u": (0, 100)}  # [low, high)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from services.gateway.deps import CallerDep, ReadsDep, RuntimeDep, VisibleJob
 from services.gateway.schemas import Problem
 from shared.application import report_queries as queries
+from shared.application.runtime import Runtime
 from shared.domain.reports.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PERCENT, Comparison
 from shared.domain.reports.deliveries import WebhookDelivery
 from shared.domain.reports.plots import history_svg, landscape_svg
@@ -16,7 +17,6 @@ from shared.domain.reports.profile import DEFAULT_BOTTLENECK_SHARE, PipelineProf
 from shared.domain.reports.results import KernelResult
 from shared.domain.reports.suggestions import OptimizationSuggestion
 from shared.domain.reports.tracker import PerformanceTracker
-from shared.application.runtime import Runtime
 
 router = APIRouter()
 

@@ -1,9 +1,9 @@
 """Choosing the provider of a job: the spec's choice, with auto meaning Claude when a key is set."""
 from services.generator.providers.base import Provider, ProviderFailed
-from shared.domain.events import GeneratorCalled, JobSubmitted
 from shared.adapters.eventstore import EventStore
-from shared.domain.projections import job_stream
 from shared.adapters.settings import Settings
+from shared.domain.events import GeneratorCalled, JobSubmitted
+from shared.domain.projections import job_stream
 from shared.domain.spec import GeneratorSpec
 
 

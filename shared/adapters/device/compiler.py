@@ -34,11 +34,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.domain.compile_policy import (PolicyViolation, check_define_value, check_options, check_source,
-                                          vetted_headers)
 from shared.adapters.device.frames import write_frame
 from shared.adapters.device.nvrtc import CompiledKernel, CompileError, compile_options
 from shared.adapters.settings import Settings
+from shared.domain.compile_policy import (PolicyViolation, check_define_value, check_options, check_source,
+                                          vetted_headers)
 from shared.domain.spec import ParamValue
 
 CHILD = Path(__file__).with_name("compile_child.py")

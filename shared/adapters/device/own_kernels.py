@@ -12,8 +12,8 @@ import numpy as np
 
 from shared.adapters.device.compiler import compile_kernel
 from shared.adapters.device.nvrtc import CompileError
-from shared.domain.dtypes import BFLOAT16, host_dtype
 from shared.adapters.inputs import FLOAT_BITS, GOLDEN, SPECIAL_STRIDE, Distribution
+from shared.domain.dtypes import BFLOAT16, host_dtype
 from shared.domain.spec import DTYPES
 
 SOURCE = r"""

@@ -10,9 +10,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 from shared.domain.events import Event, JobSubmitted
-from shared.domain.steps import SUBMITTED
 from shared.domain.reports.search_space import SearchedSpace, best_so_far, searched_spaces
 from shared.domain.reports.tracker import PerformanceTracker, performance_tracker
+from shared.domain.steps import SUBMITTED
 
 KEPT, NOT_KEPT, BASELINE, POINTS, BEST, FAILED = "#2a9d3f", "#c0392b", "#666666", "#4c72b0", "#dd8452", "#c0392b"
 # Text stays text (searchable, and the names the tests look for); element ids are the same on every drawing of

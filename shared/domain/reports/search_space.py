@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from shared.domain.events import CandidateGenerated, ConfigFailed, ConfigMeasured, Event, JobSubmitted, TuningRequested
-from shared.domain.steps import SUBMITTED
 from shared.domain.spec import ParamValue
+from shared.domain.steps import SUBMITTED
 
 Values = tuple[ParamValue, ...]
 
