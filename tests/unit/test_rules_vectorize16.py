@@ -12,7 +12,6 @@ import math
 import re
 import shutil
 import subprocess
-from functools import cache
 
 import numpy as np
 import pytest
@@ -20,11 +19,11 @@ import pytest
 from services.generator import rules
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
 from services.generator.rules.elementwise import lanes, model
-from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.domain.dtypes import host_dtype, to_bfloat16
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import array, sample, scalar, spec
+from tests.unit.test_rules_shapes import _compile, _types, signature
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -197,22 +196,7 @@ def test_haxpy_and_bf16_axpy_compose_in_plan_order_and_in_reverse():
         assert forward.grid_div_x == candidate.grid_div_x == ["block_size_x", "elements_per_thread", 8]
 
 
-# --- every rewrite compiles and keeps the signature ---------------------------------------------------------
-@cache
-def _compile(source: str, kernel_name: str, defines: tuple, options: tuple) -> None:
-    compile_kernel(source, kernel_name, dict(defines), list(options), ARCH)
-
-
-@cache
-def _types(source: str, kernel_name: str, defines: tuple, options: tuple) -> tuple[str, ...]:
-    return tuple(parameter_types(source, kernel_name, dict(defines), list(options), ARCH))
-
-
-def signature(source: str, spec_: KernelSpec) -> list[str]:
-    """The parameters as written, qualifiers that restrict adds aside."""
-    kernel = find_kernel(source, spec_.kernel_name)
-    return [" ".join(w for w in mask(source[a:b]).replace("*", " * ").split() if w not in ("__restrict__", "const"))
-            for a, b in kernel.parameters(source)]
+# --- every rewrite compiles and keeps the signature (helpers shared with test_rules_shapes) ---------------
 
 
 @pytest.mark.parametrize("name, order", [(name, order) for name in KERNELS for order in ORDERS])

@@ -157,11 +157,23 @@ def _element_types(source: str, kernel, spec: KernelSpec, masked: str) -> dict[s
     return types
 
 
-def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str],
-                 aliases: dict[str, affine.Poly]) -> tuple | None:
-    """(variable, type, start, end, step) of a loop whose threads cover 0..end-1 once; None for another loop."""
-    head = masked[loop.head[0]:loop.head[1]]
-    parts = split_top_level(head, ";")
+@dataclass(frozen=True)
+class CountedLoop:
+    """`for (TYPE c = START; c < END; c += STEP)` as read from a loop's head: the index and its type, where it
+    starts and how it steps as polynomials, and START, END and STEP as written (comments out, spaces collapsed)."""
+
+    index: str
+    type: str
+    first: affine.Poly
+    stride: affine.Poly
+    start: str
+    end: str
+    step: str
+
+
+def counted_loop(masked: str, uncommented: str, loop: Statement, aliases: dict[str, affine.Poly]) -> CountedLoop | None:
+    """The loop's head as a CountedLoop; None for a loop of another form or with a start or step not affine."""
+    parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
     if len(parts) != 3:
         return None
     init, condition, step = parts
@@ -178,18 +190,28 @@ def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str
         first, stride = affine.parse(declared["start"], aliases), affine.parse(increment["step"], aliases)
     except affine.NotAffine:
         return None
+
+    def text(at: int, part: str) -> str:
+        return " ".join(uncommented[at:at + len(part)].split())
+    start_at = loop.head[0] + declared.start("start")
+    end_at = loop.head[0] + len(init) + 1 + bound.start("end")
+    step_at = loop.head[0] + len(init) + 1 + len(condition) + 1 + increment.start("step")
+    return CountedLoop(c, " ".join(declared["type"].split()), first, stride, text(start_at, declared["start"]),
+                       text(end_at, bound["end"]), text(step_at, increment["step"]))
+
+
+def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str],
+                 aliases: dict[str, affine.Poly]) -> tuple | None:
+    """(variable, type, start, end, step) of a loop whose threads cover 0..end-1 once; None for another loop."""
+    counted = counted_loop(masked, uncommented, loop, aliases)
+    if counted is None:
+        return None
     for width in widths:
-        block = first == {("threadIdx.x",): 1} and stride == {(width,): 1}
-        grid = first == {tuple(sorted(("blockIdx.x", width))): 1, ("threadIdx.x",): 1} and \
-            stride == {tuple(sorted((width, "gridDim.x"))): 1}
+        block = counted.first == {("threadIdx.x",): 1} and counted.stride == {(width,): 1}
+        grid = counted.first == {tuple(sorted(("blockIdx.x", width))): 1, ("threadIdx.x",): 1} and \
+            counted.stride == {tuple(sorted((width, "gridDim.x"))): 1}
         if block or grid:
-            def text(at: int, part: str) -> str:
-                return " ".join(uncommented[at:at + len(part)].split())
-            start_at = loop.head[0] + declared.start("start")
-            end_at = loop.head[0] + len(init) + 1 + bound.start("end")
-            step_at = loop.head[0] + len(init) + 1 + len(condition) + 1 + increment.start("step")
-            return (c, " ".join(declared["type"].split()), text(start_at, declared["start"]),
-                    text(end_at, bound["end"]), text(step_at, increment["step"]))
+            return counted.index, counted.type, counted.start, counted.end, counted.step
     return None
 
 

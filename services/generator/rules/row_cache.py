@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import Kernel, closing, find_kernel, fresh_name, identifiers, mask, \
-    split_top_level
+from services.generator.rules.cuda_text import Kernel, closing, find_kernel, fresh_name, identifiers, mask
+from services.generator.rules.loops import counted_loop
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, replace_spans
 from services.generator.rules.shape import Layout, NotRecognised
 from services.generator.rules.statements import Statement, Unparsed, body_of, statements, walk
@@ -237,29 +237,13 @@ def _aliases(masked: str, start: int, end: int) -> dict[str, affine.Poly]:
 def _block_loop(masked: str, uncommented: str, loop: Statement, widths: set[str], literal: int | None,
                 aliases: dict[str, affine.Poly]) -> tuple[str, str] | None:
     """(index, bound as written) of `for (int c = threadIdx.x; c < END; c += width)`, else None."""
-    parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
-    if len(parts) != 3:
+    counted = counted_loop(masked, uncommented, loop, aliases)
+    if counted is None or counted.first != {("threadIdx.x",): 1}:
         return None
-    init, condition, step = parts
-    declared = re.fullmatch(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<start>.*)", init,
-                            re.DOTALL)
-    if declared is None:
+    if not any(counted.stride == {(w,): 1} for w in widths) and \
+            not (literal is not None and counted.stride == {(): literal}):
         return None
-    c = declared["name"]
-    bound = re.fullmatch(rf"\s*{c}\s*<\s*(?P<end>.+?)\s*", condition, re.DOTALL)
-    increment = re.fullmatch(rf"\s*{c}\s*\+=(?P<step>.+)", step, re.DOTALL)
-    if bound is None or increment is None:
-        return None
-    try:
-        first, stride = affine.parse(declared["start"], aliases), affine.parse(increment["step"], aliases)
-    except affine.NotAffine:
-        return None
-    if first != {("threadIdx.x",): 1}:
-        return None
-    if not any(stride == {(w,): 1} for w in widths) and not (literal is not None and stride == {(): literal}):
-        return None
-    at = loop.head[0] + len(init) + 1 + bound.start("end")
-    return c, " ".join(uncommented[at:at + len(bound["end"])].split())
+    return counted.index, counted.end
 
 
 def _parameters(source: str, kernel: Kernel, spec: KernelSpec) -> dict[str, tuple[str, str, object]]:
