@@ -235,7 +235,7 @@ def run(rt, row: Row, spec, timeout_s: float) -> None:
     from shared.application.jobs import NoProgress, cancel_job, follow_job, job_events, submit_job
     from shared.domain.events import (JOB_ENDS, BaselineMeasured, CandidateRejected, JobCompleted, JobFailed,
                                       StepAccepted, StepDiscarded, StepSkipped)
-    from shared.domain.steps import project_optimisation
+    from shared.domain.steps import project_optimisation, timed_in_turn
 
     started = time.monotonic()
     row.job_id = submit_job(rt.store, rt.bus, spec, submitted_by="memory-bound-table", run="memory-bound-table")
@@ -262,7 +262,7 @@ def run(rt, row: Row, spec, timeout_s: float) -> None:
     baseline = next((e for e in events if isinstance(e, BaselineMeasured)), None)
     row.baseline_ms = baseline.median_ms if baseline else None
     opt = project_optimisation(events)
-    if opt.overall is not None and opt.overall.speedup is not None:
+    if timed_in_turn(opt.overall):
         row.speedup_in_turn, row.speedup_ci = opt.overall.speedup, opt.overall.speedup_ci
     if opt.best is not None and opt.best.time_ms:
         from services.generator import rules

@@ -10,7 +10,7 @@ from uuid import UUID
 from services.benchmark.compile_cache import compile_through
 from services.benchmark.measurement import INPUT_SETS, Duel, Order, Setup
 from services.benchmark.resources import BenchmarkResources
-from services.benchmark.sampling import speedup_interval
+from services.benchmark.sampling import look_confidence, speedup_interval
 from services.benchmark.tuning import ConfigOutcome, SetupFailed, SpaceEvaluator, reference_setup, search
 from shared.adapters.bus import Bus
 from shared.adapters.device.nvrtc import CompileError
@@ -24,6 +24,8 @@ from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequ
                                   JobSubmitted, KernelCompiled, KernelsCompared, ShardTuned, TuningRequested,
                                   derived_id)
 from shared.domain.spec import KernelSpec
+
+DUEL_SHARE_OF_TIMEOUT = 0.6  # of benchmark.timeout_s, which bounds the whole comparison call
 
 
 def measure_baseline(store: EventStore, bus: Bus, job_id: str, request_id: UUID, resources: BenchmarkResources) -> None:
@@ -162,8 +164,9 @@ def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resour
     rid = request.event_id
     specs = [spec.for_candidate(c) for c in (request.incumbent, request.candidate)]
 
-    def answer(incumbent_ms: list[float], candidate_ms: list[float], device: str, note: str = "") -> KernelsCompared:
-        speedup, interval = speedup_interval(incumbent_ms, candidate_ms)
+    def answer(incumbent_ms: list[float], candidate_ms: list[float], device: str, note: str = "",
+               confidence: float = 0.95) -> KernelsCompared:
+        speedup, interval = speedup_interval(incumbent_ms, candidate_ms, confidence)
         return KernelsCompared(event_id=derived_id(rid, "KernelsCompared"), stream_id=stream, request_id=rid,
                                candidate_id=request.candidate_id, device=device, incumbent_samples_ms=incumbent_ms,
                                candidate_samples_ms=candidate_ms, incumbent_ms=statistics.median(incumbent_ms),
@@ -198,12 +201,16 @@ def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resour
         return not_compared(host.device.name, f"compile: {exc}")
     failed = host.prepare(setup)
     bench = spec.benchmark
+    # The interval holds at 95% over every look the duel may stop at; what is timed keeps within the call's
+    # timeout (benchmark.timeout_s), with room for the checks and the answer.
+    confidence = look_confidence(bench.comparison_pairs, bench.comparison_max_pairs)
     outcome = failed or host.compare(Duel(incumbent=orders[0], candidate=orders[1], pairs=bench.comparison_pairs,
                                           max_pairs=bench.comparison_max_pairs,
-                                          bar=1 + spec.strategy.min_speedup_margin))
+                                          bar=1 + spec.strategy.min_speedup_margin, confidence=confidence,
+                                          budget_s=DUEL_SHARE_OF_TIMEOUT * bench.timeout_s))
     if isinstance(outcome, Failed):
         return not_compared(host.device.name, f"{outcome.stage}: {outcome.reason}")
-    return answer(outcome.incumbent_ms, outcome.candidate_ms, host.device.name)
+    return answer(outcome.incumbent_ms, outcome.candidate_ms, host.device.name, confidence=confidence)
 
 
 def _order(spec: KernelSpec, resources: BenchmarkResources, arch: str) -> Order:

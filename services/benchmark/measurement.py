@@ -48,14 +48,17 @@ class Measured:
 
 @dataclass(frozen=True)
 class Duel:
-    """Time two configurations (each already checked and timed alone) in turn, `pairs` times each, and then
-    pair by pair, up to `max_pairs`, while the interval of the speedup still straddles `bar`."""
+    """Time two configurations (each already checked and timed alone) in turn, `pairs` times each, then more,
+    up to `max_pairs`, while the speedup's interval (at `confidence`) still straddles `bar` at each of
+    sampling.looks and what is timed fits in `budget_s`."""
 
     incumbent: Order
     candidate: Order
     pairs: int
-    max_pairs: int = 0  # at most `pairs`
+    max_pairs: int = 0  # below `pairs`: exactly `pairs`
     bar: float = 1.0
+    confidence: float = 0.95
+    budget_s: float = float("inf")  # more pairs are timed only while they fit in this many seconds
 
 
 @dataclass(frozen=True)

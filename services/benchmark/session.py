@@ -15,6 +15,7 @@ launch's output, computes wrong or gains nothing.
 """
 import math
 import random
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,9 +196,14 @@ class BenchmarkSession(GpuSession):
                 if isinstance(warm, Failed):
                     return _named(side, warm)
         samples: tuple[list[float], list[float]] = ([], [])
-        for i in range(max(duel.pairs, duel.max_pairs)):
-            if i >= duel.pairs and sampling.settled(*samples, duel.bar):
-                break
+        looks = sampling.looks(duel.pairs, max(duel.pairs, duel.max_pairs))
+        started = time.perf_counter()
+        for i in range(looks[-1]):
+            if i in looks:  # i pairs timed: stop if they decide, or if the next look would not fit the budget
+                next_look = looks[looks.index(i) + 1]
+                over_budget = (time.perf_counter() - started) / i * next_look > duel.budget_s
+                if over_budget or sampling.settled(*samples, duel.bar, duel.confidence):
+                    break
             inputs = self._timed_set(i)
             # Which goes first alternates every other pair, so neither always follows the other (and each
             # input set sees both orders): a cache the first leaves warm would otherwise favour the second.

@@ -143,9 +143,11 @@ def _tuning(trigger: Event, job: JobView, gpus: list[str], candidate_id: str) ->
 def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     candidate_id = next(cid for cid, rid in job.tuning_requests if rid == event.request_id)
     requested, shards = job.shards_of(candidate_id)
-    if event.error and candidate_id == SUBMITTED:
+    # Any shard's error, not only this event's: a planner that lags sees every shard at the first one's event.
+    error = event.error or next((s.error for s in shards if s.error), None)
+    if error and candidate_id == SUBMITTED:
         return Reaction(events=[JobFailed(event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id,
-                                          stage="tuning", reason=event.error)])
+                                          stage="tuning", reason=error)])
     if len(shards) < requested:
         return NOTHING  # the merge waits for the last shard
     # Whichever shard's event gets here first merges: the ids derive from the job, so a second merge is a no-op.
@@ -168,7 +170,8 @@ def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None
                                                      reason=f"none of {completed.configs_evaluated} configurations "
                                                             "ran correctly; see the ConfigFailed events")])
     submitted = job.spec.baseline_params()
-    if {**submitted, **best.best_params} != submitted:  # a configuration other than the submitted one won
+    if {**submitted, **best.best_params} != submitted and best.best_ms < job.baseline_ms:
+        # Another configuration won, and by the tuning's times it is faster: time it against the submitted one.
         return Reaction(events=[completed, step_flow.overall_comparison(
             completed, job, job.spec.as_candidate(), {**submitted, **best.best_params}, best.best_ms,
             _home_queue(event.stream_id, gpus))])
@@ -210,6 +213,13 @@ def _(event: CandidateVerified, job: JobView, gpus: list[str], opt: Optimisation
 def _(event: KernelsCompared, job: JobView, gpus: list[str], opt: Optimisation | None) -> Reaction:
     if event.candidate_id != OVERALL:
         return Reaction(events=[step_flow.judge(event, opt)])
+    if event.error and event.error.startswith("output"):
+        # Proven by the verifier, and then inconsistent when timed again: nothing is delivered as proven.
+        return Reaction(events=[JobFailed(
+            event_id=derived_id(event.event_id, "JobFailed"), stream_id=event.stream_id, stage="compare",
+            reason=f"the best kernel's outputs changed when it was timed in turn with the submitted kernel "
+                   f"({event.error}); it is not delivered. Its steps are in the job's events: rerun the job, "
+                   "and report it with the job id if it happens again")])
     if job.spec.strategy.generates:
         return Reaction(events=step_flow.advance(event, job, opt, _home_queue(event.stream_id, gpus)))
     _, shards = job.shards_of(SUBMITTED)

@@ -15,7 +15,7 @@ from shared.domain.events import (CandidateRejected, CandidateVerified, Comparis
 from shared.domain.projections import JobView
 from shared.domain.spec import CandidateSpec
 from shared.domain.speedup import speedup_text
-from shared.domain.steps import OVERALL, TUNED_SUFFIX, Optimisation, StepRecord
+from shared.domain.steps import OVERALL, TUNED_SUFFIX, Optimisation, StepRecord, timed_in_turn
 
 
 def advance(trigger: Event, job: JobView, opt: Optimisation, benchmark_queue: str) -> list[Event]:
@@ -67,8 +67,8 @@ def overall_text(compared: KernelsCompared | None, baseline_ms: float, best_ms: 
     apart = f"{baseline_ms / best_ms:.2f}x the baseline {baseline_ms:.4f} ms, timed apart"
     if compared is None:
         return apart
-    if compared.error or compared.speedup is None:
-        return f"{apart} (they could not be timed in turn: {compared.error})"
+    if not timed_in_turn(compared):
+        return f"{apart} (they could not be timed in turn: {compared.error or compared.note})"
     return (f"{speedup_text(compared.speedup, compared.speedup_ci)} the submitted {what}, timed in turn "
             f"({compared.incumbent_ms:.4f} -> {compared.candidate_ms:.4f} ms on {compared.device})")
 

@@ -83,8 +83,6 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
         if unusable := size_problem(at_size, reference_params):
             skipped.append(f"{where}: {unusable}")
             continue
-        if broken := size_problem(as_candidate.with_sizes(trial.sizes), candidate_params):
-            return rejected("launch", f"the submitted kernel runs at these sizes, the candidate not: {broken}", where)
         ran = process.call("reference", TrialRun(at_size, trial.seed, reference, reference_params), timeout,
                            "verify.timeout_s")
         if isinstance(ran, Failed):
@@ -95,6 +93,8 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
                                              f"{ran.reason}", where)
             skipped.append(f"{where}: the submitted kernel itself failed ({ran.stage}: {ran.reason})")
             continue
+        if broken := size_problem(as_candidate.with_sizes(trial.sizes), candidate_params):
+            return rejected("launch", f"the submitted kernel runs at these sizes, the candidate not: {broken}", where)
         verdict = process.call("candidate", TrialRun(as_candidate.with_sizes(trial.sizes), trial.seed, compiled,
                                                      candidate_params), timeout,
                                "verify.timeout_s")

@@ -10,7 +10,7 @@ from shared.domain.events import (BaselineFailed, BaselineMeasured, BaselineRequ
                                   KernelCompiled, ShardTuned, StepAccepted, TuningCompleted, TuningRequested,
                                   Undecodable)
 from shared.domain.spec import KernelSpec
-from shared.domain.steps import OVERALL
+from shared.domain.steps import OVERALL, timed_in_turn
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -162,7 +162,7 @@ def _(event: StepAccepted, view: JobView) -> JobView:
 
 @evolve.register
 def _(event: KernelsCompared, view: JobView) -> JobView:
-    if event.candidate_id != OVERALL or event.speedup is None:
+    if event.candidate_id != OVERALL or not timed_in_turn(event):
         return view
     return replace(view, speedup=event.speedup, speedup_ci=event.speedup_ci)
 

@@ -94,6 +94,13 @@ class Optimisation:
         return next((r for r in self.steps if not r.finished), None)
 
 
+def timed_in_turn(compared: KernelsCompared | None) -> bool:
+    """Whether a comparison timed the two kernels in turn on a device: not one that failed, nor the tuning's
+    medians standing in where no device could (device "none"), nor recordings paired after the fact (replay)."""
+    return (compared is not None and compared.error is None and compared.speedup is not None
+            and not compared.replay and compared.device != "none")
+
+
 def project_optimisation(events: Iterable[Event]) -> Optimisation:
     view = Optimisation()
     for event in events:

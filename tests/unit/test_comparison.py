@@ -11,7 +11,7 @@ from kforge.render import describe, steps_table
 from services.benchmark.handlers import compare_kernels, measure_baseline
 from services.benchmark.replay import Recording, ReplayBook
 from services.benchmark.resources import BenchmarkResources
-from services.benchmark.sampling import settled, speedup_interval
+from services.benchmark.sampling import look_confidence, looks, settled, speedup_interval
 from services.planner import step_flow
 from services.planner.policy import react
 from shared.adapters.device.probe import DeviceInfo
@@ -154,12 +154,21 @@ def test_one_disturbed_pair_neither_moves_nor_widens_the_interval():
     assert speedup_interval(old, disturbed) == speedup_interval(old, new) == (pytest.approx(1.15), (1.15, 1.15))
 
 
+def test_a_duel_looks_at_doubling_pair_counts_each_at_a_share_of_the_5_percent():
+    assert looks(15, 120) == [15, 30, 60, 120] and looks(15, 100) == [15, 30, 60, 100] and looks(15, 15) == [15]
+    assert look_confidence(15, 120) == pytest.approx(1 - 0.05 / 4)
+    ratios = [1.0 + 0.01 * i for i in range(15)]  # 1.00 .. 1.14
+    assert speedup_interval(ratios, [1.0] * 15) == (pytest.approx(1.07), (pytest.approx(1.03), pytest.approx(1.11)))
+    wider = speedup_interval(ratios, [1.0] * 15, look_confidence(15, 120))[1]
+    assert wider == (pytest.approx(1.02), pytest.approx(1.12))  # order statistics 3 and 13 rather than 4 and 12
+
+
 def test_pairs_are_settled_once_the_interval_leaves_the_bar():
     noisy = [1.0 + 0.05 * (-1) ** i for i in range(15)]
-    assert settled([1.2] * 15, noisy, bar=1.02)  # well above: more pairs would not change the verdict
-    assert settled([0.8] * 15, noisy, bar=1.02)  # well below
-    assert not settled([1.03] * 15, noisy, bar=1.02)  # straddles the bar: time more pairs
-    assert not settled([1.5] * 5, [1.0] * 5, bar=1.02)  # no interval yet
+    assert settled([1.2] * 15, noisy, bar=1.02, confidence=0.95)  # well above: more pairs would not change the verdict
+    assert settled([0.8] * 15, noisy, bar=1.02, confidence=0.95)  # well below
+    assert not settled([1.03] * 15, noisy, bar=1.02, confidence=0.95)  # straddles the bar: time more pairs
+    assert not settled([1.5] * 5, [1.0] * 5, bar=1.02, confidence=0.95)  # no interval yet
 
 
 # --- the benchmark's answer --------------------------------------------------------------------------------

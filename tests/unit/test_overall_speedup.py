@@ -3,8 +3,9 @@ ratio of a baseline and a tuning time measured apart (on a shared GPU those disa
 import pytest
 
 from services.planner.policy import react
-from shared.domain.events import (BaselineMeasured, BaselineRequested, ComparisonRequested, JobCompleted, JobSubmitted,
-                                  KernelsCompared, ShardTuned, StepAccepted, TuningCompleted, TuningRequested)
+from shared.domain.events import (BaselineMeasured, BaselineRequested, ComparisonRequested, JobCompleted, JobFailed,
+                                  JobSubmitted, KernelsCompared, ShardTuned, StepAccepted, TuningCompleted,
+                                  TuningRequested)
 from shared.domain.projections import project_job
 from shared.domain.reports.results import kernel_result
 from shared.domain.reports.tracker import performance_tracker
@@ -122,3 +123,48 @@ def test_the_kernel_result_and_its_files_carry_the_speedup_timed_in_turn(vector_
 
     assert (result.speedup, result.speedup_in_turn_ci) == (1.9, (1.85, 1.95))
     assert kernel_result(events).speedup == 2.0  # a job recorded before: the medians' ratio, timed apart
+
+
+def test_medians_standing_in_where_no_device_could_time_them_are_not_called_timed_in_turn(kept_one_step):
+    (request,) = decide(kept_one_step)
+    medians = answered(request, 1.0 / 0.99, None).model_copy(update={
+        "device": "none", "note": "no device to time them in turn (no CUDA device): the tuning's medians"})
+    history = [*kept_one_step, request, medians]
+
+    (completed,) = decide(history)
+
+    assert "timed apart (they could not be timed in turn: no device to time them in turn" in completed.summary
+    assert project_job([*history, completed]).speedup_ci is None
+    assert performance_tracker([*history, completed]).speedup_in_turn is None
+
+
+def test_outputs_that_change_when_the_best_is_timed_again_fail_the_job(kept_one_step):
+    (request,) = decide(kept_one_step)
+    history = [*kept_one_step, request, answered(request, None, None, error="output: the candidate: its last "
+                                                                           "launch differs from the reference")]
+
+    (failed,) = decide(history)
+
+    assert isinstance(failed, JobFailed) and failed.stage == "compare" and "not delivered" in failed.reason
+
+
+def test_a_tune_job_whose_winner_is_slower_than_the_baseline_has_nothing_to_time(sweep_spec):
+    history = tuned(sweep_spec, best_block=512)
+    history[-1] = history[-1].model_copy(update={"best_ms": 1.05})  # other parameters, but no faster
+
+    merged, completed = decide(history)
+
+    assert isinstance(completed, JobCompleted) and "timed apart" in completed.summary
+
+
+def test_any_shards_error_fails_the_tune_even_at_another_shards_event(sweep_spec):
+    history = tuned(sweep_spec, best_block=512)
+    broken = history[-1].model_copy(update={"request_id": history[-2].event_id, "error": "no device",
+                                            "best_ms": None, "best_params": None})
+    second = TuningRequested(stream_id=STREAM, queue="benchmark.1", candidate_id="submitted", shard=1, shards=2)
+    history = [*history[:-2], history[-2].model_copy(update={"shards": 2}), second, history[-1],
+               broken.model_copy(update={"request_id": second.event_id})]
+
+    (failed,) = react(history[-2], project_job(history), ["0", "1"], project_optimisation(history)).events
+
+    assert isinstance(failed, JobFailed) and failed.reason == "no device"

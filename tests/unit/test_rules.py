@@ -180,8 +180,10 @@ def test_vectorize_with_elements_per_thread_geometry_and_defaults():
                                                                   VECTOR_ADD.as_candidate()))
     assert candidate.grid_div_x == ["block_size_x", "elements_per_thread", 4]
     assert candidate.params == {"block_size_x": 256, "elements_per_thread": 4}
-    assert "reinterpret_cast<const float4 *>(c)" not in candidate.source  # the pure output is never read
-    assert "reinterpret_cast<float4 *>(c)[v] = c4;" in candidate.source
+    assert "reinterpret_cast<const float_x4 *>(c)" not in candidate.source  # the pure output is never read
+    assert "reinterpret_cast<float_x4 *>(c)[v] = c4;" in candidate.source
+    assert ("if ((reinterpret_cast<unsigned long long>(c) & 15) == 0 && (reinterpret_cast<unsigned long long>(a) & 15)"
+            " == 0 && (reinterpret_cast<unsigned long long>(b) & 15) == 0) {") in candidate.source  # else one by one
     assert "for (int i = 4 * vectors + blockIdx.x * block_size_x + threadIdx.x; i < n;" in candidate.source
 
 
@@ -279,8 +281,8 @@ def test_a_vectorized_body_with_several_statements_and_an_inout_array():
                     args=[{**a.model_dump(), "role": "inout"} if a.name == "c" else a.model_dump()
                           for a in VECTOR_ADD.args])
     candidate = rules.apply("vectorize", saxpy, rules.apply("elements_per_thread", saxpy, saxpy.as_candidate()))
-    assert "float4 c4 = reinterpret_cast<const float4 *>(c)[v];" in candidate.source  # read before written
-    assert "const int i = 4 * v + 3;" in candidate.source and "c4.w += t + i;" in candidate.source
+    assert "float_x4 c4 = reinterpret_cast<const float_x4 *>(c)[v];" in candidate.source  # read before written
+    assert "const int i = 4 * v + k;" in candidate.source and "c4.lane[k] += t + i;" in candidate.source
     compiles(saxpy, candidate, [{"block_size_x": 128, "elements_per_thread": ept} for ept in (1, 16)])
 
 

@@ -4,14 +4,20 @@ array per vector, each lane running the body as written (so each element rounds 
 and, when an array is not 16-byte aligned at run time, the element loop alone. Every rewrite compiles with NVRTC
 for every configuration of its space and keeps the signature; the rewrites run on the CPU (g++, the kernel body
 as written over stand-ins of the fp16/bf16 intrinsics, every thread of the launch in turn) and match the
-submitted kernel bit for bit at sizes no vector divides, at every configuration, aligned and misaligned. The GPU
-verifies them too (tests/gpu/test_rules_shapes_verified.py)."""
+submitted kernel bit for bit at sizes no vector divides, at every configuration, aligned and misaligned (built
+with UBSan's alignment check, so a 16-byte access through a misaligned pointer stops the run as ld.global.v4 faults
+on the GPU). tests/unit/test_rules_vectorize_aligned.py holds the 4-byte kernels to the same checks with these
+helpers. The GPU verifies them too (tests/gpu/test_rules_shapes_verified.py)."""
 import ctypes
 import itertools
 import math
+import os
+import pickle
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,13 +180,6 @@ def test_mixed_and_byte_kernels_take_16_bytes_of_their_narrowest_array():
     assert binary.grid_div_x == ["block_size_x", 16]
 
 
-def test_4_byte_kernels_keep_their_float4_lanes():
-    saxpy = CORPUS["saxpy"].spec()
-    candidate = applied(saxpy, ORDERS["alone"])
-    assert "float4" in candidate.source and "__align__" not in candidate.source
-    assert candidate.grid_div_x == ["block_size_x", 4]
-
-
 def test_haxpy_and_bf16_axpy_compose_in_plan_order_and_in_reverse():
     for name in ("haxpy", "bf16_axpy"):
         spec_ = KERNELS[name]
@@ -201,7 +200,12 @@ def test_haxpy_and_bf16_axpy_compose_in_plan_order_and_in_reverse():
 
 @pytest.mark.parametrize("name, order", [(name, order) for name in KERNELS for order in ORDERS])
 def test_each_rewrite_compiles_for_every_configuration_and_keeps_the_signature(name, order):
-    spec_ = KERNELS[name]
+    assert_compiles_for_every_configuration(KERNELS[name], order)
+
+
+def assert_compiles_for_every_configuration(spec_: KernelSpec, order: str) -> None:
+    """The rewrite after `order` compiles with NVRTC (kforge's compile path) for every configuration of its space
+    (a sample of the plan's), and its parameters are the submitted kernel's as PTX declares them."""
     candidate = applied(spec_, ORDERS[order])
     assert "vectorize" in rules.applied(candidate.source)
     source, options = normalised(candidate.source), tuple(spec_.compiler_options)
@@ -277,6 +281,9 @@ static inline __nv_bfloat16 __float2bfloat16(float f) {
 """
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="no g++ to run the kernels on the CPU")
+# A 16-byte vector is a struct aligned to 16, which a misaligned pointer breaks: UBSan stops the emulated kernel at
+# such an access (and x86's aligned moves trap), as ld.global.v4 faults on the GPU; run() reports it as a failure.
+SANITIZE = ("-fsanitize=alignment", "-fno-sanitize-recover=alignment")
 
 
 class Bits16(ctypes.Structure):
@@ -288,18 +295,21 @@ SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "float32": ctypes
            "bfloat16": Bits16}
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("emulated")
-    built: dict[str, ctypes.CDLL] = {}
+class HostKernels:
+    """Kernels built as host code (g++, into `directory`), one library per distinct source."""
 
-    def host_library(source: str, kernel_name: str) -> ctypes.CDLL:
+    def __init__(self, directory: Path):
+        self.directory, self.built = directory, {}
+
+    def __call__(self, source: str, kernel_name: str) -> ctypes.CDLL:
         """The kernel as a host function, and `kforge_launch(grid, block, args...)` running every thread of a
-        1D launch in turn (elementwise kernels share nothing between threads)."""
-        if source in built:
-            return built[source]
+        1D launch in turn (elementwise kernels share nothing between threads). A template kernel is launched
+        as the instance `kernel_name` names (scale<float>)."""
+        if source in self.built:
+            return self.built[source]
         kernel = find_kernel(source, kernel_name)
-        parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
+        parameters = [_instance_types(source[a:b].strip(), kernel.declaration, kernel_name)
+                      for a, b in kernel.parameters(source)]
         names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
         launcher = (f'extern "C" void kforge_launch(unsigned int kforge_grid, unsigned int kforge_block'
                     f'{"".join(", " + p for p in parameters)}) {{\n'
@@ -310,15 +320,60 @@ def build(tmp_path_factory):
                     f"            {kernel_name}({', '.join(names)});\n"
                     f"        }}\n}}\n")
         code = re.sub(r"^\s*#\s*include\b.*$", "", source, flags=re.M)
-        path = directory / f"k{len(built)}"
+        path = self.directory / f"k{len(self.built)}"
         path.with_suffix(".cpp").write_text(PRELUDE + code + launcher)
-        subprocess.run([GXX, "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-shared", "-fPIC", "-o",
-                        str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))], check=True,
+        subprocess.run([GXX, "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", *SANITIZE, "-shared", "-fPIC",
+                        "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))], check=True,
                        capture_output=True, text=True)
-        built[source] = ctypes.CDLL(str(path.with_suffix(".so")))
-        return built[source]
+        self.built[source] = ctypes.CDLL(str(path.with_suffix(".so")))
+        return self.built[source]
 
-    return host_library
+
+def _instance_types(parameter: str, declaration: str, kernel_name: str) -> str:
+    """A parameter of a template kernel with the instance's arguments for the template's type names (`T *out`
+    of scale<float>: `float *out`); any other parameter as written."""
+    template = re.search(r"template\s*<(?P<names>.*)>", declaration, re.S)
+    instance = re.fullmatch(r"[^<]*<(?P<arguments>.*)>\s*", kernel_name, re.S)
+    if template is None or instance is None:
+        return parameter
+    names = [re.findall(r"\w+", name)[-1] for name in template["names"].split(",")]
+    for name, argument in zip(names, instance["arguments"].split(",")):
+        parameter = re.sub(rf"\b{name}\b", argument.strip(), parameter)
+    return parameter
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    return HostKernels(tmp_path_factory.mktemp("emulated"))
+
+
+class EmulatedFault(AssertionError):
+    """The emulated kernel stopped (a misaligned 16-byte access, or any other fault) instead of returning."""
+
+
+def _in_child(work: Callable[[], object]) -> object:
+    """work() run in a forked child and its result sent back, so a kernel that faults fails the test (with
+    EmulatedFault) instead of ending the test process."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, and end without running the parent's cleanup
+        code = 1
+        try:
+            os.close(read)
+            with os.fdopen(write, "wb") as answer:
+                answer.write(pickle.dumps(work()))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        data = answer.read()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise EmulatedFault(f"the emulated kernel stopped ({f'signal {-code}' if code < 0 else f'exit {code}'}); "
+                            f"UBSan names a misaligned access in the captured stderr")
+    return pickle.loads(data)
 
 
 def inputs(spec_: KernelSpec, seed: int) -> dict[str, np.ndarray]:
@@ -345,7 +400,8 @@ def inputs(spec_: KernelSpec, seed: int) -> dict[str, np.ndarray]:
 def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[str, np.ndarray],
         misaligned: str | None = None) -> dict[str, bytes]:
     """The kernel run on copies of `values` placed 16-byte aligned (the `misaligned` one an element past that),
-    at the launch geometry of `spec_` (a candidate's spec) for `params`; each array's bytes after."""
+    at the launch geometry of `spec_` (a candidate's spec) for `params`; each array's bytes after. The launch
+    runs in a child process: EmulatedFault when the kernel faults."""
     (grid, _, _), (block, _, _) = spec_.launch_geometry(params)
     for name in ("block_size_x", "elements_per_thread", "loop_unroll_factor"):
         if name in params:
@@ -369,26 +425,23 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[str,
             types.append(kind)
     library.kforge_launch.argtypes = types
     library.kforge_launch.restype = None
-    library.kforge_launch(grid, block, *arguments)
-    return {name: placed.tobytes() for name, placed in held.items()}
+
+    def launch() -> dict[str, bytes]:
+        library.kforge_launch(grid, block, *arguments)
+        return {name: placed.tobytes() for name, placed in held.items()}
+    return _in_child(launch)
 
 
-EMULATED = [(name, order) for name in KERNELS for order in ORDERS]
-
-
-@needs_gxx
-@pytest.mark.parametrize("name, order", EMULATED)
-def test_the_rewrite_computes_every_element_as_the_submitted_kernel_did(build, name, order):
+def assert_computes_every_element_as_submitted(build: HostKernels, spec_: KernelSpec, order: str, width: int) -> None:
     """At sizes below, at and around a vector and a grid's reach, for every configuration (a sample of the
-    plan's larger space), with every array aligned and with each one misaligned in turn."""
-    spec_ = KERNELS[name]
+    plan's larger space), with every array aligned and with each one misaligned in turn, the rewrite after
+    `order` leaves every array bit for bit as the submitted kernel does, and never faults."""
     candidate = applied(spec_, ORDERS[order])
     dimension = spec_.problem_size[0]
     submitted = build(spec_.source, spec_.kernel_name)
     rewritten = build(normalised(candidate.source), spec_.kernel_name)
     configurations = every_configuration(candidate) if order != "plan" else sample(candidate, spec_, 8)
     arrays = [arg.name for arg in spec_.args if arg.is_array]
-    width = LANES[name]
     for size in (1, width - 1, width, width + 1, 3 * width * 128 + 5, 2 * 1024 * width + width - 1):
         at_size = spec_.with_sizes({dimension: size})
         values = inputs(at_size, size)
@@ -398,6 +451,15 @@ def test_the_rewrite_computes_every_element_as_the_submitted_kernel_did(build, n
             for misaligned in (None, *arrays):
                 got = run(rewritten, at_size.for_candidate(candidate), config, values, misaligned)
                 assert got == expected, (size, params, misaligned)
+
+
+EMULATED = [(name, order) for name in KERNELS for order in ORDERS]
+
+
+@needs_gxx
+@pytest.mark.parametrize("name, order", EMULATED)
+def test_the_rewrite_computes_every_element_as_the_submitted_kernel_did(build, name, order):
+    assert_computes_every_element_as_submitted(build, KERNELS[name], order, LANES[name])
 
 
 @needs_gxx

@@ -5,11 +5,12 @@ grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i +
 array in BODY indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so
 each thread handles several elements, or apply it lane by lane to 128-bit vectors (four lanes of 4-byte elements,
 eight of 2-byte ones such as __half and __nv_bfloat16, sixteen of bytes; each lane runs BODY as written, so it
-rounds exactly as one thread did, and the narrow vectors fall back to the element loop when an array is not 16-byte
-aligned at run time). Both shapes are
-*rendered* from a model of the submitted kernel rather than edited into the current one, so the two features
-compose in either order; both loop over the grid's width, so they are correct for any grid, the one the candidate's
-grid_div_x gives included. Anything outside that pattern is refused with what did not match.
+rounds exactly as one thread did). The vectors are taken only when every array is 16-byte aligned at run time:
+a caller may pass a pointer into the middle of an allocation (a tensor slice starting at element 1), which the
+submitted kernel handles and a 128-bit access would fault on, so otherwise the kernel runs the element loop as
+written. Both shapes are *rendered* from a model of the submitted kernel rather than edited into the current one,
+so the two features compose in either order; both loop over the grid's width, so they are correct for any grid,
+the one the candidate's grid_div_x gives included. Anything outside that pattern is refused with what did not match.
 """
 import re
 import textwrap
@@ -24,11 +25,9 @@ from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
                r"u?int(?:32|64)_t)")
-VECTOR_TYPES = {"float32": "float4", "int32": "int4", "uint32": "uint4"}  # 4 lanes of 4 bytes: 128 bits
-LANES = "xyzw"
-# The element sizes vectorize takes. Arrays all of 4 bytes take the float4/int4/uint4 lanes above; a kernel with a
-# narrower one takes 16 bytes of its narrowest arrays per vector (8 halves, or 16 int8s), as a struct of that many
-# elements of each array's own type, aligned to 16 bytes (its wider arrays move a multiple of 16 bytes per vector).
+# The element sizes vectorize takes. A kernel takes 16 bytes of its narrowest arrays per vector (4 floats or ints,
+# 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to 16 bytes (its wider
+# arrays move a multiple of 16 bytes per vector).
 ELEMENT_BYTES = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2, "float32": 4, "int32": 4,
                  "uint32": 4}
 VECTOR_BYTES = 16
@@ -206,18 +205,16 @@ def vectorize_reason(kernel: Elementwise) -> str | None:
                     f"({', '.join(ELEMENT_BYTES)})")
         if re.search(rf"&\s*{name}\s*\[", mask(kernel.body)):
             return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
-    if lanes(kernel) != 4:
-        pointees = _pointees(kernel)
-        for name in kernel.arrays:
-            if name not in pointees:
-                return (f"{name} is not declared as a plain pointer (`const T *{name}`), so its element type for "
-                        f"the vector of {lanes(kernel)} lanes is unknown")
+    pointees = _pointees(kernel)
+    for name in kernel.arrays:
+        if name not in pointees:
+            return (f"{name} is not declared as a plain pointer (`const T *{name}`), so its element type for "
+                    f"the vector of {lanes(kernel)} lanes is unknown")
     return None
 
 
 def lanes(kernel: Elementwise) -> int:
-    """The elements per vector: 4 when every array has 4-byte elements (float4, int4, uint4), else 16 bytes of the
-    narrowest array's (8 of 2 bytes, 16 of 1 byte)."""
+    """The elements per vector: 16 bytes of the narrowest array's (4 of 4 bytes, 8 of 2 bytes, 16 of 1 byte)."""
     sizes = [ELEMENT_BYTES.get(dtype, 4) for dtype in kernel.arrays.values()]
     return VECTOR_BYTES // min(sizes, default=4)
 
@@ -240,10 +237,10 @@ def _pointees(kernel: Elementwise) -> dict[str, str]:
 # --- rendering ----------------------------------------------------------------------------------------
 def render(kernel: Elementwise, elements_per_thread: bool, vectorize: bool) -> str:
     """The submitted source with the kernel's body re-shaped: a grid-stride loop (several elements per
-    thread when `elements_per_thread`), over 128-bit vectors plus a scalar tail when `vectorize`."""
+    thread when `elements_per_thread`), over 128-bit vectors plus a scalar tail when `vectorize` (and every
+    array is 16-byte aligned at run time; else the element loop)."""
     if vectorize:
-        lines = (_vector_loops(kernel, elements_per_thread) if lanes(kernel) == 4 else
-                 _narrow_vector_loops(kernel, elements_per_thread))
+        lines = _vector_loops(kernel, elements_per_thread)
     else:
         lines = [*_unrolled_by_elements_per_thread(elements_per_thread),
                  *_scalar_loop(kernel, f"blockIdx.x * {kernel.block_x} + threadIdx.x")]
@@ -266,40 +263,12 @@ def _scalar_loop(kernel: Elementwise, first: str) -> list[str]:
 
 
 def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
-    taken = identifiers(kernel.source)
-    v, vectors = fresh_name("v", taken), fresh_name("vectors", taken)
-    registers = {name: fresh_name(f"{name}4", taken) for name in kernel.arrays}
-    bound = kernel.bound if re.fullmatch(r"\w+", kernel.bound) else f"({kernel.bound})"
-    loads, outputs, stores = [], [], []
-    for name, register in registers.items():
-        vector = VECTOR_TYPES[kernel.arrays[name]]
-        written = _written(kernel, name)
-        if not written:
-            loads.append(f"const {vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
-        elif _overwritten_before_read(kernel, name):
-            outputs.append(f"{vector} {register};")
-        else:
-            loads.append(f"{vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
-        if written:
-            stores.append(f"reinterpret_cast<{vector} *>({name})[{v}] = {register};")
-    lanes = [line for lane in range(len(LANES)) for line in _lane(kernel, registers, v, lane)]
-    return [f"// 128-bit loads and stores: the first {bound} / 4 * 4 elements as vectors of four lanes, each lane",
-            f"// doing what one thread did, then the last {bound} % 4 elements one by one.",
-            f"const {kernel.index_type} {vectors} = {bound} / 4;",
-            *_unrolled_by_elements_per_thread(elements_per_thread),
-            f"for ({kernel.index_type} {v} = blockIdx.x * {kernel.block_x} + threadIdx.x; {v} < {vectors}; "
-            f"{v} += gridDim.x * {kernel.block_x}) {{",
-            *(INDENT + line for line in [*loads, *outputs, *lanes, *stores]),
-            "}",
-            *_scalar_loop(kernel, f"4 * {vectors} + blockIdx.x * {kernel.block_x} + threadIdx.x")]
-
-
-def _narrow_vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
-    """Vectors of `lanes(kernel)` elements when every array is 16-byte aligned: each array's vector is a struct
-    of that many of its elements, aligned to 16 bytes, loaded and stored whole (one 128-bit access per 16
-    bytes), and an unrolled loop over the lanes runs the body as written on each lane's elements, so every
-    element is computed (and rounded) as one thread computed it. Then the last bound % lanes elements one by
-    one; with an array not aligned, the element loop alone."""
+    """Vectors of `lanes(kernel)` elements (4, 8 or 16) when every array is 16-byte aligned: each array's vector
+    is a struct of that many of its elements, aligned to 16 bytes, loaded and stored whole (one 128-bit access per
+    16 bytes: ld.global.v4 / st.global.v4), and an unrolled loop over the lanes runs the body as written on each
+    lane's elements, so every element is computed (and rounded) as one thread computed it. Then the last
+    bound % lanes elements one by one; with an array not aligned (a slice of a tensor, say), the element loop
+    alone. The check reads only the kernel's arguments, so every thread of a launch takes the same path."""
     width = lanes(kernel)
     taken = identifiers(kernel.source)
     v, vectors, k, lane = (fresh_name(base, taken) for base in ("v", "vectors", "k", "lane"))
@@ -352,21 +321,6 @@ def _narrow_vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list
             "} else {",
             *(INDENT + line for line in _scalar_loop(kernel, first)),
             "}"]
-
-
-def _lane(kernel: Elementwise, registers: dict[str, str], v: str, lane: int) -> list[str]:
-    """The body for one lane: each X[i] becomes lane `lane` of X's register; where the body still needs the
-    index, a block declares it as the lane's element."""
-    i, text = kernel.index, kernel.body
-    for name, register in registers.items():
-        text = re.sub(rf"\b{name}\s*\[\s*{i}\s*\]", f"{register}.{LANES[lane]}", text)
-    uses_index = re.search(rf"\b{i}\b", mask(text)) is not None
-    statements = split_top_level(mask(text), ";")
-    assignment = re.match(rf"\s*\w+\.[xyzw]\s*{ASSIGNMENT}", statements[0])
-    if not uses_index and len(statements) == 2 and not statements[1].strip() and assignment and "{" not in text:
-        return [text.strip()]
-    index = [f"const {kernel.index_type} {i} = 4 * {v} + {lane};"] if uses_index else []
-    return ["{", *(INDENT + line for line in [*index, *text.split("\n")]), "}"]
 
 
 def _written(kernel: Elementwise, name: str) -> bool:

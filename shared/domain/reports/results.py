@@ -9,7 +9,7 @@ from shared.domain.events import (BaselineMeasured, CandidateGenerated, ConfigMe
 from shared.domain.expressions import ExpressionError
 from shared.domain.projections import job_id_of, project_job
 from shared.domain.spec import KernelSpec, ParamValue
-from shared.domain.steps import OVERALL, SUBMITTED
+from shared.domain.steps import OVERALL, SUBMITTED, timed_in_turn
 
 
 
@@ -116,8 +116,8 @@ def kernel_result(events: Sequence[Event]) -> KernelResult | None:
 
 def _in_turn(events: Sequence[Event], improved: bool) -> dict:
     """The OVERALL comparison's speedup and interval, where it timed the best kernel against the submitted one."""
-    overall = next((e for e in events if isinstance(e, KernelsCompared) and e.candidate_id == OVERALL
-                    and e.speedup is not None), None)
+    overall = next((e for e in reversed(events) if isinstance(e, KernelsCompared) and e.candidate_id == OVERALL
+                    and timed_in_turn(e)), None)
     if overall is None or not improved:
         return {}
     return {"speedup_in_turn": overall.speedup, "speedup_in_turn_ci": overall.speedup_ci}

@@ -13,7 +13,7 @@ from shared.domain.events import Event, JobSubmitted, StepAccepted, TuningComple
 from shared.domain.projections import job_id_of, project_job
 from shared.domain.spec import ParamValue
 from shared.domain.speedup import speedup_text
-from shared.domain.steps import SUBMITTED, project_optimisation
+from shared.domain.steps import SUBMITTED, project_optimisation, timed_in_turn
 
 
 class PerformanceStep(BaseModel):
@@ -142,7 +142,7 @@ def performance_tracker(events: Sequence[Event]) -> PerformanceTracker | None:
         return None
     spec, view, opt = submitted.spec, project_job(events), project_optimisation(events)
     steps = []
-    in_turn = opt.overall is not None and opt.overall.speedup is not None
+    in_turn = timed_in_turn(opt.overall)
     for event in events:
         if isinstance(event, StepAccepted):
             record = opt.record(event.step_id)

@@ -1,0 +1,200 @@
+"""vectorize on elementwise kernels of 4-byte elements (saxpy, scale, relu_inplace, vector_add and an integer
+variant) takes the path the 2- and 1-byte kernels take, with four lanes: 128-bit vectors only when every array is
+16-byte aligned at run time, else the element loop as written. A caller may pass a pointer into the middle of an
+allocation (a tensor slice from element 1), which the submitted kernel handles and a float4 access would fault
+on; the verifier allocates aligned arrays, so only this shows it. Each lane runs the body as written (the vector
+loop's arithmetic is the submitted kernel's, instruction for instruction in the PTX), the accesses are 128 bits
+(ld.global.v4 / st.global.v4), every rewrite compiles for every configuration of its space and keeps the signature,
+and the rewrites run on the CPU (tests/unit/test_rules_vectorize16.py's emulation, with UBSan's alignment check)
+bit for bit as the submitted kernels do, aligned and with each array misaligned in turn."""
+import collections
+import re
+
+import pytest
+from cuda.bindings import nvrtc
+
+from kforge.specfile import load_spec
+from services.generator import rules
+from services.generator.rules.cuda_text import mask, normalised
+from services.generator.rules.elementwise import lanes, model
+from shared.adapters.device.nvrtc import compile_options
+from shared.domain.compile_policy import vetted_headers
+from shared.domain.spec import KernelSpec
+from tests.conftest import EXAMPLES
+from tests.unit.rules_variants import array, scalar, spec
+from tests.unit.test_rules_vectorize16 import (KERNELS as NARROW, ORDERS, CORPUS, EmulatedFault, HostKernels,
+                                               applied, assert_compiles_for_every_configuration,
+                                               assert_computes_every_element_as_submitted, inputs, needs_gxx, run)
+
+ARCH = "compute_90"
+
+MIX_KEYS = spec(r"""
+// 32-bit keys mixed with a hash of their index and a signed salt: unsigned and int arrays, the index read by the
+// body, a local, an in-place array.
+extern "C" __global__ void mix_keys(unsigned int *keys, const int *salt, unsigned int seed, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned int h = (unsigned int)i * 2654435761u ^ seed;
+        keys[i] = (keys[i] ^ h) + (unsigned int)salt[i];
+    }
+}
+""", "mix_keys", [array("keys", ["n"], "uint32", "inout"), array("salt", ["n"], "int32"),
+                  scalar("seed", 12345, "uint32"), scalar("n", "n")], {"n": 1 << 20}, ["n"],
+    tune_params={"block_size_x": [128, 256]})
+
+
+def _example(name: str) -> KernelSpec:
+    return load_spec(EXAMPLES / f"{name}.cu", EXAMPLES / f"{name}.yaml")
+
+
+KERNELS = {"saxpy": CORPUS["saxpy"].spec(), "scale": CORPUS["scale"].spec(),
+           "relu_inplace": CORPUS["relu_inplace"].spec(), "vector_add": _example("vector_add"), "mix_keys": MIX_KEYS}
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    return HostKernels(tmp_path_factory.mktemp("emulated4"))
+
+
+# --- which kernels it takes, and the rewrite's shape --------------------------------------------------------
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_vectorize_takes_4_byte_elementwise_kernels_with_four_lanes(name):
+    spec_ = KERNELS[name]
+    assert rules.check("vectorize", spec_, spec_.as_candidate()) is None
+    assert lanes(model(spec_)) == 4
+
+
+def test_saxpy_moves_four_floats_per_access_only_when_every_array_is_aligned():
+    saxpy = KERNELS["saxpy"]
+    candidate = applied(saxpy, ORDERS["ept"])
+    code = candidate.source
+    assert "struct __align__(16) float_x4 { float lane[4]; };" in code
+    assert ("if ((reinterpret_cast<unsigned long long>(y) & 15) == 0 && "
+            "(reinterpret_cast<unsigned long long>(x) & 15) == 0) {") in code
+    assert "float_x4 y4 = reinterpret_cast<const float_x4 *>(y)[v];" in code  # in place: read, then written
+    assert "const float_x4 x4 = reinterpret_cast<const float_x4 *>(x)[v];" in code
+    assert "y4.lane[k] = a * x4.lane[k] + y4.lane[k];" in code  # the body, lane by lane
+    assert "reinterpret_cast<float_x4 *>(y)[v] = y4;" in code
+    assert "for (int i = 4 * vectors + blockIdx.x * blockDim.x + threadIdx.x; i < n;" in code  # the tail
+    assert mask(code).count("y[i] = a * x[i] + y[i];") == 2  # the tail and the fallback
+    assert "float4" not in code
+    # The tune space and the grid are as before: a quarter of the threads, elements_per_thread times fewer.
+    assert candidate.grid_div_x == ["block_size_x", "elements_per_thread", 4]
+    assert candidate.tune_params == {"block_size_x": [128, 256, 512, 1024], "elements_per_thread": [1, 2, 4, 8, 16]}
+    assert candidate.params == {"block_size_x": 256, "elements_per_thread": 4}
+    assert applied(saxpy, ORDERS["alone"]).grid_div_x == ["block_size_x", 4]
+
+
+def test_integer_and_template_kernels_take_structs_of_their_declared_types():
+    keys = applied(MIX_KEYS, ORDERS["alone"]).source
+    assert "struct __align__(16) unsigned_int_x4 { unsigned int lane[4]; };" in keys
+    assert "struct __align__(16) int_x4 { int lane[4]; };" in keys
+    assert "const int i = 4 * v + k;" in keys  # the body reads the index: each lane has its own
+    assert "keys4.lane[k] = (keys4.lane[k] ^ h) + (unsigned int)salt4.lane[k];" in keys
+    scale = applied(KERNELS["scale"], ORDERS["alone"]).source
+    assert "struct __align__(16) T_x4 { T lane[4]; };" in scale  # the template's own element type
+    assert "T_x4 out4;" in scale  # a pure output is not loaded
+    relu = applied(KERNELS["relu_inplace"], ORDERS["alone"]).source
+    assert "if ((reinterpret_cast<unsigned long long>(x) & 15) == 0) {" in relu
+
+
+def test_vectorize_refuses_a_4_byte_array_not_declared_as_a_plain_pointer():
+    """The vector's element type is the declared one (a struct of four), so an array parameter written otherwise
+    is refused with the reason 2-byte arrays get."""
+    vector_add = KERNELS["vector_add"]
+    as_array = vector_add.model_validate({**vector_add.model_dump(), "source": vector_add.source.replace(
+        "const float *b", "const float b[]")})
+    assert rules.check("vectorize", as_array, as_array.as_candidate()) == (
+        "b is not declared as a plain pointer (`const T *b`), so its element type for the vector of 4 lanes is "
+        "unknown")
+
+
+# --- every rewrite compiles and keeps the signature; its accesses are 128 bits -----------------------------
+@pytest.mark.parametrize("name, order", [(name, order) for name in KERNELS for order in ORDERS])
+def test_each_rewrite_compiles_for_every_configuration_and_keeps_the_signature(name, order):
+    assert_compiles_for_every_configuration(KERNELS[name], order)
+
+
+def ptx(source: str, kernel_name: str, defines: dict, options: list[str]) -> str:
+    """NVRTC's PTX for the virtual arch (no GPU needed), with kforge's flags and headers."""
+    flags = [*compile_options(defines, options, ARCH), *(f"--include-path={d}" for d in vetted_headers().dirs)]
+    _, program = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    try:
+        nvrtc.nvrtcAddNameExpression(program, kernel_name.encode())
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(flags), [flag.encode() for flag in flags])
+        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS, result
+        _, size = nvrtc.nvrtcGetPTXSize(program)
+        text = bytearray(size)
+        nvrtc.nvrtcGetPTX(program, text)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return text.decode().rstrip("\0")
+
+
+# The vector loop's 128-bit loads and stores: one per 16 bytes of each array it reads (a pure output is not read)
+# and of each it writes. The 2- and 1-byte kernels take the same path, so they are held to it too.
+VECTOR_ACCESSES = {"saxpy": (2, 1), "scale": (1, 1), "relu_inplace": (1, 1), "vector_add": (2, 1),
+                   "mix_keys": (2, 1), "haxpy": (2, 1), "bf16_axpy": (2, 1), "hscale_add": (2, 1),
+                   "bf16_ramp": (1, 2), "threshold_u8": (1, 1), "dequantize": (1, 4)}
+
+
+@pytest.mark.parametrize("name", list(VECTOR_ACCESSES))
+def test_the_vector_loop_loads_and_stores_128_bits_at_a_time(name):
+    spec_ = {**KERNELS, **NARROW}[name]
+    candidate = applied(spec_, ORDERS["alone"])
+    text = ptx(normalised(candidate.source), spec_.kernel_name, {**spec_.baseline_params(), **candidate.params},
+               list(spec_.compiler_options))
+    vectors = re.findall(r"\b(ld|st)\.global(?:\.nc)?\.v(\d)\.[a-z](\d+)\b", text)
+    assert all(int(count) * int(bits) == 128 for _, count, bits in vectors), vectors
+    assert tuple(collections.Counter(kind for kind, _, _ in vectors)[kind] for kind in ("ld", "st")) == (
+        VECTOR_ACCESSES[name])
+    # The tail and the misaligned fallback access elements one by one.
+    assert re.search(r"\bld\.global(?:\.nc)?\.[a-z]\d+\b", text) and re.search(r"\bst\.global\.[a-z]\d+\b", text)
+
+
+def test_the_vector_loop_does_the_submitted_kernels_arithmetic():
+    """saxpy's element is one fma in the submitted kernel; the vector loop does four, the tail and the fallback
+    one each: nothing is paired, reassociated or computed otherwise."""
+    saxpy = KERNELS["saxpy"]
+    candidate = applied(saxpy, ORDERS["alone"])
+    params = {**saxpy.baseline_params(), **candidate.params}
+
+    def arithmetic(source: str) -> collections.Counter:
+        return collections.Counter(re.findall(r"^\s*((?:fma|mul|add|sub)\.\w+(?:\.f32))\s", ptx(
+            source, saxpy.kernel_name, params, list(saxpy.compiler_options)), re.M))
+    assert arithmetic(saxpy.source) == {"fma.rn.f32": 1}
+    assert arithmetic(normalised(candidate.source)) == {"fma.rn.f32": 6}
+
+
+# --- the rewrites run on the CPU and agree with the submitted kernel bit for bit ------------------------------
+@needs_gxx
+@pytest.mark.parametrize("name, order", [(name, order) for name in KERNELS for order in ORDERS])
+def test_the_rewrite_computes_every_element_as_the_submitted_kernel_did(build, name, order):
+    assert_computes_every_element_as_submitted(build, KERNELS[name], order, 4)
+
+
+@needs_gxx
+def test_float4_accesses_without_the_check_fault_on_a_misaligned_array(build):
+    """The 4-byte rewrite as it was before the check (the vector loop whatever the pointers) stops the emulation
+    on an array one element past 16-byte alignment, as it faults on the GPU; the rewrite runs it through the
+    element loop to the submitted kernel's result. Its lanes mixed up, it differs aligned and not misaligned:
+    both paths run."""
+    saxpy = KERNELS["saxpy"]
+    candidate = applied(saxpy, ORDERS["alone"])
+    source = normalised(candidate.source)
+    check = re.search(r"if \((\(reinterpret_cast<unsigned long long>\(\w+\) & 15\) == 0(?: && )?)+\)", source)
+    unchecked = source.replace(check[0], "if (true)")
+    at_size = saxpy.with_sizes({"n": 1001})
+    values = inputs(at_size, 5)
+    expected = run(build(saxpy.source, saxpy.kernel_name), at_size, at_size.baseline_params(), values)
+    config = {**at_size.baseline_params(), **candidate.params}
+    launched = at_size.for_candidate(candidate)
+    assert run(build(unchecked, saxpy.kernel_name), launched, config, values) == expected
+    for misaligned in ("x", "y"):
+        with pytest.raises(EmulatedFault):
+            run(build(unchecked, saxpy.kernel_name), launched, config, values, misaligned)
+        assert run(build(source, saxpy.kernel_name), launched, config, values, misaligned) == expected
+    broken = build(source.replace("x4.lane[k]", "x4.lane[3 - k]"), saxpy.kernel_name)
+    assert run(broken, launched, config, values) != expected
+    assert run(broken, launched, config, values, misaligned="x") == expected
