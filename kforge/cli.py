@@ -623,7 +623,8 @@ def slow(
             rt.bus.wait_idle()
     console.print(jobs_table(followed.views, console.width))
     console.print(f"compare with: kforge compare <earlier run> {name}", markup=False)
-    failed = [v for v in followed.views if v.finished and v.status != "completed"]
+    failed = sorted((v for v in followed.views if v.finished and v.status != "completed"),
+                    key=lambda v: job_ids.index(v.job_id))  # as submitted, whichever ended first
     if failed:
         console.print(f"[red]{len(failed)} of {len(job_ids)} job(s) did not complete[/red]: "
                       + escape(", ".join(f"{v.job_id} ({kernels[v.job_id]}) {v.status}" for v in failed)))
