@@ -22,7 +22,7 @@ from shared.domain.reports.profile import PipelineProfile
 from shared.domain.reports.results import KernelResult
 from shared.domain.reports.suggestions import OptimizationSuggestion
 from shared.domain.speedup import speedup_text
-from shared.domain.steps import SUBMITTED, Optimisation
+from shared.domain.steps import OVERALL, SUBMITTED, Optimisation
 
 
 def describe(event: Event) -> str:
@@ -86,7 +86,8 @@ def describe(event: Event) -> str:
         case StepAccepted(step_id=step, old_time_ms=old, new_time_ms=new, best_params=params):
             return (f"{step}: {old:.4f} -> {new:.4f} ms, {speedup_text(event.speedup, event.speedup_ci)} with "
                     f"{_params(params)}")
-        case ComparisonRequested(queue=queue, candidate_id="overall", incumbent_ms=old, candidate_ms=new):
+        case ComparisonRequested(queue=queue, candidate_id=candidate, incumbent_ms=old, candidate_ms=new) \
+                if candidate == OVERALL:
             return f"the best kernel ({new:.4f} ms) against the submitted one ({old:.4f} ms), in turn on {queue}"
         case ComparisonRequested(queue=queue, candidate_id=candidate, incumbent_ms=old, candidate_ms=new):
             return f"{candidate} ({new:.4f} ms tuned) against the best so far ({old:.4f} ms), in turn on {queue}"
@@ -151,8 +152,8 @@ def _measured(e: ConfigMeasured) -> str:
 
 def _compared(e: KernelsCompared) -> str:
     timed = f"{len(e.candidate_samples_ms)} pairs" if len(e.candidate_samples_ms) > 1 else "tuning medians"
-    against = "the best kernel: " if e.candidate_id == "overall" else f"{e.candidate_id}: "
-    what = "the submitted one" if e.candidate_id == "overall" else "the best so far"
+    against = "the best kernel: " if e.candidate_id == OVERALL else f"{e.candidate_id}: "
+    what = "the submitted one" if e.candidate_id == OVERALL else "the best so far"
     return (_replay_mark(e.replay) + f"{against}{speedup_text(e.speedup, e.speedup_ci)} {what} "
             f"({e.incumbent_ms:.4f} -> {e.candidate_ms:.4f} ms, {timed} on {e.device})"
             + (f"; {e.note}" if e.note else ""))

@@ -151,7 +151,7 @@ def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None
     if len(shards) < requested:
         return NOTHING  # the merge waits for the last shard
     # Whichever shard's event gets here first merges: the ids derive from the job, so a second merge is a no-op.
-    best = min((s for s in shards if s.best_ms is not None), key=lambda s: s.best_ms, default=None)
+    best = _fastest(shards)
     speedup = job.baseline_ms / best.best_ms if best and job.baseline_ms else None
     merged = derived_id(event.stream_id, candidate_id)
     completed = TuningCompleted(event_id=derived_id(merged, "TuningCompleted"), stream_id=event.stream_id,
@@ -177,6 +177,11 @@ def _(event: ShardTuned, job: JobView, gpus: list[str], opt: Optimisation | None
             _home_queue(event.stream_id, gpus))])
     return Reaction(events=[completed, JobCompleted(event_id=derived_id(merged, "JobCompleted"),
                                                     stream_id=event.stream_id, summary=_tuned(job, best, None))])
+
+
+def _fastest(shards: tuple[ShardTuned, ...]) -> ShardTuned | None:
+    """The shard whose best configuration was fastest; None when no shard measured one."""
+    return min((s for s in shards if s.best_ms is not None), key=lambda s: s.best_ms, default=None)
 
 
 def _tuned(job: JobView, best: ShardTuned, overall: KernelsCompared | None) -> str:
@@ -222,8 +227,7 @@ def _(event: KernelsCompared, job: JobView, gpus: list[str], opt: Optimisation |
                    "and report it with the job id if it happens again")])
     if job.spec.strategy.generates:
         return Reaction(events=step_flow.advance(event, job, opt, _home_queue(event.stream_id, gpus)))
-    _, shards = job.shards_of(SUBMITTED)
-    best = min((s for s in shards if s.best_ms is not None), key=lambda s: s.best_ms)
+    best = _fastest(job.shards_of(SUBMITTED)[1])
     return Reaction(events=[JobCompleted(event_id=derived_id(event.event_id, "JobCompleted"), stream_id=event.stream_id,
                                          summary=_tuned(job, best, event))])
 

@@ -43,13 +43,15 @@ def closing(masked: str, opening: int) -> int:
     raise ValueError(f"unbalanced {masked[opening]!r} at offset {opening}")
 
 
-def split_top_level(text: str, separator: str) -> list[str]:
-    """`text` split at the separators that are outside all brackets (text must be masked)."""
+def split_top_level(text: str, separator: str, brackets: str = "([{") -> list[str]:
+    """`text` split at the separators that are outside all `brackets` (text must be masked); pass "([{<" where
+    template arguments' commas do not separate either."""
+    closers = brackets.translate(str.maketrans("([{<", ")]}>"))
     parts, depth, start = [], 0, 0
     for i, char in enumerate(text):
-        if char in "([{":
+        if char in brackets:
             depth += 1
-        elif char in ")]}":
+        elif char in closers:
             depth -= 1
         elif char == separator and depth == 0:
             parts.append(text[start:i])

@@ -95,7 +95,7 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
     except Unparsed:
         return [], []
     widths = {"blockDim.x", spec.block_size_names[0]}
-    aliases = _aliases(masked, kernel.body_open + 1, kernel.body_close)
+    aliases = affine_locals(masked, kernel.body_open + 1, kernel.body_close)
     types = _element_types(source, kernel, spec, masked)
     found, reasons = [], []
     per_block = partition(source, spec)
@@ -123,13 +123,17 @@ class _Refused(ValueError):
     pass
 
 
-def _aliases(masked: str, start: int, end: int) -> dict[str, affine.Poly]:
-    """Integer locals defined once by an affine expression (`const int tid = threadIdx.x;`)."""
+def affine_locals(masked: str, start: int, end: int) -> dict[str, affine.Poly]:
+    """Integer locals of masked[start:end] defined once by an affine expression (`const int tid = threadIdx.x;`),
+    as polynomials of what they are defined by; loop indices, and locals assigned again, are not. (A member's
+    assignment, `s.tid = 0`, is not one of the local `tid`.)"""
     text = masked[start:end]
+    headers = set(re.findall(rf"\bfor\s*\(\s*(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)", text))
     found: dict[str, affine.Poly] = {}
     for match in re.finditer(rf"\b(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)\s*=\s*([^;,{{}}]+)[;,]", text):
         name = match.group(1)
-        if len(re.findall(rf"\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b", text)) > 1:
+        if name in headers or len(re.findall(rf"(?<![\w.])\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*"
+                                             rf"{name}\b", text)) > 1:
             continue
         try:
             found[name] = affine.parse(match.group(2), found)

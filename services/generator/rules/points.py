@@ -14,7 +14,7 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import IDENTIFIER, Kernel, closing, find_kernel, mask
+from services.generator.rules.cuda_text import IDENTIFIER, Kernel, closing, find_kernel, mask, split_top_level
 from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
 
@@ -140,7 +140,7 @@ def _index_definitions(statement: Statement, masked: str, uncommented: str, spec
     if declaration is None:
         return None
     found, at = [], statement.start + declaration.start("rest")
-    for part in _split_commas(declaration["rest"]):
+    for part in split_top_level(declaration["rest"], ",", "([{<"):
         named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
         if named is None:
             return None
@@ -167,20 +167,6 @@ def _thread_index_axis(expression: str, spec: KernelSpec) -> tuple[int, str] | N
             if poly == {tuple(sorted((f"blockIdx.{letter}", width))): 1, (f"threadIdx.{letter}",): 1}:
                 return axis, width
     return None
-
-
-def _split_commas(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char in "([{<":
-            depth += 1
-        elif char in ")]}>":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
 
 
 def _parameters(source: str, kernel: Kernel) -> dict[str, str]:
@@ -223,7 +209,7 @@ def _locals(masked: str, uncommented: str, body: list[Statement], start: int,
         declaration = _DECLARATION.fullmatch(masked[statement.start:statement.end])
         if declaration is None:
             continue
-        for part in _split_commas(declaration["rest"]):
+        for part in split_top_level(declaration["rest"], ",", "([{<"):
             named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
             if named is None:
                 continue

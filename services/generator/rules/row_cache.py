@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import Kernel, closing, find_kernel, fresh_name, identifiers, mask
-from services.generator.rules.loops import counted_loop
-from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, replace_spans
+from services.generator.rules.loops import affine_locals, counted_loop
+from services.generator.rules.points import ASSIGNMENT, INDENT, replace_spans
 from services.generator.rules.shape import Layout, NotRecognised
 from services.generator.rules.statements import Statement, Unparsed, body_of, statements, walk
 from shared.domain.expressions import ExpressionError, evaluate
@@ -74,7 +74,7 @@ def recognise(spec: KernelSpec) -> RowPasses:
     masked, uncommented = mask(source), mask(source, literals=False)
     body = body_of(kernel, masked, NotRecognised)
     start, end = kernel.body_open + 1, kernel.body_close
-    aliases = _aliases(masked, start, end)
+    aliases = affine_locals(masked, start, end)
     widths = {"blockDim.x", spec.block_size_names[0]}
     x_values = _values(spec, spec.block_size_names[0])
     literal = x_values[0] if len(set(x_values)) == 1 else None
@@ -215,23 +215,6 @@ def _values(spec: KernelSpec, name: str) -> list[int]:
     values = [v for v in spec.tune_params.get(name, []) if isinstance(v, int)]
     baseline = spec.baseline_params().get(name)
     return values or ([baseline] if isinstance(baseline, int) else [1])
-
-
-def _aliases(masked: str, start: int, end: int) -> dict[str, affine.Poly]:
-    """Integer locals defined once by an affine expression (`const int tid = threadIdx.x;`); loop indices not."""
-    text = masked[start:end]
-    headers = set(re.findall(rf"\bfor\s*\(\s*(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)", text))
-    found: dict[str, affine.Poly] = {}
-    for match in re.finditer(rf"\b(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)\s*=\s*([^;,{{}}]+)[;,]", text):
-        name = match.group(1)
-        if name in headers or len(re.findall(rf"(?<![\w.])\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*"
-                                             rf"{name}\b", text)) > 1:
-            continue
-        try:
-            found[name] = affine.parse(match.group(2), found)
-        except affine.NotAffine:
-            pass
-    return found
 
 
 def _block_loop(masked: str, uncommented: str, loop: Statement, widths: set[str], literal: int | None,
