@@ -116,7 +116,8 @@ def _compiled(source: str, name: str, params: dict):
     import cupy
 
     defines = "".join(f"#define {key} {value}\n" for key, value in params.items())
-    return cupy.RawKernel(defines + source, name)
+    # name_expressions finds the C++-mangled name: the examples' kernels are not extern "C".
+    return cupy.RawModule(code=defines + source, name_expressions=[name]).get_function(name)
 
 
 def _grid(size: int, divisors, params: dict, block: int, axis: int) -> int:
