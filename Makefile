@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install test test-unit test-integration test-gpu bench bench-corpus bench-memory-bound bench-reports serve clean
+.PHONY: install test test-unit test-integration test-gpu bench bench-corpus bench-memory-bound bench-kernel-tuner-examples bench-reports serve clean
 
 install: $(BIN)/kforge
 
@@ -48,6 +48,11 @@ bench-corpus: install
 
 bench-memory-bound: install
 	$(BIN)/python bench/memory_bound_table.py
+
+# On a GPU machine: Kernel Tuner's own example scripts run by Kernel Tuner and by kforge, and the two bests timed
+# in turn (KT_EXAMPLES: Kernel Tuner's examples/cuda folder, which this repository does not hold).
+bench-kernel-tuner-examples: install
+	$(BIN)/python bench/kernel_tuner_examples.py --examples $(KT_EXAMPLES)
 
 bench-reports: install
 	$(BIN)/python bench/rebuild_projections.py
