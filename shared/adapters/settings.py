@@ -40,6 +40,11 @@ class Settings(BaseSettings):
                                    description="larger request bodies are refused with 413")
     max_open_jobs: int = Field(1000, ge=1, validation_alias="KFORGE_MAX_OPEN_JOBS",
                                description="submissions beyond this many unfinished jobs are refused with 429")
+    admission_compiles: int = Field(
+        default_factory=lambda: os.cpu_count() or 2, ge=1, le=1024, validation_alias="KFORGE_ADMISSION_COMPILES",
+        description="submitted kernels this process compiles for admission at once; a submission that finds none "
+                    "free within 10 s is refused with 429 (a flood of compile bombs then holds this many CPUs "
+                    "and compile_memory_mb each, not a thread's worth per request)")
 
     # Webhooks: signed with KFORGE_WEBHOOK_SECRET (whsec_...; one is made under KFORGE_HOME when unset).
     webhook_secret_override: str | None = Field(None, validation_alias="KFORGE_WEBHOOK_SECRET", repr=False)

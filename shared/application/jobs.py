@@ -14,7 +14,7 @@ from shared.adapters.eventstore import ConcurrencyConflict, EventStore, OpenLimi
 from shared.adapters.job_owners import JobOwner, dead_owners
 from shared.adapters.settings import Settings
 from shared.adapters.webhook_addresses import WebhookUrlRefused, allowed_addresses
-from shared.application.kernel_admission import kernel_errors
+from shared.application.kernel_admission import CompilesBusy, kernel_errors
 from shared.application.limits import Limits, limit_errors
 from shared.domain.contracts import PlannerCatchUp
 from shared.domain.errors import FieldError
@@ -69,11 +69,13 @@ class Admission:
     webhook_networks: list[str] = field(default_factory=list)  # non-public networks webhooks may reach
     limits: Limits = Limits()  # sizes, spaces, timeouts and arrays beyond which a spec is refused (AdmissionRefused)
     default_arch: str = "sm_90"  # the submitted kernel is compiled for this arch unless its spec names one
+    compiles: int | None = None  # submitted kernels compiled at once in this process (None: no bound)
 
     @classmethod
     def of(cls, settings: Settings) -> "Admission":
         return cls(max_open_jobs=settings.max_open_jobs, webhook_networks=settings.webhook_allowed_networks,
-                   limits=Limits.of(settings), default_arch=settings.default_arch)
+                   limits=Limits.of(settings), default_arch=settings.default_arch,
+                   compiles=settings.admission_compiles)
 
 
 class AdmissionRefused(ValueError):
@@ -85,12 +87,14 @@ class AdmissionRefused(ValueError):
 
 
 class QueueFull(RuntimeError):
-    def __init__(self, open_jobs: int, of_tenant: bool = False):
-        super().__init__(f"{open_jobs} of your jobs are unfinished, as many as one API key may have open; "
-                         "submit again once some have finished" if of_tenant else
-                         f"{open_jobs} jobs are unfinished, as many as this kforge accepts; "
-                         "submit again once some have finished")
-        self.open_jobs = open_jobs
+    """No room for the submission now, nothing recorded: the same submission may be sent again later."""
+
+    @classmethod
+    def of_open_jobs(cls, open_jobs: int, of_tenant: bool) -> "QueueFull":
+        return cls(f"{open_jobs} of your jobs are unfinished, as many as one API key may have open; "
+                   "submit again once some have finished" if of_tenant else
+                   f"{open_jobs} jobs are unfinished, as many as this kforge accepts; "
+                   "submit again once some have finished")
 
 
 class JobFinished(RuntimeError):
@@ -102,9 +106,9 @@ def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str 
     """Record a job of `tenant` and wake the planner; `owner`, in embedded mode, is this process, which runs
     the job. Refused, with nothing recorded: a spec that cannot run as it is (AdmissionRefused, naming every
     field at fault at once) and, past `admission.max_open_jobs` unfinished jobs (or `max_open_jobs_of_tenant`
-    of the tenant's), any job (QueueFull)."""
+    of the tenant's) or while every admission compile is taken (`admission.compiles`), any job (QueueFull)."""
     errors = [*limit_errors(spec, admission.limits), *_webhook_errors(spec, admission.webhook_networks),
-              *_strategy_errors(spec), *kernel_errors(spec, admission.default_arch)]
+              *_strategy_errors(spec), *_kernel_errors(spec, admission)]
     if errors:
         raise AdmissionRefused(errors)
     job_id = uuid4().hex[:12]
@@ -123,9 +127,16 @@ def submit_job(store: EventStore, bus: Bus, spec: KernelSpec, submitted_by: str 
                                            tenant=tenant)],
                      expected_version=0, open_limits=limits)
     except TooManyOpen as exc:
-        raise QueueFull(exc.open_streams, of_tenant=exc.limit.where is not None) from None
+        raise QueueFull.of_open_jobs(exc.open_streams, of_tenant=exc.limit.where is not None) from None
     bus.dispatch(PlannerCatchUp.message(reason=f"{stream} submitted"))
     return job_id
+
+
+def _kernel_errors(spec: KernelSpec, admission: Admission) -> list[FieldError]:
+    try:
+        return kernel_errors(spec, admission.default_arch, slots=admission.compiles)
+    except CompilesBusy as exc:
+        raise QueueFull(str(exc)) from None
 
 
 def _strategy_errors(spec: KernelSpec) -> list[FieldError]:

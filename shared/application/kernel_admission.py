@@ -3,6 +3,8 @@ virtual target of its arch (no GPU needed), in the compile sandbox like every co
 A kernel that does not compile, or whose parameters do not fit `args`, is refused before anything is recorded,
 whatever the strategy: a tuning would otherwise launch it with the wrong arguments, and a compile error would
 surface only once a worker reached it. One compile costs about 50 ms (0.4 s when the sandbox starts)."""
+import threading
+
 from shared.adapters.device.compiler import CompileLimits, parameter_types
 from shared.adapters.device.nvrtc import CompileError
 from shared.domain.errors import FieldError
@@ -10,17 +12,43 @@ from shared.domain.signature import mismatches
 from shared.domain.spec import KernelSpec
 
 LOG_LINES = 10  # error lines of NVRTC's log quoted in the refusal; the first usually names the cause
+SLOT_WAIT_S = 10.0  # how long a submission waits for one of the process's admission compiles to end
 
 
-def kernel_errors(spec: KernelSpec, default_arch: str, limits: CompileLimits | None = None) -> list[FieldError]:
-    """Every way the submitted kernel cannot run as `spec` describes it, each naming the field and the fix."""
+class CompilesBusy(RuntimeError):
+    """Every admission compile of this process is taken: the submission was not compiled, nor recorded."""
+
+
+_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+def _compile_slots(count: int) -> threading.BoundedSemaphore:
+    """The process's admission compiles, `count` at once, shared by every request thread."""
+    with _slots_lock:
+        return _slots.setdefault(count, threading.BoundedSemaphore(count))
+
+
+def kernel_errors(spec: KernelSpec, default_arch: str, limits: CompileLimits | None = None,
+                  slots: int | None = None) -> list[FieldError]:
+    """Every way the submitted kernel cannot run as `spec` describes it, each naming the field and the fix.
+    With `slots`, at most that many of these compiles run at once in this process: each may take a compile's
+    CPU and memory limits, and nothing else bounds how many submissions arrive together. CompilesBusy when
+    none is free within SLOT_WAIT_S."""
     arch = spec.benchmark.arch or default_arch
+    gate = _compile_slots(slots) if slots else None
+    if gate is not None and not gate.acquire(timeout=SLOT_WAIT_S):
+        raise CompilesBusy(f"{slots} submitted kernels are being compiled for admission, as many as this kforge "
+                           "compiles at once (KFORGE_ADMISSION_COMPILES); submit again in a few seconds")
     try:
         types = parameter_types(spec.source, spec.kernel_name, spec.baseline_params(), spec.compiler_options, arch,
                                 limits)
     except CompileError as exc:
         return [FieldError("source", f"{exc}{_quoted(exc.log)}; fix the kernel (it is compiled with params as "
                                      "-D defines and with compiler_options)")]
+    finally:
+        if gate is not None:
+            gate.release()
     return [FieldError(m.field, f"{m.what}: {m.fix}") for m in mismatches(spec.args, types)]
 
 

@@ -154,3 +154,20 @@ def test_submissions_beyond_the_open_job_limit_get_429_and_nothing_is_lost(make_
     first = sorted(accepted)[0]
     client.post(f"/v1/jobs/{first}/cancel", json={})
     assert client.post("/v1/jobs", json=spec_json).status_code == 202
+
+
+def test_a_submission_that_finds_every_admission_compile_taken_gets_429(make_client, spec_json, monkeypatch):
+    from shared.application import kernel_admission
+
+    monkeypatch.setattr(kernel_admission, "SLOT_WAIT_S", 0.05)
+    client, rt = make_client(KFORGE_ADMISSION_COMPILES="1")
+    gate = kernel_admission._compile_slots(1)
+    assert gate.acquire(timeout=5)  # a compile bomb another request sent, still compiling
+    try:
+        busy = client.post("/v1/jobs", json=spec_json)
+    finally:
+        gate.release()
+
+    assert busy.status_code == 429 and busy.headers["retry-after"] == "30"
+    assert "KFORGE_ADMISSION_COMPILES" in busy.json()["detail"] and rt.store.stream_ids() == []
+    assert client.post("/v1/jobs", json=spec_json).status_code == 202

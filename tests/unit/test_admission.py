@@ -104,3 +104,27 @@ def test_an_unknown_strategy_is_refused_at_submission_with_the_nearest_name(stor
 
     assert list(errors) == ["strategy.name"]
     assert errors["strategy.name"].startswith("strategy 'one_promt' is not known: did you mean 'one_prompt'?")
+
+
+def test_a_submission_that_finds_every_admission_compile_taken_is_refused_and_nothing_is_recorded(store,
+                                                                                                monkeypatch):
+    from shared.application import kernel_admission
+    from shared.application.jobs import QueueFull
+
+    monkeypatch.setattr(kernel_admission, "SLOT_WAIT_S", 0.05)
+    right = spec(args=RIGHT_ARGS, source=KERNEL.replace(", float4 v", "").replace(" + v.x", ""))
+    admission, bus = Admission(compiles=1), RecordingBus()
+    gate = kernel_admission._compile_slots(1)
+    assert gate.acquire(timeout=5)  # another request's compile, still running
+    try:
+        with pytest.raises(QueueFull) as raised:
+            submit_job(store, bus, right, admission=admission)
+    finally:
+        gate.release()
+    assert str(raised.value) == ("1 submitted kernels are being compiled for admission, as many as this kforge "
+                                 "compiles at once (KFORGE_ADMISSION_COMPILES); submit again in a few seconds")
+    assert store.stream_ids() == [] and bus.messages == []
+    # Once that compile has ended the same submission goes through, and gives its slot back.
+    job_id = submit_job(store, bus, right, admission=admission)
+    assert store.stream_ids() == [f"job-{job_id}"] and gate.acquire(timeout=0)
+    gate.release()
