@@ -350,6 +350,60 @@ extern "C" __global__ void rms_norm(float *out, const float *x, const float *w, 
                  {"rows": 1000, "dim": 1024}, ["rows"], {"block_size_x": 32, "block_size_y": 4},
                  {"block_size_x": [32], "block_size_y": [1, 2, 4, 8, 16]}, grid_div_x=["block_size_y"])
 
+ROW_CUMSUM = spec(r"""
+// Running sums along each row in float, one block per row walking it in chunks of block_size_x: a Hillis-Steele
+// scan of each chunk (the read under an if, an unsigned offset shifted), then the chunk's total carried on.
+extern "C" __global__ void row_cumsum(float *dst, const float *src, int cols)
+{
+    __shared__ float part[block_size_x];
+    const int tid = threadIdx.x;
+    const float *row = src + (size_t)blockIdx.x * cols;
+    float running = 0.0f;
+    for (int start = 0; start < cols; start += block_size_x) {
+        part[tid] = start + tid < cols ? row[start + tid] : 0.0f;
+        __syncthreads();
+        for (unsigned int stride = 1; stride < block_size_x; stride <<= 1) {
+            float t = 0.0f;
+            if (tid >= stride) t = part[tid - stride];
+            __syncthreads();
+            part[tid] = part[tid] + t;
+            __syncthreads();
+        }
+        if (start + tid < cols) dst[(size_t)blockIdx.x * cols + start + tid] = running + part[tid];
+        running += part[block_size_x - 1];
+        __syncthreads();
+    }
+}
+""", "row_cumsum", [array("dst", ["rows", "cols"], role="out"), array("src", ["rows", "cols"]),
+                    scalar("cols", "cols")], {"rows": 300, "cols": 1000}, ["rows"], grid_div_x=[1],
+                   tune_params={"block_size_x": [64, 128, 256, 512, 1024]})
+
+BLOCK_SCAN = spec(r"""
+// The first pass of a long scan: each block's inclusive prefix sums of its blockDim.x unsigned elements, and its
+// total for the next pass. Dynamic shared memory; the read and the add each under an if, the offset d doubled.
+extern "C" __global__ void block_scan(unsigned int *out, unsigned int *block_totals, const unsigned int *in, int n)
+{
+    extern __shared__ unsigned int sums[];
+    const unsigned int lid = threadIdx.x;
+    const int gid = blockIdx.x * blockDim.x + lid;
+    sums[lid] = gid < n ? in[gid] : 0u;
+    __syncthreads();
+    for (int d = 1; blockDim.x > d; d = d * 2) {
+        unsigned int prev;
+        if (d <= lid) {
+            prev = sums[lid - d];
+        }
+        __syncthreads();
+        if (lid >= d) sums[lid] += prev;
+        __syncthreads();
+    }
+    if (gid < n) out[gid] = sums[lid];
+    if (lid == blockDim.x - 1) block_totals[blockIdx.x] = sums[lid];
+}
+""", "block_scan", [array("out", ["n"], "uint32", "out"), array("block_totals", ["n"], "uint32", "out"),
+                    array("in", ["n"], "uint32"), scalar("n", "n")], {"n": 100003}, ["n"],
+                   smem_args={"size": "block_size_x * 4"}, tune_params={"block_size_x": [64, 128, 256]})
+
 # case -> (rule, spec): each must be recognised; at least two per shape.
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
@@ -366,6 +420,8 @@ VARIANTS = {
     "block_max": ("shuffle_reduction", BLOCK_MAX),
     "partial_sums": ("shuffle_reduction", PARTIAL_SUMS),
     "weighted_sum_tree": ("shuffle_reduction", WEIGHTED_SUM),
+    "row_cumsum": ("shuffle_scan", ROW_CUMSUM),
+    "block_scan": ("shuffle_scan", BLOCK_SCAN),
     "l2_normalise": ("row_in_shared", L2_NORMALISE),
     "rms_norm": ("row_in_shared", RMS_NORM),
     "weighted_sum_loop": ("vectorize_loops", WEIGHTED_SUM),

@@ -119,10 +119,13 @@ def test_check_on_the_vector_add_example():
         "block_size": "block_size_x is already a tune parameter of the current kernel",
         "restrict": None, "elements_per_thread": None, "vectorize": None,
         "unroll": "the kernel has no loops", "launch_bounds": None}
-    for rule_id in rules.STRUCTURAL[:-1]:  # the restructuring rules name the shape they found instead
+    for rule_id in (r for r in rules.STRUCTURAL if rules.RULES[r].rendered):  # they name the shape they found
         assert reasons.pop(rule_id).endswith("(it is an elementwise kernel)")
     assert reasons == {"shuffle_reduction": "the kernel has no shared-memory tree reduction (a loop halving s from "
                                             "the block size, `if (tid < s) red[tid] += red[tid + s]; __syncthreads();`)",
+                       "shuffle_scan": "the kernel has no shared-memory block scan (a loop doubling offset from 1 to "
+                                       "the block size, `t = tid >= offset ? buf[tid - offset] : 0; __syncthreads(); "
+                                       "buf[tid] += t; __syncthreads();`)",
                        "vectorize_loops": "the kernel is elementwise: the vectorize rule widens it, with a grid to "
                                           "match"}
     assert rules.check("tiling", VECTOR_ADD, current).startswith("no offline rule is named tiling")

@@ -22,19 +22,21 @@ from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH,
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
 # The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
-NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_shared",
-             "shuffle_reduction", "vectorize_loops")
+NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_registers",
+             "row_in_shared", "shuffle_reduction", "shuffle_scan", "vectorize_loops")
 FIRES = {
     "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread"},
     "conv2d": {"register_blocking"}, "dot": {"vectorize_loops"},
     "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread", "vectorize"},
     "histogram": {"hierarchical_reduction", "vectorize_loops"}, "horner": {"elements_per_thread"},
     "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking"},
-    "laplace3d": {"register_blocking"}, "layernorm": {"row_in_shared", "shuffle_reduction", "vectorize_loops"},
+    "laplace3d": {"register_blocking"},
+    "layernorm": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops"},
     "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread"},
     "row_sum": {"shuffle_reduction", "vectorize_loops"}, "saxpy": {"elements_per_thread", "vectorize"},
-    "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": set(),
-    "softmax": {"row_in_shared", "shuffle_reduction", "vectorize_loops"}, "spmv_csr": {"warp_per_row"},
+    "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": {"shuffle_scan"},
+    "softmax": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops"},
+    "spmv_csr": {"warp_per_row"},
     "transpose": {"shared_tile"},
 }
 SHAPE_RULES = (*NEW_RULES, "elements_per_thread", "vectorize")
@@ -71,7 +73,8 @@ def test_what_a_recogniser_refuses_and_why(case):
 def test_unrelated_kernels_take_no_restructuring():
     """A rule fires only on its shape: the corpus table above says which, and no kernel takes two shapes."""
     for name, expected in FIRES.items():
-        structural = expected & set(rules.STRUCTURAL) - {"shuffle_reduction"}
+        # row_in_registers is the row shape's alternative to row_in_shared
+        structural = expected & set(rules.STRUCTURAL) - {"shuffle_reduction", "row_in_registers"}
         assert len(structural) <= 1, name
     shapes = {name: recognise(CORPUS[name].spec())[0] for name in FIRES}
     assert shapes["transpose"].name == "transposed" and shapes["jacobi2d"].name == "stencil"
@@ -146,18 +149,28 @@ def plan_applied(spec: KernelSpec, order: tuple[str, ...]) -> CandidateSpec:
     return candidate
 
 
+def choices(fires: set[str]) -> list[set[str]]:
+    """What to leave out of a plan so that it takes one of each set of alternatives (catalog.py) that fire: for
+    each rule whose alternatives fire, those alternatives; nothing when none do."""
+    left_out = {frozenset(set(rules.RULES[rule_id].alternatives) & fires) for rule_id in fires}
+    return [set(rivals) for rivals in left_out if rivals] or [set()]
+
+
 @pytest.mark.parametrize("name", sorted(n for n, fires in FIRES.items() if fires & set(NEW_RULES)))
 def test_the_rules_compose_in_plan_order_and_in_reverse(name):
     """Everything that applies, in the plan's order and in reverse: the same rules give the same kernel, which
-    compiles across its space with the signature kept."""
+    compiles across its space with the signature kept. Of alternatives the first to apply wins, so each choice
+    among them is composed apart, the others left out of both orders."""
     spec = CORPUS[name].spec()
-    forward = plan_applied(spec, rules.PLAN_ORDER)
-    backward = plan_applied(spec, tuple(reversed(rules.PLAN_ORDER)))
-    assert set(rules.applied(forward.source)) == set(rules.applied(backward.source)) >= FIRES[name]
-    assert normalised(forward.source) == normalised(backward.source)
-    assert (forward.grid_div_x, forward.grid_div_y, forward.grid_div_z) == \
-        (backward.grid_div_x, backward.grid_div_y, backward.grid_div_z)
-    assert_compiles_and_keeps_signature(spec, forward)
+    for left_out in choices(FIRES[name]):
+        order = tuple(rule_id for rule_id in rules.PLAN_ORDER if rule_id not in left_out)
+        forward = plan_applied(spec, order)
+        backward = plan_applied(spec, tuple(reversed(order)))
+        assert set(rules.applied(forward.source)) == set(rules.applied(backward.source)) >= FIRES[name] - left_out
+        assert normalised(forward.source) == normalised(backward.source)
+        assert (forward.grid_div_x, forward.grid_div_y, forward.grid_div_z) == \
+            (backward.grid_div_x, backward.grid_div_y, backward.grid_div_z)
+        assert_compiles_and_keeps_signature(spec, forward)
 
 
 # --- the rewrites' launch geometry covers every point once ---------------------------------------------
@@ -329,7 +342,7 @@ def test_row_in_shared_reads_the_row_from_global_memory_once(name):
 
 def test_row_in_shared_composes_with_the_shuffles_and_the_vectors():
     spec = CORPUS["layernorm"].spec()
-    planned = plan_applied(spec, rules.PLAN_ORDER)
+    planned = plan_applied(spec, tuple(rule_id for rule_id in rules.PLAN_ORDER if rule_id != "row_in_registers"))
     assert rules.applied(planned.source)[:2] == ("row_in_shared", "shuffle_reduction")
     assert "vectorize_loops" in rules.applied(planned.source) and planned.smem_args.size == "cols * 4"
     code = mask(planned.source)

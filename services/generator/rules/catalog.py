@@ -19,6 +19,8 @@ class Rule:
     rendered: bool = False  # printed from a model of the submitted kernel's shape, not edited into the current one
     restrictions: tuple[str, ...] = ()  # added to the candidate's; {x} is the spec's x block size name
     keeps_grid: bool = False  # rendered on the submitted grid and blocks: per-block results keep their elements
+    alternatives: tuple[str, ...] = ()  # rules doing the same work another way, each listing this one: a kernel
+    # carries one of them (row_in_registers holds a row that row_in_shared would cache and vectorize_loops widen)
 
     def parameter_name(self, spec: KernelSpec) -> str | None:
         """The identifier the code and the tune_params use; for block_size, whatever the spec calls the x block
@@ -66,20 +68,31 @@ CATALOG = (
     Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
                          "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
                          "rows per block.", rendered=True),
+    Rule("row_in_registers", "Hold a row that a block (or a warp) passes over several times in registers: the "
+                             "first pass keeps the row_chunks elements each thread reads, a block width apart, in a "
+                             "fully unrolled loop, and the later passes read them there; elements past them are "
+                             "read from global memory as before.", "row_chunks", (1, 2, 4, 8, 16, 32), 4,
+         rendered=True, keeps_grid=True, alternatives=("row_in_shared", "vectorize_loops")),
     Rule("row_in_shared", "Read a row that a block (or a warp) passes over several times from global memory once: "
                           "the first pass keeps each element it reads in dynamic shared memory, sized by the row's "
-                          "length, and the later passes read it there.", rendered=True, keeps_grid=True),
+                          "length, and the later passes read it there.", rendered=True, keeps_grid=True,
+         alternatives=("row_in_registers",)),
     Rule("shuffle_reduction", "Replace each shared-memory tree reduction (a halving loop with a barrier per step) "
                               "by warp shuffles: every warp reduces its values in registers, then one warp the "
                               "warps' results, three barriers instead of one per halving.",
          restrictions=("{x} % 32 == 0",)),
+    Rule("shuffle_scan", "Replace each shared-memory Hillis-Steele block scan (a doubling loop with two barriers "
+                         "per step) by warp shuffles: every warp scans its values in registers, one warp the "
+                         "warps' totals, three barriers instead of two per doubling.",
+         restrictions=("{x} % 32 == 0", "{x} <= 1024")),
     Rule("vectorize_loops", "Load and store the arrays of each strided loop (over a row, or over the grid) four "
                             "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "
-                            "run time, with a scalar loop for the remaining elements."),
+                            "run time, with a scalar loop for the remaining elements.",
+         alternatives=("row_in_registers",)),
 )
 RULES = {rule.id: rule for rule in CATALOG}
-STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_shared",
-              "shuffle_reduction")
+STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_registers",
+              "row_in_shared", "shuffle_reduction", "shuffle_scan")
 
 # The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
 # the other rules then apply to what it printed), then the others in catalog order.

@@ -5,11 +5,11 @@ with (`// kforge rules: restrict, vectorize`), so it works under any strategy an
 A rendered rule restructures the kernel of a shape a recogniser found in the *submitted* kernel
 (services/generator/rules/shapes.py): the shape's features carried are printed afresh from that model, then the
 textual edits carried are re-applied on top, in their order. So the rules compose in any order, and a kernel
-rewritten twice the same way is the same text.
+rewritten twice the same way is the same text; of alternatives (catalog.py) a kernel carries the first applied.
 """
 import itertools
 
-from services.generator.rules import loops, textual, tree
+from services.generator.rules import loops, scan, textual, tree
 from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
 from services.generator.rules.partition import partition
@@ -24,6 +24,7 @@ TEXTUAL = {
     "launch_bounds": (textual.launch_bounds_reason, textual.launch_bounds_edit),
     "vectorize_loops": (loops.vectorize_loops_reason, loops.vectorize_loops_edit),
     "shuffle_reduction": (tree.shuffle_reduction_reason, tree.shuffle_reduction_edit),
+    "shuffle_scan": (scan.shuffle_scan_reason, scan.shuffle_scan_edit),
 }
 
 
@@ -55,6 +56,8 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
     carried = applied(current.source)
     if rule_id in carried:
         return f"the current kernel already carries {rule_id}"
+    if rival := next((other for other in rule.alternatives if other in carried), None):
+        return f"the current kernel carries {rival}, which does the work of {rule_id} another way"
     name = rule.parameter_name(spec)
     blocks = partition(spec.source, spec)
     if name is not None and name in blocks.widths:

@@ -9,14 +9,16 @@
 - binned atomics (binning.py): a grid-stride loop of atomicAdds into a small array's data-dependent bins (a
   histogram): hierarchical_reduction;
 - row loop (rows.py): one row per thread, a loop over the row accumulating with +=: warp_per_row;
-- row passes (row_cache.py): a block (or a warp) passing over an input row in several loops: row_in_shared;
+- row passes (row_passes.py): a block (or a warp) passing over an input row in several loops: row_in_registers
+  (row_registers.py) or row_in_shared (row_cache.py);
 - transposed (tile.py): 2D, one store strided along x and contiguous along y, loads contiguous along x:
   shared_tile;
 - stencil (marching.py): 2D/3D, an input read around the point written: register_blocking;
 - points (marching.py): one point per thread, anything else: elements_per_thread.
 
 The textual rules (restrict, launch_bounds, unroll, block_size in textual.py; vectorize_loops in loops.py;
-shuffle_reduction in tree.py) recognise what they edit by themselves and compose with every shape.
+shuffle_reduction in tree.py; shuffle_scan in scan.py) recognise what they edit by themselves and compose with
+every shape.
 """
 from typing import Any
 

@@ -42,35 +42,46 @@ class Tree:
 
 def shuffle_reduction_reason(source: str, spec: KernelSpec) -> str | None:
     if tree_loops(source, spec):
-        x = spec.block_size_names[0]
-        values = spec.tune_params.get(x) or [spec.baseline_params().get(x)]
-        if x in partition(spec.source, spec).widths:  # one result per block: the block size stays (engine.py)
-            values = [spec.baseline_params().get(x)]
-        if not any(isinstance(v, int) and v % 32 == 0 for v in values):
-            return f"no value of {x} ({values}) is a multiple of 32, which warp shuffles need"
-        return None
+        return whole_warps_reason(spec)
     return ("the kernel has no shared-memory tree reduction (a loop halving s from the block size, "
             "`if (tid < s) red[tid] += red[tid + s]; __syncthreads();`)")
 
 
 def shuffle_reduction_edit(source: str, spec: KernelSpec) -> str:
     taken = identifiers(source)
-    for tree in sorted(tree_loops(source, spec), key=lambda t: t.loop.start, reverse=True):
-        start = tree.loop.start
+    trees = sorted(tree_loops(source, spec), key=lambda t: t.loop.start, reverse=True)
+    return replace_loops(source, [(tree.loop, _replacement(tree, taken)) for tree in trees])
+
+
+def whole_warps_reason(spec: KernelSpec) -> str | None:
+    """Why the kernel runs at no block size of whole warps, which warp shuffles need; None when it may."""
+    x = spec.block_size_names[0]
+    values = spec.tune_params.get(x) or [spec.baseline_params().get(x)]
+    if x in partition(spec.source, spec).widths:  # one result per block: the block size stays (engine.py)
+        values = [spec.baseline_params().get(x)]
+    if not any(isinstance(v, int) and v % 32 == 0 for v in values):
+        return f"no value of {x} ({values}) is a multiple of 32, which warp shuffles need"
+    return None
+
+
+def replace_loops(source: str, replacements: list[tuple[Statement, list[str]]]) -> str:
+    """Each loop replaced by its lines, the later ones at the loop's indentation; the loop's unroll pragma goes
+    with it. The last loop first, so the earlier ones' offsets hold."""
+    for loop, lines in sorted(replacements, key=lambda r: r[0].start, reverse=True):
+        start = loop.start
         previous = mask(source)[:start].rstrip().rsplit("\n", 1)[-1].strip()
-        if re.match(r"#\s*pragma\s+unroll\b", previous):  # the loop's unroll pragma goes with it
+        if re.match(r"#\s*pragma\s+unroll\b", previous):
             start = source.rfind("#", 0, start)
         line_start = source.rfind("\n", 0, start) + 1
         indent = re.match(r"[ \t]*", source[line_start:]).group()
-        lines = _replacement(tree, taken)
         text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
-        source = source[:start] + text + source[tree.loop.end:]
+        source = source[:start] + text + source[loop.end:]
     return source
 
 
 def tree_loops(source: str, spec: KernelSpec) -> list[Tree]:
     masked = mask(source)
-    shared = _shared_arrays(masked)
+    shared = shared_arrays(masked)
     widths = ("blockDim.x", spec.block_size_names[0])
     found = []
     for match in re.finditer(r"\bfor\s*\(", masked):
@@ -84,9 +95,9 @@ def tree_loops(source: str, spec: KernelSpec) -> list[Tree]:
     return found
 
 
-def _shared_arrays(masked: str) -> dict[str, str]:
+def shared_arrays(masked: str) -> dict[str, str]:
     """The element type of each array a block can share: __shared__ arrays, and pointers a helper receives
-    (`float *red`), which the tree's barriers make as visible to the block as shared ones."""
+    (`float *red`), which the block's barriers make as visible to it as shared ones."""
     arrays = {}
     for match in re.finditer(r"(?<![\w*])(?:const\s+)?(?:volatile\s+)?([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*"
                              r"(?:__restrict__\s+)?([A-Za-z_]\w*)\s*[,)]", masked):
@@ -96,15 +107,20 @@ def _shared_arrays(masked: str) -> dict[str, str]:
     return arrays
 
 
-def _compact(text: str) -> str:
+def compact(text: str) -> str:
     return re.sub(r"\s+", "", text)
+
+
+def is_thread_x(masked: str, name: str) -> bool:
+    """Whether `name` is threadIdx.x or a local set to it."""
+    return name == "threadIdx.x" or re.search(rf"\b{re.escape(name)}\s*=\s*threadIdx\s*\.\s*x\s*;", masked) is not None
 
 
 def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[str, ...]) -> Tree | None:
     parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
     if len(parts) != 3 or loop.body.kind != "block":
         return None
-    init, condition, step = (_compact(p) for p in parts)
+    init, condition, step = (compact(p) for p in parts)
     declared = re.fullmatch(r"(?:const)?(?:unsignedint|unsigned|int)([A-Za-z_]\w*)=(.+?)(?:/2|>>1)", init)
     if declared is None or declared.group(2) not in widths:
         return None
@@ -115,18 +131,18 @@ def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[st
         inside = statements(masked, *loop.body.inner)
     except Unparsed:
         return None
-    if len(inside) != 2 or _compact(masked[inside[1].start:inside[1].end]) != "__syncthreads();":
+    if len(inside) != 2 or compact(masked[inside[1].start:inside[1].end]) != "__syncthreads();":
         return None
     guard = inside[0]
     if guard.kind != "if" or guard.orelse is not None:
         return None
-    tested = re.fullmatch(rf"([A-Za-z_][\w.]*)<{s}", _compact(masked[guard.head[0]:guard.head[1]]))
+    tested = re.fullmatch(rf"([A-Za-z_][\w.]*)<{s}", compact(masked[guard.head[0]:guard.head[1]]))
     if tested is None:
         return None
     t = tested.group(1)
-    if t != "threadIdx.x" and not re.search(rf"\b{re.escape(t)}\s*=\s*threadIdx\s*\.\s*x\s*;", masked):
+    if not is_thread_x(masked, t):
         return None
-    action = _compact(masked[guard.body.start:guard.body.end])
+    action = compact(masked[guard.body.start:guard.body.end])
     if action.startswith("{") and action.endswith("}"):
         action = action[1:-1]
     for name, element in shared.items():

@@ -1,0 +1,198 @@
+"""row_in_registers: a row that a kernel passes over several times held in registers (softmax, layernorm, and the
+variants row_in_shared takes). Each rewrite compiles with NVRTC for every configuration of its space, keeps the
+signature, and keeps the row in registers (ptxas reports no stack frame and no spills: an index into the registers
+left unknown after unrolling would put them in local memory). A kernel whose threads share nothing runs on the CPU
+(g++, every thread in turn) and matches the submitted kernel bit for bit at rows shorter and longer than the
+registers hold. The GPU verifies the corpus kernels and the variants (tests/gpu/test_rules_shapes_verified.py)."""
+import ctypes
+import re
+
+import pytest
+
+from services.generator import rules
+from services.generator.rules.cuda_text import mask, normalised
+from shared.adapters.device.compiler import compile_kernel
+from shared.domain.spec import KernelSpec
+from tests.corpus_kernels import corpus
+from tests.unit.rules_variants import NOT_OF_SHAPE, VARIANTS, array, sample, scalar, spec
+from tests.unit.test_rules_shapes import ARCH, assert_compiles_and_keeps_signature, plan_applied
+from tests.unit.test_rules_vectorize16 import HostKernels, inputs, needs_gxx, run
+
+CORPUS = {kernel.name: kernel.spec() for kernel in corpus()}
+# One row of several warps, no barrier between its passes: row_in_shared refuses it, registers need none.
+SEVERAL_WARPS = NOT_OF_SHAPE["rows_of_several_warps_without_a_barrier"][1]
+# Each thread's own maximum over its elements of the block's row, then those elements less it: two passes and no
+# exchange between threads, so the emulation may run the threads one after another.
+ROW_SPREAD = spec(r"""
+extern "C" __global__ void row_spread(float *out, const float *in, int cols)
+{
+    const float *row = in + (size_t)blockIdx.x * cols;
+    float m = -3.0e38f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) out[(size_t)blockIdx.x * cols + c] = row[c] - m;
+}
+""", "row_spread", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]), scalar("cols", "cols")],
+    {"rows": 3, "cols": 200}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32, 64]}, grid_div_x=[1])
+# The same with its first pass on the line of the code before it and the second the body of an if: each becomes
+# two loops, which must begin a line of their own and, under the if, be braced.
+ROW_SPREAD_TERSE = ROW_SPREAD.model_validate({**ROW_SPREAD.model_dump(), "source": ROW_SPREAD.source.replace(
+    "    float m = -3.0e38f;\n    for", "    float m = -3.0e38f; for").replace(
+    "    for (int c = threadIdx.x; c < cols; c += blockDim.x) out",
+    "    if (cols > 0)\n        for (int c = threadIdx.x; c < cols; c += blockDim.x) out")})
+EMULATED = {"row_spread": ROW_SPREAD, "row_spread_terse": ROW_SPREAD_TERSE}
+KERNELS = {"softmax": CORPUS["softmax"], "layernorm": CORPUS["layernorm"], "l2_normalise": VARIANTS["l2_normalise"][1],
+           "rms_norm": VARIANTS["rms_norm"][1], "several_warps": SEVERAL_WARPS, **EMULATED}
+
+
+def registers(spec_: KernelSpec):
+    return rules.apply("row_in_registers", spec_, spec_.as_candidate())
+
+
+# --- which kernels it takes, and the rewrite's shape -------------------------------------------------------
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_row_in_registers_takes_the_kernels_that_pass_over_a_row(name):
+    spec_ = KERNELS[name]
+    assert rules.check("row_in_registers", spec_, spec_.as_candidate()) is None
+
+
+def test_row_in_shared_refuses_what_registers_take_without_a_barrier():
+    assert "no barrier comes between its first pass" in rules.check("row_in_shared", SEVERAL_WARPS,
+                                                                    SEVERAL_WARPS.as_candidate())
+
+
+def test_softmax_reads_its_row_once_into_registers_in_unrolled_loops():
+    """The first pass stores each element it reads; the later passes read the registers; each pass then runs the
+    loop as written past them. The registers' count is tuned to the fewest block widths covering the row."""
+    spec_ = CORPUS["softmax"]
+    candidate = registers(spec_)
+    code = mask(candidate.source)
+    assert "float row_regs[row_chunks];" in code and "row_regs[k] = row[c];" in code
+    assert code.count("#pragma unroll\n    for (int k = 0; k < row_chunks; k++) {") == 3
+    assert code.count("const int c = tid + k * blockDim.x;") == 3
+    assert code.count("for (int c = tid + row_chunks * blockDim.x; c < cols; c += blockDim.x)") == 3
+    assert code.count("row[c]") == 4  # the store, and the three loops past the registers
+    assert "m = fmaxf(m, row_regs[k]);" in code and "dst[c] = expf(row_regs[k] - m) / sum;" in code
+    assert "__syncwarp" not in code and code.count("__syncthreads") == mask(spec_.source).count("__syncthreads")
+    assert candidate.restrictions == ["row_chunks * block_size_x >= cols",
+                                      "row_chunks == 1 or row_chunks * block_size_x < 2 * cols"]
+    assert candidate.tune_params == {"block_size_x": [64, 128, 256, 512, 1024], "row_chunks": [1, 2, 4, 8, 16, 32]}
+    assert candidate.params == {"block_size_x": 256, "row_chunks": 4} and candidate.smem_args is None
+    assert [(c["block_size_x"], c["row_chunks"]) for c in sample(candidate, spec_, 10)] == \
+        [(64, 16), (128, 8), (256, 4), (512, 2), (1024, 1)]
+    assert candidate.grid_div_x == spec_.grid_div_x
+
+
+def test_the_registers_take_the_budget_of_the_element_type():
+    doubles = registers(VARIANTS["l2_normalise"][1])
+    assert "double src_regs[row_chunks];" in doubles.source and doubles.tune_params["row_chunks"] == [1, 2, 4, 8, 16]
+    long_row = CORPUS["softmax"].with_sizes({"cols": 1 << 16})
+    assert rules.check("row_in_registers", long_row, long_row.as_candidate()) == (
+        "the row of row has 65536 elements at the spec's sizes: even a block of 1024 threads would hold more than "
+        "128 bytes of it per thread in registers")
+
+
+def test_a_pass_that_breaks_out_is_refused():
+    spec_ = VARIANTS["l2_normalise"][1]
+    broken = spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace(
+        "dst[base + i] = src[base + i] * inv;", "{ if (inv > 1e300) break; dst[base + i] = src[base + i] * inv; }")})
+    assert "a pass over the row uses break" in rules.check("row_in_registers", broken, broken.as_candidate())
+
+
+def test_a_pass_sharing_a_line_or_under_an_if_takes_lines_of_its_own_and_braces():
+    code = registers(ROW_SPREAD_TERSE).source
+    assert "float m = -3.0e38f;\n    #pragma unroll\n    for (int k = 0;" in code
+    assert "if (cols > 0)\n        {\n            #pragma unroll\n            for (int k = 0;" in code
+
+
+def test_the_submitted_unroll_pragma_moves_to_the_loop_past_the_registers():
+    spec_ = VARIANTS["l2_normalise"][1]
+    pragma = spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace(
+        "    for (int i = t; i < n; i += block_size_x) dst", "    #pragma unroll 2\n    for (int i = t; i < n; i += "
+                                                               "block_size_x) dst")})
+    candidate = registers(pragma)
+    assert "#pragma unroll 2\n    #pragma unroll" not in candidate.source
+    assert "#pragma unroll 2\n    for (int i = t + row_chunks * block_size_x; i < n;" in candidate.source
+    assert_compiles_and_keeps_signature(pragma, candidate)
+
+
+# --- alternatives, and the plan --------------------------------------------------------------------------------
+def test_it_is_an_alternative_to_row_in_shared_and_vectorize_loops():
+    for rule in rules.CATALOG:
+        assert all(rule.id in rules.RULES[other].alternatives for other in rule.alternatives), rule.id
+    spec_ = CORPUS["layernorm"]
+    candidate = registers(spec_)
+    assert rules.check("row_in_shared", spec_, candidate) == (
+        "the current kernel carries row_in_registers, which does the work of row_in_shared another way")
+    shared = rules.apply("row_in_shared", spec_, spec_.as_candidate())
+    assert rules.check("row_in_registers", spec_, shared) == (
+        "the current kernel carries row_in_shared, which does the work of row_in_registers another way")
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_the_plan_holds_the_row_in_registers_and_the_unroll_rule_keeps_their_pragma(name):
+    planned = plan_applied(CORPUS[name], rules.PLAN_ORDER)
+    assert rules.applied(planned.source) == ("row_in_registers", "shuffle_reduction", "restrict", "unroll",
+                                             "launch_bounds")
+    code = mask(planned.source)
+    assert code.count("#pragma unroll\n    for (int k = 0; k < row_chunks; k++)") == 3
+    assert code.count("#pragma unroll loop_unroll_factor\n    for (int c = ") == 3  # the loops past the registers
+
+
+# --- every rewrite compiles, keeps the signature, and holds the row in registers ---------------------------
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_each_rewrite_compiles_across_its_space_without_local_memory(name):
+    spec_ = KERNELS[name]
+    for candidate in (registers(spec_), plan_applied(spec_, rules.PLAN_ORDER)):
+        assert "row_in_registers" in rules.applied(candidate.source)
+        assert_compiles_and_keeps_signature(spec_, candidate)
+        for params in sample(candidate, spec_, 10):
+            defines = {**spec_.baseline_params(), **candidate.params, **params}
+            log = compile_kernel(normalised(candidate.source), spec_.kernel_name, defines,
+                                 [*spec_.compiler_options, "-Xptxas=-v"], ARCH).log
+            usage = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+            assert usage is not None and usage.groups() == ("0", "0", "0"), (params, log)
+
+
+# --- the rewrite runs on the CPU as the submitted kernel did --------------------------------------------------
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    return HostKernels(tmp_path_factory.mktemp("emulated"))
+
+
+def built(build: HostKernels, source: str) -> ctypes.CDLL:
+    """The kernel as host code, row_chunks a variable of the library (the emulation's other tune parameters are)."""
+    return build('extern "C" { int row_chunks = 1; }\n' + normalised(source), ROW_SPREAD.kernel_name)
+
+
+def runs_as_submitted(build: HostKernels, spec_: KernelSpec, rewritten: ctypes.CDLL, cols: int, params: dict) -> bool:
+    """Whether the rewrite at `params` leaves the arrays as the submitted kernel at the same block size does (a
+    thread's maximum is over the elements the block size gives it)."""
+    at_size = spec_.with_sizes({"cols": cols})
+    values = {name: data.ravel() for name, data in inputs(at_size, cols).items()}  # run() places flat arrays
+    config = {**at_size.baseline_params(), **params}
+    expected = run(build(spec_.source, spec_.kernel_name), at_size, config, values)
+    ctypes.c_int.in_dll(rewritten, "row_chunks").value = params["row_chunks"]
+    return run(rewritten, at_size.for_candidate(registers(spec_)), config, values) == expected
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(EMULATED))
+@pytest.mark.parametrize("cols", [1, 31, 64, 65, 127, 200, 257, 1009])
+def test_every_element_is_read_and_written_at_rows_shorter_and_longer_than_the_registers(build, name, cols):
+    """At every configuration of the space (tuned for 200 columns: 32 x 8 and 64 x 4 elements in registers), on
+    rows the registers cover, do not fill, and leave elements past (then read from global memory by each pass)."""
+    spec_ = EMULATED[name]
+    candidate = registers(spec_)
+    rewritten = built(build, candidate.source)
+    for params in sample(candidate, spec_, 10):
+        assert runs_as_submitted(build, spec_, rewritten, cols, {**candidate.params, **params}), params
+
+
+@needs_gxx
+def test_the_emulation_tells_a_rewrite_that_skips_the_elements_past_the_registers(build):
+    candidate = registers(ROW_SPREAD)
+    broken = candidate.source.replace("c = threadIdx.x + row_chunks * blockDim.x", "c = cols")
+    assert broken != candidate.source
+    params = {"block_size_x": 32, "row_chunks": 8}
+    assert runs_as_submitted(build, ROW_SPREAD, built(build, broken), 200, params)  # the registers cover the row
+    assert not runs_as_submitted(build, ROW_SPREAD, built(build, broken), 257, params)
