@@ -33,7 +33,8 @@ test-gpu: install
 # then one vector_add candidate at 64M floats is verified, every trial (bench/verify_speed.py),
 # then every kernel of examples/corpus goes through baseline, tune, explicit and one_prompt (bench/corpus_matrix.py),
 # then every memory-bound one is optimised by the offline rules and held against a device-to-device copy of the
-# same bytes (bench/memory_bound_table.py).
+# same bytes (bench/memory_bound_table.py), at the corpus's sizes and at 8 times the small ones, beside what
+# hand-written kernels of the same shapes reach (bench/ceilings.py).
 # Rebuilding every report from 10,000 events needs no GPU: `make bench-reports` runs it alone.
 bench: install bench-reports
 	$(BIN)/python bench/tune_vs_kernel_tuner.py
@@ -42,12 +43,16 @@ bench: install bench-reports
 	$(BIN)/python bench/verify_speed.py
 	$(BIN)/python bench/corpus_matrix.py
 	$(BIN)/python bench/memory_bound_table.py
+	$(BIN)/python bench/memory_bound_table.py --larger
+	$(BIN)/python bench/ceilings.py
 
 bench-corpus: install
 	$(BIN)/python bench/corpus_matrix.py
 
 bench-memory-bound: install
 	$(BIN)/python bench/memory_bound_table.py
+	$(BIN)/python bench/memory_bound_table.py --larger
+	$(BIN)/python bench/ceilings.py
 
 # On a GPU machine: Kernel Tuner's own example scripts run by Kernel Tuner and by kforge, and the two bests timed
 # in turn (KT_EXAMPLES: Kernel Tuner's examples/cuda folder, which this repository does not hold).
