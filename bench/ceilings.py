@@ -7,22 +7,21 @@ at a size, whatever a rule writes?).
 The kernels (bench/ceilings.cu) are the usual fast structure of each shape, written by hand: a GEMV with a warp or
 a block per row and 128-bit loads, block-per-row sums, a softmax holding its row in registers, the 3D and 2D
 stencils marching along their slowest axis, a gather with 128-bit index loads. Each is launched with cupy and
-timed as bench/memory_bound_table.py times the copy: L2 evicted before each launch, CUDA events around it, the
-median of 30 after 5 warm-ups; the copy of the same bytes comes from that bench's copy_times, so the shares here
-and in its table are alike. A gather's random lookups move a 32-byte sector each, so its row also prints the
-sector traffic: with the table in L2 it runs near L2's throughput, not DRAM's.
+timed by bench/memory_bound_table.py's own timer, as it times the copy: L2 evicted before each launch, CUDA
+events around it, the median of 30 after 5 warm-ups; the copy of the same bytes comes from that bench's
+copy_times, so the shares here and in its table are alike. A gather's random lookups move a 32-byte sector each,
+so its row also prints the sector traffic: with the table in L2 it runs near L2's throughput, not DRAM's.
 """
 import argparse
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from memory_bound_table import copy_times  # noqa: E402
+from memory_bound_table import copy_times, cupy_event_ms, median_ms  # noqa: E402
 
 SOURCE = (ROOT / "bench" / "ceilings.cu").read_text()
 
@@ -88,21 +87,6 @@ def cases(scale: int):
                lookups)
 
 
-def timed(launch, flush, reps: int = 30) -> float:
-    import cupy
-
-    start, end, times = cupy.cuda.Event(), cupy.cuda.Event(), []
-    for i in range(reps + 5):
-        flush.fill(i % 251)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        if i >= 5:
-            times.append(cupy.cuda.get_elapsed_time(start, end))
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="1,8", help="comma-separated multiples of the corpus's sizes")
@@ -115,8 +99,8 @@ def main() -> None:
     rows = []
     for scale in map(int, args.scales.split(",")):
         for shape, how, moved, launch, sectors in cases(scale):
-            rows.append(dict(scale=scale, shape=shape, how=how, bytes=moved, ms=timed(launch, flush),
-                             sectors=sectors))
+            ms = median_ms(launch, lambda: flush.fill(0), cupy_event_ms, reps=30)
+            rows.append(dict(scale=scale, shape=shape, how=how, bytes=moved, ms=ms, sectors=sectors))
     flush = None
     copies, copier = copy_times({r["bytes"] for r in rows}, l2, flush=True)
     print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: copy with {copier}, L2 evicted")

@@ -14,11 +14,12 @@ every rewrite is verified against the submitted kernel, tuned, verified again an
 For each kernel the table prints: what the recognisers found and the steps kept; the bytes one launch moves
 (the spec's work.bytes, else every array once); the baseline and best times (kforge's benchmark medians); the
 best's bandwidth; that bandwidth as a share of the copy's; and the speedup over the submitted kernel. The copy
-moves the same bytes (half of them read, half written: a copy of bytes/2, rounded up to 16 bytes) with torch, else cupy, else the CUDA
-driver's cuMemcpyDtoDAsync, timed with CUDA events (median of 30 after 5 warm-ups). With L2 flushed (default)
-the jobs' benchmarks evict L2 before each timed launch (benchmark.l2_flush) and so does the copy, so every figure
-is DRAM's; --no-l2-flush times both warm. Targets: 85 % of the copy on each kernel, 10x on the atomic sum.
-Kernels the corpus calls compute-bound are left out (COMPUTE_BOUND). Exit status 1 when a job did not complete.
+moves the same bytes (half of them read, half written: a copy of bytes/2, rounded up to 16 bytes) with torch,
+else cupy, else the CUDA driver's cuMemcpyDtoDAsync, timed with CUDA events (median of 30 after 5 warm-ups).
+With L2 flushed (default) the jobs' benchmarks evict L2 before each timed launch (benchmark.l2_flush) and so
+does the copy, so every figure is DRAM's; --no-l2-flush times both warm. Targets: 85 % of the copy on each
+kernel, 10x on the atomic sum. Kernels the corpus calls compute-bound are left out (COMPUTE_BOUND). Exit status 1
+when a job did not complete.
 """
 import argparse
 import importlib
@@ -155,11 +156,24 @@ def _copied(nbytes: int) -> int:
     return -(-max(nbytes // 2, 1) // 16) * 16
 
 
-def _timed(copy, evict, record, reps: int) -> float:
+def cupy_event_ms(run) -> float:
+    """Milliseconds `run` takes on cupy's current stream, between two CUDA events."""
+    import cupy
+
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return cupy.cuda.get_elapsed_time(start, end)
+
+
+def median_ms(run, evict, record, reps: int) -> float:
+    """The median of `reps` timings of `run` by `record` after 5 warm-ups, `evict` called before each."""
     times = []
     for i in range(reps + 5):
         evict()
-        elapsed = record(copy)
+        elapsed = record(run)
         if i >= 5:
             times.append(elapsed)
     return statistics.median(times)
@@ -183,7 +197,8 @@ def _torch_copy(counts: list[int], l2: int, reps: int) -> tuple[dict[int, float]
         half = _copied(nbytes)
         src = torch.empty(half, dtype=torch.uint8, device="cuda").random_(0, 255)
         dst = torch.empty_like(src)
-        found[nbytes] = _timed(lambda: dst.copy_(src), (lambda: flush.zero_()) if l2 else (lambda: None), record, reps)
+        found[nbytes] = median_ms(lambda: dst.copy_(src), (lambda: flush.zero_()) if l2 else (lambda: None), record,
+                                  reps)
     src = dst = flush = None
     torch.cuda.empty_cache()
     return found, f"torch {torch.__version__} Tensor.copy_"
@@ -194,20 +209,12 @@ def _cupy_copy(counts: list[int], l2: int, reps: int) -> tuple[dict[int, float],
 
     flush = cupy.empty(max(2 * l2, 1), dtype=cupy.uint8)
 
-    def record(copy) -> float:
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        copy()
-        end.record()
-        end.synchronize()
-        return cupy.cuda.get_elapsed_time(start, end)
-
     found = {}
     for nbytes in counts:
         half = _copied(nbytes)
         src, dst = cupy.ones(half, dtype=cupy.uint8), cupy.empty(half, dtype=cupy.uint8)
-        found[nbytes] = _timed(lambda: dst.__setitem__(Ellipsis, src), (lambda: flush.fill(0)) if l2 else
-                               (lambda: None), record, reps)
+        found[nbytes] = median_ms(lambda: dst.__setitem__(Ellipsis, src), (lambda: flush.fill(0)) if l2 else
+                                  (lambda: None), cupy_event_ms, reps)
     src = dst = flush = None
     cupy.get_default_memory_pool().free_all_blocks()
     return found, f"cupy {cupy.__version__} array copy"
@@ -243,7 +250,7 @@ def _driver_copy(counts: list[int], l2: int, reps: int) -> tuple[dict[int, float
             half = _copied(nbytes)
             src, dst = ok(driver.cuMemAlloc(half)), ok(driver.cuMemAlloc(half))
             ok(driver.cuMemsetD8Async(src, 1, half, stream))
-            found[nbytes] = _timed(lambda: ok(driver.cuMemcpyDtoDAsync(dst, src, half, stream)),
+            found[nbytes] = median_ms(lambda: ok(driver.cuMemcpyDtoDAsync(dst, src, half, stream)),
                                    (lambda: ok(driver.cuMemsetD8Async(flush, 0, 2 * l2, stream))) if l2 else
                                    (lambda: None), record, reps)
             ok(driver.cuMemFree(src)), ok(driver.cuMemFree(dst))

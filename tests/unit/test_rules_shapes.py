@@ -379,8 +379,8 @@ def test_shuffle_reduction_keeps_the_combination():
     spec = CORPUS["softmax"].spec()
     candidate = rules.apply("shuffle_reduction", spec, spec.as_candidate())
     code = mask(candidate.source)
-    assert "value_ = fmaxf(value_, __shfl_down_sync(0xffffffffu, value_, offset_));" in code
-    assert "value += __shfl_down_sync(0xffffffffu, value, offset);" in code
+    assert "value = fmaxf(value, __shfl_down_sync(0xffffffffu, value, offset));" in code
+    assert "value_ += __shfl_down_sync(0xffffffffu, value_, offset_);" in code
     assert "red[tid + s]" not in code and candidate.restrictions == ["block_size_x % 32 == 0"]
 
 

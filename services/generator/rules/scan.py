@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import INDENT
-from services.generator.rules.statements import Statement, Unparsed, statement_at, statements
+from services.generator.rules.statements import Statement, Unparsed, for_loops, statements
 from services.generator.rules.tree import compact, is_thread_x, replace_loops, shared_arrays, whole_warps_reason
 from shared.domain.spec import KernelSpec
 
@@ -67,8 +67,7 @@ def shuffle_scan_reason(source: str, spec: KernelSpec) -> str | None:
 def shuffle_scan_edit(source: str, spec: KernelSpec) -> str:
     taken = identifiers(source)
     found, _ = scan_loops(source, spec)
-    scans = sorted(found, key=lambda s: s.loop.start, reverse=True)
-    return replace_loops(source, [(scan.loop, _replacement(scan, taken)) for scan in scans])
+    return replace_loops(source, [(scan.loop, _replacement(scan, taken)) for scan in found])
 
 
 def scan_loops(source: str, spec: KernelSpec) -> tuple[list[Scan], list[str]]:
@@ -77,11 +76,7 @@ def scan_loops(source: str, spec: KernelSpec) -> tuple[list[Scan], list[str]]:
     shared = shared_arrays(masked)
     widths = ("blockDim.x", spec.block_size_names[0])
     found, refused = [], []
-    for match in re.finditer(r"\bfor\s*\(", masked):
-        try:
-            loop = statement_at(masked, match.start(), len(masked))
-        except (Unparsed, ValueError):
-            continue
+    for loop in for_loops(masked):
         head = _doubling(masked, loop, widths)
         if head is None:
             continue

@@ -99,6 +99,16 @@ def statement_at(masked: str, at: int, end: int) -> Statement:
     return Statement("simple", at, _simple_end(masked, at, end))
 
 
+def for_loops(masked: str) -> Iterator[Statement]:
+    """Every for statement of the text, nested ones included, in the order they begin; one that cannot be read
+    is passed over."""
+    for match in re.finditer(r"\bfor\s*\(", masked):
+        try:
+            yield statement_at(masked, match.start(), len(masked))
+        except (Unparsed, ValueError):
+            continue
+
+
 def walk(masked: str, statements_: list[Statement], depth: int = 0) -> Iterator[tuple[Statement, int]]:
     """Every statement, nested ones included, with how many loops (for/while/do) enclose it."""
     for statement in statements_:

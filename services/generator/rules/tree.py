@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.partition import partition
 from services.generator.rules.points import INDENT
-from services.generator.rules.statements import Statement, Unparsed, statement_at, statements
+from services.generator.rules.statements import Statement, Unparsed, for_loops, statements
 from shared.domain.spec import KernelSpec
 
 FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
@@ -49,8 +49,7 @@ def shuffle_reduction_reason(source: str, spec: KernelSpec) -> str | None:
 
 def shuffle_reduction_edit(source: str, spec: KernelSpec) -> str:
     taken = identifiers(source)
-    trees = sorted(tree_loops(source, spec), key=lambda t: t.loop.start, reverse=True)
-    return replace_loops(source, [(tree.loop, _replacement(tree, taken)) for tree in trees])
+    return replace_loops(source, [(tree.loop, _replacement(tree, taken)) for tree in tree_loops(source, spec)])
 
 
 def whole_warps_reason(spec: KernelSpec) -> str | None:
@@ -83,16 +82,7 @@ def tree_loops(source: str, spec: KernelSpec) -> list[Tree]:
     masked = mask(source)
     shared = shared_arrays(masked)
     widths = ("blockDim.x", spec.block_size_names[0])
-    found = []
-    for match in re.finditer(r"\bfor\s*\(", masked):
-        try:
-            loop = statement_at(masked, match.start(), len(masked))
-        except (Unparsed, ValueError):
-            continue
-        tree = _tree(masked, loop, shared, widths)
-        if tree is not None:
-            found.append(tree)
-    return found
+    return [tree for loop in for_loops(masked) if (tree := _tree(masked, loop, shared, widths)) is not None]
 
 
 def shared_arrays(masked: str) -> dict[str, str]:
