@@ -69,13 +69,10 @@ CATALOG = (
                          "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
                          "rows per block.", rendered=True),
     Rule("row_in_registers", "Hold a row that a block (or a warp) passes over several times in registers: the "
-                             "first pass keeps the elements each thread reads in a fully unrolled loop (a row of "
-                             "4-byte elements 16-byte aligned and a multiple of four long as row_chunks 128-bit "
-                             "vectors, a block width of vectors apart; any other row as row_chunks elements, four "
-                             "times as many for 4-byte ones, a block width apart), and the later passes read them "
-                             "there; elements past them are read from global memory as before, and row_chunks takes "
-                             "the powers of two that hold at most 128 bytes of the row per thread.", "row_chunks",
-         (), 4,
+                             "first pass keeps the row_chunks elements each thread reads, a block width apart, in a "
+                             "fully unrolled loop, and the later passes read them there; elements past them are "
+                             "read from global memory as before, and row_chunks takes the powers of two that hold "
+                             "at most 128 bytes of the row per thread.", "row_chunks", (), 4,
          rendered=True, keeps_grid=True, alternatives=("row_in_shared", "vectorize_loops")),
     Rule("row_in_shared", "Read a row that a block (or a warp) passes over several times from global memory once: "
                           "the first pass keeps each element it reads in dynamic shared memory, sized by the row's "
