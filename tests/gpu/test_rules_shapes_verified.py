@@ -91,6 +91,10 @@ def cases() -> dict:
     found.update({f"variant-{case}-plan-row_in_shared": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})
     found.update({f"variant-{case}-row_in_registers": (lambda s=VARIANTS[case][1]: s, "row_in_registers")
                   for case in ROW_VARIANTS})
+    # Chunked block scans, four elements per thread: the verifier's sizes less one leave rows unaligned, so some
+    # chunks take the vector path and others the element path.
+    found["segmented_scan-scan_vectors"] = (lambda: small("segmented_scan"), "scan_vectors")
+    found["variant-row_cumsum-scan_vectors"] = (lambda: VARIANTS["row_cumsum"][1], "scan_vectors")
     # A row of two warps with no barrier between its passes, which row_in_shared refuses: registers need none.
     found["variant-several_warps-row_in_registers"] = (
         lambda: NOT_OF_SHAPE["rows_of_several_warps_without_a_barrier"][1], "row_in_registers")

@@ -123,6 +123,9 @@ def test_check_on_the_vector_add_example():
         assert reasons.pop(rule_id).endswith("(it is an elementwise kernel)")
     assert reasons == {"shuffle_reduction": "the kernel has no shared-memory tree reduction (a loop halving s from "
                                             "the block size, `if (tid < s) red[tid] += red[tid + s]; __syncthreads();`)",
+                       "scan_vectors": "the kernel has no shared-memory block scan inside a loop over a row's chunks "
+                                       "of the block's width (load buf[tid], barrier, scan, store carry + buf[tid], "
+                                       "carry += buf[width - 1], barrier)",
                        "shuffle_scan": "the kernel has no shared-memory block scan (a loop doubling offset from 1 to "
                                        "the block size, `t = tid >= offset ? buf[tid - offset] : 0; __syncthreads(); "
                                        "buf[tid] += t; __syncthreads();`)",

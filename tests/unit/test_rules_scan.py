@@ -132,14 +132,14 @@ def test_the_scan_takes_three_barriers_and_the_block_size_keeps_1024():
     assert candidate.tune_params == {"block_size_x": [64, 128, 256, 512, 1024]}
 
 
-def test_the_plan_for_segmented_scan_starts_with_the_shuffle_scan():
+def test_the_plan_for_segmented_scan_starts_with_its_two_scan_rewrites():
     from services.generator.answers import parse
     from services.generator.providers.base import Prompt
     from services.generator.providers.rules import RulesProvider
 
     prompt = Prompt(kind="plan", system="", text="", spec=SEGMENTED, current=SEGMENTED.as_candidate())
     steps = parse("plan", RulesProvider().complete(prompt).text).steps
-    assert [step.id for step in steps] == ["shuffle_scan", "restrict", "unroll", "launch_bounds"]
+    assert [step.id for step in steps] == ["scan_vectors", "shuffle_scan", "restrict", "unroll", "launch_bounds"]
 
 
 # --- the scans run on the CPU --------------------------------------------------------------------------------
@@ -157,6 +157,9 @@ static pthread_barrier_t kforge_block, kforge_warp[32];
 #define __shared__ static
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
 static void __syncthreads() { pthread_barrier_wait(&kforge_block); }
 // The lanes post their values and read a lower lane's between two waits of their warp: the first keeps a lane
 // from overwriting a value another lane has not read yet.

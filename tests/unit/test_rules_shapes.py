@@ -23,7 +23,7 @@ ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
 # The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
 NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_registers",
-             "row_in_shared", "shuffle_reduction", "shuffle_scan", "vectorize_loops")
+             "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan", "vectorize_loops")
 FIRES = {
     "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread"},
     "conv2d": {"register_blocking"}, "dot": {"vectorize_loops"},
@@ -34,7 +34,7 @@ FIRES = {
     "layernorm": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops"},
     "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread"},
     "row_sum": {"shuffle_reduction", "vectorize_loops"}, "saxpy": {"elements_per_thread", "vectorize"},
-    "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": {"shuffle_scan"},
+    "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": {"scan_vectors", "shuffle_scan"},
     "softmax": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops"},
     "spmv_csr": {"warp_per_row"},
     "transpose": {"shared_tile"},

@@ -2,7 +2,7 @@
 
 It makes real, deterministic source rewrites, each of which is then verified on a GPU against the submitted
 kernel and tuned like any candidate: edits of any kernel (block_size, restrict, unroll, launch_bounds,
-vectorize_loops, shuffle_reduction, shuffle_scan) and restructurings of the kernel shapes its recognisers find
+vectorize_loops, shuffle_reduction, scan_vectors, shuffle_scan) and restructurings of the kernel shapes its recognisers find
 (services/generator/rules/shapes.py: elementwise, atomic accumulations and histograms, row loops, transposes,
 stencils, one point per thread). `check` says whether a rule applies to the current kernel and why not;
 `apply` makes the rewrite; `applied` reads back which rules a kernel carries; `found` says what the

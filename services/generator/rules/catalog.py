@@ -82,10 +82,14 @@ CATALOG = (
                               "by warp shuffles: every warp reduces its values in registers, then one warp the "
                               "warps' results, three barriers instead of one per halving.",
          restrictions=("{x} % 32 == 0",)),
+    Rule("scan_vectors", "Give each thread of a block scan that walks a row in chunks of the block's width four "
+                         "consecutive elements, read and written as one 128-bit vector where aligned: each thread "
+                         "adds up its four in registers and the warps scan the threads' totals with shuffles.",
+         restrictions=("{x} % 32 == 0", "{x} <= 1024"), alternatives=("shuffle_scan",)),
     Rule("shuffle_scan", "Replace each shared-memory Hillis-Steele block scan (a doubling loop with two barriers "
                          "per step) by warp shuffles: every warp scans its values in registers, one warp the "
                          "warps' totals, three barriers instead of two per doubling.",
-         restrictions=("{x} % 32 == 0", "{x} <= 1024")),
+         restrictions=("{x} % 32 == 0", "{x} <= 1024"), alternatives=("scan_vectors",)),
     Rule("vectorize_loops", "Load and store the arrays of each strided loop (over a row, or over the grid) four "
                             "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "
                             "run time, with a scalar loop for the remaining elements.",
@@ -93,7 +97,7 @@ CATALOG = (
 )
 RULES = {rule.id: rule for rule in CATALOG}
 STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_registers",
-              "row_in_shared", "shuffle_reduction", "shuffle_scan")
+              "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan")
 
 # The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
 # the other rules then apply to what it printed), then the others in catalog order.

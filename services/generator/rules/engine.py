@@ -9,7 +9,7 @@ rewritten twice the same way is the same text; of alternatives (catalog.py) a ke
 """
 import itertools
 
-from services.generator.rules import loops, scan, textual, tree
+from services.generator.rules import loops, scan, scan_vectors, textual, tree
 from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
 from services.generator.rules.partition import partition
@@ -24,6 +24,7 @@ TEXTUAL = {
     "launch_bounds": (textual.launch_bounds_reason, textual.launch_bounds_edit),
     "vectorize_loops": (loops.vectorize_loops_reason, loops.vectorize_loops_edit),
     "shuffle_reduction": (tree.shuffle_reduction_reason, tree.shuffle_reduction_edit),
+    "scan_vectors": (scan_vectors.scan_vectors_reason, scan_vectors.scan_vectors_edit),
     "shuffle_scan": (scan.shuffle_scan_reason, scan.shuffle_scan_edit),
 }
 

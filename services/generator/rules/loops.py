@@ -292,7 +292,7 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
     body_span = loop.loop.body.inner if loop.loop.body.kind == "block" else (loop.loop.body.start, loop.loop.body.end)
     original = source[loop.loop.start:loop.loop.end]
     body_text = mask(source, literals=False)[body_span[0]:body_span[1]]
-    aligned = " && ".join(f"(reinterpret_cast<unsigned long long>(&{a.name}[{a.base}]) & 15) == 0" for a in loop.arrays)
+    aligned = " && ".join(aligned_16(f"&{a.name}[{a.base}]") for a in loop.arrays)
     loads, stores = [], []
     for a in loop.arrays:
         pointer = f"&{a.name}[{a.base}]"
@@ -334,6 +334,11 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
             *(INDENT * 2 + line for line in _reindent(original)),
             f"{INDENT}}}",
             "}"]
+
+
+def aligned_16(pointer: str) -> str:
+    """The run-time test that `pointer` may be read as 128-bit vectors (scan_vectors.py takes it too)."""
+    return f"(reinterpret_cast<unsigned long long>({pointer}) & 15) == 0"
 
 
 def _dedent(lines: list[str]) -> list[str]:

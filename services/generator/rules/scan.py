@@ -20,8 +20,8 @@ two barriers per doubling.
 The block must be whole warps, at most 32 of them (the rule restricts the block size to multiples of 32 up to
 1024). Integer sums come out the same; floating-point sums are added in another order, so they round
 differently, within the rounding of the sum, as any reordered sum does. Each thread still scans one element:
-more per thread would change what surrounds the loop (the chunk the kernel loads into buf, its stores, its reads
-of buf after), which lies outside the contract the rule keeps.
+more per thread changes what surrounds the loop (the chunk the kernel loads into buf, its stores, its reads of buf
+after), which scan_vectors.py rewrites where it recognises it.
 
 A double-buffered (ping-pong) scan, reading one half of its buffer and writing the other with one barrier per
 step, is refused with that reason: its result lies in the half the loop's parity picks, through indices the loop
@@ -37,7 +37,7 @@ from services.generator.rules.tree import compact, is_thread_x, replace_loops, s
 from shared.domain.spec import KernelSpec
 
 _BARRIER = "__syncthreads();"
-_ZERO = re.compile(r"(?:\([A-Za-z_]\w*\))?\(?(?:0+\.?0*|\.0+)[fFlLuU]*\)?")  # 0, 0.0f, .0, 0u, (float)0 (compacted)
+ZERO = re.compile(r"(?:\([A-Za-z_]\w*\))?\(?(?:0+\.?0*|\.0+)[fFlLuU]*\)?")  # 0, 0.0f, .0, 0u, (float)0 (compacted)
 _DOUBLINGS = ("{o}*=2", "{o}<<=1", "{o}={o}*2", "{o}=2*{o}", "{o}={o}<<1", "{o}+={o}", "{o}={o}+{o}")
 
 
@@ -154,7 +154,7 @@ def _read(masked: str, part: list[Statement], o: str) -> tuple[str, str, str, st
         thread, read, other = (above, chosen, other) if above else (below, other, chosen)
         if thread is None or not re.fullmatch(rf"[A-Za-z_]\w*\[{re.escape(thread)}-{o}\]", read):
             raise refused
-        return temp, type_, read.split("[")[0], thread, bool(_ZERO.fullmatch(other))
+        return temp, type_, read.split("[")[0], thread, bool(ZERO.fullmatch(other))
     if len(part) != 2 or part[1].kind != "if" or part[1].orelse is not None:
         raise refused
     thread = _at_or_above(compact(masked[part[1].head[0]:part[1].head[1]]), o)
@@ -163,7 +163,7 @@ def _read(masked: str, part: list[Statement], o: str) -> tuple[str, str, str, st
     read = re.fullmatch(rf"{temp}=([A-Za-z_]\w*)\[{re.escape(thread)}-{o}\];", _unbraced(masked, part[1].body))
     if read is None:
         raise refused
-    return temp, type_, read.group(1), thread, bool(_ZERO.fullmatch(value))
+    return temp, type_, read.group(1), thread, bool(ZERO.fullmatch(value))
 
 
 def _add(masked: str, part: list[Statement], o: str, temp: str, array: str, thread: str, zeroed: bool) -> None:

@@ -17,8 +17,8 @@
 - points (marching.py): one point per thread, anything else: elements_per_thread.
 
 The textual rules (restrict, launch_bounds, unroll, block_size in textual.py; vectorize_loops in loops.py;
-shuffle_reduction in tree.py; shuffle_scan in scan.py) recognise what they edit by themselves and compose with
-every shape.
+shuffle_reduction in tree.py; shuffle_scan in scan.py; scan_vectors in scan_vectors.py) recognise what they edit
+by themselves and compose with every shape.
 """
 from typing import Any
 
