@@ -57,6 +57,7 @@ class ChunkedScan:
     written: _Access
     carry: str
     carry_first: bool  # the store adds `carry + buf[tid]` rather than `buf[tid] + carry`
+    pragma: str  # the loop's unroll pragma, which it keeps ('' without one; the scan's own goes with the scan)
 
 
 class _Refused(ValueError):
@@ -103,7 +104,7 @@ def _chunked(masked: str, loop: Statement, scan: Scan, widths: tuple[str, ...]) 
     if loop.body.kind != "block":
         raise _Refused("has no braced body")
     try:
-        inside = [s for s in statements(masked, *loop.body.inner) if s.kind != "empty"]
+        inside = [s for s in statements(masked, *loop.body.inner) if s.kind != "empty" and not _unroll(s.text(masked))]
     except Unparsed as exc:
         raise _Refused(f"could not be read: {exc}") from None
     buf, tid = scan.array, scan.thread
@@ -128,8 +129,9 @@ def _chunked(masked: str, loop: Statement, scan: Scan, widths: tuple[str, ...]) 
         if (element := _element_type(masked, access.array)) != scan.type:
             raise _Refused(f"moves {access.array} ({element or 'of a type the rule cannot tell'}) through {buf} "
                            f"({scan.type}): vectors of {access.array} would be another width")
-    return ChunkedScan(loop, scan, (init, condition), base, width, length,
-                       index or ("", "int"), read, written, carry, carry_first)
+    previous = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
+    return ChunkedScan(loop, scan, (init, condition), base, width, length, index or ("", "int"), read, written,
+                       carry, carry_first, previous if _unroll(previous) else "")
 
 
 def _head(masked: str, loop: Statement, widths: tuple[str, ...]) -> tuple[str, str, str, str, str]:
@@ -218,6 +220,10 @@ def _element_type(masked: str, array: str) -> str | None:
     return " ".join(declared.group(1).split()) if declared else None
 
 
+def _unroll(text: str) -> bool:
+    return re.match(r"\s*#\s*pragma\s+unroll\b", text) is not None
+
+
 def _unbraced(masked: str, statement: Statement) -> str:
     text = compact(statement.text(masked))
     return text[1:-1] if text.startswith("{") and text.endswith("}") else text
@@ -274,7 +280,7 @@ def _replacement(chunked: ChunkedScan, taken: set[str]) -> list[str]:
         f"{c.carry} += {sums}[{width} / 32 - 1];",
         _BARRIER,
     ]
-    return [f"for ({c.head[0]}; {c.head[1]}; {c.base} += {lanes} * {width}) {{",
+    return [*([c.pragma] if c.pragma else []), f"for ({c.head[0]}; {c.head[1]}; {c.base} += {lanes} * {width}) {{",
             *(INDENT + line for line in body), "}"]
 
 
