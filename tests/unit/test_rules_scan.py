@@ -242,24 +242,27 @@ def test_segmented_scan_gives_the_prefix_sums_at_every_block_size(tmp_path, orde
 
 
 @needs_gxx
-def test_the_emulation_tells_a_wrong_scan(tmp_path):
+@pytest.mark.parametrize("rule_id", ["shuffle_scan", "scan_vectors"])
+def test_the_emulation_tells_a_wrong_scan(tmp_path, rule_id):
     """Adding the warp's own total instead of the warps' before it gives other sums: the emulation runs the
     rewrite's warp totals, not a copy of the submitted scan."""
-    candidate = rules.apply("shuffle_scan", SEGMENTED, SEGMENTED.as_candidate())
+    candidate = rules.apply(rule_id, SEGMENTED, SEGMENTED.as_candidate())
     broken = normalised(candidate.source).replace("warp_sums[warp - 1]", "warp_sums[warp]")
     assert broken != normalised(candidate.source)
-    values = np.arange(256, dtype=np.int32).reshape(1, 256)
+    values = np.arange(1024, dtype=np.int32).reshape(1, 1024)
     out, _, _ = launch(build(broken, "segmented_scan", tmp_path), 1, 128, np.zeros_like(values),
-                       np.zeros(1, np.int32), values, 256)
+                       np.zeros(1, np.int32), values, 1024)
     assert not np.array_equal(out, np.cumsum(values, axis=1))
 
 
 @needs_gxx
+@pytest.mark.parametrize("rule_id", ["shuffle_scan", "scan_vectors"])
 @pytest.mark.parametrize("block", [32, 96, 1024])
-def test_a_float_scan_by_the_define_gives_the_prefix_sums_within_rounding(tmp_path, block):
-    candidate = rules.apply("shuffle_scan", ROW_CUMSUM, ROW_CUMSUM.as_candidate())
+def test_a_float_scan_by_the_define_gives_the_prefix_sums_within_rounding(tmp_path, rule_id, block):
+    """Rows of 700 floats (16-byte aligned, the vectors' path) and 701 (the elements' path)."""
+    candidate = rules.apply(rule_id, ROW_CUMSUM, ROW_CUMSUM.as_candidate())
     library = build(normalised(candidate.source), "row_cumsum", tmp_path, {"block_size_x": block})
-    rows, cols = 2, 700
-    values = np.random.default_rng(block).normal(0, 1, (rows, cols)).astype(np.float32)
-    out, _ = launch(library, rows, block, np.zeros_like(values), values, cols)
-    assert np.allclose(out, np.cumsum(values.astype(np.float64), axis=1), rtol=0, atol=1e-3)
+    for cols in (700, 701):
+        values = np.random.default_rng(block).normal(0, 1, (2, cols)).astype(np.float32)
+        out, _ = launch(library, 2, block, np.zeros_like(values), values, cols)
+        assert np.allclose(out, np.cumsum(values.astype(np.float64), axis=1), rtol=0, atol=1e-3), cols

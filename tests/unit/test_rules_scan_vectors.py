@@ -105,25 +105,3 @@ def test_the_integer_rewrites_give_the_prefix_sums_at_every_block_size(tmp_path,
                                     values, seg)
             assert np.array_equal(out, np.cumsum(values, axis=1)), (seg, block)
             assert np.array_equal(totals, values.sum(axis=1)), (seg, block)
-
-
-@needs_gxx
-def test_the_emulation_tells_a_rewrite_that_adds_the_wrong_warps(tmp_path):
-    candidate = rules.apply("scan_vectors", SEGMENTED, SEGMENTED.as_candidate())
-    broken = normalised(candidate.source).replace("left += warp_sums[warp - 1]", "left += warp_sums[warp]")
-    assert broken != normalised(candidate.source)
-    values = np.arange(1024, dtype=np.int32).reshape(1, 1024)
-    out, _, _ = launch(build(broken, "segmented_scan", tmp_path), 1, 128, np.zeros_like(values),
-                       np.zeros(1, np.int32), values, 1024)
-    assert not np.array_equal(out, np.cumsum(values, axis=1))
-
-
-@needs_gxx
-@pytest.mark.parametrize("block", [32, 96, 1024])
-def test_a_float_scan_gives_the_prefix_sums_within_rounding(tmp_path, block):
-    candidate = rules.apply("scan_vectors", ROW_CUMSUM, ROW_CUMSUM.as_candidate())
-    library = build(normalised(candidate.source), "row_cumsum", tmp_path, {"block_size_x": block})
-    for cols in (700, 701):
-        values = np.random.default_rng(cols).normal(0, 1, (2, cols)).astype(np.float32)
-        out, _ = launch(library, 2, block, np.zeros_like(values), values, cols)
-        assert np.allclose(out, np.cumsum(values.astype(np.float64), axis=1), rtol=0, atol=1e-3), cols
