@@ -30,6 +30,7 @@ from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import INDENT, replace_spans
 from services.generator.rules.row_passes import Pass, RowPasses, at_the_top, indent_at, pass_body, row_length
 from services.generator.rules.shape import Layout
+from services.generator.rules.tree import unroll_pragma
 from shared.domain.spec import KernelSpec
 
 CHUNKS = "row_chunks"
@@ -62,7 +63,7 @@ def render(model: RowPasses, spec: KernelSpec) -> tuple[str, Layout]:
         f"{model.element} {registers}[{CHUNKS}];"])]
     for number, p in enumerate(model.passes):
         store = f"{registers}[{k}] = {model.array}[{model.subscript}];" if number == 0 else None
-        start, pragma = _unroll_pragma(source, p.loop.start)
+        start, pragma = unroll_pragma(source, p.loop.start)
         text = _chunked(source, p, f"{registers}[{k}]", k, store, pragma)
         if text.startswith("\n"):  # off the line of the code before it, spaces and all
             start = len(source[:start].rstrip(" \t"))
@@ -104,17 +105,6 @@ def _chunked(source: str, p: Pass, register: str, k: str, store: str | None, pra
 def _deeper(text: str, by: str) -> str:
     """`text` with each line after its first indented `by` more."""
     return re.sub(r"\n(?=[ \t]*\S)", "\n" + by, text)
-
-
-def _unroll_pragma(source: str, at: int) -> tuple[int, str]:
-    """Where the edit of the loop at `at` starts, and the `#pragma unroll` line right before it ('' without one,
-    the edit then starting at the loop)."""
-    before = mask(source)[:at].rstrip()
-    line_start = before.rfind("\n") + 1
-    if not re.match(r"\s*#\s*pragma\s+unroll\b", before[line_start:]):
-        return at, ""
-    hash_at = before.index("#", line_start)
-    return hash_at, source[hash_at:len(before)]
 
 
 def _chunk_values(model: RowPasses) -> list[int]:

@@ -36,7 +36,7 @@ from services.generator.rules.statements import Statement, Unparsed, for_loops, 
 from services.generator.rules.tree import compact, is_thread_x, replace_loops, shared_arrays, whole_warps_reason
 from shared.domain.spec import KernelSpec
 
-_BARRIER = "__syncthreads();"
+BARRIER = "__syncthreads();"
 ZERO = re.compile(r"(?:\([A-Za-z_]\w*\))?\(?(?:0+\.?0*|\.0+)[fFlLuU]*\)?")  # 0, 0.0f, .0, 0u, (float)0 (compacted)
 _DOUBLINGS = ("{o}*=2", "{o}<<=1", "{o}={o}*2", "{o}=2*{o}", "{o}={o}<<1", "{o}+={o}", "{o}={o}+{o}")
 
@@ -112,7 +112,7 @@ def _scan(masked: str, loop: Statement, o: str, width: str, shared: dict[str, st
         inside = [s for s in statements(masked, *loop.body.inner) if s.kind != "empty"]
     except Unparsed as exc:
         raise _Refused(f"could not be read: {exc}") from None
-    barriers = [i for i, s in enumerate(inside) if compact(s.text(masked)) == _BARRIER]
+    barriers = [i for i, s in enumerate(inside) if compact(s.text(masked)) == BARRIER]
     if not barriers:
         raise _Refused("has no barrier: its threads would add values others are still reading")
     if len(barriers) == 1:
@@ -160,7 +160,7 @@ def _read(masked: str, part: list[Statement], o: str) -> tuple[str, str, str, st
     thread = _at_or_above(compact(masked[part[1].head[0]:part[1].head[1]]), o)
     if thread is None:
         raise refused
-    read = re.fullmatch(rf"{temp}=([A-Za-z_]\w*)\[{re.escape(thread)}-{o}\];", _unbraced(masked, part[1].body))
+    read = re.fullmatch(rf"{temp}=([A-Za-z_]\w*)\[{re.escape(thread)}-{o}\];", unbraced(masked, part[1].body))
     if read is None:
         raise refused
     return temp, type_, read.group(1), thread, bool(ZERO.fullmatch(value))
@@ -177,7 +177,7 @@ def _add(masked: str, part: list[Statement], o: str, temp: str, array: str, thre
         return
     guarded = len(part) == 1 and part[0].kind == "if" and part[0].orelse is None
     if not (guarded and _at_or_above(compact(masked[part[0].head[0]:part[0].head[1]]), o) == thread
-            and _unbraced(masked, part[0].body) in sums):
+            and unbraced(masked, part[0].body) in sums):
         raise _Refused(f"does not add {temp} to {mine} between its barriers (`{mine} += {temp};`)")
 
 
@@ -193,41 +193,67 @@ def _below(condition: str, o: str) -> str | None:
     return test and (test.group(1) or test.group(2))
 
 
-def _unbraced(masked: str, statement: Statement) -> str:
+def unbraced(masked: str, statement: Statement) -> str:
     """A statement compacted, or the one statement of a block."""
     text = compact(statement.text(masked))
     return text[1:-1] if text.startswith("{") and text.endswith("}") else text
 
 
 def _replacement(scan: Scan, taken: set[str]) -> list[str]:
-    sums, lane, warp = fresh_name("warp_sums", taken), fresh_name("lane", taken), fresh_name("warp", taken)
-    v, w, o, up = (fresh_name(name, taken) for name in ("value", "warp_value", "offset", "up"))
+    names = ShuffleNames.fresh(taken)
+    v = fresh_name("value", taken)
     t, buf, type_ = scan.thread, scan.array, scan.type
-
-    def warp_scan(value: str) -> list[str]:
-        return ["#pragma unroll",
-                f"for (int {o} = 1; {o} < 32; {o} *= 2) {{",
-                f"{INDENT}const {type_} {up} = __shfl_up_sync(0xffffffffu, {value}, {o});",
-                f"{INDENT}if ({lane} >= {o}) {value} += {up};",
-                "}"]
-
     return ["{",
             f"{INDENT}// A warp-shuffle scan instead of Hillis-Steele in shared memory: each warp scans its values in",
             f"{INDENT}// registers, warp 0 the warps' totals; after the last barrier {buf}[i] holds the sum of what "
             f"{buf}[0..i] held.",
-            f"{INDENT}__shared__ {type_} {sums}[32];",
-            f"{INDENT}const int {lane} = {t} % 32, {warp} = {t} / 32;",
+            f"{INDENT}__shared__ {type_} {names.sums}[32];",
+            f"{INDENT}const int {names.lane} = {t} % 32, {names.warp} = {t} / 32;",
             f"{INDENT}{type_} {v} = {buf}[{t}];",
-            *(INDENT + line for line in warp_scan(v)),
-            f"{INDENT}if ({lane} == 31) {sums}[{warp}] = {v};",
-            f"{INDENT}__syncthreads();",
-            f"{INDENT}if ({warp} == 0) {{",
-            f"{INDENT * 2}{type_} {w} = {lane} < {scan.width} / 32 ? {sums}[{lane}] : ({type_})0;",
-            *(INDENT * 2 + line for line in warp_scan(w)),
-            f"{INDENT * 2}{sums}[{lane}] = {w};",
-            f"{INDENT}}}",
-            f"{INDENT}__syncthreads();",
-            f"{INDENT}if ({warp} > 0) {v} += {sums}[{warp} - 1];",
+            *(INDENT + line for line in shuffle_block_scan(type_, v, scan.width, names)),
+            f"{INDENT}if ({names.warp} > 0) {v} += {names.sums}[{names.warp} - 1];",
             f"{INDENT}{buf}[{t}] = {v};",
-            f"{INDENT}__syncthreads();",
+            f"{INDENT}{BARRIER}",
+            "}"]
+
+
+@dataclass(frozen=True)
+class ShuffleNames:
+    """The identifiers of a shuffle block scan, fresh in the kernel: the warps' totals in shared memory, the
+    thread's lane and warp, warp 0's value, the doubling offset and the value shuffled up."""
+    sums: str
+    lane: str
+    warp: str
+    warp_value: str
+    offset: str
+    up: str
+
+    @classmethod
+    def fresh(cls, taken: set[str]) -> "ShuffleNames":
+        return cls(*(fresh_name(name, taken) for name in ("warp_sums", "lane", "warp", "warp_value", "offset", "up")))
+
+
+def shuffle_block_scan(type_: str, value: str, width: str, names: ShuffleNames) -> list[str]:
+    """Lines after which `value` holds the sum of its warp's values up to its lane's, and sums[w] (seen by every
+    thread) the sum of warps 0 .. w's values; the caller declares sums, lane and warp, and the block is whole
+    warps, at most 32 of them."""
+    lane, warp, sums, w = names.lane, names.warp, names.sums, names.warp_value
+    return [*_warp_scan(type_, value, names),
+            f"if ({lane} == 31) {sums}[{warp}] = {value};",
+            BARRIER,
+            f"if ({warp} == 0) {{",
+            f"{INDENT}{type_} {w} = {lane} < {width} / 32 ? {sums}[{lane}] : ({type_})0;",
+            *(INDENT + line for line in _warp_scan(type_, w, names)),
+            f"{INDENT}{sums}[{lane}] = {w};",
+            "}",
+            BARRIER]
+
+
+def _warp_scan(type_: str, value: str, names: ShuffleNames) -> list[str]:
+    """`value` becomes the sum of the warp's values up to the lane's own."""
+    o, up = names.offset, names.up
+    return ["#pragma unroll",
+            f"for (int {o} = 1; {o} < 32; {o} *= 2) {{",
+            f"{INDENT}const {type_} {up} = __shfl_up_sync(0xffffffffu, {value}, {o});",
+            f"{INDENT}if ({names.lane} >= {o}) {value} += {up};",
             "}"]

@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.loops import LANES, VECTORS, aligned_16
 from services.generator.rules.points import INDENT
-from services.generator.rules.scan import ZERO, Scan, scan_loops
+from services.generator.rules.scan import BARRIER, ZERO, Scan, ShuffleNames, scan_loops, shuffle_block_scan, unbraced
 from services.generator.rules.statements import Statement, Unparsed, for_loops, statements
-from services.generator.rules.tree import compact, replace_loops, whole_warps_reason
+from services.generator.rules.tree import UNROLL, compact, replace_loops, unroll_pragma, whole_warps_reason
 from shared.domain.spec import KernelSpec
 
-_BARRIER = "__syncthreads();"
 _LOWER_THAN_PLUS = re.compile(r"[?:<>=&|^,]")  # an offset holding one of these would not add as written
 
 
@@ -57,7 +56,6 @@ class ChunkedScan:
     written: _Access
     carry: str
     carry_first: bool  # the store adds `carry + buf[tid]` rather than `buf[tid] + carry`
-    pragma: str  # the loop's unroll pragma, which it keeps ('' without one; the scan's own goes with the scan)
 
 
 class _Refused(ValueError):
@@ -77,7 +75,8 @@ def scan_vectors_reason(source: str, spec: KernelSpec) -> str | None:
 def scan_vectors_edit(source: str, spec: KernelSpec) -> str:
     taken = identifiers(source)
     found, _ = chunked_scans(source, spec)
-    return replace_loops(source, [(chunked.loop, _replacement(chunked, taken)) for chunked in found])
+    return replace_loops(source, [(chunked.loop, _replacement(chunked, unroll_pragma(source, chunked.loop.start)[1],
+                                                              taken)) for chunked in found])
 
 
 def chunked_scans(source: str, spec: KernelSpec) -> tuple[list[ChunkedScan], list[str]]:
@@ -104,7 +103,7 @@ def _chunked(masked: str, loop: Statement, scan: Scan, widths: tuple[str, ...]) 
     if loop.body.kind != "block":
         raise _Refused("has no braced body")
     try:
-        inside = [s for s in statements(masked, *loop.body.inner) if s.kind != "empty" and not _unroll(s.text(masked))]
+        inside = [s for s in statements(masked, *loop.body.inner) if s.kind != "empty" and not UNROLL.match(s.text(masked))]
     except Unparsed as exc:
         raise _Refused(f"could not be read: {exc}") from None
     buf, tid = scan.array, scan.thread
@@ -113,7 +112,7 @@ def _chunked(masked: str, loop: Statement, scan: Scan, widths: tuple[str, ...]) 
         inside = inside[1:]
     forms = {index[0]} if index else {f"{base}+{tid}", f"{tid}+{base}"}
     texts = [compact(s.text(masked)) for s in inside]
-    if (len(inside) != 6 or texts[1] != _BARRIER or inside[2].start != scan.loop.start or texts[5] != _BARRIER):
+    if (len(inside) != 6 or texts[1] != BARRIER or inside[2].start != scan.loop.start or texts[5] != BARRIER):
         raise _Refused(f"is not a load of {buf}[{tid}], a barrier, the scan, a store, the carry's update and a "
                        f"barrier")
     read = _load(masked, inside[0], buf, tid, forms, compact(length))
@@ -129,9 +128,8 @@ def _chunked(masked: str, loop: Statement, scan: Scan, widths: tuple[str, ...]) 
         if (element := _element_type(masked, access.array)) != scan.type:
             raise _Refused(f"moves {access.array} ({element or 'of a type the rule cannot tell'}) through {buf} "
                            f"({scan.type}): vectors of {access.array} would be another width")
-    previous = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
     return ChunkedScan(loop, scan, (init, condition), base, width, length, index or ("", "int"), read, written,
-                       carry, carry_first, previous if _unroll(previous) else "")
+                       carry, carry_first)
 
 
 def _head(masked: str, loop: Statement, widths: tuple[str, ...]) -> tuple[str, str, str, str, str]:
@@ -175,7 +173,7 @@ def _load(masked: str, statement: Statement, buf: str, tid: str, forms: set[str]
         if choice and _within(choice.group(1), forms, length) and ZERO.fullmatch(choice.group(3)):
             return _access(masked, statement, choice.group(2), forms)
     elif statement.kind == "if" and statement.orelse is not None:
-        then, orelse = _unbraced(masked, statement.body), _unbraced(masked, statement.orelse)
+        then, orelse = unbraced(masked, statement.body), unbraced(masked, statement.orelse)
         if (_within(compact(masked[statement.head[0]:statement.head[1]]), forms, length)
                 and then.startswith(mine) and orelse.startswith(mine) and ZERO.fullmatch(orelse[len(mine):-1])):
             return _access(masked, statement.body, then[len(mine):-1], forms)
@@ -190,7 +188,7 @@ def _store(masked: str, statement: Statement, buf: str, tid: str, forms: set[str
     if statement.kind != "if" or statement.orelse is not None:
         raise refused
     stored = re.fullmatch(rf"([A-Za-z_]\w*\[.+\])=(?:([A-Za-z_]\w*)\+{re.escape(buf)}\[{re.escape(tid)}\]|"
-                          rf"{re.escape(buf)}\[{re.escape(tid)}\]\+([A-Za-z_]\w*));", _unbraced(masked, statement.body))
+                          rf"{re.escape(buf)}\[{re.escape(tid)}\]\+([A-Za-z_]\w*));", unbraced(masked, statement.body))
     if stored is None or not _within(compact(masked[statement.head[0]:statement.head[1]]), forms, length):
         raise refused
     return _access(masked, statement.body, stored.group(1), forms), stored.group(2) or stored.group(3), \
@@ -220,22 +218,15 @@ def _element_type(masked: str, array: str) -> str | None:
     return " ".join(declared.group(1).split()) if declared else None
 
 
-def _unroll(text: str) -> bool:
-    return re.match(r"\s*#\s*pragma\s+unroll\b", text) is not None
-
-
-def _unbraced(masked: str, statement: Statement) -> str:
-    text = compact(statement.text(masked))
-    return text[1:-1] if text.startswith("{") and text.endswith("}") else text
-
-
-def _replacement(chunked: ChunkedScan, taken: set[str]) -> list[str]:
+def _replacement(chunked: ChunkedScan, pragma: str, taken: set[str]) -> list[str]:
+    """The loop over chunks of four block widths, under the loop's unroll pragma if it had one (replace_loops takes
+    it away with the loop; the scan's own goes with the scan)."""
     c, t = chunked, chunked.scan.type
     vector, lanes, tid, width = VECTORS[t], len(LANES), chunked.scan.thread, chunked.width
     i = c.index[0] or fresh_name("i", taken)
-    names = _Names(*(fresh_name(base, taken) for base in ("v", "lane", "warp", "warp_sums", "total", "up",
-                                                          "warp_total", "left", "offset")))
-    v, lane, warp, sums, total, left = names.v, names.lane, names.warp, names.sums, names.total, names.left
+    names = ShuffleNames.fresh(taken)
+    v, total, left = (fresh_name(base, taken) for base in ("v", "total", "left"))
+    lane, warp, sums = names.lane, names.warp, names.sums
     n = c.length if re.fullmatch(r"[\w.]+", c.length) else f"({c.length})"
     zero = f"({t})0"
     plus = [f" + {k}" if k else "" for k in range(lanes)]
@@ -258,15 +249,7 @@ def _replacement(chunked: ChunkedScan, taken: set[str]) -> list[str]:
         " ".join(f"{v}.{b} += {v}.{a};" for a, b in zip(LANES, LANES[1:])),
         f"const int {lane} = {tid} % 32, {warp} = {tid} / 32;",
         f"{t} {total} = {v}.{LANES[-1]};  // its four's sum, then the sum up to its own in the warp",
-        *_warp_scan(t, total, names),
-        f"if ({lane} == 31) {sums}[{warp}] = {total};",
-        _BARRIER,
-        f"if ({warp} == 0) {{",
-        f"{INDENT}{t} {names.warp_total} = {lane} < {width} / 32 ? {sums}[{lane}] : {zero};",
-        *(INDENT + line for line in _warp_scan(t, names.warp_total, names)),
-        f"{INDENT}{sums}[{lane}] = {names.warp_total};",
-        "}",
-        _BARRIER,
+        *shuffle_block_scan(t, total, width, names),
         f"{t} {left} = __shfl_up_sync(0xffffffffu, {total}, 1);  // the sum of the elements before its four",
         f"if ({lane} == 0) {left} = {zero};",
         f"if ({warp} > 0) {left} += {sums}[{warp} - 1];",
@@ -278,36 +261,12 @@ def _replacement(chunked: ChunkedScan, taken: set[str]) -> list[str]:
         *(INDENT + line for line in stores),
         "}",
         f"{c.carry} += {sums}[{width} / 32 - 1];",
-        _BARRIER,
+        BARRIER,
     ]
-    return [*([c.pragma] if c.pragma else []), f"for ({c.head[0]}; {c.head[1]}; {c.base} += {lanes} * {width}) {{",
+    return [*([pragma] if pragma else []), f"for ({c.head[0]}; {c.head[1]}; {c.base} += {lanes} * {width}) {{",
             *(INDENT + line for line in body), "}"]
-
-
-@dataclass(frozen=True)
-class _Names:
-    """The rewrite's identifiers, fresh in the kernel."""
-    v: str
-    lane: str
-    warp: str
-    sums: str
-    total: str
-    up: str
-    warp_total: str
-    left: str
-    offset: str
 
 
 def _element(access: _Access, i: str, k: int) -> str:
     """Element i + k of the row through `access`."""
     return f"{access.array}[{access.offset + ' + ' if access.offset else ''}{i}{f' + {k}' if k else ''}]"
-
-
-def _warp_scan(t: str, value: str, names: _Names) -> list[str]:
-    """`value` becomes the sum of the warp's values up to the lane's own."""
-    o = names.offset
-    return ["#pragma unroll",
-            f"for (int {o} = 1; {o} < 32; {o} *= 2) {{",
-            f"{INDENT}const {t} {names.up} = __shfl_up_sync(0xffffffffu, {value}, {o});",
-            f"{INDENT}if ({names.lane} >= {o}) {value} += {names.up};",
-            "}"]

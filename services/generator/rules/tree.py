@@ -27,6 +27,7 @@ from services.generator.rules.points import INDENT
 from services.generator.rules.statements import Statement, Unparsed, for_loops, statements
 from shared.domain.spec import KernelSpec
 
+UNROLL = re.compile(r"\s*#\s*pragma\s+unroll\b")
 FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
 
 
@@ -67,15 +68,23 @@ def replace_loops(source: str, replacements: list[tuple[Statement, list[str]]]) 
     """Each loop replaced by its lines, the later ones at the loop's indentation; the loop's unroll pragma goes
     with it. The last loop first, so the earlier ones' offsets hold."""
     for loop, lines in sorted(replacements, key=lambda r: r[0].start, reverse=True):
-        start = loop.start
-        previous = mask(source)[:start].rstrip().rsplit("\n", 1)[-1].strip()
-        if re.match(r"#\s*pragma\s+unroll\b", previous):
-            start = source.rfind("#", 0, start)
+        start, _ = unroll_pragma(source, loop.start)
         line_start = source.rfind("\n", 0, start) + 1
         indent = re.match(r"[ \t]*", source[line_start:]).group()
         text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
         source = source[:start] + text + source[loop.end:]
     return source
+
+
+def unroll_pragma(source: str, at: int) -> tuple[int, str]:
+    """Where the edit of the loop at `at` starts, and the `#pragma unroll` line right before it ('' without one,
+    the edit then starting at the loop)."""
+    before = mask(source)[:at].rstrip()
+    line_start = before.rfind("\n") + 1
+    if not UNROLL.match(before[line_start:]):
+        return at, ""
+    hash_at = before.index("#", line_start)
+    return hash_at, source[hash_at:len(before)]
 
 
 def tree_loops(source: str, spec: KernelSpec) -> list[Tree]:
