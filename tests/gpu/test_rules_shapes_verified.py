@@ -34,7 +34,7 @@ SIZES = {
     "haxpy": {"n": 1 << 22}, "bf16_axpy": {"n": 1 << 22}, "segmented_scan": {"segments": 300, "seg": 1000},
 }
 RESTRUCTURED = {"transpose": "shared_tile", "jacobi2d": "register_blocking", "laplace3d": "register_blocking",
-                "conv2d": "register_blocking", "gemv": "warp_per_row", "spmv_csr": "warp_per_row",
+                "conv2d": "register_window", "gemv": "warp_per_row", "spmv_csr": "warp_per_row",
                 "softmax": "shuffle_reduction", "layernorm": "shuffle_reduction", "row_sum": "shuffle_reduction",
                 "int_stats": "hierarchical_reduction", "histogram": "hierarchical_reduction",
                 "bias_gelu": "elements_per_thread",

@@ -176,6 +176,49 @@ extern "C" __global__ void box_blur(float *out, const float *img, int width, int
                   scalar("width", "width"), scalar("height", "height")], {"width": 400, "height": 250},
                  ["width", "height"], BLOCK_2D, TUNE_2D)
 
+CORRELATE = spec(r"""
+// A rectangular cross-correlation with a bias, rows of the image `pitch` apart, written with an early return.
+extern "C" __global__ void correlate(float *__restrict__ result, const float *__restrict__ src,
+                                     const float *__restrict__ taps, float bias, int rows, int cols, int pitch,
+                                     int kh, int kw)
+{
+    const int col = blockDim.x * blockIdx.x + threadIdx.x;
+    const int row = blockDim.y * blockIdx.y + threadIdx.y;
+    if (col >= cols - kw + 1 || row >= rows - kh + 1) return;
+    float acc = bias;
+    for (int r = 0; r < kh; ++r)
+        for (int c = 0; c < kw; ++c)
+            acc += taps[r * kw + c] * src[(size_t)(row + r) * pitch + (col + c)];
+    result[row * (cols - kw + 1) + col] = acc;
+}
+""", "correlate", [array("result", ["rows - kh + 1", "cols - kw + 1"], role="out"),
+                   array("src", ["rows", "pitch"]), array("taps", ["kh", "kw"]),
+                   {"name": "bias", "dtype": "float32", "value": 0.5}, scalar("rows", "rows"), scalar("cols", "cols"),
+                   scalar("pitch", "pitch"), scalar("kh", "kh"), scalar("kw", "kw")],
+                 {"rows": 300, "cols": 500, "pitch": 512, "kh": 3, "kw": 7}, ["cols - kw + 1", "rows - kh + 1"],
+                 BLOCK_2D, TUNE_2D)
+
+BOX3_INT = spec(r"""
+// An integer 3x3 box sum of 8-bit-range values, scaled down after the window; a literal window size.
+extern "C" __global__ void box3(int *out, const int *in, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int ow = w - 2;
+    if (x < ow && y < h - 2) {
+        int sum = 0;
+        for (int i = 0; i < 3; i++) {
+            for (int j = 0; j < 3; j++) {
+                sum += in[(y + i) * w + x + j];
+            }
+        }
+        sum = (sum + 4) / 9;
+        out[y * ow + x] = sum;
+    }
+}
+""", "box3", [array("out", ["h - 2", "w - 2"], "int32", "out"), array("in", ["h", "w"], "int32", range=[0, 256]),
+              scalar("w", "w"), scalar("h", "h")], {"w": 600, "h": 200}, ["w - 2", "h - 2"], BLOCK_2D, TUNE_2D)
+
 MATVEC = spec(r"""
 // out = M v, a thread per row, with an early return and a pre-increment.
 extern "C" __global__ void matvec(float *out, const float *M, const float *v, int n_rows, int n_cols)
@@ -415,6 +458,8 @@ VARIANTS = {
     "transpose_double": ("shared_tile", TRANSPOSE_DOUBLE),
     "smooth": ("register_blocking", SMOOTH),
     "box_blur": ("register_blocking", BOX_BLUR),
+    "correlate": ("register_window", CORRELATE),
+    "box3_int": ("register_window", BOX3_INT),
     "matvec": ("warp_per_row", MATVEC),
     "row_totals": ("warp_per_row", ROW_TOTALS),
     "block_max": ("shuffle_reduction", BLOCK_MAX),

@@ -22,11 +22,12 @@ from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH,
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
 # The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
-NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_registers",
-             "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan", "vectorize_loops")
+NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",
+             "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan",
+             "vectorize_loops")
 FIRES = {
     "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread"},
-    "conv2d": {"register_blocking"}, "dot": {"vectorize_loops"},
+    "conv2d": {"register_window"}, "dot": {"vectorize_loops"},
     "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread", "vectorize"},
     "histogram": {"hierarchical_reduction", "vectorize_loops"}, "horner": {"elements_per_thread"},
     "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking"},

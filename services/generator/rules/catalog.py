@@ -65,6 +65,11 @@ CATALOG = (
                               "its slowest axis, unrolled, so the input values neighbouring points share are "
                               "loaded once and kept in registers; the grid shrinks by the same factor.",
          "points_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
+    Rule("register_window", "Let each thread of a window sum (a 2D convolution) compute 4 x window_rows points, "
+                            "reading each input row its windows need once, 128 bits at a time where aligned, into "
+                            "registers, with the window's size fixed at the spec's value; edge threads and other "
+                            "window sizes run the kernel as written.", "window_rows", (1, 2, 4, 8), 4,
+         rendered=True),
     Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
                          "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
                          "rows per block.", rendered=True),
@@ -96,8 +101,8 @@ CATALOG = (
          alternatives=("row_in_registers",)),
 )
 RULES = {rule.id: rule for rule in CATALOG}
-STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_blocking", "warp_per_row", "row_in_registers",
-              "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan")
+STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",
+              "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan")
 
 # The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
 # the other rules then apply to what it printed), then the others in catalog order.

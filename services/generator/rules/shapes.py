@@ -13,6 +13,8 @@
   (row_registers.py) or row_in_shared (row_cache.py);
 - transposed (tile.py): 2D, one store strided along x and contiguous along y, loads contiguous along x:
   shared_tile;
+- window sum (window.py): 2D, an accumulator adding a window of an input walked by two loops of its own, read
+  along rows (a convolution): register_window;
 - stencil (marching.py): 2D/3D, an input read around the point written: register_blocking;
 - points (marching.py): one point per thread, anything else: elements_per_thread.
 
@@ -31,10 +33,12 @@ from services.generator.rules.rows import RowLoopShape
 from services.generator.rules.shape import Shape
 from services.generator.rules.tile import TransposedShape
 from services.generator.rules.warp_atomics import WarpAtomicsShape
+from services.generator.rules.window import WindowShape
 from shared.domain.spec import KernelSpec
 
 SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
-                             RowLoopShape(), RowPassesShape(), TransposedShape(), StencilShape(), PointsShape())
+                             RowLoopShape(), RowPassesShape(), TransposedShape(), WindowShape(), StencilShape(),
+                             PointsShape())
 
 
 def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:

@@ -1,0 +1,242 @@
+"""register_window: window sums (conv2d, and variants with other names, bounds and types) computed 4 x window_rows
+points per thread from input rows held in registers.
+
+Recognition and refusals name what they saw. Each rewrite compiles with NVRTC across its space, keeps the window
+in registers (PTX declares no local memory) and runs on the CPU (g++, every thread of a 2D launch in turn)
+leaving every array bit for bit as the submitted kernel does: with the window's size at the spec's value (the
+register path, vectors where rows are aligned, elements where not) and at another (the kernel as written), at
+sizes no tile divides. The GPU verifies conv2d and the variants (tests/gpu/test_rules_shapes_verified.py).
+"""
+import ctypes
+import itertools
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from services.generator import rules
+from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
+from shared.domain.spec import KernelSpec
+from tests.corpus_kernels import corpus
+from tests.unit.rules_variants import VARIANTS, sample
+from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature, plan_applied
+from tests.unit.test_rules_vectorize16 import _in_child, needs_gxx
+from tests.unit.test_rules_vectorize_aligned import ptx
+
+CONV2D = next(kernel for kernel in corpus() if kernel.name == "conv2d").spec()
+KERNELS = {"conv2d": CONV2D, "correlate": VARIANTS["correlate"][1], "box3_int": VARIANTS["box3_int"][1]}
+
+
+def window(spec_: KernelSpec):
+    return rules.apply("register_window", spec_, spec_.as_candidate())
+
+
+def edited(spec_: KernelSpec, old: str, new: str) -> KernelSpec:
+    assert old in spec_.source, old
+    return spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace(old, new)})
+
+
+# --- what it recognises and refuses ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_a_window_sum_is_recognised_whatever_its_names(name):
+    assert rules.found(KERNELS[name]) == ("The recognisers found a window sum (each point adds up a window of an "
+                                          "input read along rows, as a 2D convolution does).")
+    assert rules.check("register_window", KERNELS[name], KERNELS[name].as_candidate()) is None
+
+
+def test_the_bounds_named_by_parameters_are_fixed_at_the_specs_values_and_literals_stay():
+    conv = normalised(window(CONV2D).source)
+    assert "if (k == 5) {\n        const int k = 5;" in conv
+    correlate = normalised(window(KERNELS["correlate"]).source)
+    assert "if (kh == 3 && kw == 7) {\n        const int kh = 3;\n        const int kw = 7;" in correlate
+    assert "bool done = false;\n    {\n        auto reaches" in normalised(window(KERNELS["box3_int"]).source)
+
+
+def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_follows():
+    correlate = normalised(window(KERNELS["correlate"]).source)
+    assert "window_sum[r_][c_] = bias;" in correlate
+    box = normalised(window(KERNELS["box3_int"]).source)
+    assert "sum = window_value;\n                sum = (sum + 4) / 9;\n                out[y * ow + x] = sum;" in box
+
+
+REFUSED = {
+    "a window from -1": (edited(CONV2D, "for (int i = 0; i < k; i++)", "for (int i = -1; i < k; i++)"),
+                         "does not count up by one from 0 to a bound"),
+    "a bound held in a local": (edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        int kk = k;"),
+                                       "for (int j = 0; j < k; j++)", "for (int j = 0; j < kk; j++)"),
+                                "its window bound kk is neither a literal nor a scalar parameter"),
+    "a window too wide": (CONV2D.with_sizes({"k": 17}), "is 17 at the spec's sizes; a window held in registers is 1 "
+                                                        "to 16 wide"),
+    "the accumulator changed before": (
+        edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        sum *= 2.0f;"),
+        "it changes sum between its declaration and the window loops"),
+    "the accumulator starting from a load": (
+        edited(CONV2D, "float sum = 0.0f;", "float sum = filt[0];"),
+        "its accumulator starts from filt[0], which depends on more than the parameters"),
+    "a write before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        out[y * out_w + x] = 0.0f;"),
+        "it writes memory before its window loops"),
+    "a column read": (edited(CONV2D, "image[(y + i) * width + x + j]", "image[(x + i) * width + y + j]"),
+                      "is not read along rows"),
+    "two statements in the window": (
+        edited(CONV2D, "sum += image[(y + i) * width + x + j] * filt[i * k + j];",
+               "sum += image[(y + i) * width + x + j] * filt[i * k + j];\n                sum *= 0.5f;"),
+        "its inner window loop holds more than one statement"),
+    "a local in the update": (
+        edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        float g = 2.0f;"),
+               "* filt[i * k + j];", "* filt[i * k + j] * g;"),
+        "its window update uses g, which are not parameters or window loop variables"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_what_it_refuses_and_why(case):
+    spec_, reason = REFUSED[case]
+    assert reason in (rules.check("register_window", spec_, spec_.as_candidate()) or "applies")
+
+
+def test_a_window_inside_a_loop_over_channels_is_refused():
+    channels = edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        for (int ch = 0; ch < 1; ch++)"),
+                      "out[y * out_w + x] = sum;", "out[y * out_w + x] = sum;")
+    assert "does not have exactly one pair of nested window loops" in rules.check(
+        "register_window", channels, channels.as_candidate())
+
+
+# --- it compiles, keeps the signature, holds the window in registers, and composes -------------------------
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_each_rewrite_compiles_across_its_space_without_local_memory(name):
+    spec_ = KERNELS[name]
+    for candidate in (window(spec_), plan_applied(spec_, rules.PLAN_ORDER)):
+        assert rules.applied(candidate.source)[0] == "register_window"
+        assert_compiles_and_keeps_signature(spec_, candidate)
+        for params in sample(candidate, spec_, 8):
+            defines = {**spec_.baseline_params(), **candidate.params, **params}
+            assert "__local_depot" not in ptx(normalised(candidate.source), spec_.kernel_name, defines,
+                                              spec_.compiler_options), params
+
+
+def test_the_grid_shrinks_by_four_along_x_and_by_window_rows_along_y():
+    candidate = window(CONV2D)
+    assert candidate.tune_params["window_rows"] == [1, 2, 4, 8] and candidate.params["window_rows"] == 4
+    assert (candidate.grid_div_x, candidate.grid_div_y) == (["block_size_x", 4], ["block_size_y", "window_rows"])
+    (gx, gy, _), _ = CONV2D.for_candidate(candidate).launch_geometry({**candidate.params, "block_size_x": 32,
+                                                                      "block_size_y": 4, "window_rows": 8})
+    assert (gx, gy) == (-(-2044 // 128), -(-2044 // 32))
+
+
+def test_the_plan_puts_the_window_first():
+    assert rules.applied(plan_applied(CONV2D, rules.PLAN_ORDER).source) == (
+        "register_window", "restrict", "unroll", "launch_bounds")
+
+
+# --- it runs on the CPU as the submitted kernel did ------------------------------------------------------------
+PRELUDE = r"""
+#include <cstddef>
+struct kforge_dim3 { unsigned int x, y, z; };
+static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
+"""
+GXX = shutil.which("g++")
+
+
+def build(source: str, kernel_name: str, directory, defines: dict) -> ctypes.CDLL:
+    """The kernel as host code with `kforge_launch(gx, gy, bx, by, args...)` running every thread of a 2D launch in
+    turn; the tune parameters are -D defines, as NVRTC gets them."""
+    kernel = find_kernel(source, kernel_name)
+    parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
+    names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
+    launcher = f"""
+extern "C" void kforge_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by{"".join(", " + p for p in parameters)}) {{
+    gridDim = {{gx, gy, 1}}; blockDim = {{bx, by, 1}};
+    for (unsigned b = 0; b < gx * gy; ++b)
+        for (unsigned t = 0; t < bx * by; ++t) {{
+            blockIdx = {{b % gx, b / gx, 0}}; threadIdx = {{t % bx, t / bx, 0}};
+            {kernel_name}({", ".join(names)});
+        }}
+}}
+"""
+    path = directory / f"{kernel_name}{len(list(directory.iterdir()))}"
+    path.with_suffix(".cpp").write_text(PRELUDE + source + launcher)
+    flags = [f"-D{name}={value}" for name, value in defines.items()]
+    subprocess.run([GXX, "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", *flags, "-shared", "-fPIC",
+                    "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))], check=True, capture_output=True)
+    return ctypes.CDLL(str(path.with_suffix(".so")))
+
+
+def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0) -> dict[str, bytes]:
+    """The kernel at `spec_`'s launch geometry for `params`, on seeded arrays placed 16-byte aligned (the window's
+    input `shift` elements past that); every array's bytes after."""
+    (gx, gy, _), (bx, by, _) = spec_.launch_geometry(params)
+    rng = np.random.default_rng(3)
+    held, arguments, types = {}, [], [ctypes.c_uint] * 4
+    for arg in spec_.args:
+        if arg.is_array:
+            count = int(np.prod(spec_.shape_of(arg)))
+            data = (rng.integers(0, 256, count).astype(np.int32) if arg.dtype == "int32"
+                    else rng.normal(0, 1, count).astype(np.float32))
+            raw = np.zeros(data.nbytes + 64, np.uint8)
+            start = (-raw.ctypes.data) % 16 + (4 * shift if arg.effective_role != "out" else 0)
+            held[arg.name] = raw[start:start + data.nbytes]
+            held[arg.name][:] = data.view(np.uint8)
+            arguments.append(held[arg.name].ctypes.data)
+            types.append(ctypes.c_void_p)
+        else:
+            value = spec_.scalar_of(arg, params).item()
+            kind = ctypes.c_float if isinstance(value, float) else ctypes.c_int
+            arguments.append(kind(value))
+            types.append(kind)
+    library.kforge_launch.argtypes = types
+
+    def launch() -> dict[str, bytes]:
+        library.kforge_launch(gx, gy, bx, by, *arguments)
+        return {name: placed.tobytes() for name, placed in held.items()}
+    return _in_child(launch)
+
+
+ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "width": 64, "k": 5},
+                        {"height": 21, "width": 30, "k": 3}, {"height": 6, "width": 7, "k": 5}],
+             "correlate": [{"rows": 19, "cols": 50, "pitch": 52, "kh": 3, "kw": 7},
+                           {"rows": 17, "cols": 41, "pitch": 41, "kh": 3, "kw": 7},
+                           {"rows": 11, "cols": 30, "pitch": 33, "kh": 2, "kw": 5}],
+             "box3_int": [{"w": 43, "h": 29}, {"w": 40, "h": 9}]}
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("order", ["register_window", "plan"])
+def test_every_point_is_computed_as_the_submitted_kernel_computes_it(tmp_path, name, order):
+    """Bit for bit, at sizes no tile divides, with the window at the spec's size and at another, the input aligned
+    and an element past, for every window_rows and two block shapes."""
+    spec_ = KERNELS[name]
+    candidate = window(spec_) if order == "register_window" else plan_applied(spec_, rules.PLAN_ORDER)
+    for sizes, shift in itertools.product(ODD_SIZES[name], (0, 1)):
+        at_size = spec_.with_sizes(sizes)
+        base = at_size.baseline_params()
+        expected = run(build(spec_.source, spec_.kernel_name, tmp_path, {}), at_size, base, shift)
+        for rows, (bx, by) in itertools.product([1, 2, 4, 8], [(32, 4), (16, 8)]):
+            params = {**base, **candidate.params, "block_size_x": bx, "block_size_y": by, "window_rows": rows}
+            defines = {k: v for k, v in params.items() if k not in ("block_size_x", "block_size_y", "block_size_z")}
+            library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
+            assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (sizes, shift, params)
+
+
+@needs_gxx
+def test_the_emulation_tells_a_window_shifted_by_one_column(tmp_path):
+    candidate = window(CONV2D)
+    broken = normalised(candidate.source).replace("v[c + j]", "v[c + j + 1]")
+    assert broken != normalised(candidate.source)
+    at_size = CONV2D.with_sizes({"height": 37, "width": 45, "k": 5})
+    params = {**at_size.baseline_params(), **candidate.params}
+    defines = {"window_rows": params["window_rows"]}
+    expected = run(build(CONV2D.source, "conv2d", tmp_path, {}), at_size, at_size.baseline_params())
+    assert run(build(normalised(candidate.source), "conv2d", tmp_path, defines), at_size.for_candidate(candidate),
+               params) == expected
+    assert run(build(broken, "conv2d", tmp_path, defines), at_size.for_candidate(candidate), params) != expected
+
