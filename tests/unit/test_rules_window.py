@@ -120,6 +120,7 @@ def test_the_grid_shrinks_by_four_along_x_and_by_window_rows_along_y():
     candidate = window(CONV2D)
     assert candidate.tune_params["window_rows"] == [1, 2, 4, 8] and candidate.params["window_rows"] == 4
     assert (candidate.grid_div_x, candidate.grid_div_y) == (["block_size_x", 4], ["block_size_y", "window_rows"])
+    assert "block_size_x * block_size_y <= 256" in candidate.restrictions
     (gx, gy, _), _ = CONV2D.for_candidate(candidate).launch_geometry({**candidate.params, "block_size_x": 32,
                                                                       "block_size_y": 4, "window_rows": 8})
     assert (gx, gy) == (-(-2044 // 128), -(-2044 // 32))

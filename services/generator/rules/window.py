@@ -349,6 +349,8 @@ class WindowShape:
 
     def render(self, model: Window, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         bx, by = spec.block_size_names[:2]
+        # At most 256 threads a block: ptxas gives a thread up to 255 registers, and a block of more threads
+        # could then not launch (a window of 8 rows of 4 points at 64 x 16 threads did not, on the H100).
         layout = Layout(tune_params={"window_rows": ROW_VALUES}, defaults={"window_rows": 4},
-                        grid_div={"x": [bx, COLUMNS], "y": [by, "window_rows"]})
+                        restrictions=(f"{bx} * {by} <= 256",), grid_div={"x": [bx, COLUMNS], "y": [by, "window_rows"]})
         return _render(model, spec), layout
