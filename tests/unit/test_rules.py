@@ -19,6 +19,7 @@ from services.generator.rules.elementwise import NotElementwise, model
 from shared.adapters.device.compiler import compile_kernel
 from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
+from tests.corpus_kernels import corpus
 
 ARCH = "sm_90"
 # The rules an elementwise kernel takes (the default explicit steps); tests/unit/test_rules_shapes.py covers the rest.
@@ -328,6 +329,32 @@ def test_replan_leaves_out_what_the_kernel_carries_and_what_was_tried():
     assert [step.id for step in plan.steps] == ["elements_per_thread"]
     history += (Attempt("elements_per_thread", "", "discarded", "slower", None),)
     assert answer(prompt("replan", current=current, history=history)).steps == []
+
+
+def test_an_untried_alternative_is_planned_validated_and_applied_in_place_of_the_one_kept():
+    """layernorm kept row_in_registers; row_in_shared, planned with it and not tried yet, rewrites the same parent
+    (the kernel without the registers), so the planner compares the two ways head to head."""
+    layernorm = next(kernel for kernel in corpus() if kernel.name == "layernorm").spec()
+    kept = rules.apply("row_in_registers", layernorm, layernorm.as_candidate())
+    history = (Attempt("row_in_registers", "", "accepted", "faster", kept.source),)
+    plan = answer(prompt("replan", spec=layernorm, current=kept, history=history))
+    assert [step.id for step in plan.steps][:2] == ["row_in_shared", "shuffle_reduction"]
+    assert "vectorize_loops" in [step.id for step in plan.steps]
+    assert answer(prompt("validate", spec=layernorm, current=kept, step="row_in_shared")).valid
+    reply = RulesProvider().complete(prompt("rewrite", spec=layernorm, current=kept, step="row_in_shared"))
+    assert "Applied the offline rule row_in_shared in place of row_in_registers" in reply.text
+    assert rules.applied(parse("rewrite", reply.text).source) == ("row_in_shared",)
+    history += (Attempt("row_in_shared", "", "discarded", "slower", parse("rewrite", reply.text).source),
+                Attempt("vectorize_loops", "", "discarded", "slower", None))
+    assert "row_in_shared" not in [s.id for s in answer(prompt("replan", spec=layernorm, current=kept,
+                                                                     history=history)).steps]
+
+
+def test_one_prompt_keeps_the_first_of_two_alternatives():
+    layernorm = next(kernel for kernel in corpus() if kernel.name == "layernorm").spec()
+    rewrite = answer(prompt("rewrite", spec=layernorm, step="one_prompt"))
+    assert "row_in_registers" in rules.applied(rewrite.source)
+    assert not {"row_in_shared", "vectorize_loops"} & set(rules.applied(rewrite.source))
 
 
 def test_validate_and_breakdown():

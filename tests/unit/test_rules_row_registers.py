@@ -129,6 +129,28 @@ def test_it_is_an_alternative_to_row_in_shared_and_vectorize_loops():
         "the current kernel carries row_in_shared, which does the work of row_in_registers another way")
 
 
+def test_an_alternative_replaces_the_one_carried_when_asked_keeping_every_other_rule():
+    """From the plan's kernel (row_in_registers and everything after it), row_in_shared and vectorize_loops
+    each replace the registers: the kernel the rules would give without row_in_registers, then rewritten."""
+    spec_ = CORPUS["layernorm"]
+    planned = plan_applied(spec_, rules.PLAN_ORDER)
+    others = ("shuffle_reduction", "restrict", "unroll", "launch_bounds")
+    for rule_id in ("row_in_shared", "vectorize_loops"):
+        assert rules.rivals(rule_id, planned) == ("row_in_registers",)
+        assert rules.check(rule_id, spec_, planned, replacing=True) is None
+        swapped = rules.apply(rule_id, spec_, planned, replacing=True)
+        assert rules.applied(swapped.source) == (*others, rule_id)
+        assert "row_chunks" not in swapped.tune_params
+        parent = spec_.as_candidate()
+        for other in others:
+            parent = rules.apply(other, spec_, parent)
+        assert normalised(swapped.source) == normalised(rules.apply(rule_id, spec_, parent).source)
+        assert_compiles_and_keeps_signature(spec_, swapped)
+    assert rules.rivals("restrict", planned) == ()
+    assert rules.check("row_in_registers", spec_, planned, replacing=True) == (
+        "the current kernel already carries row_in_registers")
+
+
 @pytest.mark.parametrize("name", ["softmax", "layernorm"])
 def test_the_plan_holds_the_row_in_registers_and_the_unroll_rule_keeps_their_pragma(name):
     planned = plan_applied(CORPUS[name], rules.PLAN_ORDER)

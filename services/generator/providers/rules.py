@@ -2,7 +2,9 @@
 an LLM answers in, so the planner, the transcript and replays cannot tell the difference.
 
 Nothing is remembered between calls: which rules the current kernel carries, and which were tried already,
-are read from the header comment of the current source and of the sources in the prompt's history.
+are read from the header comment of the current source and of the sources in the prompt's history. A rule not
+tried yet whose alternative the current kernel carries (row_in_shared where row_in_registers was kept) is
+applied in place of it, so each alternative is tried from the same parent and the faster one kept.
 """
 from services.generator import rules
 from services.generator.answers import plan_text, rewrite_text, verdict_text
@@ -44,13 +46,14 @@ class RulesProvider:
         if step_id not in rules.RULES:
             return verdict_text(False, f"no offline rule implements step {step_id}; the rules are: "
                                        f"{', '.join(rules.RULES)}; set ANTHROPIC_API_KEY to let Claude try it")
-        reason = rules.check(step_id, prompt.spec, prompt.current)
+        reason = rules.check(step_id, prompt.spec, prompt.current, replacing=True)
         if reason is not None:
             return verdict_text(False, reason)
         return verdict_text(True, f"the rule applies: {rules.RULES[step_id].description}")
 
     def _rewrite(self, prompt: Prompt) -> str:
         step_id = _step_id(prompt)
+        replaced = rules.rivals(step_id, prompt.current)
         if step_id in rules.RULES:
             candidate, applied = _apply(prompt, step_id), [step_id]
         elif step_id == "one_prompt":
@@ -67,8 +70,10 @@ class RulesProvider:
                 raise ProviderFailed(f"no offline rule is left that applies to the current kernel and was not tried "
                                      f"yet: {_reasons(prompt)}")
             candidate, applied = _apply(prompt, untried[0].id), [untried[0].id]
+            replaced = rules.rivals(untried[0].id, prompt.current)
         plural = "s" if len(applied) > 1 else ""
-        return rewrite_text(candidate, note=f"Applied the offline rule{plural} {', '.join(applied)}.")
+        instead = f" in place of {', '.join(replaced)}, which does the same work another way" if replaced else ""
+        return rewrite_text(candidate, note=f"Applied the offline rule{plural} {', '.join(applied)}{instead}.")
 
 
 def _step_id(prompt: Prompt) -> str:
@@ -79,7 +84,7 @@ def _step_id(prompt: Prompt) -> str:
 
 def _apply(prompt: Prompt, rule_id: str) -> CandidateSpec:
     try:
-        return rules.apply(rule_id, prompt.spec, prompt.current)
+        return rules.apply(rule_id, prompt.spec, prompt.current, replacing=True)
     except rules.RuleNotApplicable as exc:
         raise ProviderFailed(str(exc)) from None
 
@@ -97,7 +102,7 @@ def _untried(prompt: Prompt) -> list[rules.Rule]:
     except ValueError as exc:
         raise ProviderFailed(str(exc)) from None
     return [rule for rule in order
-            if rule.id not in tried and rules.check(rule.id, prompt.spec, prompt.current) is None]
+            if rule.id not in tried and rules.check(rule.id, prompt.spec, prompt.current, replacing=True) is None]
 
 
 def _reasons(prompt: Prompt) -> str:

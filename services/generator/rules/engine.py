@@ -5,7 +5,9 @@ with (`// kforge rules: restrict, vectorize`), so it works under any strategy an
 A rendered rule restructures the kernel of a shape a recogniser found in the *submitted* kernel
 (services/generator/rules/shapes.py): the shape's features carried are printed afresh from that model, then the
 textual edits carried are re-applied on top, in their order. So the rules compose in any order, and a kernel
-rewritten twice the same way is the same text; of alternatives (catalog.py) a kernel carries the first applied.
+rewritten twice the same way is the same text. Of alternatives (catalog.py) a kernel carries one: the first
+applied, or, where the caller asks for `replacing`, the one asked for in place of those it carries (the kernel
+rebuilt without them, then rewritten), so that a planner can try each alternative from the same parent.
 """
 import itertools
 
@@ -49,16 +51,25 @@ def found(spec: KernelSpec) -> str:
     return f"The recognisers found {shape.kind}."
 
 
-def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
-    """None when the rule applies to `current` (a rewrite of `spec`'s kernel), else the reason it does not."""
+def rivals(rule_id: str, current: CandidateSpec) -> tuple[str, ...]:
+    """The alternatives of the rule that `current` carries: the rules it would replace."""
+    carried = applied(current.source)
+    return tuple(other for other in RULES[rule_id].alternatives if other in carried) if rule_id in RULES else ()
+
+
+def check(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: bool = False) -> str | None:
+    """None when the rule applies to `current` (a rewrite of `spec`'s kernel), else the reason it does not; with
+    `replacing`, in place of the alternatives `current` carries."""
     rule = RULES.get(rule_id)
     if rule is None:
         return f"no offline rule is named {rule_id}; the rules are {', '.join(RULES)}"
     carried = applied(current.source)
     if rule_id in carried:
         return f"the current kernel already carries {rule_id}"
-    if rival := next((other for other in rule.alternatives if other in carried), None):
-        return f"the current kernel carries {rival}, which does the work of {rule_id} another way"
+    if rival := rivals(rule_id, current):
+        if replacing:
+            return check(rule_id, spec, _without(spec, current, rival))
+        return f"the current kernel carries {rival[0]}, which does the work of {rule_id} another way"
     name = rule.parameter_name(spec)
     blocks = partition(spec.source, spec)
     if name is not None and name in blocks.widths:
@@ -80,11 +91,14 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> str | None:
         return str(exc)
 
 
-def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSpec:
-    """`current` rewritten by the rule, with its header, tune space, default configuration and geometry."""
-    reason = check(rule_id, spec, current)
+def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: bool = False) -> CandidateSpec:
+    """`current` rewritten by the rule, with its header, tune space, default configuration and geometry; with
+    `replacing`, in place of the alternatives `current` carries."""
+    reason = check(rule_id, spec, current, replacing)
     if reason is not None:
         raise RuleNotApplicable(f"rule {rule_id} does not apply: {reason}")
+    if replacing and (rival := rivals(rule_id, current)):
+        return apply(rule_id, spec, _without(spec, current, rival))
     rule = RULES[rule_id]
     rules = (*applied(current.source), rule_id)
     layout = Layout()
@@ -104,6 +118,16 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec) -> CandidateSp
                               **{f"grid_div_{axis}": divisors[axis] for axis in "xyz"})
     params = _default_configuration(spec, current, candidate, rule, layout)
     return candidate.model_copy(update={"params": params})
+
+
+def _without(spec: KernelSpec, current: CandidateSpec, dropped: tuple[str, ...]) -> CandidateSpec:
+    """The submitted kernel rewritten by the rules `current` carries, in its order, less `dropped` (and any that
+    applied only after them)."""
+    parent = spec.as_candidate()
+    for rule_id in applied(current.source):
+        if rule_id not in dropped and check(rule_id, spec, parent) is None:
+            parent = apply(rule_id, spec, parent)
+    return parent
 
 
 def _pinned(spec: KernelSpec, space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:
