@@ -117,9 +117,6 @@ class ReplayProcess:
         """The recorded launches taken again one by one against this run's best so far, as the GPU would have
         taken them: abandonment is decided here, not copied from a run whose best was another configuration."""
         policy = sampling.policy_of(self.spec.benchmark)
-        if sampling.abandoned_on_check(recorded.check_ms, order.best_ms, policy):
-            return Measured(samples_ms=[recorded.check_ms], check_ms=recorded.check_ms,
-                            max_abs_error=recorded.max_abs_error, abandoned=True)
         samples: list[float] = []
         for sample in recorded.samples_ms:
             if sampling.next_step(samples, order.best_ms, policy) is not sampling.Next.SAMPLE:

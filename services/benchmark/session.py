@@ -152,9 +152,6 @@ class BenchmarkSession(GpuSession):
             return Failed("output", mismatch, details={"max_abs_error": max_error})
         tolerances = tuple(self._tolerances.values())
         policy = sampling.policy_of(bench)
-        if sampling.abandoned_on_check(check_ms, order.best_ms, policy):
-            return Measured(samples_ms=[check_ms], check_ms=check_ms, max_abs_error=max_error, abandoned=True,
-                            tolerances=tolerances)
         for i in range(bench.warmup):
             warm = self._timed_launch(kernel, order, self._timed_set(i), flush=False)
             if isinstance(warm, Failed):
