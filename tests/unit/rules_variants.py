@@ -496,6 +496,10 @@ BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**_edited(BLOCK_MAX, """    __sha
 
 # case -> (rule, spec, part of the reason it is refused with)
 NOT_OF_SHAPE = {
+    "a stencil that moves its output pointer": ("register_blocking", _edited(
+        SMOOTH, "    const size_t at = (size_t)row * w + col;",
+        "    dst += (size_t)row * w;\n    const size_t at = col;"),
+        "its point body changes its parameter dst, which a thread's next point would see changed"),
     "histogram_is_not_a_sum": ("hierarchical_reduction", _edited(
         SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"),
         "which depends on v: a different address per point (a histogram), not a sum"),

@@ -147,6 +147,14 @@ def test_an_alternative_replaces_the_one_carried_when_asked_keeping_every_other_
         assert normalised(swapped.source) == normalised(rules.apply(rule_id, spec_, parent).source)
         assert_compiles_and_keeps_signature(spec_, swapped)
     assert rules.rivals("restrict", planned) == ()
+    # A rewrite by someone else that kept the header (an LLM's) is not rebuilt from the submitted kernel.
+    foreign = planned.model_copy(update={"source": planned.source.replace("__syncthreads();", "__syncthreads();\n"
+                                                                                          "    __syncthreads();", 1)})
+    assert rules.applied(foreign.source) == rules.applied(planned.source)
+    assert "neither the submitted one nor an offline-rules rewrite" in rules.check(
+        "row_in_shared", spec_, foreign, replacing=True)
+    with pytest.raises(rules.RuleNotApplicable, match="neither the submitted one"):
+        rules.apply("row_in_shared", spec_, foreign, replacing=True)
     assert rules.check("row_in_registers", spec_, planned, replacing=True) == (
         "the current kernel already carries row_in_registers")
 

@@ -65,7 +65,7 @@ REFUSED = {
                          "does not count up by one from 0 to a bound"),
     "a bound held in a local": (edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        int kk = k;"),
                                        "for (int j = 0; j < k; j++)", "for (int j = 0; j < kk; j++)"),
-                                "its window bound kk is neither a literal nor a scalar parameter"),
+                                "its window bound kk is neither a literal nor an integer scalar parameter"),
     "a window too wide": (CONV2D.with_sizes({"k": 17}), "is 17 at the spec's sizes; a window held in registers is 1 "
                                                         "to 16 wide"),
     "the accumulator changed before": (
@@ -86,7 +86,7 @@ REFUSED = {
     "a local in the update": (
         edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        float g = 2.0f;"),
                "* filt[i * k + j];", "* filt[i * k + j] * g;"),
-        "its window update uses g, which are not parameters or window loop variables"),
+        "its window update uses g, which the kernel's body uses elsewhere too"),
 }
 
 
@@ -97,10 +97,78 @@ def test_what_it_refuses_and_why(case):
 
 
 def test_a_window_inside_a_loop_over_channels_is_refused():
-    channels = edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        for (int ch = 0; ch < 1; ch++)"),
-                      "out[y * out_w + x] = sum;", "out[y * out_w + x] = sum;")
+    channels = edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        for (int ch = 0; ch < 1; ch++)")
     assert "does not have exactly one pair of nested window loops" in rules.check(
         "register_window", channels, channels.as_candidate())
+
+
+# What would make the registers compute another thing than the kernel: refused, each with its reason.
+UNSAFE = {
+    "an offset that moves with the point": (
+        edited(edited(CONV2D, "float sum = 0.0f;",
+                      "float sum = 0.0f;\n        int off = 0;\n        if (x >= 41) off = 1;"),
+               "image[(y + i) * width + x + j]", "image[(y + i) * width + x + j + off]"),
+        "moves with off, which is not a parameter"),
+    "a parameter moved before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        image += height;"),
+        "changes its parameter image, which a thread's next point would see changed"),
+    "a filter read that moves its pointer": (
+        edited(CONV2D, "* filt[i * k + j];", "* *filt++;"),
+        "changes its parameter filt"),
+    "a store through a pointer before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        *(out + y * out_w + x) = 0.0f;"),
+        "it writes memory before its window loops"),
+    "an accumulator assigned on both branches": (
+        edited(CONV2D, "float sum = 0.0f;", "float sum;\n        if (k > 3) sum = 1.0f; else sum = 0.0f;"),
+        "its accumulator sum is not declared once, as a number with a value"),
+    "an accumulator of deduced type": (edited(CONV2D, "float sum = 0.0f;", "auto sum = 0.0f;"),
+                                       "its accumulator sum is not declared once, as a number with a value"),
+    "a bound of i <= k": (edited(CONV2D, "for (int i = 0; i < k; i++)", "for (int i = 0; i <= k - 1; i++)"),
+                          "does not count up by one from 0 to a bound"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNSAFE))
+def test_what_would_compute_otherwise_is_refused(case):
+    spec_, reason = UNSAFE[case]
+    assert reason in (rules.check("register_window", spec_, spec_.as_candidate()) or "applies")
+
+
+CONSTANT_FILTER = edited(edited(CONV2D, 'extern "C"', '__constant__ float c_taps[25];\n\nextern "C"'),
+                         "* filt[i * k + j];", "* c_taps[i * k + j];")
+# Ways users write the same convolution, each taken.
+TAKEN = {
+    "unroll pragmas": edited(edited(CONV2D, "        for (int i = 0; i < k; i++) {",
+                                    "        #pragma unroll\n        for (int i = 0; i < k; i++) {"),
+                             "            for (int j = 0; j < k; j++) {",
+                             "            #pragma unroll 5\n            for (int j = 0; j < k; j++) {"),
+    "__ldg": edited(CONV2D, "image[(y + i) * width + x + j]", "__ldg(&image[(y + i) * width + x + j])"),
+    "a __constant__ filter": CONSTANT_FILTER,
+    "64-bit window indices": edited(edited(CONV2D, "for (int i = 0; i < k; i++)", "for (size_t i = 0; i < k; ++i)"),
+                                    "for (int j = 0; j < k; j++)", "for (long j = 0; j < k; j += 1)"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAKEN))
+def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
+    spec_ = TAKEN[case]
+    assert rules.check("register_window", spec_, spec_.as_candidate()) is None
+    candidate = window(spec_)
+    assert_compiles_and_keeps_signature(spec_, candidate)
+    code = normalised(candidate.source)
+    if case == "__ldg":
+        assert "window_sum[r][c] += v[c + j] * filt[i * k + j];" in code
+    if case == "64-bit window indices":
+        assert "const size_t i = row - r;" in code and "for (long j = 0; j < (k); j++)" in code
+        assert "[&](const int x, const int y, const size_t i, const long j) -> const float * {" in code
+    if case == "unroll pragmas":
+        assert "sum = window_value;\n                out[y * out_w + x] = sum;" in code
+
+
+def test_a_filter_name_the_body_also_declares_is_refused():
+    local = edited(CONSTANT_FILTER, "float sum = 0.0f;", "float sum = 0.0f;\n        float c_taps = 1.0f;")
+    assert "its window update uses c_taps, which the kernel's body uses elsewhere too" in rules.check(
+        "register_window", local, local.as_candidate())
 
 
 # --- it compiles, keeps the signature, holds the window in registers, and composes -------------------------
@@ -140,6 +208,7 @@ static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __device__
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+template <typename T> static T __ldg(const T *p) { return *p; }
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -154,7 +223,8 @@ def build(source: str, kernel_name: str, directory, defines: dict) -> ctypes.CDL
     parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
     launcher = f"""
-extern "C" void kforge_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by{"".join(", " + p for p in parameters)}) {{
+extern "C" void kforge_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by{"".join(", " + p for p in parameters)})
+{{
     gridDim = {{gx, gy, 1}}; blockDim = {{bx, by, 1}};
     for (unsigned b = 0; b < gx * gy; ++b)
         for (unsigned t = 0; t < bx * by; ++t) {{
@@ -209,15 +279,18 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "box3_int": [{"w": 43, "h": 29}, {"w": 40, "h": 9}]}
 
 
+EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),
+            *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices"))]
+
+
 @needs_gxx
-@pytest.mark.parametrize("name", list(KERNELS))
-@pytest.mark.parametrize("order", ["register_window", "plan"])
+@pytest.mark.parametrize("name, order", EMULATED)
 def test_every_point_is_computed_as_the_submitted_kernel_computes_it(tmp_path, name, order):
     """Bit for bit, at sizes no tile divides, with the window at the spec's size and at another, the input aligned
     and an element past, for every window_rows and two block shapes."""
-    spec_ = KERNELS[name]
+    spec_ = {**KERNELS, **TAKEN}[name]
     candidate = window(spec_) if order == "register_window" else plan_applied(spec_, rules.PLAN_ORDER)
-    for sizes, shift in itertools.product(ODD_SIZES[name], (0, 1)):
+    for sizes, shift in itertools.product(ODD_SIZES.get(name, ODD_SIZES["conv2d"]), (0, 1)):
         at_size = spec_.with_sizes(sizes)
         base = at_size.baseline_params()
         expected = run(build(spec_.source, spec_.kernel_name, tmp_path, {}), at_size, base, shift)

@@ -73,6 +73,9 @@ class RulesProvider:
             replaced = rules.rivals(untried[0].id, prompt.current)
         plural = "s" if len(applied) > 1 else ""
         instead = f" in place of {', '.join(replaced)}, which does the same work another way" if replaced else ""
+        kept = rules.applied(candidate.source)
+        if lost := [r for r in rules.applied(prompt.current.source) if r not in replaced and r not in kept]:
+            instead += f" ({', '.join(lost)} applied only after {', '.join(replaced)}, and is left out)"
         return rewrite_text(candidate, note=f"Applied the offline rule{plural} {', '.join(applied)}{instead}.")
 
 
@@ -106,5 +109,6 @@ def _untried(prompt: Prompt) -> list[rules.Rule]:
 
 
 def _reasons(prompt: Prompt) -> str:
-    return "; ".join(f"{rule.id}: {rules.check(rule.id, prompt.spec, prompt.current) or 'tried already'}"
-                     for rule in rules.CATALOG)
+    def reason(rule_id: str) -> str:
+        return rules.check(rule_id, prompt.spec, prompt.current, replacing=True) or "tried already"
+    return "; ".join(f"{rule.id}: {reason(rule.id)}" for rule in rules.CATALOG)

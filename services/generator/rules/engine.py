@@ -67,9 +67,11 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     if rule_id in carried:
         return f"the current kernel already carries {rule_id}"
     if rival := rivals(rule_id, current):
-        if replacing:
-            return check(rule_id, spec, _without(spec, current, rival))
-        return f"the current kernel carries {rival[0]}, which does the work of {rule_id} another way"
+        if not replacing:
+            return f"the current kernel carries {rival[0]}, which does the work of {rule_id} another way"
+        if (why := _not_ours(spec, current, carried)) is not None:
+            return why
+        return check(rule_id, spec, _without(spec, current, rival))
     name = rule.parameter_name(spec)
     blocks = partition(spec.source, spec)
     if name is not None and name in blocks.widths:
@@ -94,11 +96,13 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
 def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: bool = False) -> CandidateSpec:
     """`current` rewritten by the rule, with its header, tune space, default configuration and geometry; with
     `replacing`, in place of the alternatives `current` carries."""
-    reason = check(rule_id, spec, current, replacing)
+    if replacing and (rival := rivals(rule_id, current)):
+        if (why := _not_ours(spec, current, applied(current.source))) is not None:
+            raise RuleNotApplicable(f"rule {rule_id} does not apply: {why}")
+        return apply(rule_id, spec, _without(spec, current, rival))
+    reason = check(rule_id, spec, current)
     if reason is not None:
         raise RuleNotApplicable(f"rule {rule_id} does not apply: {reason}")
-    if replacing and (rival := rivals(rule_id, current)):
-        return apply(rule_id, spec, _without(spec, current, rival))
     rule = RULES[rule_id]
     rules = (*applied(current.source), rule_id)
     layout = Layout()
@@ -152,6 +156,12 @@ def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carri
     reason = shape.reason(rule.id, model, spec)
     if reason is not None:
         return reason
+    return _not_ours(spec, current, carried)
+
+
+def _not_ours(spec: KernelSpec, current: CandidateSpec, carried: tuple[str, ...]) -> str | None:
+    """None when `current` is the submitted kernel or what the rules it names give, else why the rules cannot
+    rebuild it (an LLM's rewrite that kept the header, say)."""
     if normalised(_rebuild(spec, carried)[0]) != normalised(current.source):
         return ("the current kernel is neither the submitted one nor an offline-rules rewrite of it, so the rules "
                 "cannot re-render it")

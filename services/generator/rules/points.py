@@ -258,10 +258,20 @@ def definition(axis: Axis) -> str:
     return f"{axis.type} {axis.name} = {axis.expression};"
 
 
-def lambda_of(name: str, parameters: list[Axis], body: str) -> list[str]:
-    """A lambda running `body` for the given indices, everything else captured by reference."""
+def lambda_of(name: str, parameters: list[Axis], body: str, returns: str | None = None) -> list[str]:
+    """A lambda running `body` for the given indices, everything else captured by reference; `returns` declares
+    what it returns where its return statements differ in type (a pointer and nullptr)."""
     head = ", ".join(f"const {axis.type} {axis.name}" for axis in parameters)
-    return [f"auto {name} = [&]({head}) {{", *textwrap.indent(body, INDENT).split("\n"), "};"]
+    declared = f" -> {returns}" if returns else ""
+    return [f"auto {name} = [&]({head}){declared} {{", *textwrap.indent(body, INDENT).split("\n"), "};"]
+
+
+def changed_parameters(kernel: PointKernel) -> list[str]:
+    """The parameters the point body assigns, increments or decrements: a thread running the body for several
+    points would hand the next point the changed value, so a rewrite that does must refuse such a kernel."""
+    text = mask(kernel.source)[kernel.body_start:kernel.body_end]
+    return [name for name in kernel.parameters
+            if re.search(rf"\b{name}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}\b", text)]
 
 
 def replace_spans(source: str, replacements: list[tuple[int, int, str]]) -> str:
