@@ -219,6 +219,23 @@ extern "C" __global__ void box3(int *out, const int *in, int w, int h)
 """, "box3", [array("out", ["h - 2", "w - 2"], "int32", "out"), array("in", ["h", "w"], "int32", range=[0, 256]),
               scalar("w", "w"), scalar("h", "h")], {"w": 600, "h": 200}, ["w - 2", "h - 2"], BLOCK_2D, TUNE_2D)
 
+BLUR = spec(r"""
+// A weighted blur of the interior, the window centred on the point; a frame of radius r is left as it was.
+extern "C" __global__ void blur(float *dst, const float *src, const float *weights, int w, int h, int r)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < r || y < r || x >= w - r || y >= h - r) return;
+    float acc = 0.0f;
+    for (int dy = -r; dy <= r; ++dy)
+        for (int dx = -r; dx <= r; ++dx)
+            acc += weights[(dy + r) * (2 * r + 1) + dx + r] * src[(y + dy) * w + x + dx];
+    dst[y * w + x] = acc;
+}
+""", "blur", [array("dst", ["h", "w"], role="out"), array("src", ["h", "w"]),
+              array("weights", ["2 * r + 1", "2 * r + 1"]), scalar("w", "w"), scalar("h", "h"), scalar("r", "r")],
+            {"w": 400, "h": 300, "r": 2}, ["w", "h"], BLOCK_2D, TUNE_2D)
+
 MATVEC = spec(r"""
 // out = M v, a thread per row, with an early return and a pre-increment.
 extern "C" __global__ void matvec(float *out, const float *M, const float *v, int n_rows, int n_cols)
@@ -460,6 +477,7 @@ VARIANTS = {
     "box_blur": ("register_blocking", BOX_BLUR),
     "correlate": ("register_window", CORRELATE),
     "box3_int": ("register_window", BOX3_INT),
+    "blur": ("register_window", BLUR),
     "matvec": ("warp_per_row", MATVEC),
     "row_totals": ("warp_per_row", ROW_TOTALS),
     "block_max": ("shuffle_reduction", BLOCK_MAX),

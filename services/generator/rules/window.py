@@ -4,15 +4,15 @@ from a window of its input held in registers.
 Recognised: a 2D kernel of one point per thread (services/generator/rules/points.py) whose point body declares an
 accumulator, `T SUM = INIT;`, and then adds a window into it with two loops of its own and nothing else in them:
 
-    for (int i = 0; i < KH; i++)
-        for (int j = 0; j < KW; j++)
+    for (int i = I0; i < I1; i++)        (or i <= I1, as for a window centred on the point, from -r to r)
+        for (int j = J0; j < J1; j++)
             SUM += EXPR;
 
 where EXPR reads the input at `IN[(y + i) * P + x + j + OFFSET]` (any spelling the index arithmetic parses to:
 one along x and j, the same pitch P along y and i, P and OFFSET made of parameters), directly or through __ldg,
 and otherwise only the loop variables, parameters and names the kernel does not declare (a __constant__ filter).
-Each bound is a literal or a scalar parameter; a parameter is specialised to its value at the spec's sizes, as a
-library specialises a convolution for its filter size.
+The starts and bounds are made of literals and integer scalar parameters; a parameter is specialised to its value
+at the spec's sizes, as a library specialises a convolution for its filter size.
 
 Rendered: each thread owns the points (x0 + c, y0 + r), c < 4, r < window_rows. Where the bounds have the spec's
 values and every one of its points reaches the window loops, the thread reads each input row it needs once, a
@@ -23,6 +23,7 @@ as written for each of its points. Reading a row once for four outputs is what l
 traffic to DRAM bandwidth (on the H100, 3.0x over the submitted conv2d, 1.8 TB/s, with k = 5).
 """
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -37,8 +38,9 @@ from shared.domain.spec import KernelSpec
 
 COLUMNS = 4  # the points along x a thread owns: one 128-bit vector of 4-byte elements
 ROWS, ROW_VALUES, LARGEST_WINDOW = "window_rows", [1, 2, 4, 8], 16
-_HEADER = re.compile(rf"\s*(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=\s*0\s*;\s*(?P<tested>\w+)\s*<(?!=)"
-                     rf"\s*(?P<bound>[^;]+?)\s*;\s*(?:(?P<a>\w+)\s*\+\+|\+\+\s*(?P<b>\w+)|(?P<c>\w+)\s*\+=\s*1)\s*")
+_HEADER = re.compile(rf"\s*(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<start>[^;]+);"
+                     rf"\s*(?P<tested>\w+)\s*(?P<test><=|<(?!=))(?P<bound>[^;]+);"
+                     rf"\s*(?:(?P<a>\w+)\s*\+\+|\+\+\s*(?P<b>\w+)|(?P<c>\w+)\s*\+=\s*1)\s*")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # not a literal's suffix (0.0f) nor a member
 _WORDS = TYPE_WORDS | {"signed", "bool", "true", "false"}
 _UNROLL = re.compile(r"#\s*pragma\s+unroll[^\n]*\n\s*$")
@@ -48,8 +50,9 @@ _UNROLL = re.compile(r"#\s*pragma\s+unroll[^\n]*\n\s*$")
 class Loop:
     variable: str
     type: str
-    bound: str  # as written
-    value: int  # at the spec's sizes
+    first: int  # where it starts, at the spec's sizes
+    count: int  # how many values it takes there
+    named: tuple[str, ...]  # the parameters its start and bound name
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ class Window:
     read: Access  # IN[...] inside EXPR
     read_span: tuple[int, int]  # what the registers replace in EXPR: IN[...], or __ldg(&IN[...])
     element: str  # IN's element type
-    specialised: tuple[tuple[str, str, int], ...]  # (parameter, its declared type, value) for each bound named
+    specialised: tuple[tuple[str, str, int], ...]  # (parameter, its declared type, value) for each one the loops
+    # name
 
 
 def recognise(spec: KernelSpec) -> Window:
@@ -101,12 +105,10 @@ def recognise(spec: KernelSpec) -> Window:
                             "effects")
     if re.search(rf"\b(?:{rows.variable}|{columns.variable})\b", prefix):
         raise NotRecognised(f"it uses the names {rows.variable} or {columns.variable} before its window loops")
-    named = {}
-    for loop in (rows, columns):
-        if loop.bound in kernel.parameters:
-            named[loop.bound] = (_scalar_type(kernel.parameters[loop.bound], loop.bound), loop.value)
+    named = dict.fromkeys((*rows.named, *columns.named))
+    specialised = tuple((p, _scalar_type(kernel.parameters[p], p), _parameter_value(p, spec)) for p in named)
     return Window(kernel, nest, rows, columns, name, declared_type, initial, expression, read, read_span, element,
-                  tuple((p, t, v) for p, (t, v) in named.items()))
+                  specialised)
 
 
 def _nest(kernel: PointKernel, masked: str) -> tuple[Statement, Statement, Statement]:
@@ -140,24 +142,44 @@ def _only(statement: Statement, masked: str) -> Statement | None:
 
 
 def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -> Loop:
+    """The window loop's variable and its values at the spec's sizes: `for (int i = START; i < END; i++)` (or
+    `<= END`), START and END made of literals and integer scalar parameters."""
     header = masked[loop.head[0]:loop.head[1]]
     match = _HEADER.fullmatch(header)
     variable = match and match["name"]
     if not match or match["tested"] != variable or variable not in {match["a"], match["b"], match["c"]}:
-        raise NotRecognised(f"its window loop `for ({' '.join(header.split())})` does not count up by one from 0 "
-                            f"to a bound (`for (int i = 0; i < k; i++)`)")
-    bound = match["bound"].strip()
-    if re.fullmatch(r"\d+", bound):
-        value = int(bound)
-    else:
-        arg = next((a for a in spec.args if a.name == bound and not a.is_array), None)
-        if arg is None or bound not in kernel.parameters or not arg.dtype.startswith(("int", "uint")):
-            raise NotRecognised(f"its window bound {bound} is neither a literal nor an integer scalar parameter")
-        value = int(spec.scalar_of(arg, spec.baseline_params()))
-    if not 1 <= value <= LARGEST_WINDOW:
-        raise NotRecognised(f"its window bound {bound} is {value} at the spec's sizes; a window held in registers is "
-                            f"1 to {LARGEST_WINDOW} wide")
-    return Loop(variable, " ".join(match["type"].split()), bound, value)
+        raise NotRecognised(f"its window loop `for ({' '.join(header.split())})` does not count up by one to a "
+                            f"bound (`for (int i = 0; i < k; i++)`, or from -r to r)")
+    (first, start_names), (end, end_names) = (_evaluated(kernel, match[part], spec) for part in ("start", "bound"))
+    count = end - first + (match["test"] == "<=")
+    if not 1 <= count <= LARGEST_WINDOW:
+        raise NotRecognised(f"its window loop over {variable} takes {count} values at the spec's sizes; a window "
+                            f"held in registers is 1 to {LARGEST_WINDOW} wide")
+    return Loop(variable, " ".join(match["type"].split()), first, count, (*start_names, *end_names))
+
+
+def _evaluated(kernel: PointKernel, text: str, spec: KernelSpec) -> tuple[int, tuple[str, ...]]:
+    """The value of a window loop's start or bound at the spec's sizes, and the parameters it names."""
+    try:
+        poly = affine.parse(text)
+    except affine.NotAffine:
+        poly = None
+    names = sorted(affine.names(poly)) if poly is not None else []
+    if poly is None or any(atom.startswith("?") for term in poly for atom in term) or \
+            any(name not in kernel.parameters or _parameter_value(name, spec) is None for name in names):
+        raise NotRecognised(f"its window loop's {' '.join(text.split())} is not made of literals and integer scalar "
+                            f"parameters")
+    value = sum(coefficient * math.prod(_parameter_value(name, spec) for name in term)
+                for term, coefficient in poly.items())
+    return value, tuple(names)
+
+
+def _parameter_value(name: str, spec: KernelSpec) -> int | None:
+    """An integer scalar argument's value at the spec's sizes, else None."""
+    arg = next((a for a in spec.args if a.name == name and not a.is_array), None)
+    if arg is None or not arg.dtype.startswith(("int", "uint")):
+        return None
+    return int(spec.scalar_of(arg, spec.baseline_params()))
 
 
 def _declaration(kernel: PointKernel, masked: str, name: str, nest: Statement) -> tuple[str, str]:
@@ -236,7 +258,7 @@ def _render(model: Window) -> str:
     condition = " && ".join(f"{name} == {number}" for name, _, number in model.specialised)
     lines = [
         f"// A register window: each thread computes {COLUMNS} x {ROWS} points, reading each input row it needs",
-        f"// once ({COLUMNS} + {model.columns.bound} - 1 values, 128 bits at a time where aligned) and adding every "
+        f"// once ({COLUMNS} + {model.columns.count} - 1 values, 128 bits at a time where aligned) and adding every "
         f"point's window",
         "// from registers in the original order. Edge threads and other window sizes run the point body as "
         "written.",
@@ -284,8 +306,10 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
     probe = points.point_body(kernel, _returning(model, "false") + _cut(model, "true", "false"))
     address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{read}", "nullptr"))
     finishing = points.point_body(kernel, [(model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};")])
-    term = (source[model.expression[0]:model.read_span[0]] + f"{n.v}[{n.c} + {j}]" +
+    shift = f" - ({model.columns.first})" if model.columns.first else ""
+    term = (source[model.expression[0]:model.read_span[0]] + f"{n.v}[{n.c} + {j}{shift}]" +
             source[model.read_span[1]:model.expression[1]])
+    rows, columns = model.rows, model.columns
     window = [Axis(0, i, model.rows.type, "", ""), Axis(0, j, model.columns.type, "", "")]
     return [
         *(f"const {t} {name} = {number};" for name, t, number in model.specialised),
@@ -298,19 +322,21 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
         f"    {model.accumulator_type} {n.total}[{ROWS}][{COLUMNS}];",
         *("    " + line for line in _each_point(n, f"{n.total}[{n.r}][{n.c}] = {model.initial};")),
         "    #pragma unroll",
-        f"    for (int {n.row} = 0; {n.row} < {ROWS} + ({model.rows.bound}) - 1; {n.row}++) {{",
-        f"        // input row {n.y0} + {n.row}: row {n.row} - {n.last} of the windows of the points on row {n.last}",
+        f"    for (int {n.row} = 0; {n.row} < {ROWS} + {rows.count - 1}; {n.row}++) {{",
+        f"        // an input row: row {n.row} - {n.last} of the windows of the patch's points on its row {n.last}",
         f"        const int {n.last} = {n.row} < {ROWS} ? {n.row} : {ROWS} - 1;",
-        f"        const {model.element} *{n.p} = {n.at}({n.x0}, {n.y0} + {n.last}, {n.row} - {n.last}, 0);",
+        f"        const {model.element} *{n.p} = {n.at}({n.x0}, {n.y0} + {n.last}, {n.row} - {n.last} + "
+        f"({rows.first}), {columns.first});",
         *("        " + line for line in _row_loads(model, n)),
         "        #pragma unroll",
         f"        for (int {n.r} = 0; {n.r} < {ROWS}; {n.r}++) {{",
-        f"            const {model.rows.type} {i} = {n.row} - {n.r};",
-        f"            if ({n.row} >= {n.r} && {i} < ({model.rows.bound})) {{",
+        f"            const {rows.type} {i} = {n.row} - {n.r} + ({rows.first});",
+        f"            if ({n.row} >= {n.r} && {n.row} - {n.r} < {rows.count}) {{",
         "                #pragma unroll",
         f"                for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) {{",
         "                    #pragma unroll",
-        f"                    for ({model.columns.type} {j} = 0; {j} < ({model.columns.bound}); {j}++) "
+        f"                    for ({columns.type} {j} = {columns.first}; {j} < {columns.first + columns.count}; "
+        f"{j}++) "
         f"{n.total}[{n.r}][{n.c}] +={term};",
         "                }",
         "            }",
@@ -326,7 +352,7 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
 def _row_loads(model: Window, n: _Names) -> list[str]:
     """The row's 4 + KW - 1 values into v: 128-bit vectors where the row is aligned (and the type has them), the
     last ones and an unaligned row one by one."""
-    span = f"{COLUMNS} + ({model.columns.bound}) - 1"
+    span = COLUMNS + model.columns.count - 1
     one_by_one = f"for (int {n.chunk} = 0; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = {n.p}[{n.chunk}];"
     vector = loops.VECTORS.get(model.element)
     declared = f"{model.element} {n.v}[{span}];"
@@ -341,9 +367,9 @@ def _row_loads(model: Window, n: _Names) -> list[str]:
             f"        const {vector} {n.quad} = *reinterpret_cast<const {vector} *>({n.p} + {n.chunk});",
             f"        {lanes}",
             "    }",
-            "    #pragma unroll",
-            f"    for (int {n.chunk} = ({span}) / 4 * 4; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = "
-            f"{n.p}[{n.chunk}];",
+            *(["    #pragma unroll",
+               f"    for (int {n.chunk} = {span // 4 * 4}; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = "
+               f"{n.p}[{n.chunk}];"] if span % 4 else []),
             "} else {",
             "    #pragma unroll",
             f"    {one_by_one}",
