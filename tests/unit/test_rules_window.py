@@ -141,6 +141,10 @@ TAKEN = {
     "64-bit window indices": edited(edited(CONV2D, "for (int i = 0; i < k; i++)", "for (size_t i = 0; i < k; ++i)"),
                                     "for (int j = 0; j < k; j++)", "for (long j = 0; j < k; j += 1)"),
     "an inclusive bound": edited(CONV2D, "for (int i = 0; i < k; i++)", "for (int i = 0; i <= k - 1; i++)"),
+    # In double precision: no 128-bit vector of four, so the row is read element by element into registers.
+    "doubles": CONV2D.model_validate({
+        **CONV2D.model_dump(), "source": CONV2D.source.replace("float", "double").replace("0.0f", "0.0"),
+        "args": [{**a.model_dump(), "dtype": "float64"} if a.is_array else a.model_dump() for a in CONV2D.args]}),
 }
 
 
@@ -156,6 +160,8 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "64-bit window indices":
         assert "const size_t i = row - r + (0);" in code and "for (long j = 0; j < 5; j++)" in code
         assert "[&](const int x, const int y, const size_t i, const long j) -> const float * {" in code
+    if case == "doubles":
+        assert "double v[8];\n" in code and "reinterpret_cast" not in code
     if case == "unroll pragmas":
         assert "sum = window_value;\n                out[y * out_w + x] = sum;" in code
 
@@ -209,6 +215,7 @@ struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
 """
 GXX = shutil.which("g++")
+SCALARS = {"int32": ctypes.c_int, "uint32": ctypes.c_uint, "float32": ctypes.c_float, "float64": ctypes.c_double}
 
 
 def build(source: str, kernel_name: str, directory, defines: dict) -> ctypes.CDLL:
@@ -244,19 +251,17 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0) -
     held, arguments, types = {}, [], [ctypes.c_uint] * 4
     for arg in spec_.args:
         if arg.is_array:
-            count = int(np.prod(spec_.shape_of(arg)))
-            data = (rng.integers(0, 256, count).astype(np.int32) if arg.dtype == "int32"
-                    else rng.normal(0, 1, count).astype(np.float32))
+            count, dtype = int(np.prod(spec_.shape_of(arg))), np.dtype(arg.dtype)
+            data = (rng.integers(0, 256, count) if dtype.kind in "iu" else rng.normal(0, 1, count)).astype(dtype)
             raw = np.zeros(data.nbytes + 64, np.uint8)
-            start = (-raw.ctypes.data) % 16 + (4 * shift if arg.effective_role != "out" else 0)
+            start = (-raw.ctypes.data) % 16 + (dtype.itemsize * shift if arg.effective_role != "out" else 0)
             held[arg.name] = raw[start:start + data.nbytes]
             held[arg.name][:] = data.view(np.uint8)
             arguments.append(held[arg.name].ctypes.data)
             types.append(ctypes.c_void_p)
         else:
-            value = spec_.scalar_of(arg, params).item()
-            kind = ctypes.c_float if isinstance(value, float) else ctypes.c_int
-            arguments.append(kind(value))
+            kind = SCALARS[arg.dtype]
+            arguments.append(kind(spec_.scalar_of(arg, params).item()))
             types.append(kind)
     library.kforge_launch.argtypes = types
 
@@ -276,7 +281,7 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
 
 
 EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),
-            *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices"))]
+            *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices", "doubles"))]
 
 
 @needs_gxx
