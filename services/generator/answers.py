@@ -111,6 +111,9 @@ def verdict_text(valid: bool, reason: str) -> str:
 
 
 def rewrite_text(candidate: CandidateSpec, note: str = "") -> str:
-    settings = {k: v for k, v in candidate.model_dump(include=set(REWRITE_FIELDS)).items() if v}
+    """Every setting stated, empty and null ones too: the generator takes what an answer leaves out from the best
+    kernel so far, and a rewrite that replaces an alternative (row_in_shared for row_in_registers) must not inherit
+    that kernel's restrictions or shared memory."""
+    settings = candidate.model_dump(include=set(REWRITE_FIELDS))
     return (f"{note}\n\n```cuda\n{candidate.source.rstrip()}\n```\n\n"
             f"```json\n{json.dumps(settings, indent=2)}\n```\n").lstrip()

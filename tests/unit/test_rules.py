@@ -350,6 +350,26 @@ def test_an_untried_alternative_is_planned_validated_and_applied_in_place_of_the
                                                                      history=history)).steps]
 
 
+def test_a_replacing_rewrite_arrives_without_the_replaced_kernels_restrictions_or_shared_memory():
+    """The generator takes what an answer leaves out from the best kernel so far: the answer states every setting,
+    so row_in_shared in place of row_in_registers does not inherit row_chunks' restrictions (which name a parameter
+    it no longer has), nor row_in_registers in place of row_in_shared the shared memory it no longer needs."""
+    from types import SimpleNamespace
+
+    from services.generator.handlers import _candidate
+
+    layernorm = next(kernel for kernel in corpus() if kernel.name == "layernorm").spec()
+    for kept_rule, rule_id in (("row_in_registers", "row_in_shared"), ("row_in_shared", "row_in_registers")):
+        kept = rules.apply(kept_rule, layernorm, layernorm.as_candidate())
+        reply = RulesProvider().complete(prompt("rewrite", spec=layernorm, current=kept, step=rule_id))
+        expected = rules.apply(rule_id, layernorm, kept, replacing=True)
+        best = SimpleNamespace(best=SimpleNamespace(candidate=kept, params=kept.params))
+        arrived, _ = _candidate(parse("rewrite", reply.text), TuningStep(id=rule_id), layernorm, best)
+        assert (arrived.restrictions, arrived.smem_args, arrived.tune_params) == (
+            expected.restrictions, expected.smem_args, expected.tune_params), rule_id
+    assert kept.smem_args is not None and arrived.smem_args is None  # the registers need no shared memory
+
+
 def test_one_prompt_keeps_the_first_of_two_alternatives():
     layernorm = next(kernel for kernel in corpus() if kernel.name == "layernorm").spec()
     rewrite = answer(prompt("rewrite", spec=layernorm, step="one_prompt"))
