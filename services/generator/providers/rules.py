@@ -53,7 +53,6 @@ class RulesProvider:
 
     def _rewrite(self, prompt: Prompt) -> str:
         step_id = _step_id(prompt)
-        replaced = rules.rivals(step_id, prompt.current)
         if step_id in rules.RULES:
             candidate, applied = _apply(prompt, step_id), [step_id]
         elif step_id == "one_prompt":
@@ -70,7 +69,8 @@ class RulesProvider:
                 raise ProviderFailed(f"no offline rule is left that applies to the current kernel and was not tried "
                                      f"yet: {_reasons(prompt)}")
             candidate, applied = _apply(prompt, untried[0].id), [untried[0].id]
-            replaced = rules.rivals(untried[0].id, prompt.current)
+        # one_prompt applies rules without replacing: none it applied has a rival the current kernel carries
+        replaced = tuple(rival for rule_id in applied for rival in rules.rivals(rule_id, prompt.current))
         plural = "s" if len(applied) > 1 else ""
         instead = f" in place of {', '.join(replaced)}, which does the same work another way" if replaced else ""
         kept = rules.applied(candidate.source)

@@ -69,9 +69,8 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     if rival := rivals(rule_id, current):
         if not replacing:
             return f"the current kernel carries {rival[0]}, which does the work of {rule_id} another way"
-        if (why := _not_ours(spec, current, carried)) is not None:
-            return why
-        return check(rule_id, spec, _without(spec, current, rival))
+        parent = _without(spec, current, rival)
+        return parent if isinstance(parent, str) else check(rule_id, spec, parent)
     name = rule.parameter_name(spec)
     blocks = partition(spec.source, spec)
     if name is not None and name in blocks.widths:
@@ -97,9 +96,10 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     """`current` rewritten by the rule, with its header, tune space, default configuration and geometry; with
     `replacing`, in place of the alternatives `current` carries."""
     if replacing and (rival := rivals(rule_id, current)):
-        if (why := _not_ours(spec, current, applied(current.source))) is not None:
-            raise RuleNotApplicable(f"rule {rule_id} does not apply: {why}")
-        return apply(rule_id, spec, _without(spec, current, rival))
+        parent = _without(spec, current, rival)
+        if isinstance(parent, str):
+            raise RuleNotApplicable(f"rule {rule_id} does not apply: {parent}")
+        return apply(rule_id, spec, parent)
     reason = check(rule_id, spec, current)
     if reason is not None:
         raise RuleNotApplicable(f"rule {rule_id} does not apply: {reason}")
@@ -124,9 +124,11 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     return candidate.model_copy(update={"params": params})
 
 
-def _without(spec: KernelSpec, current: CandidateSpec, dropped: tuple[str, ...]) -> CandidateSpec:
+def _without(spec: KernelSpec, current: CandidateSpec, dropped: tuple[str, ...]) -> CandidateSpec | str:
     """The submitted kernel rewritten by the rules `current` carries, in its order, less `dropped` (and any that
-    applied only after them)."""
+    applied only after them); or why the rules cannot rebuild `current` (an LLM's rewrite that kept the header)."""
+    if (why := _not_ours(spec, current, applied(current.source))) is not None:
+        return why
     parent = spec.as_candidate()
     for rule_id in applied(current.source):
         if rule_id not in dropped and check(rule_id, spec, parent) is None:

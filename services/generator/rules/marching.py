@@ -29,9 +29,8 @@ def _marchable(spec: KernelSpec) -> PointKernel:
         raise NotRecognised(f"the spec names no block size for its {'xyz'[axis]} axis")
     if (why := one_thread_per_point(spec, axis)) is not None:
         raise NotRecognised(why)
-    if changed := points.changed_parameters(kernel):
-        raise NotRecognised(f"its point body changes its parameter {changed[0]}, which a thread's next point would "
-                            f"see changed")
+    if (why := points.changed_parameter(kernel)) is not None:
+        raise NotRecognised(why)
     return kernel
 
 

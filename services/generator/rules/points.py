@@ -112,7 +112,7 @@ def recognise(spec: KernelSpec) -> PointKernel:
         raise NotPointKernel(f"after its index definitions it uses {bound}, so its work depends on more than "
                              f"its indices")
     for axis in by_axis:
-        if re.search(rf"(?:\+\+|--)\s*\b{axis.name}\b|\b{axis.name}\s*(?:\+\+|--|{ASSIGNMENT})", text) \
+        if re.search(changing(axis.name), text) \
                 or address_taken(text, axis.name):
             raise NotPointKernel(f"it changes (or takes the address of) its index {axis.name}")
     parameters = _parameters(source, kernel)
@@ -214,7 +214,7 @@ def _locals(masked: str, uncommented: str, body: list[Statement], start: int,
             if named is None:
                 continue
             name = named.group(1)
-            assigned = len(re.findall(rf"\b{name}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}\b", text))
+            assigned = len(re.findall(changing(name), text))
             if assigned > 1:  # its definition, then changed again: no one polynomial holds it
                 continue
             try:
@@ -266,12 +266,17 @@ def lambda_of(name: str, parameters: list[Axis], body: str, returns: str | None 
     return [f"auto {name} = [&]({head}){declared} {{", *textwrap.indent(body, INDENT).split("\n"), "};"]
 
 
-def changed_parameters(kernel: PointKernel) -> list[str]:
-    """The parameters the point body assigns, increments or decrements: a thread running the body for several
-    points would hand the next point the changed value, so a rewrite that does must refuse such a kernel."""
+def changing(name: str) -> str:
+    """The pattern of `name` assigned, incremented or decremented."""
+    return rf"\b{name}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}\b"
+
+
+def changed_parameter(kernel: PointKernel) -> str | None:
+    """Why a rewrite running the point body for several points a thread cannot take this kernel: its body
+    assigns, increments or decrements a parameter, and would hand the next point the changed value; else None."""
     text = mask(kernel.source)[kernel.body_start:kernel.body_end]
-    return [name for name in kernel.parameters
-            if re.search(rf"\b{name}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}\b", text)]
+    changed = next((name for name in kernel.parameters if re.search(changing(name), text)), None)
+    return changed and f"its point body changes its parameter {changed}, which a thread's next point would see changed"
 
 
 def replace_spans(source: str, replacements: list[tuple[int, int, str]]) -> str:

@@ -82,9 +82,8 @@ def recognise(spec: KernelSpec) -> Window:
     for axis in (0, 1):
         if (why := one_thread_per_point(spec, axis)) is not None:
             raise NotRecognised(why)
-    if changed := points.changed_parameters(kernel):
-        raise NotRecognised(f"its point body changes its parameter {changed[0]}, which a thread's next point would "
-                            f"see changed")
+    if (why := points.changed_parameter(kernel)) is not None:
+        raise NotRecognised(why)
     masked = mask(spec.source)
     nest, inner, update = _nest(kernel, masked)
     rows, columns = (_loop(kernel, masked, loop, spec) for loop in (nest, inner))
@@ -164,14 +163,13 @@ def _evaluated(kernel: PointKernel, text: str, spec: KernelSpec) -> tuple[int, t
         poly = affine.parse(text)
     except affine.NotAffine:
         poly = None
-    names = sorted(affine.names(poly)) if poly is not None else []
-    if poly is None or any(atom.startswith("?") for term in poly for atom in term) or \
-            any(name not in kernel.parameters or _parameter_value(name, spec) is None for name in names):
+    values = {name: _parameter_value(name, spec) if name in kernel.parameters else None
+              for name in (affine.names(poly) if poly is not None else ())}
+    if poly is None or any(atom.startswith("?") for term in poly for atom in term) or None in values.values():
         raise NotRecognised(f"its window loop's {' '.join(text.split())} is not made of literals and integer scalar "
                             f"parameters")
-    value = sum(coefficient * math.prod(_parameter_value(name, spec) for name in term)
-                for term, coefficient in poly.items())
-    return value, tuple(names)
+    value = sum(coefficient * math.prod(values[name] for name in term) for term, coefficient in poly.items())
+    return value, tuple(sorted(values))
 
 
 def _parameter_value(name: str, spec: KernelSpec) -> int | None:
@@ -192,7 +190,7 @@ def _declaration(kernel: PointKernel, masked: str, name: str, nest: Statement) -
         raise NotRecognised(f"its accumulator {name} is not declared once, as a number with a value, before the "
                             f"window loops")
     after = body[declared[0].end():]
-    if re.search(rf"\b{name}\s*{points.ASSIGNMENT}|(?:\+\+|--)\s*{name}\b|\b{name}\s*(?:\+\+|--)", after):
+    if re.search(points.changing(name), after):
         raise NotRecognised(f"it changes {name} between its declaration and the window loops")
     start = kernel.body_start
     initial = kernel.source[start + declared[0].start(2):start + declared[0].end(2)].strip()
