@@ -464,6 +464,310 @@ extern "C" __global__ void block_scan(unsigned int *out, unsigned int *block_tot
                     array("in", ["n"], "uint32"), scalar("n", "n")], {"n": 100003}, ["n"],
                    smem_args={"size": "block_size_x * 4"}, tune_params={"block_size_x": [64, 128, 256]})
 
+GRID_STRIDE_ADD = spec(r"""
+// y = x + y as NVIDIA's grid-stride blog post writes it: the first index and the stride as locals before the loop.
+extern "C" __global__ void add(int n, const float *x, float *y)
+{
+    int index = blockIdx.x * blockDim.x + threadIdx.x;
+    int stride = blockDim.x * gridDim.x;
+    for (int i = index; i < n; i += stride)
+        y[i] = x[i] + y[i];
+}
+""", "add", [scalar("n", "n"), array("x", ["n"]), array("y", ["n"], role="inout")], {"n": 1 << 20}, ["n"])
+
+# The same launched on a fixed grid of 8 elements per thread: not one thread per point, so its loop is widened.
+GRID_STRIDE_ADD_FIXED = GRID_STRIDE_ADD.model_validate({**GRID_STRIDE_ADD.model_dump(),
+                                                        "grid_div_x": ["block_size_x", 8]})
+
+DAXPY = spec(r"""
+// y += a x in double precision over 64-bit indices, the cast on the block size, a grid-stride loop.
+extern "C" __global__ void daxpy(size_t n, double a, const double *x, double *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
+        y[i] += a * x[i];
+}
+""", "daxpy", [scalar("n", "n", "uint64"), scalar("a", 0.5, "float64"), array("x", ["n"], "float64"),
+               array("y", ["n"], "float64", "inout")], {"n": 1 << 20}, ["n"])
+
+SIGMOID = spec(r"""
+// The logistic function with the fast exponential, an unsigned index and bound, a local in braces.
+extern "C" __global__ void sigmoid(float *out, const float *in, unsigned int n)
+{
+    unsigned int idx = blockDim.x * blockIdx.x + threadIdx.x;
+    if (idx < n) {
+        float v = in[idx];
+        out[idx] = 1.0f / (1.0f + __expf(-v));
+    }
+}
+""", "sigmoid", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("n", "n", "uint32")], {"n": 1 << 20},
+                ["n"])
+
+POLAR = spec(r"""
+// Polar to Cartesian coordinates: two outputs per element, sine and cosine from one sincosf.
+extern "C" __global__ void polar(float *re, float *im, const float *r, const float *theta, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float s, c;
+        sincosf(theta[i], &s, &c);
+        re[i] = r[i] * c;
+        im[i] = r[i] * s;
+    }
+}
+""", "polar", [array("re", ["n"], role="out"), array("im", ["n"], role="out"), array("r", ["n"]), array("theta", ["n"]),
+               scalar("n", "n")], {"n": 1 << 20}, ["n"])
+
+COUNT_ABOVE = spec(r"""
+// How many values exceed a threshold: the test joins the bound check, one integer atomic per counted element.
+extern "C" __global__ void count_above(int *count, const float *v, float thresh, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && v[i] > thresh) atomicAdd(&count[0], 1);
+}
+""", "count_above", [array("count", [1], "int32", "out"), array("v", ["n"]), scalar("thresh", 0.5, "float32"),
+                     scalar("n", "n")], {"n": 1 << 20}, ["n"])
+
+L1_DISTANCE = spec(r"""
+// The L1 distance of two vectors in double precision, one atomic per element into the result.
+extern "C" __global__ void l1_distance(double *result, const double *x, const double *y, int n)
+{
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i < n) atomicAdd(result, fabs(x[i] - y[i]));
+}
+""", "l1_distance", [array("result", [1], "float64", "out"), array("x", ["n"], "float64"),
+                     array("y", ["n"], "float64"), scalar("n", "n")], {"n": 1 << 20}, ["n"])
+
+SUM_BY_WARPS = spec(r"""
+// A sum by warps: a grid-stride share per thread, __shfl_down_sync from warpSize / 2 under an unroll pragma and a
+// mask define, then the lane computed into a local and one atomic per warp.
+#define FULL_MASK 0xffffffff
+extern "C" __global__ void sum_by_warps(float *out, const float *in, int n)
+{
+    float sum = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        sum += in[i];
+    #pragma unroll
+    for (int offset = warpSize / 2; offset > 0; offset >>= 1)
+        sum += __shfl_down_sync(FULL_MASK, sum, offset);
+    int lane = threadIdx.x % warpSize;
+    if (lane == 0) atomicAdd(&out[0], sum);
+}
+""", "sum_by_warps", [array("out", [1], role="out"), array("in", ["n"]), scalar("n", "n")], {"n": 1 << 20}, ["n"],
+                     grid_div_x=["block_size_x", 8])
+
+TRANSPOSE_INT = spec(r"""
+// An integer transpose, rows from blockIdx.y first, an early return, the load through __ldg, restrict given.
+extern "C" __global__ void transpose_i(int *__restrict__ out, const int *__restrict__ in, int rows, int cols)
+{
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows || c >= cols) return;
+    out[c * rows + r] = __ldg(&in[r * cols + c]);
+}
+""", "transpose_i", [array("out", ["cols", "rows"], "int32", "out"), array("in", ["rows", "cols"], "int32"),
+                     scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 200, "cols": 300}, ["cols", "rows"],
+                      BLOCK_2D, TUNE_2D)
+
+LAPLACE_3D_DOUBLE = spec(r"""
+// A scaled 7-point Laplacian in double precision: the frame tested with == 0, the strides as long locals.
+extern "C" __global__ void lap3(double *__restrict__ out, const double *__restrict__ in, int nx, int ny, int nz,
+                                double h2inv)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = blockIdx.y * blockDim.y + threadIdx.y;
+    const int k = blockIdx.z * blockDim.z + threadIdx.z;
+    if (i == 0 || j == 0 || k == 0 || i >= nx - 1 || j >= ny - 1 || k >= nz - 1) return;
+    const long idx = ((long)k * ny + j) * nx + i;
+    const long sx = 1, sy = nx, sz = (long)nx * ny;
+    out[idx] = h2inv * (in[idx - sx] + in[idx + sx] + in[idx - sy] + in[idx + sy] + in[idx - sz] + in[idx + sz]
+                        - 6.0 * in[idx]);
+}
+""", "lap3", [array("out", ["nz", "ny", "nx"], "float64", "out"), array("in", ["nz", "ny", "nx"], "float64"),
+              scalar("nx", "nx"), scalar("ny", "ny"), scalar("nz", "nz"), scalar("h2inv", 1.0, "float64")],
+                         {"nx": 64, "ny": 33, "nz": 20}, ["nx", "ny", "nz"],
+                         {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+                         {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]})
+
+MEAN9 = spec(r"""
+// A 3x3 mean in double precision, the neighbours walked by two loops around the point's offset c.
+extern "C" __global__ void mean9(double *out, const double *in, const int nx, const int ny)
+{
+    const int x = threadIdx.x + blockIdx.x * blockDim.x;
+    const int y = threadIdx.y + blockIdx.y * blockDim.y;
+    if (x >= 1 && x < nx - 1 && y >= 1 && y < ny - 1) {
+        const int c = y * nx + x;
+        double s = 0.0;
+        for (int dy = -1; dy <= 1; ++dy)
+            for (int dx = -1; dx <= 1; ++dx)
+                s += in[c + dy * nx + dx];
+        out[c] = s / 9.0;
+    }
+}
+""", "mean9", [array("out", ["ny", "nx"], "float64", "out"), array("in", ["ny", "nx"], "float64"),
+               scalar("nx", "nx"), scalar("ny", "ny")], {"nx": 300, "ny": 200}, ["nx", "ny"], BLOCK_2D, TUNE_2D)
+
+CONV5 = spec(r"""
+// A 5x5 convolution whose size is a define, fmaf accumulation, unroll pragmas and an early return.
+#define K 5
+extern "C" __global__ void conv5(float *out, const float *in, const float *w, int W, int H)
+{
+    int ox = blockIdx.x * blockDim.x + threadIdx.x;
+    int oy = blockIdx.y * blockDim.y + threadIdx.y;
+    if (ox >= W - K + 1 || oy >= H - K + 1) return;
+    float acc = 0.0f;
+    #pragma unroll
+    for (int ky = 0; ky < K; ++ky) {
+        #pragma unroll
+        for (int kx = 0; kx < K; ++kx) {
+            acc = fmaf(w[ky * K + kx], in[(oy + ky) * W + (ox + kx)], acc);
+        }
+    }
+    out[oy * (W - K + 1) + ox] = acc;
+}
+""", "conv5", [array("out", ["H - 4", "W - 4"], role="out"), array("in", ["H", "W"]), array("w", [5, 5]),
+               scalar("W", "W"), scalar("H", "H")], {"W": 400, "H": 300}, ["W - 4", "H - 4"], BLOCK_2D, TUNE_2D)
+
+ROW_MEAN = spec(r"""
+// Row means in double precision: the matrix first among the parameters, an early return, an integer zero.
+extern "C" __global__ void row_mean(const double *data, double *mean, int nrows, int ncols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= nrows) return;
+    double s = 0;
+    for (int c = 0; c < ncols; c++) {
+        s += data[r * ncols + c];
+    }
+    mean[r] = s / ncols;
+}
+""", "row_mean", [array("data", ["nrows", "ncols"], "float64"), array("mean", ["nrows"], "float64", "out"),
+                  scalar("nrows", "nrows"), scalar("ncols", "ncols")], {"nrows": 700, "ncols": 333}, ["nrows"])
+
+SOFTMAX_WARP = spec(r"""
+// Softmax with a warp per row: the lane is threadIdx.x, xor shuffles halving by division, the fast exponential.
+extern "C" __global__ void softmax_warp(float *out, const float *in, int rows, int cols)
+{
+    int row = blockIdx.x * blockDim.y + threadIdx.y;
+    int lane = threadIdx.x;
+    if (row >= rows) return;
+    const float *x = in + (size_t)row * cols;
+    float m = -3.402823466e+38f;
+    for (int c = lane; c < cols; c += 32) m = fmaxf(m, x[c]);
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
+    float s = 0.0f;
+    for (int c = lane; c < cols; c += 32) s += __expf(x[c] - m);
+    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffff, s, off);
+    float inv = 1.0f / s;
+    for (int c = lane; c < cols; c += 32) out[(size_t)row * cols + c] = __expf(x[c] - m) * inv;
+}
+""", "softmax_warp", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]),
+                      scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 1000, "cols": 1000}, ["rows"],
+                     {"block_size_x": 32, "block_size_y": 4}, {"block_size_x": [32], "block_size_y": [1, 2, 4, 8]},
+                     grid_div_x=["block_size_y"])
+
+LAYERNORM_WHILE = spec(r"""
+// Layer normalisation, one block per row, each block sum a while loop halving a local in dynamic shared memory.
+extern "C" __global__ void ln(float *y, const float *x, const float *g, const float *b, int n, float eps)
+{
+    extern __shared__ float sh[];
+    const int tid = threadIdx.x;
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float s = 0.0f;
+    for (int i = tid; i < n; i += blockDim.x) s += xr[i];
+    sh[tid] = s;
+    __syncthreads();
+    int half = blockDim.x / 2;
+    while (half > 0) {
+        if (tid < half) sh[tid] += sh[tid + half];
+        __syncthreads();
+        half >>= 1;
+    }
+    const float mean = sh[0] / n;
+    __syncthreads();
+    float v = 0.0f;
+    for (int i = tid; i < n; i += blockDim.x) { float d = xr[i] - mean; v += d * d; }
+    sh[tid] = v;
+    __syncthreads();
+    half = blockDim.x / 2;
+    while (half > 0) {
+        if (tid < half) sh[tid] += sh[tid + half];
+        __syncthreads();
+        half >>= 1;
+    }
+    const float inv = rsqrtf(sh[0] / n + eps);
+    for (int i = tid; i < n; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * g[i] + b[i];
+}
+""", "ln", [array("y", ["rows", "n"], role="out"), array("x", ["rows", "n"]), array("g", ["n"]), array("b", ["n"]),
+            scalar("n", "n"), scalar("eps", 1e-5, "float32")], {"rows": 300, "n": 1000}, ["rows"], grid_div_x=[1],
+                      smem_args={"size": "block_size_x * 4"}, tune_params={"block_size_x": [64, 128, 256]})
+
+ROW_MAX = spec(r"""
+// Row maxima, one block per row, the tree's barrier first in each step and its loop running while stride >= 1.
+extern "C" __global__ void row_max(float *out, const float *in, int cols)
+{
+    __shared__ float cache[256];
+    int tid = threadIdx.x;
+    float best = -3.402823466e+38f;
+    for (int j = tid; j < cols; j += blockDim.x)
+        best = max(best, in[blockIdx.x * cols + j]);
+    cache[tid] = best;
+    for (int stride = blockDim.x >> 1; stride >= 1; stride >>= 1) {
+        __syncthreads();
+        if (tid < stride)
+            cache[tid] = max(cache[tid], cache[tid + stride]);
+    }
+    if (tid == 0) out[blockIdx.x] = cache[0];
+}
+""", "row_max", [array("out", ["rows"], role="out"), array("in", ["rows", "cols"]), scalar("cols", "cols")],
+                {"rows": 300, "cols": 1000}, ["rows"], tune_params={"block_size_x": [64, 128, 256]}, grid_div_x=[1])
+
+# NVIDIA's first reduction: interleaved addressing (tid % (2 * s)), not a halving tree.
+REDUCE_INTERLEAVED = spec(r"""
+extern "C" __global__ void reduce0(int *g_odata, const int *g_idata, unsigned int n)
+{
+    extern __shared__ int sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = (i < n) ? g_idata[i] : 0;
+    __syncthreads();
+    for (unsigned int s = 1; s < blockDim.x; s *= 2) {
+        if (tid % (2 * s) == 0) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) g_odata[blockIdx.x] = sdata[0];
+}
+""", "reduce0", [array("g_odata", ["n"], "int32", "out"), array("g_idata", ["n"], "int32"), scalar("n", "n", "uint32")],
+                          {"n": 100003}, ["n"], smem_args={"size": "block_size_x * 4"},
+                          tune_params={"block_size_x": [64, 128, 256]})
+
+# NVIDIA's fifth: the halving stops at 32 and the last warp goes on through a volatile pointer, without barriers.
+REDUCE_LAST_WARP = spec(r"""
+__device__ void warpReduce(volatile float *sdata, unsigned int tid)
+{
+    sdata[tid] += sdata[tid + 32];
+    sdata[tid] += sdata[tid + 16];
+    sdata[tid] += sdata[tid + 8];
+    sdata[tid] += sdata[tid + 4];
+    sdata[tid] += sdata[tid + 2];
+    sdata[tid] += sdata[tid + 1];
+}
+extern "C" __global__ void reduce4(float *g_odata, const float *g_idata, unsigned int n)
+{
+    __shared__ float sdata[256];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = (i < n) ? g_idata[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 32; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid < 32) warpReduce(sdata, tid);
+    if (tid == 0) g_odata[blockIdx.x] = sdata[0];
+}
+""", "reduce4", [array("g_odata", ["n"], role="out"), array("g_idata", ["n"]), scalar("n", "n", "uint32")],
+                        {"n": 100003}, ["n"], tune_params={"block_size_x": [128, 256]})
+
 # case -> (rule, spec): each must be recognised; at least two per shape.
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
@@ -493,6 +797,24 @@ VARIANTS = {
     "axpby_elements": ("elements_per_thread", AXPBY),
     "add_bias_2d": ("elements_per_thread", ADD_BIAS_2D),
     "scale_3d": ("elements_per_thread", SCALE_3D),
+    "grid_stride_add_elements": ("elements_per_thread", GRID_STRIDE_ADD),
+    "grid_stride_add_vectorize": ("vectorize", GRID_STRIDE_ADD),
+    "grid_stride_add_fixed_grid": ("vectorize_loops", GRID_STRIDE_ADD_FIXED),
+    "daxpy": ("elements_per_thread", DAXPY),
+    "sigmoid": ("vectorize", SIGMOID),
+    "polar": ("vectorize", POLAR),
+    "count_above": ("hierarchical_reduction", COUNT_ABOVE),
+    "l1_distance": ("hierarchical_reduction", L1_DISTANCE),
+    "sum_by_warps": ("hierarchical_reduction", SUM_BY_WARPS),
+    "transpose_int": ("shared_tile", TRANSPOSE_INT),
+    "laplace_3d_double": ("register_blocking", LAPLACE_3D_DOUBLE),
+    "conv5_by_define": ("register_blocking", CONV5),
+    "mean9": ("register_window", MEAN9),
+    "row_mean": ("warp_per_row", ROW_MEAN),
+    "softmax_warp_registers": ("row_in_registers", SOFTMAX_WARP),
+    "softmax_warp_shared": ("row_in_shared", SOFTMAX_WARP),
+    "layernorm_while": ("row_in_registers", LAYERNORM_WHILE),
+    "row_max": ("shuffle_reduction", ROW_MAX),
 }
 
 
@@ -570,4 +892,10 @@ NOT_OF_SHAPE = {
                                                                                  "block_size_y": 2}}),
         "no barrier comes between its first pass over the row and the later ones"),
     "a_transpose_is_not_elementwise": ("elements_per_thread", TRANSPOSE_SCALED, "it is a transpose-like kernel"),
+    "a_grid_stride_body_reading_its_stride": ("elements_per_thread", _edited(
+        GRID_STRIDE_ADD, "y[i] = x[i] + y[i];", "y[i] = x[i] + stride;"),
+        "the loop reads stride, a local defined before it"),
+    "interleaved_addressing_is_not_a_halving_tree": ("shuffle_reduction", REDUCE_INTERLEAVED,
+                                                     "no shared-memory tree reduction"),
+    "a_tree_that_stops_at_the_last_warp": ("shuffle_reduction", REDUCE_LAST_WARP, "no shared-memory tree reduction"),
 }

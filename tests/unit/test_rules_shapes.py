@@ -376,6 +376,20 @@ def test_row_in_shared_keeps_a_row_per_warp_and_restricts_the_rows_per_block():
     assert code.index("__syncwarp();") < code.index("__shfl_xor_sync")
 
 
+def test_a_64_bit_index_keeps_its_width_and_a_tree_its_leading_barrier():
+    """A size_t index starts and strides in 64 bits (a cast on blockIdx.x would else wrap past 2^32 elements);
+    a tree whose steps start with their barrier is replaced by shuffles that start with one too."""
+    daxpy = VARIANTS["daxpy"][1]
+    code = mask(rules.apply("elements_per_thread", daxpy, daxpy.as_candidate()).source)
+    assert "size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x" \
+        in code
+    add = VARIANTS["grid_stride_add_elements"][1]
+    assert "stride" not in mask(rules.apply("elements_per_thread", add, add.as_candidate()).source)
+    row_max = VARIANTS["row_max"][1]
+    code = mask(rules.apply("shuffle_reduction", row_max, row_max.as_candidate()).source)
+    assert code.index("__syncthreads();") < code.index("float value = cache[tid];")
+
+
 def test_shuffle_reduction_keeps_the_combination():
     spec = CORPUS["softmax"].spec()
     candidate = rules.apply("shuffle_reduction", spec, spec.as_candidate())

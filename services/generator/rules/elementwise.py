@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (IDENTIFIER, Kernel, closing, find_kernel, fresh_name, identifiers,
                                                  mask, split_top_level)
-from services.generator.rules.statements import body_of
+from services.generator.rules.statements import Statement, body_of
 from services.generator.rules.shape import Layout, one_thread_per_point
 from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
                r"u?int(?:32|64)_t)")
+WIDE_INDEX_TYPES = r"(?:\w+\s+)?long(?:\s+long)?|size_t|u?int64_t"
 # The element sizes vectorize takes. A kernel takes 16 bytes of its narrowest arrays per vector (4 floats or ints,
 # 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to 16 bytes (its wider
 # arrays move a multiple of 16 bytes per vector).
@@ -60,7 +61,14 @@ def model(spec: KernelSpec) -> Elementwise:
     start = kernel.body_open + 1
     body = masked[start:kernel.body_close]
     if re.match(r"\s*for\s*\(", body):
-        return _grid_stride_model(spec, kernel, masked, uncommented)
+        return _grid_stride_model(spec, kernel, masked, uncommented, body_of(kernel, masked, NotElementwise))
+    if re.search(r"\bfor\b", body):
+        try:
+            statements = body_of(kernel, masked, NotElementwise)
+        except NotElementwise:  # read on below as a one-point-per-thread body, as before loops after locals were
+            statements = []
+        if statements and statements[-1].kind == "for" and _launch_locals(statements[:-1], masked, spec) is not None:
+            return _grid_stride_model(spec, kernel, masked, uncommented, statements)
 
     definition = re.match(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*(?P<expr>[^;]*);",
                           body)
@@ -94,20 +102,26 @@ def model(spec: KernelSpec) -> Elementwise:
                        textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
 
 
-def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommented: str) -> Elementwise:
+def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommented: str,
+                       body: list[Statement]) -> Elementwise:
     """A kernel whose whole body is a grid-stride loop, `for (int i = blockIdx.x * blockDim.x + threadIdx.x;
-    i < n; i += blockDim.x * gridDim.x) BODY`: elementwise when BODY is, whatever the grid."""
-    body = body_of(kernel, masked, NotElementwise)
-    if len(body) != 1 or body[0].kind != "for":
+    i < n; i += blockDim.x * gridDim.x) BODY`, or that loop after locals of the launch geometry it starts and steps
+    by (`int index = blockIdx.x * blockDim.x + threadIdx.x; int stride = blockDim.x * gridDim.x;`): elementwise
+    when BODY is, whatever the grid."""
+    *setup, loop = body
+    if loop.kind != "for":
         raise NotElementwise("code follows the grid-stride loop; an elementwise kernel is the loop alone")
-    loop = body[0]
+    known = _launch_locals(setup, masked, spec)
+    if known is None:
+        raise NotElementwise("code precedes the grid-stride loop; an elementwise kernel is the loop alone, after "
+                             "locals of the launch geometry at most")
     init, condition, step = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
     definition = re.fullmatch(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<expr>.*)",
                               init, re.DOTALL)
     if definition is None:
         raise NotElementwise("the loop does not define its index like `int i = blockIdx.x * blockDim.x + threadIdx.x`")
     index, x_name = definition["index"], spec.block_size_names[0]
-    block_x = _block_width(definition["expr"], x_name)
+    block_x = _block_width(definition["expr"], x_name, known)
     if block_x is None:
         raise NotElementwise(f"the loop starts {index} at `{' '.join(definition['expr'].split())}`, not at "
                              f"blockIdx.x * blockDim.x + threadIdx.x (or with {x_name})")
@@ -118,7 +132,7 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
     stride = None
     if increment is not None:
         try:
-            stride = affine.parse(increment["step"])
+            stride = affine.parse(increment["step"], known)
         except affine.NotAffine:
             pass
     if stride != {tuple(sorted((block_x, "gridDim.x"))): 1}:
@@ -128,21 +142,45 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
     inside = (guarded.inner if guarded.kind == "block" else (guarded.start, guarded.end))
     text = masked[inside[0]:inside[1]]
     arrays = _check_guarded(text, index, _array_parameters(spec.source, kernel, spec))
+    # The rendering drops the locals before the loop: BODY and the bound must not read them.
+    used = next((name for name in known if re.search(rf"\b{name}\b", text + condition)), None)
+    if used is not None:
+        raise NotElementwise(f"the loop reads {used}, a local defined before it, beyond starting and stepping by it")
     lines = [line.rstrip() for line in uncommented[inside[0]:inside[1]].split("\n") if line.strip()]
     return Elementwise(spec.source, kernel, index, " ".join(definition["type"].split()), block_x,
                        uncommented[bound_at:bound_at + len(bound["bound"])].strip(),
                        textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
 
 
-def _block_width(expression: str, x_name: str) -> str | None:
+def _launch_locals(setup: list[Statement], masked: str, spec: KernelSpec) -> dict[str, affine.Poly] | None:
+    """The integer locals declared before a grid-stride loop, each by the launch geometry alone (the thread's
+    first index, the grid's stride), as polynomials; None when any statement is something else."""
+    launch = {"blockIdx.x", "blockDim.x", "threadIdx.x", "gridDim.x", spec.block_size_names[0]}
+    known: dict[str, affine.Poly] = {}
+    for statement in setup:
+        local = re.fullmatch(rf"\s*(?:const\s+)?{INDEX_TYPES}\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<expr>[^;,]*);\s*",
+                             masked[statement.start:statement.end])
+        if local is None:
+            return None
+        try:
+            known[local["name"]] = affine.parse(local["expr"], known)
+        except affine.NotAffine:
+            return None
+        if not affine.names(known[local["name"]]) <= launch:
+            return None
+    return known
+
+
+def _block_width(expression: str, x_name: str, known: dict[str, affine.Poly] | None = None) -> str | None:
     """blockDim.x or x_name, whichever the index expression multiplies blockIdx.x by; None if it is not one
-    of the usual spellings of the global thread index."""
-    compact = re.sub(r"\s+", "", expression)
+    of the usual spellings of the global thread index (casts such as `(size_t)blockIdx.x * blockDim.x` are looked
+    through, and the `known` locals replaced by their polynomials)."""
+    try:
+        poly = affine.parse(expression, known)
+    except affine.NotAffine:
+        return None
     for width in ("blockDim.x", x_name):
-        w = re.escape(width)
-        product = rf"(?:blockIdx\.x\*{w}|{w}\*blockIdx\.x)"
-        product = rf"(?:{product}|\({product}\))"
-        if re.fullmatch(rf"{product}\+threadIdx\.x|threadIdx\.x\+{product}", compact):
+        if poly == {tuple(sorted(("blockIdx.x", width))): 1, ("threadIdx.x",): 1}:
             return width
     return None
 
@@ -243,7 +281,7 @@ def render(kernel: Elementwise, elements_per_thread: bool, vectorize: bool) -> s
         lines = _vector_loops(kernel, elements_per_thread)
     else:
         lines = [*_unrolled_by_elements_per_thread(elements_per_thread),
-                 *_scalar_loop(kernel, f"blockIdx.x * {kernel.block_x} + threadIdx.x")]
+                 *_scalar_loop(kernel, _first(kernel))]
     body = "\n".join(INDENT + line if line else line for line in lines)
     return f"{kernel.source[:kernel.kernel.body_open + 1]}\n{body}\n{kernel.source[kernel.kernel.body_close:]}"
 
@@ -256,9 +294,23 @@ def _unrolled_by_elements_per_thread(enabled: bool) -> list[str]:
             "#pragma unroll elements_per_thread"]
 
 
+def _first(kernel: Elementwise) -> str:
+    """The thread's first index, in the index's type when that is 64 bits wide (the kernel may index arrays of
+    more than 2^32 elements, where blockIdx.x * blockDim.x in unsigned int would wrap)."""
+    return f"{_widened(kernel)}blockIdx.x * {kernel.block_x} + threadIdx.x"
+
+
+def _stride(kernel: Elementwise) -> str:
+    return f"{_widened(kernel)}gridDim.x * {kernel.block_x}"
+
+
+def _widened(kernel: Elementwise) -> str:
+    return f"({kernel.index_type})" if re.fullmatch(WIDE_INDEX_TYPES, kernel.index_type) else ""
+
+
 def _scalar_loop(kernel: Elementwise, first: str) -> list[str]:
     i = kernel.index
-    return [f"for ({kernel.index_type} {i} = {first}; {i} < {kernel.bound}; {i} += gridDim.x * {kernel.block_x}) {{",
+    return [f"for ({kernel.index_type} {i} = {first}; {i} < {kernel.bound}; {i} += {_stride(kernel)}) {{",
             *textwrap.indent(kernel.body, INDENT).split("\n"), "}"]
 
 
@@ -297,7 +349,7 @@ def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
         text = re.sub(rf"\b{name}\s*\[\s*{i}\s*\]", f"{register}.{lane}[{k}]", text)
     index = [f"const {kernel.index_type} {i} = {width} * {v} + {k};"] if re.search(rf"\b{i}\b", mask(text)) else []
     aligned = " && ".join(f"(reinterpret_cast<unsigned long long>({name}) & 15) == 0" for name in kernel.arrays)
-    first = f"blockIdx.x * {kernel.block_x} + threadIdx.x"
+    first = _first(kernel)
     return [f"// 128-bit loads and stores when every array is 16-byte aligned: the first {bound} / {width} * {width} "
             f"elements as vectors",
             f"// of {width} lanes, each lane doing what one thread did, then the last {bound} % {width} one by one; "
@@ -308,7 +360,7 @@ def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
             f"if ({aligned}) {{",
             *(INDENT + line for line in [
                 *_unrolled_by_elements_per_thread(elements_per_thread),
-                f"for ({kernel.index_type} {v} = {first}; {v} < {vectors}; {v} += gridDim.x * {kernel.block_x}) {{",
+                f"for ({kernel.index_type} {v} = {first}; {v} < {vectors}; {v} += {_stride(kernel)}) {{",
                 *(INDENT + line for line in [
                     *loads,
                     "#pragma unroll",

@@ -26,6 +26,7 @@ from services.generator.rules.cuda_text import closing, find_kernel, fresh_name,
 from services.generator.rules.elementwise import model
 from services.generator.rules.partition import partition
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
+from services.generator.rules.shape import one_thread_per_point
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.spec import KernelSpec
 
@@ -62,7 +63,9 @@ class VectorLoop:
 def vectorize_loops_reason(source: str, spec: KernelSpec) -> str | None:
     try:
         model(spec)
-        return "the kernel is elementwise: the vectorize rule widens it, with a grid to match"
+        # Unless the spec divides the grid otherwise (elements per thread of its own), which vectorize refuses.
+        if one_thread_per_point(spec, 0) is None:
+            return "the kernel is elementwise: the vectorize rule widens it, with a grid to match"
     except ValueError:  # NotElementwise, or a kernel the elementwise model cannot read
         pass
     found, reasons = vector_loops(source, spec)

@@ -2,9 +2,9 @@
 
 Recognised anywhere in the source (a kernel or a __device__ helper), whatever the names:
 
-    for (int s = blockDim.x / 2; s > 0; s /= 2) {          // or block_size_x, >> 1, s >>= 1, s = s / 2
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {          // or block_size_x, >> 1, s >= 1, s >>= 1, s = s / 2
         if (tid < s) red[tid] += red[tid + s];              // or red[tid] = fmaxf(red[tid], red[tid + s]) ...
-        __syncthreads();
+        __syncthreads();                                    // or first in the loop's body
     }
 
 with `red` a __shared__ array (static or extern) or a pointer a helper receives, `tid` threadIdx.x or a local
@@ -39,6 +39,7 @@ class Tree:
     thread: str  # threadIdx.x or the local that holds it
     width: str  # blockDim.x or the block-size define the halving starts from
     combine: str  # "+" or one of FUNCTIONS
+    barrier_first: bool = False  # each step starts with its barrier rather than ending with it
 
 
 def shuffle_reduction_reason(source: str, spec: KernelSpec) -> str | None:
@@ -124,15 +125,18 @@ def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[st
     if declared is None or declared.group(2) not in widths:
         return None
     s, width = declared.group(1), declared.group(2)
-    if condition not in (f"{s}>0", f"0<{s}") or step not in (f"{s}/=2", f"{s}>>=1", f"{s}={s}/2", f"{s}={s}>>1"):
+    if condition not in (f"{s}>0", f"0<{s}", f"{s}>=1") \
+            or step not in (f"{s}/=2", f"{s}>>=1", f"{s}={s}/2", f"{s}={s}>>1"):
         return None
     try:
         inside = statements(masked, *loop.body.inner)
     except Unparsed:
         return None
-    if len(inside) != 2 or compact(masked[inside[1].start:inside[1].end]) != "__syncthreads();":
+    # The barrier after each step, or before it (the replacement then starts with one, as the loop did).
+    barriers = [compact(masked[st.start:st.end]) == "__syncthreads();" for st in inside]
+    if barriers not in ([False, True], [True, False]):
         return None
-    guard = inside[0]
+    guard = inside[barriers.index(False)]
     if guard.kind != "if" or guard.orelse is not None:
         return None
     tested = re.fullmatch(rf"([A-Za-z_][\w.]*)<{s}", compact(masked[guard.head[0]:guard.head[1]]))
@@ -147,10 +151,10 @@ def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[st
     for name, element in shared.items():
         mine, other = f"{name}[{t}]", f"{name}[{t}+{s}]"
         if action in (f"{mine}+={other};", f"{mine}={mine}+{other};", f"{mine}={other}+{mine};"):
-            return Tree(loop, name, element, t, width, "+")
+            return Tree(loop, name, element, t, width, "+", barriers[0])
         for function in FUNCTIONS:
             if action in (f"{mine}={function}({mine},{other});", f"{mine}={function}({other},{mine});"):
-                return Tree(loop, name, element, t, width, function)
+                return Tree(loop, name, element, t, width, function, barriers[0])
     return None
 
 
@@ -169,6 +173,7 @@ def _replacement(tree: Tree, taken: set[str]) -> list[str]:
     return ["{",
             f"{INDENT}// Warp shuffles instead of a tree in shared memory: each warp combines its values in registers,",
             f"{INDENT}// then warp 0 the warps' results; {red}[0] holds the block's result for every thread after.",
+            *([f"{INDENT}__syncthreads();  // as the loop's first step did"] if tree.barrier_first else []),
             f"{INDENT}{tree.type} {v} = {red}[{t}];",
             f"{INDENT}__syncthreads();  // every value is read before warps overwrite {red}[0..]",
             *(INDENT + line for line in shuffle),
