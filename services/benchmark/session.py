@@ -11,7 +11,11 @@ runs disagree widens the tolerance of a kernel whose result depends on order (sh
 Launches face what a real call faces: two input sets drawn with different seeds, each with the reference
 output the submitted kernel computes from it, alternate from one timed launch to the next, and every output
 is restored before each launch; so a kernel that keys a cached result on its inputs, or reuses the last
-launch's output, computes wrong or gains nothing.
+launch's output, computes wrong or gains nothing. A kernel may still cache results keyed on the inputs' values
+(a checksum of them), which two sets that repeat would reward; so the comparison in turn, where a step is
+accepted or not, gives every pair inputs no launch has seen: before each pair its set's inputs are rotated
+by a random count of elements (the same values, so as valid as drawn, in new places) and the reference is
+run on them again for the new reference output.
 """
 import math
 import random
@@ -27,7 +31,7 @@ from shared.adapters.device.own_kernels import OwnKernels
 from shared.adapters.device.process import Failed
 from shared.adapters.device.session import GpuSession
 from shared.adapters.inputs import make_arrays
-from shared.domain.dtypes import is_float
+from shared.domain.dtypes import host_dtype, is_float
 from shared.domain.events import Tolerance
 from shared.domain.tolerance import REFERENCE_RUNS, answer_tolerances, derive_each, set_in_spec
 
@@ -40,6 +44,11 @@ class InputSet:
     seed: int
     arrays: list
     outputs: list
+    rotations: int = 0  # how often compare has rotated its inputs since they were drawn
+
+    @property
+    def name(self) -> str:
+        return f"the inputs of seed {self.seed}" + (f" after {self.rotations} rotations" if self.rotations else "")
 
 
 class BenchmarkSession(GpuSession):
@@ -54,6 +63,7 @@ class BenchmarkSession(GpuSession):
         self._setup: Setup | None = None
         self._setup_key: tuple | None = None
         self._sets: list[InputSet] = []
+        self._scratch = None  # as large as the largest input: what a rotation copies through
 
     # --- per space ---
     def prepare(self, setup: Setup) -> Failed | None:
@@ -73,17 +83,15 @@ class BenchmarkSession(GpuSession):
             return Failed("data", str(exc))
         if self.info.peaks and self.info.peaks.l2_bytes:  # for the spec's l2_flush, and every comparison
             self._flush = self.allocate(2 * self.info.peaks.l2_bytes)
+        if rotatable := _rotatable(spec):
+            self._scratch = self.allocate(max(_nbytes(spec, a) for a in rotatable))
         self._setup, self._setup_key = setup, key
-        grid, block = setup.reference_geometry
         spread = {arg.name: (0.0, 0.0) for arg, *_ in self._sets[0].outputs}
         for inputs in self._sets:
             for run in range(REFERENCE_RUNS):
-                outcome = self._checked_launch(setup.reference, grid, block, setup.reference_shared_bytes, inputs,
-                                               setup.reference_params)
-                if isinstance(outcome, Failed):
+                if failed := self._reference_run(inputs):
                     self._setup = None
-                    return Failed(outcome.stage, f"the submitted kernel, the reference, failed on the inputs of "
-                                                 f"seed {inputs.seed}: {outcome.reason}", outcome.poisoned)
+                    return failed
                 for arg, buffer, _, reference, size in inputs.outputs:
                     if run == 0:
                         self.copy(reference, buffer)
@@ -194,6 +202,7 @@ class BenchmarkSession(GpuSession):
                     return _named(side, warm)
         samples: tuple[list[float], list[float]] = ([], [])
         looks = sampling.looks(duel.pairs, max(duel.pairs, duel.max_pairs))
+        rotations = random.Random()
         started = time.perf_counter()
         for i in range(looks[-1]):
             if i in looks:  # i pairs timed: stop if they decide, or if the next look would not fit the budget
@@ -202,6 +211,8 @@ class BenchmarkSession(GpuSession):
                 if over_budget or sampling.settled(*samples, duel.bar, duel.confidence):
                     break
             inputs = self._timed_set(i)
+            if failed := self._rotate(inputs, rotations):
+                return failed
             # Which goes first alternates every other pair, so neither always follows the other (and each
             # input set sees both orders): a cache the first leaves warm would otherwise favour the second.
             for side in ((0, 1) if (i // 2) % 2 == 0 else (1, 0)):
@@ -218,7 +229,41 @@ class BenchmarkSession(GpuSession):
                         return _named(side, _inconsistent("its last launch", inputs, mismatch, error))
         return Paired(incumbent_ms=samples[0], candidate_ms=samples[1])
 
+    def _rotate(self, inputs: InputSet, rotations: random.Random) -> Failed | None:
+        """Move every rotatable input of `inputs` by one random count of elements (each array by that count
+        modulo its length, so arrays of one length, such as a sparse matrix's columns and values, stay aligned),
+        then run the reference on them for their reference output: inputs no launch has seen, as valid as those
+        drawn. Outside any timed region."""
+        spec = self._setup.spec
+        shift = rotations.randrange(1, 1 << 30)
+        movable = {a.name for a in _rotatable(spec)}
+        for arg, buffer in zip(spec.args, inputs.arrays):
+            if arg.name not in movable:
+                continue
+            total, itemsize = _nbytes(spec, arg), host_dtype(arg.dtype).itemsize
+            moved = shift % (total // itemsize) * itemsize
+            self.copy(self._scratch, buffer, total - moved, src_offset=moved)
+            self.copy(self._scratch, buffer, moved, dst_offset=total - moved)
+            self.copy(buffer, self._scratch, total)
+        inputs.rotations += 1
+        if failed := self._reference_run(inputs):
+            return failed
+        for _, buffer, _, reference, _ in inputs.outputs:
+            self.copy(reference, buffer)
+        return None
+
     # --- launches ---
+    def _reference_run(self, inputs: InputSet) -> Failed | None:
+        """The submitted kernel run once on `inputs`, its outputs left in their buffers."""
+        setup = self._setup
+        grid, block = setup.reference_geometry
+        outcome = self._checked_launch(setup.reference, grid, block, setup.reference_shared_bytes, inputs,
+                                       setup.reference_params)
+        if isinstance(outcome, Failed):
+            return Failed(outcome.stage, f"the submitted kernel, the reference, failed on {inputs.name}: "
+                                         f"{outcome.reason}", outcome.poisoned)
+        return None
+
     def _checked_launch(self, compiled, grid, block, shared_bytes: int, inputs: InputSet, params: dict):
         """Reset the outputs, launch once with timing, wait: (ms, kernel) or Failed with the driver's words."""
         kernel = self.load(compiled)
@@ -288,11 +333,23 @@ class BenchmarkSession(GpuSession):
 
     def _release(self) -> None:
         self.release()
-        self._flush, self._setup, self._sets = None, None, []
+        self._flush, self._setup, self._sets, self._scratch = None, None, [], None
+
+
+def _rotatable(spec) -> list:
+    """The inputs a rotation moves: every pure input array of more than one element, but those with fixed
+    `data` (the user chose them) and the `sorted` ones (row pointers, sorted keys: their order is their
+    meaning)."""
+    return [a for a in spec.args if a.is_array and not a.is_output and a.data is None and not a.sorted
+            and math.prod(spec.shape_of(a)) > 1]
+
+
+def _nbytes(spec, arg) -> int:
+    return math.prod(spec.shape_of(arg)) * host_dtype(arg.dtype).itemsize
 
 
 def _inconsistent(which: str, inputs: InputSet, mismatch: str, error: float) -> Failed:
-    return Failed("output", f"inconsistent across launches: {which}, on the inputs of seed {inputs.seed}, differs "
+    return Failed("output", f"inconsistent across launches: {which}, on {inputs.name}, differs "
                             f"from their reference output: {mismatch}", details={"max_abs_error": error})
 
 

@@ -1,12 +1,13 @@
 """On a real GPU: two kernels timed in turn in one session, and timed launches rotating between input sets so
 a kernel that caches its result keyed on its inputs cannot profit from it. Run on the GPU machine."""
+import statistics
 from uuid import uuid4
 
 import pytest
 
 from services.benchmark.compile_pool import CompilePool
 from services.benchmark.handlers import compare_kernels
-from services.benchmark.measurement import Duel, Order
+from services.benchmark.measurement import Duel, Measured, Order
 from services.benchmark.process import BenchmarkProcess
 from services.benchmark.resources import BenchmarkResources
 from services.benchmark.sampling import speedup_interval
@@ -20,11 +21,15 @@ pytestmark = pytest.mark.gpu
 
 N = 1 << 22
 # Compute-bound work, so a kernel replaying a cached result would be far faster than one computing it.
-# cheat 1 replays its result while the first input value is what it was; cheat 2 whatever the inputs are.
+# cheat 1 replays its result while the first input value is what it was; cheat 2 whatever the inputs are;
+# cheat 3 keeps two results per element, each keyed on that element's own inputs, so two input sets that repeat
+# always hit and any inputs it has not seen are computed right.
 CACHING = r"""
 #define N_MAX (1 << 22)
 __device__ float cached[N_MAX];
 __device__ float cached_key[N_MAX];
+__device__ float slot_a[2][N_MAX], slot_b[2][N_MAX], slot_c[2][N_MAX];
+__device__ int slot_next[N_MAX];
 __device__ float work(float a, float b) {
     float x = a;
     for (int k = 0; k < iters; k++) x = fmaf(x, 0.999f, b);
@@ -41,6 +46,13 @@ extern "C" __global__ void vector_add(float *c, const float *a, const float *b, 
     if (cached_key[i] == 2.0f) { c[i] = cached[i]; return; }
     c[i] = cached[i] = work(a[i], b[i]);
     cached_key[i] = 2.0f;
+#elif cheat == 3
+    const float x = a[i], y = b[i];
+    for (int s = 0; s < 2; s++)
+        if (slot_a[s][i] == x && slot_b[s][i] == y) { c[i] = slot_c[s][i]; return; }
+    const int s = slot_next[i];
+    c[i] = slot_c[s][i] = work(x, y);
+    slot_a[s][i] = x, slot_b[s][i] = y, slot_next[i] = s ^ 1;
 #else
     c[i] = work(a[i], b[i]);
 #endif
@@ -84,7 +96,7 @@ def process():
 
 
 def test_the_caching_kernels_compile():
-    for cheat in (0, 1, 2):
+    for cheat in (0, 1, 2, 3):
         compile_kernel(CACHING, "vector_add", {"block_size_x": 256, "cheat": cheat, "iters": 512}, [], "sm_90")
 
 
@@ -149,3 +161,26 @@ def test_the_comparison_handler_on_the_gpu(store, vector_add_spec):
     print(answer.speedup, answer.speedup_ci, answer.error)
     assert isinstance(answer, KernelsCompared) and answer.error is None and not answer.replay
     assert answer.speedup_ci[0] > 2.5 and len(answer.candidate_samples_ms) == spec.benchmark.comparison_pairs
+
+
+def test_a_kernel_caching_results_keyed_on_its_input_values_gains_nothing_in_the_comparison(vector_add_spec, process):
+    """Two input sets that repeat reward a cache keyed on the inputs' values (cheat 3 hits on every timed launch
+    of a tuning), but every pair of the comparison in turn, where a step is accepted, runs on inputs rotated
+    anew: there it computes every time, and its outputs match the reference run on the rotated inputs."""
+    spec = caching_spec(vector_add_spec)
+    arch = process.device.arch
+    assert process.prepare(reference_setup(spec, None, arch)) is None
+    honest, keyed = _order(spec, {"cheat": 0}, arch), _order(spec, {"cheat": 3}, arch)
+    alone = [process.measure(order) for order in (honest, keyed)]
+    assert all(isinstance(m, Measured) for m in alone), alone
+    medians = [statistics.median(m.samples_ms) for m in alone]
+    print("tuned alone:", medians)
+    assert medians[1] < 0.5 * medians[0]  # what the repeating sets reward
+
+    paired = process.compare(Duel(incumbent=honest, candidate=keyed, pairs=15))
+    speedup, (low, high) = speedup_interval(paired.incumbent_ms, paired.candidate_ms)
+    print("in turn, on rotated inputs:", speedup, low, high)
+    assert len(paired.candidate_ms) == 15 and speedup < 1.1
+    # The sets hold rotated inputs and their reference output now: both kernels still check out against it.
+    after = [process.measure(order) for order in (honest, keyed)]
+    assert all(isinstance(m, Measured) and m.max_abs_error == 0.0 for m in after), after
