@@ -167,7 +167,8 @@ def test_a_kernel_caching_results_keyed_on_its_input_values_gains_nothing_in_the
     """Two input sets that repeat reward a cache keyed on the inputs' values (cheat 3 hits on every timed launch
     of a tuning), but every pair of the comparison in turn, where a step is accepted, runs on inputs rotated
     anew: there it computes every time, and its outputs match the reference run on the rotated inputs."""
-    spec = caching_spec(vector_add_spec)
+    # 4096 steps of work: a hit (five loads and a store) is far cheaper than computing
+    spec = caching_spec(vector_add_spec, params={"block_size_x": 256, "cheat": 0, "iters": 4096})
     arch = process.device.arch
     assert process.prepare(reference_setup(spec, None, arch)) is None
     honest, keyed = _order(spec, {"cheat": 0}, arch), _order(spec, {"cheat": 3}, arch)
