@@ -11,7 +11,11 @@ runs disagree widens the tolerance of a kernel whose result depends on order (sh
 Launches face what a real call faces: two input sets drawn with different seeds, each with the reference
 output the submitted kernel computes from it, alternate from one timed launch to the next, and every output
 is restored before each launch; so a kernel that keys a cached result on its inputs, or reuses the last
-launch's output, computes wrong or gains nothing. A kernel may still cache results keyed on the inputs' values
+launch's output, computes wrong or gains nothing. Every pure output starts each launch filled with one byte
+drawn per space, neither zero nor the verifier's poison (NaN), unless the reference reads it before writing (it
+accumulates into it) and so needs it zeroed: a kernel that tells a timed launch from a verified run by its
+outputs' content (the poison), or that counts on zeroed outputs, leaves its outputs wrong there, and they are
+checked. A kernel may still cache results keyed on the inputs' values
 (a checksum of them), which two sets that repeat would reward; so the comparison in turn, where a step is
 accepted or not, gives every pair inputs no launch has seen: before each pair its set's inputs are rotated
 by a random count of elements (the same values, so as valid as drawn, in new places) and the reference is
@@ -34,6 +38,10 @@ from shared.adapters.inputs import make_arrays
 from shared.domain.dtypes import host_dtype, is_float
 from shared.domain.events import Tolerance
 from shared.domain.tolerance import REFERENCE_RUNS, answer_tolerances, derive_each, set_in_spec
+
+# The bytes a pure output may start filled with: each makes a finite, non-zero value of every dtype (0x7C-0x7F
+# and 0xFC-0xFF repeated are infinite or NaN in some float type), none is 0 or the verifier's poison (0xFF).
+START_BYTES = (*range(0x11, 0x70), *range(0x91, 0xF0))
 
 
 @dataclass
@@ -100,10 +108,32 @@ class BenchmarkSession(GpuSession):
                     spread[arg.name] = (max(spread[arg.name][0], found.max_abs),
                                         max(spread[arg.name][1], found.max_rel))
         self._tolerances, self._answer_tolerances = self._derived_tolerances(spread, answers)
+        if failed := self._fill_pure_outputs(random.choice(START_BYTES)):
+            self._setup = None
+            return failed
         # An answer comes with fixed data on every input, so both sets hold the same inputs: one is checked.
         if answers and (wrong := self._answer_mismatch(self._sets[0], answers)):
             self._setup = None
             return Failed("output", wrong)
+        return None
+
+    def _fill_pure_outputs(self, byte: int) -> Failed | None:
+        """Start every pure output filled with `byte` in every set, but those whose result from it differs from
+        their result from zeros: the reference reads them before writing (it accumulates into them), so they
+        stay zeroed."""
+        first = self._sets[0]
+        pure = [output for output in first.outputs if output[0].effective_role == "out"]
+        for _, _, pristine, _, _ in pure:
+            self.fill(pristine, byte)
+        if failed := self._reference_run(first):
+            return failed
+        zeroed = {arg.name for arg, buffer, _, reference, size in pure
+                  if self._differences(arg.dtype, buffer, reference, size, self._tolerances[arg.name].atol,
+                                       self._tolerances[arg.name].rtol)[0]}
+        for inputs in self._sets:
+            for arg, _, pristine, _, _ in inputs.outputs:
+                if arg.effective_role == "out":
+                    self.fill(pristine, 0 if arg.name in zeroed else byte)
         return None
 
     def _derived_tolerances(self, spread: dict[str, tuple[float, float]],

@@ -40,6 +40,12 @@ extern "C" __global__ void vector_add(float *c, const float *a, const float *b, 
     if (launched && blockIdx.x == 0) return;            // skips work after its first launch of the module
     if (i < n) c[i] = a[i] + b[i];
     if (i == 0) launched = 1;
+#elif fault == 7
+    if (i < n && c[i] != c[i]) c[i] = a[i] + b[i];      // works only where its output holds the verifier's poison
+#elif fault == 8
+    if (i < n) atomicAdd(&c[i], a[i] + b[i]);           // accumulates into its output, as a reduction does
+#elif fault == 9
+    if (i < n && c[i] == 0.0f) c[i] = a[i] + b[i];      // counts on a zeroed output to find its work
 #else
     if (i < n) c[i] = a[i] + b[i];
 #endif
@@ -47,9 +53,10 @@ extern "C" __global__ void vector_add(float *c, const float *a, const float *b, 
 """
 
 
-def cued_spec(vector_add_spec, modes, blocks=(128, 256), n=1_000_003):
+def cued_spec(vector_add_spec, modes, blocks=(128, 256), n=1_000_003, reference=0):
     return vector_add_spec.model_validate({
-        **vector_add_spec.model_dump(), "source": CUED, "sizes": {"n": n}, "params": {"block_size_x": 256, "fault": 0},
+        **vector_add_spec.model_dump(), "source": CUED, "sizes": {"n": n},
+        "params": {"block_size_x": 256, "fault": reference},
         "tune_params": {"block_size_x": list(blocks), "fault": list(modes)}, "strategy": {"name": "tune"},
         "benchmark": {**vector_add_spec.benchmark.model_dump(), "timeout_s": 5}})
 
@@ -82,6 +89,19 @@ def test_a_kernel_that_reuses_or_skips_work_after_its_first_launch_is_never_rank
     assert isinstance(stale, ConfigMeasured) and stale.max_abs_error == 0.0
     assert stale.median_ms > 0.7 * honest.median_ms, (stale.median_ms, honest.median_ms)  # it had to do the work
     assert counted.stage == "output" and "inconsistent across launches" in counted.reason
+
+
+def test_timed_launches_start_from_neither_poison_nor_zeros_unless_the_reference_accumulates(vector_add_spec,
+                                                                                          process, pool):
+    """A kernel that works only where it finds the verifier's poison, or only where it finds zeros, leaves its
+    output wrong in timed launches; where the submitted kernel adds into its output, the output starts zeroed."""
+    _, gated = tune(cued_spec(vector_add_spec, modes=[0, 7, 9], blocks=(256,)), process, pool)
+    _, accumulated = tune(cued_spec(vector_add_spec, modes=[8, 0], blocks=(256,), reference=8), process, pool)
+
+    print({k: getattr(o, "median_ms", None) or o.reason[:120] for k, o in {**gated, **accumulated}.items()})
+    assert gated[(256, 7)].stage == gated[(256, 9)].stage == "output"
+    assert all(isinstance(o, ConfigMeasured) and o.max_abs_error == 0.0
+               for o in (gated[(256, 0)], accumulated[(256, 8)], accumulated[(256, 0)]))
 
 
 def test_every_broken_configuration_is_rejected_with_its_reason_and_the_worker_goes_on(vector_add_spec, process, pool):
