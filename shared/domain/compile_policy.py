@@ -6,7 +6,8 @@ quote `/proc/self/environ` into its compile log or overwrite the event store. So
 - an include names a header by a plain relative path (`<cuda_fp16.h>`, "cuda/std/cstdint"): never an
   absolute path, `..`, or a macro. The compile runs in an empty working directory, and NVRTC searches only
   the CUDA headers kforge ships (`Headers`: those of the nvidia-cuda-runtime and nvidia-cuda-cccl
-  packages, which the compiler passes to NVRTC itself), so such a name can only reach those;
+  packages, then kforge's own C_HEADERS, which the compiler passes to NVRTC itself), so such a name can only
+  reach those;
 - an angle include must name a header there that is safe to include: a header one of whose includes, however
   deep, names its file by a macro (thrust's do) would let the source's own #defines aim it anywhere, so it
   is refused with everything that reaches it;
@@ -136,7 +137,15 @@ def _check_header(number: int, header: str) -> None:
 
 # --- the headers ----------------------------------------------------------------------------------------
 AVAILABLE = ("the CUDA runtime's (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperative_groups.h, mma.h, "
-             "cuda_pipeline.h, vector_types.h, ...) and CCCL's (cuda/std/..., cuda/..., nv/target, cub/...)")
+             "cuda_pipeline.h, vector_types.h, ...), CCCL's (cuda/std/..., cuda/..., nv/target, cub/...) and the C "
+             "headers kernels include (math.h, cmath, float.h, cfloat, limits.h, climits, stdint.h, cstdint, "
+             "stdio.h, cstdio, assert.h, cassert)")
+# NVRTC has no C library headers. kforge's stand-ins for those kernels include (shared/adapters/device/c_headers:
+# each CCCL's header of that name, or the macros a host header gives), searched after the CUDA headers; and
+# IMPLICIT_HEADER, included before every kernel, gives what nvcc's implicit <cuda_runtime.h> brings in through
+# the host's <math.h> (INFINITY, NAN, M_PI, ...), so a kernel written for nvcc compiles unchanged.
+C_HEADERS = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "adapters", "device", "c_headers"))
+IMPLICIT_HEADER = "kforge_implicit.h"
 _OPENS_FILES = {"include", "include_next", "import", "embed"}
 
 
@@ -156,11 +165,11 @@ class Headers:
 @functools.cache
 def vetted_headers() -> Headers:
     """The CUDA headers kforge ships, found as NVRTC is (cuda.pathfinder: the nvidia pip packages, else a CUDA
-    toolkit): nvidia-cuda-runtime's include directory, then nvidia-cuda-cccl's."""
+    toolkit): nvidia-cuda-runtime's include directory, then nvidia-cuda-cccl's; then kforge's C_HEADERS."""
     from cuda.pathfinder import find_nvidia_header_directory
 
     found = (find_nvidia_header_directory(name) for name in ("cudart", "cccl"))
-    return Headers(tuple(dict.fromkeys(os.path.realpath(d) for d in found if d)))
+    return Headers(tuple(dict.fromkeys([*(os.path.realpath(d) for d in found if d), C_HEADERS])))
 
 
 @functools.lru_cache(maxsize=4096)  # bounded: the names come from strangers

@@ -1,12 +1,17 @@
-"""The CUDA headers kforge ships (nvidia-cuda-runtime, nvidia-cuda-cccl): half and bfloat16 kernels compile
-for real through the sandbox (no GPU needed), a `__half` parameter reads as a float16 one, and an include
-is allowed only when its header is there and safe."""
+"""The CUDA headers kforge ships (nvidia-cuda-runtime, nvidia-cuda-cccl, and its own stand-ins for the C headers
+NVRTC lacks): half and bfloat16 kernels, and kernels written for nvcc with C headers and math macros, compile for
+real through the sandbox (no GPU needed), a `__half` parameter reads as a float16 one, and an include is allowed
+only when its header is there and safe."""
+import math
+import re
+import struct
+
 import pytest
 
 from shared.adapters.device import compiler
 from shared.adapters.device.compiler import compile_kernel
 from shared.adapters.device.nvrtc import CompileError
-from shared.domain.compile_policy import Headers, PolicyViolation, check_source, vetted_headers
+from shared.domain.compile_policy import C_HEADERS, Headers, PolicyViolation, check_source, vetted_headers
 from shared.domain.signature import mismatches
 from shared.domain.spec import ArgSpec
 
@@ -56,8 +61,49 @@ def test_the_headers_are_found_where_pip_installed_them():
     dirs = vetted_headers().dirs
     assert any(d.endswith("/include") for d in dirs) and any(d.endswith("/include/cccl") for d in dirs)
     for header in ("cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cooperative_groups.h", "mma.h", "cuda/std/cstdint",
-                   "cuda/std/complex", "nv/target", "cub/block/block_reduce.cuh"):
+                   "cuda/std/complex", "nv/target", "cub/block/block_reduce.cuh", "math.h", "cfloat", "stdint.h",
+                   "climits", "stdio.h", "cassert"):
         assert vetted_headers().refusal(header, angled=True) == "", header
+    assert dirs[-1] == C_HEADERS  # kforge's own C headers last: a CUDA header of the same name comes first
+
+
+# Kernels as users write them for nvcc: C headers NVRTC lacks, and the macros nvcc's implicit <cuda_runtime.h>
+# brings in through the host's <math.h>, used without an include.
+ORDINARY = {
+    "row_max": 'extern "C" __global__ void row_max(float *out, const float *x, int n) {\n'
+               '    float m = -INFINITY;\n    for (int i = 0; i < n; i++) m = fmaxf(m, x[i]);\n'
+               '    out[0] = isinf(m) ? NAN : m;\n}\n',
+    "softmax_flt_max": '#include <cfloat>\n#include <math.h>\nextern "C" __global__ void softmax_flt_max(float *y, '
+                       'const float *x, int n) {\n    float m = -FLT_MAX;\n    for (int i = 0; i < n; i++) m = '
+                       'fmaxf(m, x[i]);\n    for (int i = 0; i < n; i++) y[i] = expf(x[i] - m);\n}\n',
+    "phase": '#include <cmath>\nextern "C" __global__ void phase(float *y, const float *x, int n) {\n'
+             '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = sinf(2.0f * (float)M_PI * x[i]);\n}\n',
+    "clamp_ids": '#include <stdint.h>\n#include <limits.h>\n#include <float.h>\nextern "C" __global__ void clamp_ids('
+                 'int32_t *ids, uint64_t n) {\n    uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x;\n'
+                 '    if (i < n && ids[i] == INT_MAX) ids[i] = INT32_MAX - (int)DBL_EPSILON;\n}\n',
+    "checked": '#include <cstdio>\n#include <cassert>\n#include <cstdint>\n#include <climits>\nextern "C" __global__ '
+               'void checked(int *v, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+               '    assert(n < INT_MAX);\n    if (i < n && v[i] < 0) printf("negative at %d\\n", i);\n}\n',
+}
+
+
+@pytest.mark.parametrize("name", ORDINARY)
+def test_a_kernel_written_for_nvcc_with_c_headers_and_math_macros_compiles(name):
+    assert check_source(ORDINARY[name])
+    kernel = compile_kernel(ORDINARY[name], name, {}, [], "sm_90")
+    assert kernel.cubin.startswith(b"\x7fELF") and kernel.lowered_name == name
+
+
+def test_the_implicit_macros_have_their_values():
+    """-INFINITY is -inf, NAN a quiet NaN and M_PI pi, in the PTX NVRTC makes of them."""
+    from tests.unit.test_rules_vectorize_aligned import ptx
+
+    source = ('extern "C" __global__ void k(float *o, double *d) {\n    o[0] = -INFINITY;\n    o[1] = NAN;\n'
+              '    d[0] = M_PI;\n    d[1] = HUGE_VAL;\n}\n')
+    stored = re.findall(r"mov\.u(?:32|64)\s+%\w+, (-?\d+);", ptx(source, "k", {}, []))
+    bits = [struct.unpack("<f", struct.pack("<i", int(stored[0])))[0], struct.pack("<i", int(stored[1])),
+            *(struct.unpack("<d", struct.pack("<q", int(value)))[0] for value in stored[2:])]
+    assert bits == [-math.inf, b"\xff\xff\xff\x7f", math.pi, math.inf]  # NAN: CUDA's canonical quiet NaN
 
 
 def test_an_angle_include_must_be_among_the_headers():
@@ -65,7 +111,7 @@ def test_an_angle_include_must_be_among_the_headers():
         check_source("#include <my_utils.h>\n" + HALF)
     assert check_source('#include "my_utils.h"\n' + HALF)  # quoted: NVRTC looks in the empty directory only
     with pytest.raises(CompileError, match="not among the CUDA headers"):
-        compile_kernel("#include <stdio.h>\n" + HALF, "axpy_half", {}, [], "sm_90")
+        compile_kernel("#include <unistd.h>\n" + HALF, "axpy_half", {}, [], "sm_90")
 
 
 def test_a_header_that_includes_by_macro_is_refused_with_everything_that_reaches_it(tmp_path):

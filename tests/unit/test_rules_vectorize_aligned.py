@@ -17,7 +17,7 @@ from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules.cuda_text import mask, normalised
 from services.generator.rules.elementwise import lanes, model
-from shared.adapters.device.nvrtc import compile_options
+from shared.adapters.device.nvrtc import compile_options, header_flags
 from shared.domain.compile_policy import vetted_headers
 from shared.domain.spec import KernelSpec
 from tests.conftest import EXAMPLES
@@ -118,7 +118,7 @@ def test_each_rewrite_compiles_for_every_configuration_and_keeps_the_signature(n
 
 def ptx(source: str, kernel_name: str, defines: dict, options: list[str]) -> str:
     """NVRTC's PTX for the virtual arch (no GPU needed), with kforge's flags and headers."""
-    flags = [*compile_options(defines, options, ARCH), *(f"--include-path={d}" for d in vetted_headers().dirs)]
+    flags = [*compile_options(defines, options, ARCH), *header_flags(vetted_headers().dirs)]
     _, program = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
     try:
         nvrtc.nvrtcAddNameExpression(program, kernel_name.encode())

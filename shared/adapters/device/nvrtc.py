@@ -6,13 +6,16 @@ machines, so the bindings are used directly.)
 import functools
 import hashlib
 import json
+import os
 import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from cuda.bindings import nvrtc
 
+from shared.domain.compile_policy import C_HEADERS, IMPLICIT_HEADER
 from shared.domain.spec import ParamValue
 
 
@@ -48,7 +51,8 @@ def compile_options(defines: dict[str, ParamValue], options: list[str], arch: st
 
 @functools.cache
 def headers_version() -> str:
-    """The versions of the CUDA header packages kforge compiles with ('' for each not installed by pip)."""
+    """The versions of the CUDA header packages kforge compiles with ('' for each not installed by pip), and a
+    digest of kforge's own C headers."""
     from importlib.metadata import PackageNotFoundError, version
 
     def installed(package: str) -> str:
@@ -56,7 +60,10 @@ def headers_version() -> str:
             return version(package)
         except PackageNotFoundError:
             return ""
-    return " ".join(installed(p) for p in ("nvidia-cuda-runtime", "nvidia-cuda-cccl"))
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(C_HEADERS)):
+        digest.update(name.encode() + b"\0" + Path(C_HEADERS, name).read_bytes())
+    return " ".join([*(installed(p) for p in ("nvidia-cuda-runtime", "nvidia-cuda-cccl")), digest.hexdigest()[:16]])
 
 
 def cache_key(source: str, kernel_name: str, flags: list[str]) -> str:
@@ -110,6 +117,13 @@ def _param_type(align: str, kind: str, count: str) -> str:
     return kind + (f"[{count}]" if count else "")
 
 
+def header_flags(include_dirs: tuple[str, ...]) -> list[str]:
+    """NVRTC's options for searching `include_dirs`, and for including IMPLICIT_HEADER first where they hold
+    kforge's C headers."""
+    implicit = [f"--pre-include={IMPLICIT_HEADER}"] if C_HEADERS in include_dirs else []
+    return [*(f"--include-path={d}" for d in include_dirs), *implicit]
+
+
 @contextmanager
 def _compiled(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int,
               include_dirs: tuple[str, ...]):
@@ -119,7 +133,7 @@ def _compiled(source: str, kernel_name: str, flags: list[str], arch: str, log_li
     try:
         # The name expression lets C++ (mangled, templated) kernels be found, not only extern "C" ones.
         _checked(nvrtc.nvrtcAddNameExpression(program, kernel_name.encode()))
-        every = [*flags, *(f"--include-path={d}" for d in include_dirs)]
+        every = [*flags, *header_flags(include_dirs)]
         (result,) = nvrtc.nvrtcCompileProgram(program, len(every), [f.encode() for f in every])
         log = capped_log(_log(program), log_limit)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
