@@ -643,14 +643,15 @@ extern "C" __global__ void row_mean(const double *data, double *mean, int nrows,
                   scalar("nrows", "nrows"), scalar("ncols", "ncols")], {"nrows": 700, "ncols": 333}, ["nrows"])
 
 SOFTMAX_WARP = spec(r"""
-// Softmax with a warp per row: the lane is threadIdx.x, xor shuffles halving by division, the fast exponential.
+// Softmax with a warp per row: the lane is threadIdx.x, xor shuffles halving by division, the fast exponential,
+// and -INFINITY with no include, as nvcc's implicit <math.h> allows.
 extern "C" __global__ void softmax_warp(float *out, const float *in, int rows, int cols)
 {
     int row = blockIdx.x * blockDim.y + threadIdx.y;
     int lane = threadIdx.x;
     if (row >= rows) return;
     const float *x = in + (size_t)row * cols;
-    float m = -3.402823466e+38f;
+    float m = -INFINITY;
     for (int c = lane; c < cols; c += 32) m = fmaxf(m, x[c]);
     for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, off));
     float s = 0.0f;
@@ -702,12 +703,15 @@ extern "C" __global__ void ln(float *y, const float *x, const float *g, const fl
                       smem_args={"size": "block_size_x * 4"}, tune_params={"block_size_x": [64, 128, 256]})
 
 ROW_MAX = spec(r"""
-// Row maxima, one block per row, the tree's barrier first in each step and its loop running while stride >= 1.
+// Row maxima, one block per row, the tree's barrier first in each step and its loop running while stride >= 1,
+// starting from -FLT_MAX of <cfloat>.
+#include <cfloat>
+
 extern "C" __global__ void row_max(float *out, const float *in, int cols)
 {
     __shared__ float cache[256];
     int tid = threadIdx.x;
-    float best = -3.402823466e+38f;
+    float best = -FLT_MAX;
     for (int j = tid; j < cols; j += blockDim.x)
         best = max(best, in[blockIdx.x * cols + j]);
     cache[tid] = best;
