@@ -60,7 +60,7 @@ def _measure_baseline(stream: str, submitted: JobSubmitted, request: BaselineReq
                               cache_hit=cache_hit, log=kernel.log)
     if host is None:
         return [compiled, failed("device", no_device)]
-    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS, scratch=True):
+    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS):
         return [compiled, failed("device", too_big)]
     geometry = spec.launch_geometry(request.params)
     # The submitted kernel is its own reference here, within what its own runs disagree by (a float atomic
@@ -132,7 +132,7 @@ def _tune(stream: str, spec: KernelSpec, submitted: KernelSpec, request: TuningR
     except NoDevice as exc:
         return ShardTuned(**common, device="none", configs=0, measured=0, failed=0, best_params=None, best_ms=None,
                           wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=str(exc))
-    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS, scratch=True):
+    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS):
         return ShardTuned(**common, device=host.device.name, configs=0, measured=0, failed=0, best_params=None,
                           best_ms=None, wall_s=0, compile_s=0, gpu_busy_s=0, first_result_s=0, error=too_big)
     evaluator = SpaceEvaluator(spec, host, resources.pool(), spec.benchmark.arch or host.device.arch, stream, rid,
@@ -193,6 +193,8 @@ def _compare(stream: str, spec: KernelSpec, request: ComparisonRequested, resour
     except NoDevice as exc:
         return answer(*tuning_medians, "none", f"no device to time them in turn ({exc}): the tuning's medians, "
                                                "no interval")
+    if too_big := memory_refusal(spec, host.device.memory_bytes, INPUT_SETS + 1):  # the fresh inputs' set too
+        return not_compared(host.device.name, f"device: {too_big}")
     arch = spec.benchmark.arch or host.device.arch
     try:
         orders = [_order(s, resources, arch) for s in specs]

@@ -15,11 +15,11 @@ launch's output, computes wrong or gains nothing. Every pure output starts each 
 drawn per space, neither zero nor the verifier's poison (NaN), unless the reference reads it before writing (it
 accumulates into it) and so needs it zeroed: a kernel that tells a timed launch from a verified run by its
 outputs' content (the poison), or that counts on zeroed outputs, leaves its outputs wrong there, and they are
-checked. A kernel may still cache results keyed on the inputs' values
-(a checksum of them), which two sets that repeat would reward; so the comparison in turn, where a step is
-accepted or not, gives every pair inputs no launch has seen: before each pair its set's inputs are rotated
-by a random count of elements (the same values, so as valid as drawn, in new places) and the reference is
-run on them again for the new reference output.
+checked. A kernel may still cache results keyed on the inputs' values, which two sets that repeat would
+reward; so the comparison in turn, where a step is accepted or not, runs every pair on inputs drawn afresh
+on the device (a seed no launch has seen, every input as the spec draws it), drawn again before each launch
+so that neither kernel finds what the other did to them, and checks the two outputs of every pair against
+each other.
 """
 import math
 import random
@@ -34,8 +34,8 @@ from shared.adapters.array_files import ArrayFileError, read_array
 from shared.adapters.device.own_kernels import OwnKernels
 from shared.adapters.device.process import Failed
 from shared.adapters.device.session import GpuSession
-from shared.adapters.inputs import make_arrays
-from shared.domain.dtypes import host_dtype, is_float
+from shared.adapters.inputs import distribution_of, make_arrays, special_values, stream_key
+from shared.domain.dtypes import is_float
 from shared.domain.events import Tolerance
 from shared.domain.tolerance import REFERENCE_RUNS, answer_tolerances, derive_each, set_in_spec
 
@@ -52,11 +52,6 @@ class InputSet:
     seed: int
     arrays: list
     outputs: list
-    rotations: int = 0  # how often compare has rotated its inputs since they were drawn
-
-    @property
-    def name(self) -> str:
-        return f"the inputs of seed {self.seed}" + (f" after {self.rotations} rotations" if self.rotations else "")
 
 
 class BenchmarkSession(GpuSession):
@@ -71,7 +66,7 @@ class BenchmarkSession(GpuSession):
         self._setup: Setup | None = None
         self._setup_key: tuple | None = None
         self._sets: list[InputSet] = []
-        self._scratch = None  # as large as the largest input: what a rotation copies through
+        self._fresh: InputSet | None = None  # the comparison's inputs, drawn afresh for every pair
 
     # --- per space ---
     def prepare(self, setup: Setup) -> Failed | None:
@@ -91,8 +86,6 @@ class BenchmarkSession(GpuSession):
             return Failed("data", str(exc))
         if self.info.peaks and self.info.peaks.l2_bytes:  # for the spec's l2_flush, and every comparison
             self._flush = self.allocate(2 * self.info.peaks.l2_bytes)
-        if rotatable := _rotatable(spec):
-            self._scratch = self.allocate(max(_nbytes(spec, a) for a in rotatable))
         self._setup, self._setup_key = setup, key
         spread = {arg.name: (0.0, 0.0) for arg, *_ in self._sets[0].outputs}
         for inputs in self._sets:
@@ -119,21 +112,24 @@ class BenchmarkSession(GpuSession):
 
     def _fill_pure_outputs(self, byte: int) -> Failed | None:
         """Start every pure output filled with `byte` in every set, but those whose result from it differs from
-        their result from zeros: the reference reads them before writing (it accumulates into them), so they
-        stay zeroed."""
-        first = self._sets[0]
-        pure = [output for output in first.outputs if output[0].effective_role == "out"]
-        for _, _, pristine, _, _ in pure:
-            self.fill(pristine, byte)
-        if failed := self._reference_run(first):
-            return failed
-        zeroed = {arg.name for arg, buffer, _, reference, size in pure
-                  if self._differences(arg.dtype, buffer, reference, size, self._tolerances[arg.name].atol,
-                                       self._tolerances[arg.name].rtol)[0]}
+        their result from zeros on any set: the reference reads them before writing (it accumulates into them),
+        so they stay zeroed."""
+        zeroed: set[str] = set()
+        for inputs in self._sets:
+            pure = [output for output in inputs.outputs if output[0].effective_role == "out"]
+            if not pure:
+                return None
+            for _, _, pristine, _, _ in pure:
+                self.fill(pristine, byte)
+            if failed := self._reference_run(inputs):
+                return failed
+            zeroed |= {arg.name for arg, buffer, _, reference, size in pure
+                       if self._differences(arg.dtype, buffer, reference, size, self._tolerances[arg.name].atol,
+                                            self._tolerances[arg.name].rtol)[0]}
         for inputs in self._sets:
             for arg, _, pristine, _, _ in inputs.outputs:
-                if arg.effective_role == "out":
-                    self.fill(pristine, 0 if arg.name in zeroed else byte)
+                if arg.name in zeroed:
+                    self.fill(pristine, 0)
         return None
 
     def _derived_tolerances(self, spread: dict[str, tuple[float, float]],
@@ -217,8 +213,8 @@ class BenchmarkSession(GpuSession):
                         abandoned=step is sampling.Next.ABANDON, tolerances=tolerances)
 
     def compare(self, duel: Duel) -> Paired | Failed:
-        """Time two configurations in turn, each launch on the same input set as its partner's, and check
-        both outputs of the last pair."""
+        """Time two configurations in turn, each pair on inputs drawn afresh (drawn again before each launch),
+        and check the two outputs of every pair against each other."""
         assert self._setup is not None, "prepare() first"
         bench = self._setup.spec.benchmark
         orders = (duel.incumbent, duel.candidate)
@@ -232,7 +228,7 @@ class BenchmarkSession(GpuSession):
                     return _named(side, warm)
         samples: tuple[list[float], list[float]] = ([], [])
         looks = sampling.looks(duel.pairs, max(duel.pairs, duel.max_pairs))
-        rotations = random.Random()
+        fresh, seeds = self._fresh_set(), random.Random()
         started = time.perf_counter()
         for i in range(looks[-1]):
             if i in looks:  # i pairs timed: stop if they decide, or if the next look would not fit the budget
@@ -240,47 +236,70 @@ class BenchmarkSession(GpuSession):
                 over_budget = (time.perf_counter() - started) / i * next_look > duel.budget_s
                 if over_budget or sampling.settled(*samples, duel.bar, duel.confidence):
                     break
-            inputs = self._timed_set(i)
-            if failed := self._rotate(inputs, rotations):
-                return failed
-            # Which goes first alternates every other pair, so neither always follows the other (and each
-            # input set sees both orders): a cache the first leaves warm would otherwise favour the second.
-            for side in ((0, 1) if (i // 2) % 2 == 0 else (1, 0)):
+            seed = seeds.randrange(1 << 62)
+            # Which goes first alternates every other pair, so neither always follows the other: a cache the
+            # first leaves warm would otherwise favour the second.
+            for turn, side in enumerate((0, 1) if (i // 2) % 2 == 0 else (1, 0)):
+                self._draw(fresh, seed)
                 # Always from a flushed L2: what one kernel leaves resident (or pins there) never speeds up the
                 # next launch, so a step cannot be accepted for a time a real call, after other work, would
                 # not see.
-                timed = self._timed_launch(kernels[side], orders[side], inputs, flush=True)
+                timed = self._timed_launch(kernels[side], orders[side], fresh, flush=True)
                 if isinstance(timed, Failed):
                     return _named(side, timed)
                 samples[side].append(timed)
-                if i >= duel.pairs - 1:  # any pair from here on may be the last
-                    mismatch, error = self._compare(inputs)
-                    if mismatch:
-                        return _named(side, _inconsistent("its last launch", inputs, mismatch, error))
+                if turn == 0:
+                    for _, buffer, _, partner, _ in fresh.outputs:
+                        self.copy(partner, buffer)
+                elif mismatch := self._disagreement(fresh):
+                    return _named(1, Failed("output", f"on inputs drawn afresh (seed {seed}), pair {i + 1}: "
+                                                      f"{mismatch}"))
         return Paired(incumbent_ms=samples[0], candidate_ms=samples[1])
 
-    def _rotate(self, inputs: InputSet, rotations: random.Random) -> Failed | None:
-        """Move every rotatable input of `inputs` by one random count of elements (each array by that count
-        modulo its length, so arrays of one length, such as a sparse matrix's columns and values, stay aligned),
-        then run the reference on them for their reference output: inputs no launch has seen, as valid as those
-        drawn. Outside any timed region."""
+    def _fresh_set(self) -> InputSet:
+        """Buffers laid out as the first set's, for the comparison's fresh inputs, its outputs starting as the
+        sets' do and each with a buffer for the partner's output; allocated at the first comparison."""
+        if self._fresh is None:
+            first = self._sets[0]
+            arrays = [None if buffer is None else self.allocate(buffer.size) for buffer in first.arrays]
+            outputs = []
+            for arg, _, pristine, _, size in first.outputs:
+                start = self.allocate(pristine.size)
+                self.copy(start, pristine)
+                outputs.append((arg, arrays[self._setup.spec.args.index(arg)], start, self.allocate(pristine.size),
+                                size))
+            self._fresh = InputSet(seed=-1, arrays=arrays, outputs=outputs)
+        return self._fresh
+
+    def _draw(self, inputs: InputSet, seed: int) -> None:
+        """Every input of `inputs` (an inout array's starting values too) drawn on the device as the spec draws
+        it, from `seed`; one with fixed `data` copied from the first set. Whatever a launch did to them is gone."""
         spec = self._setup.spec
-        shift = rotations.randrange(1, 1 << 30)
-        movable = {a.name for a in _rotatable(spec)}
-        for arg, buffer in zip(spec.args, inputs.arrays):
-            if arg.name not in movable:
+        starts = {arg.name: start for arg, _, start, _, _ in inputs.outputs}
+        first = {arg.name: start for arg, _, start, _, _ in self._sets[0].outputs}
+        for position, (arg, buffer, fixed) in enumerate(zip(spec.args, inputs.arrays, self._sets[0].arrays)):
+            if buffer is None or arg.effective_role == "out":
                 continue
-            total, itemsize = _nbytes(spec, arg), host_dtype(arg.dtype).itemsize
-            moved = shift % (total // itemsize) * itemsize
-            self.copy(self._scratch, buffer, total - moved, src_offset=moved)
-            self.copy(self._scratch, buffer, moved, dst_offset=total - moved)
-            self.copy(buffer, self._scratch, total)
-        inputs.rotations += 1
-        if failed := self._reference_run(inputs):
-            return failed
-        for _, buffer, _, reference, _ in inputs.outputs:
-            self.copy(reference, buffer)
-        return None
+            into = starts.get(arg.name, buffer)  # an inout array starts each launch from its starting values
+            if arg.data is not None:
+                self.copy(into, first.get(arg.name, fixed))
+            else:
+                self._own.generate(int(into.handle), math.prod(spec.shape_of(arg)), stream_key(seed, position),
+                                   distribution_of(spec, arg), special_values(arg))
+        inputs.seed = seed
+
+    def _disagreement(self, inputs: InputSet) -> str:
+        """'' or how the outputs of `inputs` differ from the partner's beyond twice each output's tolerance: each
+        is within its tolerance of the reference, so two right outputs are within twice of each other."""
+        problems = []
+        for arg, buffer, _, partner, size in inputs.outputs:
+            atol, rtol = 2 * self._tolerances[arg.name].atol, 2 * self._tolerances[arg.name].rtol
+            count, first, error = self._differences(arg.dtype, buffer, partner, size, atol, rtol)
+            if count:
+                problems.append(f"{count} of {size} elements of {arg.name} differ between the two kernels beyond "
+                                f"twice the tolerance (atol {atol:g} + rtol {rtol:g} x |other|; first at index "
+                                f"{first}, largest absolute error {error:.3g})")
+        return "; ".join(problems)
 
     # --- launches ---
     def _reference_run(self, inputs: InputSet) -> Failed | None:
@@ -290,8 +309,8 @@ class BenchmarkSession(GpuSession):
         outcome = self._checked_launch(setup.reference, grid, block, setup.reference_shared_bytes, inputs,
                                        setup.reference_params)
         if isinstance(outcome, Failed):
-            return Failed(outcome.stage, f"the submitted kernel, the reference, failed on {inputs.name}: "
-                                         f"{outcome.reason}", outcome.poisoned)
+            return Failed(outcome.stage, f"the submitted kernel, the reference, failed on the inputs of seed "
+                                         f"{inputs.seed}: {outcome.reason}", outcome.poisoned)
         return None
 
     def _checked_launch(self, compiled, grid, block, shared_bytes: int, inputs: InputSet, params: dict):
@@ -363,23 +382,11 @@ class BenchmarkSession(GpuSession):
 
     def _release(self) -> None:
         self.release()
-        self._flush, self._setup, self._sets, self._scratch = None, None, [], None
-
-
-def _rotatable(spec) -> list:
-    """The inputs a rotation moves: every pure input array of more than one element, but those with fixed
-    `data` (the user chose them) and the `sorted` ones (row pointers, sorted keys: their order is their
-    meaning)."""
-    return [a for a in spec.args if a.is_array and not a.is_output and a.data is None and not a.sorted
-            and math.prod(spec.shape_of(a)) > 1]
-
-
-def _nbytes(spec, arg) -> int:
-    return math.prod(spec.shape_of(arg)) * host_dtype(arg.dtype).itemsize
+        self._flush, self._setup, self._sets, self._fresh = None, None, [], None
 
 
 def _inconsistent(which: str, inputs: InputSet, mismatch: str, error: float) -> Failed:
-    return Failed("output", f"inconsistent across launches: {which}, on {inputs.name}, differs "
+    return Failed("output", f"inconsistent across launches: {which}, on the inputs of seed {inputs.seed}, differs "
                             f"from their reference output: {mismatch}", details={"max_abs_error": error})
 
 

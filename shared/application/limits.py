@@ -49,18 +49,13 @@ def limit_errors(spec: KernelSpec, limits: Limits) -> list[FieldError]:
     return errors
 
 
-def memory_refusal(spec: KernelSpec, device_memory_bytes: int | None, input_sets: int = 1,
-                   scratch: bool = False) -> str | None:
+def memory_refusal(spec: KernelSpec, device_memory_bytes: int | None, input_sets: int = 1) -> str | None:
     """Why a worker must not allocate `spec`'s arrays, or None. A set of inputs is every array plus two copies
     of each output (the pristine and the reference output); the device holds `input_sets` of them (the
-    benchmark alternates two), and with `scratch` a buffer as large as the largest input (the benchmark
-    rotates inputs through it), the host one set at a time."""
-    def nbytes(arg) -> int:
-        return math.prod(spec.shape_of(arg)) * host_dtype(arg.dtype).itemsize
-
-    one_set = spec.array_bytes() + 2 * sum(nbytes(a) for a in spec.output_args)
-    rotating = max((nbytes(a) for a in spec.args if a.is_array and not a.is_output), default=0) if scratch else 0
-    for where, have, need in (("the device", device_memory_bytes, input_sets * one_set + rotating),
+    benchmark alternates two, and its comparison draws a third), the host one at a time."""
+    outputs = sum(math.prod(spec.shape_of(a)) * host_dtype(a.dtype).itemsize for a in spec.output_args)
+    one_set = spec.array_bytes() + 2 * outputs
+    for where, have, need in (("the device", device_memory_bytes, input_sets * one_set),
                               ("this host", _host_available_bytes(), one_set)):
         if have is not None and need > have:
             return (f"the arrays and their copies need {need:,} bytes, more than the {have:,} {where} has "

@@ -165,8 +165,8 @@ def test_the_comparison_handler_on_the_gpu(store, vector_add_spec):
 
 def test_a_kernel_caching_results_keyed_on_its_input_values_gains_nothing_in_the_comparison(vector_add_spec, process):
     """Two input sets that repeat reward a cache keyed on the inputs' values (cheat 3 hits on every timed launch
-    of a tuning), but every pair of the comparison in turn, where a step is accepted, runs on inputs rotated
-    anew: there it computes every time, and its outputs match the reference run on the rotated inputs."""
+    of a tuning), but every pair of the comparison in turn, where a step is accepted, runs on inputs drawn
+    afresh: there it computes every time, its output checked against its partner's in every pair."""
     # 4096 steps of work: a hit (five loads and a store) is far cheaper than computing
     spec = caching_spec(vector_add_spec, params={"block_size_x": 256, "cheat": 0, "iters": 4096})
     arch = process.device.arch
@@ -180,8 +180,8 @@ def test_a_kernel_caching_results_keyed_on_its_input_values_gains_nothing_in_the
 
     paired = process.compare(Duel(incumbent=honest, candidate=keyed, pairs=15))
     speedup, (low, high) = speedup_interval(paired.incumbent_ms, paired.candidate_ms)
-    print("in turn, on rotated inputs:", speedup, low, high)
+    print("in turn, on inputs drawn afresh:", speedup, low, high)
     assert len(paired.candidate_ms) == 15 and speedup < 1.1
-    # The sets hold rotated inputs and their reference output now: both kernels still check out against it.
+    # The comparison leaves the tuning's sets as they were: both kernels still check out against their references.
     after = [process.measure(order) for order in (honest, keyed)]
     assert all(isinstance(m, Measured) and m.max_abs_error == 0.0 for m in after), after

@@ -98,12 +98,21 @@ def test_the_implicit_macros_have_their_values():
     """-INFINITY is -inf, NAN a quiet NaN and M_PI pi, in the PTX NVRTC makes of them."""
     from tests.unit.test_rules_vectorize_aligned import ptx
 
-    source = ('extern "C" __global__ void k(float *o, double *d) {\n    o[0] = -INFINITY;\n    o[1] = NAN;\n'
-              '    d[0] = M_PI;\n    d[1] = HUGE_VAL;\n}\n')
+    source = ('#include <math.h>\nextern "C" __global__ void k(float *o, double *d) {\n    o[0] = -INFINITY;\n'
+              '    o[1] = NAN;\n    d[0] = M_PI;\n    d[1] = HUGE_VAL;\n}\n')
     stored = re.findall(r"mov\.u(?:32|64)\s+%\w+, (-?\d+);", ptx(source, "k", {}, []))
     bits = [struct.unpack("<f", struct.pack("<i", int(stored[0])))[0], struct.pack("<i", int(stored[1])),
             *(struct.unpack("<d", struct.pack("<q", int(value)))[0] for value in stored[2:])]
     assert bits == [-math.inf, b"\xff\xff\xff\x7f", math.pi, math.inf]  # NAN: CUDA's canonical quiet NaN
+
+
+def test_what_every_compile_includes_first_leaves_kernels_written_for_nvrtc_as_they_were():
+    """The infinities are constant expressions, and names NVRTC kernels declare for themselves (M_PI, since NVRTC
+    has none) stay theirs: only an include of <math.h> defines them."""
+    source = ('__device__ const float M_PI = 3.14159265f;\nconstexpr float LOWEST = -INFINITY;\n'
+              '__constant__ float bounds[2] = {-HUGE_VALF, INFINITY};\n'
+              'extern "C" __global__ void k(float *o) {\n    o[0] = fmaxf(LOWEST, M_PI) + bounds[1] + NAN;\n}\n')
+    assert compile_kernel(source, "k", {}, [], "sm_90").cubin.startswith(b"\x7fELF")
 
 
 def test_an_angle_include_must_be_among_the_headers():

@@ -5,8 +5,8 @@ source inside it, and a compile bomb costs one child, not the service.
 
 The child starts with an empty environment (no secret reaches it) in an empty working directory of its
 own, under address-space, CPU-time and file-size limits; the parent adds a wall-clock deadline. NVRTC
-searches only the CUDA headers kforge ships (`vetted_headers()`: nvidia-cuda-runtime's and
-nvidia-cuda-cccl's include directories), passed by kforge, never by a request; where the kernel has
+searches only the headers kforge ships (`vetted_headers()`: nvidia-cuda-runtime's and nvidia-cuda-cccl's
+include directories, then kforge's own C headers), passed by kforge, never by a request; where the kernel has
 Landlock the child can open no other file. A child
 that is killed or dies is reported as a CompileError that says which limit it hit, and the next compile
 starts a fresh child. Children are kept warm between compiles (starting one costs about 0.2 s).

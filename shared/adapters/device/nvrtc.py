@@ -6,7 +6,6 @@ machines, so the bindings are used directly.)
 import functools
 import hashlib
 import json
-import os
 import re
 import time
 from contextlib import contextmanager
@@ -61,8 +60,9 @@ def headers_version() -> str:
         except PackageNotFoundError:
             return ""
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(C_HEADERS)):
-        digest.update(name.encode() + b"\0" + Path(C_HEADERS, name).read_bytes())
+    for header in sorted(Path(C_HEADERS).iterdir()):
+        if header.is_file():
+            digest.update(header.name.encode() + b"\0" + header.read_bytes())
     return " ".join([*(installed(p) for p in ("nvidia-cuda-runtime", "nvidia-cuda-cccl")), digest.hexdigest()[:16]])
 
 
@@ -77,7 +77,8 @@ def build_cubin(source: str, kernel_name: str, flags: list[str], arch: str, log_
                 include_dirs: tuple[str, ...] = ()) -> CompiledKernel:
     """Compile in this process. Only the compile sandbox's child calls this (shared/adapters/device/compiler.py): a
     submitted source must never reach NVRTC in a process that holds secrets or serves requests. NVRTC
-    searches `include_dirs` (kforge's CUDA headers) for includes; the cache key covers `flags` only."""
+    searches `include_dirs` (kforge's CUDA and C headers, and includes its implicit header first) for includes;
+    the cache key covers `flags` and the headers' versions, not the directories, which are always kforge's."""
     started = time.perf_counter()
     with _compiled(source, kernel_name, flags, arch, log_limit, include_dirs) as (program, log):
         size = _checked(nvrtc.nvrtcGetCUBINSize(program))

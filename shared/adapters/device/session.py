@@ -111,13 +111,10 @@ class GpuSession:
         _checked(driver.cuMemcpyDtoH(array.ctypes.data, int(buffer.handle) + offset, array.nbytes))
         return array
 
-    def copy(self, dst, src, nbytes: int | None = None, dst_offset: int = 0, src_offset: int = 0) -> None:
-        """Copy `nbytes` bytes (default: all of `src`) from byte `src_offset` of `src` to byte `dst_offset` of `dst`."""
+    def copy(self, dst, src) -> None:
         from cuda.bindings import driver
 
-        count = src.size if nbytes is None else nbytes
-        _checked(driver.cuMemcpyDtoDAsync(int(dst.handle) + dst_offset, int(src.handle) + src_offset, count,
-                                          int(self.stream.handle)))
+        _checked(driver.cuMemcpyDtoDAsync(int(dst.handle), int(src.handle), src.size, int(self.stream.handle)))
 
     def fill(self, buffer, byte: int = 0, offset: int = 0, nbytes: int | None = None) -> None:
         """Set `nbytes` bytes (default: the rest of the buffer) from byte `offset` to `byte`."""

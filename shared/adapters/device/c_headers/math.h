@@ -1,19 +1,9 @@
 // kforge's <math.h> for NVRTC, which has no C library headers. The math functions (sqrtf, expf, fmaxf, ...)
-// are NVRTC built-ins; this adds the macros a host <math.h> gives a kernel under nvcc: the infinities and NaN,
-// spelt as CUDA's math_constants.h spells them, and glibc's M_PI and its kin (which g++ enables by default).
+// are NVRTC built-ins; this adds the macros a host <math.h> gives a kernel under nvcc: the infinities and NaN
+// (kforge_implicit.h, which every compile includes first anyway) and glibc's M_PI and its kin (which g++
+// enables by default).
 #pragma once
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-#ifndef NAN
-#define NAN __int_as_float(0x7fffffff)
-#endif
-#ifndef HUGE_VALF
-#define HUGE_VALF __int_as_float(0x7f800000)
-#endif
-#ifndef HUGE_VAL
-#define HUGE_VAL __longlong_as_double(0x7ff0000000000000LL)
-#endif
+#include <kforge_implicit.h>
 #ifndef M_PI
 #define M_E 2.7182818284590452354
 #define M_LOG2E 1.4426950408889634074
