@@ -32,6 +32,10 @@ _SAFE_HEADER = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+/-]*")
 _INCLUDE_OPERAND = re.compile(r'\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\Z')
 _DIRECTIVE = re.compile(r"\s*(?:#|%:)\s*([A-Za-z_]\w*)?(.*)\Z", re.S)
 _HAS_INCLUDE = re.compile(r"__has_include(?:_next)?\b")
+# `#ifdef __has_include` and `defined(__has_include)` ask only whether the operator exists, and open nothing
+# (CCCL's headers ask it; some versions' do it on the path from cuda_bf16.h).
+_HAS_INCLUDE_TESTED = re.compile(r"\bdefined\s*\(\s*__has_include(?:_next)?\s*\)|\bdefined\s+__has_include(?:_next)?\b"
+                                 r"|^\s*(?:#|%:)\s*(?:ifn?def|elifn?def)\s+__has_include(?:_next)?\b")
 _HAS_INCLUDE_LITERAL = re.compile(r'__has_include\s*\(\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\)')
 _DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
                "pragma", "error", "warning", "line", "include"}
@@ -119,6 +123,7 @@ def _check_directive(number: int, name: str | None, rest: str, headers: "Headers
 
 
 def _check_has_include(number: int, line: str) -> None:
+    line = _HAS_INCLUDE_TESTED.sub(" ", line)
     literal_uses = _HAS_INCLUDE_LITERAL.findall(line)
     if len(literal_uses) != len(_HAS_INCLUDE.findall(line)) or "__has_include_next" in line:
         raise PolicyViolation(f"source line {number}: __has_include must name a header literally, as "
@@ -227,7 +232,8 @@ def _includes(path: str) -> tuple[tuple[str, str], ...]:
                 found.append(("!", f"#{directive.group(1)}{directive.group(2)}".strip()[:120]))
             else:
                 found.append(("<", operand.group(1)) if operand.group(1) is not None else ('"', operand.group(2)))
-        if _HAS_INCLUDE.search(line) and len(_HAS_INCLUDE_LITERAL.findall(line)) != len(_HAS_INCLUDE.findall(line)):
+        used = _HAS_INCLUDE_TESTED.sub(" ", line)
+        if _HAS_INCLUDE.search(used) and len(_HAS_INCLUDE_LITERAL.findall(used)) != len(_HAS_INCLUDE.findall(used)):
             found.append(("!", line.strip()[:80]))
     return tuple(found)
 

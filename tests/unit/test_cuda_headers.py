@@ -123,6 +123,20 @@ def test_an_angle_include_must_be_among_the_headers():
         compile_kernel("#include <unistd.h>\n" + HALF, "axpy_half", {}, [], "sm_90")
 
 
+def test_asking_whether_has_include_exists_opens_nothing_and_is_allowed(tmp_path):
+    """`#ifdef __has_include` (as some CCCL versions write on cuda_bf16.h's path) is no include; naming a header
+    by a macro through it still is refused."""
+    (tmp_path / "probe.h").write_text("#ifdef __has_include\n#  if __has_include(<cuda_fp16.h>)\n#  endif\n#endif\n"
+                                      "#if defined(__has_include) && defined __has_include\n#endif\n")
+    (tmp_path / "aimed.h").write_text("#if defined(__has_include) && __has_include(HEADER)\n#endif\n")
+    headers = Headers((str(tmp_path),))
+    assert check_source("#include <probe.h>\n#ifndef __has_include\n#endif\n", headers)
+    with pytest.raises(PolicyViolation, match="aimed.h"):
+        check_source("#include <aimed.h>\n", headers)
+    with pytest.raises(PolicyViolation, match="must name a header literally"):
+        check_source("#if defined(__has_include) && __has_include(HEADER)\n#endif\n", headers)
+
+
 def test_a_header_that_includes_by_macro_is_refused_with_everything_that_reaches_it(tmp_path):
     (tmp_path / "wrapper.h").write_text('// #include SOMETHING in a comment is no include\n#include "inner.h"\n')
     (tmp_path / "inner.h").write_text("#define DETAIL_HEADER(f) <lib/detail/f>\n#include DETAIL_HEADER(impl.h)\n")
