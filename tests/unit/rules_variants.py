@@ -478,6 +478,10 @@ extern "C" __global__ void add(int n, const float *x, float *y)
 # The same launched on a fixed grid of 8 elements per thread: not one thread per point, so its loop is widened.
 GRID_STRIDE_ADD_FIXED = GRID_STRIDE_ADD.model_validate({**GRID_STRIDE_ADD.model_dump(),
                                                         "grid_div_x": ["block_size_x", 8]})
+# That, reading x through the read-only cache: the widened loop reads x from its vector's lanes.
+GRID_STRIDE_ADD_LDG = GRID_STRIDE_ADD_FIXED.model_validate({
+    **GRID_STRIDE_ADD_FIXED.model_dump(),
+    "source": GRID_STRIDE_ADD_FIXED.source.replace("y[i] = x[i] + y[i];", "y[i] = __ldg(&x[i]) + y[i];")})
 
 DAXPY = spec(r"""
 // y += a x in double precision over 64-bit indices, the cast on the block size, a grid-stride loop.
@@ -772,6 +776,62 @@ extern "C" __global__ void reduce4(float *g_odata, const float *g_idata, unsigne
 """, "reduce4", [array("g_odata", ["n"], role="out"), array("g_idata", ["n"]), scalar("n", "n", "uint32")],
                         {"n": 100003}, ["n"], tune_params={"block_size_x": [128, 256]})
 
+GEMV_FMAF = spec(r"""
+// y = A x with the products fused by hand: one fmaf per element into the row's sum, the loop body one statement.
+extern "C" __global__ void gemv_fmaf(float *y, const float *A, const float *x, int rows, int cols)
+{
+    int r = blockIdx.x * block_size_x + threadIdx.x;
+    if (r < rows) {
+        float acc = 0.0f;
+        for (int c = 0; c < cols; c++)
+            acc = fmaf(A[(size_t)r * cols + c], x[c], acc);
+        y[r] = acc;
+    }
+}
+""", "gemv_fmaf", [array("y", ["rows"], role="out"), array("A", ["rows", "cols"]), array("x", ["cols"]),
+                   scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 1000, "cols": 515}, ["rows"],
+                  {"block_size_x": 128}, {"block_size_x": [64, 128]})
+
+WEIGHTED_ROWS = spec(r"""
+// Weighted row sums in double precision, the sum written out as `s = s + ...` and the product's weight first.
+extern "C" __global__ void weighted_rows(double *out, const double *m, const double *w, int rows, int cols)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    double s = 0.0;
+    for (int k = 0; k < cols; ++k) {
+        s = s + w[k] * m[(size_t)r * cols + k];
+    }
+    out[r] = s;
+}
+""", "weighted_rows", [array("out", ["rows"], "float64", "out"), array("m", ["rows", "cols"], "float64"),
+                       array("w", ["cols"], "float64"), scalar("rows", "rows"), scalar("cols", "cols")],
+                      {"rows": 700, "cols": 333}, ["rows"])
+
+SAXPY_LDG = spec(r"""
+// y = a x + y with both inputs read through the read-only cache, as &x[i] and as y + i.
+extern "C" __global__ void saxpy_ldg(float *y, const float *__restrict__ x, float a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * __ldg(&x[i]) + __ldg(y + i);
+}
+""", "saxpy_ldg", [array("y", ["n"], role="inout"), array("x", ["n"]), scalar("a", 2.0, "float32"),
+                   scalar("n", "n")], {"n": 1 << 20}, ["n"], tune_params={"block_size_x": [128, 256]})
+
+SCALE_WHILE = spec(r"""
+// out = s * in in a grid-stride while loop: the index and the stride locals, the index stepped last.
+extern "C" __global__ void scale_while(float *out, const float *in, float s, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int stride = blockDim.x * gridDim.x;
+    while (i < n) {
+        out[i] = s * in[i];
+        i += stride;
+    }
+}
+""", "scale_while", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("s", 2.0, "float32"),
+                     scalar("n", "n")], {"n": 1 << 20}, ["n"], tune_params={"block_size_x": [128, 256]})
+
 # case -> (rule, spec): each must be recognised; at least two per shape.
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
@@ -819,6 +879,12 @@ VARIANTS = {
     "softmax_warp_shared": ("row_in_shared", SOFTMAX_WARP),
     "layernorm_while": ("row_in_registers", LAYERNORM_WHILE),
     "row_max": ("shuffle_reduction", ROW_MAX),
+    "gemv_fmaf": ("warp_per_row", GEMV_FMAF),
+    "weighted_rows": ("warp_per_row", WEIGHTED_ROWS),
+    "saxpy_ldg": ("vectorize", SAXPY_LDG),
+    "grid_stride_add_ldg_fixed_grid": ("vectorize_loops", GRID_STRIDE_ADD_LDG),
+    "scale_while_elements": ("elements_per_thread", SCALE_WHILE),
+    "scale_while_vectorize": ("vectorize", SCALE_WHILE),
 }
 
 
@@ -902,4 +968,21 @@ NOT_OF_SHAPE = {
     "interleaved_addressing_is_not_a_halving_tree": ("shuffle_reduction", REDUCE_INTERLEAVED,
                                                      "no shared-memory tree reduction"),
     "a_tree_that_stops_at_the_last_warp": ("shuffle_reduction", REDUCE_LAST_WARP, "no shared-memory tree reduction"),
+    # An integer sum through fmaf truncates the float result at each step, which the lanes' partial sums would not.
+    "an_fmaf_into_an_integer_sum": ("warp_per_row", _edited(
+        GEMV_FMAF, "float acc = 0.0f;", "int acc = 0;"), "its loop assigns acc `fmaf("),
+    "a_row_sum_scaled_at_each_step": ("warp_per_row", _edited(
+        WEIGHTED_ROWS, "s = s + w[k] * m[(size_t)r * cols + k];", "s = 0.5 * s + w[k] * m[(size_t)r * cols + k];"),
+        "its loop assigns s `0.5 * s + w[k]"),
+    "a_sum_assigned_within_an_expression": ("warp_per_row", _edited(
+        WEIGHTED_ROWS, "s = s + w[k] * m[(size_t)r * cols + k];", "out[r] = (s = s + w[k] * m[(size_t)r * cols + k]);"),
+        "its loop assigns s within an expression"),
+    # The lanes of a vector have no global address: an atomic on one would not reach memory.
+    "an_atomic_on_a_vectorised_element": ("vectorize_loops", _edited(
+        GRID_STRIDE_ADD_FIXED, "y[i] = x[i] + y[i];", "atomicAdd(&y[i], x[i]);"), "takes the address of y[i]"),
+    # A while loop stepping its index before the body: the body's elements are not at the index's own.
+    "a_while_loop_stepping_its_index_first": ("elements_per_thread", _edited(
+        SCALE_WHILE, "out[i] = s * in[i];\n        i += stride;",
+        "i += stride;\n        out[i - stride] = s * in[i - stride];"),
+        "the loop steps by `out[i - stride] = s * in[i - stride]`"),
 }

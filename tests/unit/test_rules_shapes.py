@@ -323,6 +323,19 @@ def test_warp_per_row_then_vectorize_loops_gives_128_bit_row_loads():
     assert rules.applied(widened.source) == ("warp_per_row", "vectorize_loops")
 
 
+def test_warp_per_row_keeps_a_fused_accumulation_as_written():
+    """`acc = fmaf(A[..], x[c], acc)` stays one rounding per element in each lane's loop, widened or not, and only
+    the lanes' partial sums are added (by the shuffles)."""
+    spec = VARIANTS["gemv_fmaf"][1]
+    candidate = rules.apply("warp_per_row", spec, spec.as_candidate())
+    code = mask(candidate.source)
+    assert "for (int c = threadIdx.x; c < cols; c += block_size_x)\n            acc = fmaf(A[(size_t)r * cols + c], " \
+        "x[c], acc);" in code
+    assert code.count("acc +=") == 1 and "acc += __shfl_xor_sync(0xffffffffu, acc, offset);" in code
+    widened = mask(rules.apply("vectorize_loops", spec, candidate).source)
+    assert "acc = fmaf(A4.w, x4.w, acc);" in widened and widened.count("acc +=") == 1
+
+
 @pytest.mark.parametrize("name", ["softmax", "layernorm"])
 def test_row_in_shared_reads_the_row_from_global_memory_once(name):
     """The first pass stores each element it reads; every other read of the row reads shared memory. The grid,

@@ -278,6 +278,9 @@ static inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b
 static inline __nv_bfloat16 __float2bfloat16(float f) {
     uint32_t u; memcpy(&u, &f, 4); __nv_bfloat16 b; b.bits = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); return b;
 }
+// A read through the read-only cache is a read; vectorize_loops's vectors of four.
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+struct __align__(16) float4 { float x, y, z, w; };
 """
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="no g++ to run the kernels on the CPU")

@@ -1,12 +1,13 @@
-"""vectorize on elementwise kernels of 4-byte elements (saxpy, scale, relu_inplace, vector_add and an integer
-variant) takes the path the 2- and 1-byte kernels take, with four lanes: 128-bit vectors only when every array is
-16-byte aligned at run time, else the element loop as written. A caller may pass a pointer into the middle of an
-allocation (a tensor slice from element 1), which the submitted kernel handles and a float4 access would fault
-on; the verifier allocates aligned arrays, so only this shows it. Each lane runs the body as written (the vector
-loop's arithmetic is the submitted kernel's, instruction for instruction in the PTX), the accesses are 128 bits
-(ld.global.v4 / st.global.v4), every rewrite compiles for every configuration of its space and keeps the signature,
-and the rewrites run on the CPU (tests/unit/test_rules_vectorize16.py's emulation, with UBSan's alignment check)
-bit for bit as the submitted kernels do, aligned and with each array misaligned in turn."""
+"""vectorize on elementwise kernels of 4-byte elements (saxpy, scale, relu_inplace, vector_add, an integer
+variant, one reading through __ldg and one looping with while) takes the path the 2- and 1-byte kernels take, with
+four lanes: 128-bit vectors only when every array is 16-byte aligned at run time, else the element loop as written.
+A caller may pass a pointer into the middle of an allocation (a tensor slice from element 1), which the submitted
+kernel handles and a float4 access would fault on; the verifier allocates aligned arrays, so only this shows it.
+Each lane runs the body as written (the vector loop's arithmetic is the submitted kernel's, instruction for
+instruction in the PTX), the accesses are 128 bits (ld.global.v4 / st.global.v4), every rewrite compiles for every
+configuration of its space and keeps the signature, and the rewrites run on the CPU
+(tests/unit/test_rules_vectorize16.py's emulation, with UBSan's alignment check) bit for bit as the submitted
+kernels do, aligned and with each array misaligned in turn."""
 import collections
 import re
 
@@ -21,7 +22,7 @@ from shared.adapters.device.nvrtc import compile_options, header_flags
 from shared.domain.compile_policy import vetted_headers
 from shared.domain.spec import KernelSpec
 from tests.conftest import EXAMPLES
-from tests.unit.rules_variants import array, scalar, spec
+from tests.unit.rules_variants import GRID_STRIDE_ADD_LDG, SAXPY_LDG, SCALE_WHILE, array, scalar, spec
 from tests.unit.test_rules_vectorize16 import (KERNELS as NARROW, ORDERS, CORPUS, EmulatedFault, HostKernels,
                                                applied, assert_compiles_for_every_configuration,
                                                assert_computes_every_element_as_submitted, inputs, needs_gxx, run)
@@ -49,7 +50,8 @@ def _example(name: str) -> KernelSpec:
 
 
 KERNELS = {"saxpy": CORPUS["saxpy"].spec(), "scale": CORPUS["scale"].spec(),
-           "relu_inplace": CORPUS["relu_inplace"].spec(), "vector_add": _example("vector_add"), "mix_keys": MIX_KEYS}
+           "relu_inplace": CORPUS["relu_inplace"].spec(), "vector_add": _example("vector_add"), "mix_keys": MIX_KEYS,
+           "saxpy_ldg": SAXPY_LDG, "scale_while": SCALE_WHILE}
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +101,17 @@ def test_integer_and_template_kernels_take_structs_of_their_declared_types():
     assert "if ((reinterpret_cast<unsigned long long>(x) & 15) == 0) {" in relu
 
 
+def test_reads_through_the_read_only_cache_come_from_the_lanes_and_stay_on_the_element_paths():
+    """__ldg(&x[i]) and __ldg(y + i) are reads of x[i] and y[i]: the vector loop takes them from its lanes (an
+    __ldg of a lane, a register, would read no global memory); the tail and the fallback keep them as written."""
+    code = mask(applied(SAXPY_LDG, ORDERS["alone"]).source)
+    assert "y4.lane[k] = a * x4.lane[k] + y4.lane[k];" in code
+    assert code.count("y[i] = a * __ldg(&x[i]) + __ldg(y + i);") == 2 and "__ldg(&x4" not in code
+    widened = mask(rules.apply("vectorize_loops", GRID_STRIDE_ADD_LDG, GRID_STRIDE_ADD_LDG.as_candidate()).source)
+    assert "y4.x = x4.x + y4.x;" in widened and "__ldg(&x4" not in widened
+    assert widened.count("y[i] = __ldg(&x[i]) + y[i];") == 2
+
+
 def test_vectorize_refuses_a_4_byte_array_not_declared_as_a_plain_pointer():
     """The vector's element type is the declared one (a struct of four), so an array parameter written otherwise
     is refused with the reason 2-byte arrays get."""
@@ -135,8 +148,8 @@ def ptx(source: str, kernel_name: str, defines: dict, options: list[str]) -> str
 # The vector loop's 128-bit loads and stores: one per 16 bytes of each array it reads (a pure output is not read)
 # and of each it writes. The 2- and 1-byte kernels take the same path, so they are held to it too.
 VECTOR_ACCESSES = {"saxpy": (2, 1), "scale": (1, 1), "relu_inplace": (1, 1), "vector_add": (2, 1),
-                   "mix_keys": (2, 1), "haxpy": (2, 1), "bf16_axpy": (2, 1), "hscale_add": (2, 1),
-                   "bf16_ramp": (1, 2), "threshold_u8": (1, 1), "dequantize": (1, 4)}
+                   "mix_keys": (2, 1), "saxpy_ldg": (2, 1), "scale_while": (1, 1), "haxpy": (2, 1), "bf16_axpy": (2, 1),
+                   "hscale_add": (2, 1), "bf16_ramp": (1, 2), "threshold_u8": (1, 1), "dequantize": (1, 4)}
 
 
 @pytest.mark.parametrize("name", list(VECTOR_ACCESSES))
@@ -198,3 +211,19 @@ def test_float4_accesses_without_the_check_fault_on_a_misaligned_array(build):
     broken = build(source.replace("x4.lane[k]", "x4.lane[3 - k]"), saxpy.kernel_name)
     assert run(broken, launched, config, values) != expected
     assert run(broken, launched, config, values, misaligned="x") == expected
+
+
+@needs_gxx
+@pytest.mark.parametrize("size", [1, 3, 4, 5, 1001, 8 * 256 * 4 + 7])
+def test_a_widened_grid_stride_loop_reading_through_the_read_only_cache_computes_as_submitted(build, size):
+    """vectorize_loops on a fixed grid's loop that reads x through __ldg: bit for bit as submitted at sizes no
+    vector divides, aligned and with each array misaligned (the element loop then)."""
+    spec_ = GRID_STRIDE_ADD_LDG
+    candidate = rules.apply("vectorize_loops", spec_, spec_.as_candidate())
+    at_size = spec_.with_sizes({"n": size})
+    values = inputs(at_size, size)
+    expected = run(build(spec_.source, spec_.kernel_name), at_size, at_size.baseline_params(), values)
+    rewritten = build(normalised(candidate.source), spec_.kernel_name)
+    for misaligned in (None, "x", "y"):
+        assert run(rewritten, at_size.for_candidate(candidate), at_size.baseline_params(), values,
+                   misaligned) == expected, misaligned

@@ -2,10 +2,11 @@
 
 Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY }`, or the same BODY in a
 grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`, every
-array in BODY indexed by exactly [i]) can be re-shaped without understanding BODY: run it in a grid-stride loop so
-each thread handles several elements, or apply it lane by lane to 128-bit vectors (four lanes of 4-byte elements,
-eight of 2-byte ones such as __half and __nv_bfloat16, sixteen of bytes; each lane runs BODY as written, so it
-rounds exactly as one thread did). The vectors are taken only when every array is 16-byte aligned at run time:
+array in BODY indexed by exactly [i], or read through the read-only cache as `__ldg(&x[i])` or `__ldg(x + i)`) can
+be re-shaped without understanding BODY: run it in a grid-stride loop so each thread handles several elements, or
+apply it lane by lane to 128-bit vectors (four lanes of 4-byte elements, eight of 2-byte ones such as __half and
+__nv_bfloat16, sixteen of bytes; each lane runs BODY as written, its __ldg reads taken from the lane, so it rounds
+exactly as one thread did). The vectors are taken only when every array is 16-byte aligned at run time:
 a caller may pass a pointer into the middle of an allocation (a tensor slice starting at element 1), which the
 submitted kernel handles and a 128-bit access would fault on, so otherwise the kernel runs the element loop as
 written. Both shapes are *rendered* from a model of the submitted kernel rather than edited into the current one,
@@ -62,12 +63,13 @@ def model(spec: KernelSpec) -> Elementwise:
     body = masked[start:kernel.body_close]
     if re.match(r"\s*for\s*\(", body):
         return _grid_stride_model(spec, kernel, masked, uncommented, body_of(kernel, masked, NotElementwise))
-    if re.search(r"\bfor\b", body):
+    if re.search(r"\b(?:for|while)\b", body):
         try:
             statements = body_of(kernel, masked, NotElementwise)
         except NotElementwise:  # read on below as a one-point-per-thread body, as before loops after locals were
             statements = []
-        if statements and statements[-1].kind == "for" and _launch_locals(statements[:-1], masked, spec) is not None:
+        if statements and statements[-1].kind in ("for", "while") and \
+                _launch_locals(statements[:-1], masked, spec) is not None:
             return _grid_stride_model(spec, kernel, masked, uncommented, statements)
 
     definition = re.match(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*(?P<expr>[^;]*);",
@@ -106,20 +108,27 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
                        body: list[Statement]) -> Elementwise:
     """A kernel whose whole body is a grid-stride loop, `for (int i = blockIdx.x * blockDim.x + threadIdx.x;
     i < n; i += blockDim.x * gridDim.x) BODY`, or that loop after locals of the launch geometry it starts and steps
-    by (`int index = blockIdx.x * blockDim.x + threadIdx.x; int stride = blockDim.x * gridDim.x;`): elementwise
-    when BODY is, whatever the grid."""
+    by (`int index = blockIdx.x * blockDim.x + threadIdx.x; int stride = blockDim.x * gridDim.x;`), or, after such
+    locals, `while (index < n) { BODY index += stride; }`: elementwise when BODY is, whatever the grid."""
     *setup, loop = body
-    if loop.kind != "for":
+    if loop.kind not in ("for", "while"):
         raise NotElementwise("code follows the grid-stride loop; an elementwise kernel is the loop alone")
     known = _launch_locals(setup, masked, spec)
     if known is None:
         raise NotElementwise("code precedes the grid-stride loop; an elementwise kernel is the loop alone, after "
                              "locals of the launch geometry at most")
-    init, condition, step = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
-    definition = re.fullmatch(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<expr>.*)",
-                              init, re.DOTALL)
-    if definition is None:
-        raise NotElementwise("the loop does not define its index like `int i = blockIdx.x * blockDim.x + threadIdx.x`")
+    if loop.kind == "while":
+        definition, condition, step, inside = _while_parts(setup, loop, masked)
+        condition_at = loop.head[0]
+    else:
+        init, condition, step = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
+        definition = re.fullmatch(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<expr>.*)",
+                                  init, re.DOTALL)
+        if definition is None:
+            raise NotElementwise("the loop does not define its index like "
+                                 "`int i = blockIdx.x * blockDim.x + threadIdx.x`")
+        condition_at = loop.head[0] + len(init) + 1
+        inside = (loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end))
     index, x_name = definition["index"], spec.block_size_names[0]
     block_x = _block_width(definition["expr"], x_name, known)
     if block_x is None:
@@ -137,19 +146,36 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
             pass
     if stride != {tuple(sorted((block_x, "gridDim.x"))): 1}:
         raise NotElementwise(f"the loop steps by `{' '.join(step.split())}`, not by {index} += {block_x} * gridDim.x")
-    bound_at = loop.head[0] + len(init) + 1 + bound.start("bound")
-    guarded = loop.body
-    inside = (guarded.inner if guarded.kind == "block" else (guarded.start, guarded.end))
+    bound_at = condition_at + bound.start("bound")
     text = masked[inside[0]:inside[1]]
     arrays = _check_guarded(text, index, _array_parameters(spec.source, kernel, spec))
-    # The rendering drops the locals before the loop: BODY and the bound must not read them.
-    used = next((name for name in known if re.search(rf"\b{name}\b", text + condition)), None)
+    # The rendering drops the locals before the loop: BODY and the bound must not read them (a while loop's index,
+    # one of them, is the rendered loop's).
+    used = next((name for name in known if name != index and re.search(rf"\b{name}\b", text + bound["bound"])),
+                None)
     if used is not None:
         raise NotElementwise(f"the loop reads {used}, a local defined before it, beyond starting and stepping by it")
     lines = [line.rstrip() for line in uncommented[inside[0]:inside[1]].split("\n") if line.strip()]
     return Elementwise(spec.source, kernel, index, " ".join(definition["type"].split()), block_x,
                        uncommented[bound_at:bound_at + len(bound["bound"])].strip(),
                        textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
+
+
+def _while_parts(setup: list[Statement], loop: Statement, masked: str) -> tuple[re.Match, str, str, tuple[int, int]]:
+    """Of `while (i < n) { BODY i += STEP; }`: the declaration of i among the locals before the loop, the
+    condition, the step statement without its `;`, and BODY's span."""
+    condition = masked[loop.head[0]:loop.head[1]]
+    name = re.match(r"\s*([A-Za-z_]\w*)", condition)
+    declared = rf"\s*(?P<type>{INDEX_TYPES})\s+(?P<index>{name[1] if name else ''})\s*=(?P<expr>.*);\s*"
+    definition = next((d for s in setup if (d := re.fullmatch(declared, masked[s.start:s.end], re.DOTALL))), None)
+    if definition is None:
+        raise NotElementwise(f"the while loop runs while `{' '.join(condition.split())}`, not while an index declared "
+                             f"before it, like `int i = blockIdx.x * blockDim.x + threadIdx.x;`, is below a bound")
+    inner = loop.body.children(masked) if loop.body.kind == "block" else []
+    if not inner or inner[-1].kind != "simple":
+        raise NotElementwise("the while loop's body is not a block ending with the step of its index, "
+                             "`{ BODY i += stride; }`")
+    return definition, condition, masked[inner[-1].start:inner[-1].end - 1], (loop.body.inner[0], inner[-1].start)
 
 
 def _launch_locals(setup: list[Statement], masked: str, spec: KernelSpec) -> dict[str, affine.Poly] | None:
@@ -209,7 +235,17 @@ def _array_parameters(source: str, kernel: Kernel, spec: KernelSpec) -> dict[str
     return {name: arg.dtype for name, arg in zip(names, spec.args) if arg.is_array}
 
 
+def through_ldg(text: str, index: str) -> str:
+    """`text` with each read of an element through the read-only cache, `__ldg(&x[i])` or `__ldg(x + i)`, written
+    as the plain read x[i]: the model reads them as such, and the vector loop reads the element from its lane
+    instead (the scalar loops keep the body, and the __ldg, as written)."""
+    return re.sub(rf"\b__ldg\s*\(\s*(?:&\s*(?P<at>{IDENTIFIER.pattern})\s*\[\s*{index}\s*\]|"
+                  rf"(?P<plus>{IDENTIFIER.pattern})\s*\+\s*{index})\s*\)", lambda m: f"{m['at'] or m['plus']}[{index}]",
+                  text)
+
+
 def _check_guarded(guarded: str, index: str, array_parameters: dict[str, str]) -> dict[str, str | None]:
+    guarded = through_ldg(guarded, index)
     escape = re.search(rf"\b({'|'.join(ESCAPES)})\b", guarded)
     if escape:
         raise NotElementwise(f"the guarded body uses {escape[1]}, whose meaning changes inside a loop over elements")
@@ -241,7 +277,7 @@ def vectorize_reason(kernel: Elementwise) -> str | None:
         if dtype not in ELEMENT_BYTES:
             return (f"{name} is {dtype}; vectorize takes arrays of 1-, 2- or 4-byte elements "
                     f"({', '.join(ELEMENT_BYTES)})")
-        if re.search(rf"&\s*{name}\s*\[", mask(kernel.body)):
+        if re.search(rf"&\s*{name}\s*\[", mask(through_ldg(kernel.body, kernel.index))):
             return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
     pointees = _pointees(kernel)
     for name in kernel.arrays:
@@ -344,7 +380,7 @@ def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
             loads.append(f"{vector} {register} = reinterpret_cast<const {vector} *>({name})[{v}];")
         if written:
             stores.append(f"reinterpret_cast<{vector} *>({name})[{v}] = {register};")
-    i, text = kernel.index, kernel.body
+    i, text = kernel.index, through_ldg(kernel.body, kernel.index)
     for name, register in registers.items():
         text = re.sub(rf"\b{name}\s*\[\s*{i}\s*\]", f"{register}.{lane}[{k}]", text)
     index = [f"const {kernel.index_type} {i} = {width} * {v} + {k};"] if re.search(rf"\b{i}\b", mask(text)) else []

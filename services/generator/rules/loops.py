@@ -262,7 +262,16 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
             raise _Refused(f"{where} reads {name} at two bases")
         arrays[name] = VectorArray(name, base, types[name], written or (previous is not None and previous.written),
                                    True)
-        accesses.append((inside[0] + match.start(), close + 1, name))
+        # A read through the read-only cache, __ldg(&X[BASE + c]), is the lane's element as a whole; any other
+        # address of the element is one a vector lane does not have.
+        at, stop = inside[0] + match.start(), close + 1
+        ldg, shut = re.search(r"\b__ldg\s*\(\s*&\s*$", masked[:at]), re.match(r"\s*\)", masked[stop:])
+        if ldg and shut:
+            at, stop = ldg.start(), stop + shut.end()
+        elif re.search(r"(?:[^\w)\]\s&]|&&)\s*&\s*$", masked[:at]):
+            raise _Refused(f"{where} takes the address of {name}[{' '.join(subscript.split())}], which a vector "
+                           f"lane does not have")
+        accesses.append((at, stop, name))
     if not arrays:
         raise _Refused(f"{where} indexes no array by {c}")
     for name in arrays:

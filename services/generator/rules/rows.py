@@ -2,21 +2,23 @@
 
 Recognised: a kernel of one point per thread along x (the row) whose point body runs one loop over the row,
 `for (int c = START; c < END; c++)`, adding into accumulators declared before it at zero (`sum += A[r * cols +
-c] * x[c]`); the loop's other assignments are to its own locals. What the row does after the loop (`y[r] =
+c] * x[c]`, `sum = sum + E`, `sum = E + sum`, or a float or double `sum = fmaf(A[r * cols + c], x[c], sum)`);
+the loop's other assignments are to its own locals. What the row does after the loop (`y[r] =
 sum`) comes after it in the same block. Neighbouring threads read addresses a row apart, so no load is
 coalesced.
 
 Rendered: a block of block_size_x (32) x block_size_y threads takes block_size_y rows, one per warp
 (row = blockIdx.x * block_size_y + threadIdx.y). The lanes split the loop (c = START + lane, stepping 32), so a
 warp reads 32 consecutive elements of its row at once, then add their sums with __shfl_xor_sync; lane 0 goes on
-with the rest of the row alone. The sums are formed in another order (within float rounding). The lane loop is
-one the vectorize_loops rule can widen to 128-bit loads.
+with the rest of the row alone. The loop body stays as written, so each lane accumulates as the thread did (an
+fmaf chain stays one), and only the partial sums are added in another order (within float rounding). The lane
+loop is one the vectorize_loops rule can widen to 128-bit loads.
 """
 import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
@@ -25,6 +27,10 @@ from shared.domain.spec import KernelSpec
 ACCUMULATOR_TYPES = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
 ZERO = r"(?:0+(?:\.0*)?[fF]?|0*\.0+[fF]?|0[uUlL]*)"
 ROWS_PER_BLOCK = [1, 2, 4, 8, 16, 32]
+# `sum = fmaf(X, Y, sum)` adds X * Y with one rounding: a sum for a float or double accumulator (for an integer one
+# the float result is truncated at each step, which lanes' partial sums would not repeat).
+FUSED = r"(?:fmaf|fma|__fmaf_rn|__fma_rn)"
+FLOATING = ("float", "double")
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, inside: str
     for name, operators in assigned.items():
         if name in local:
             continue
-        if operators != {"+="}:
+        if not operators <= {"+=", "="}:
             raise NotRecognised(f"its loop changes {name} by {', '.join(sorted(operators))}; a row loop only adds "
                                 f"into accumulators (+=) and assigns its own locals")
         declaration = re.search(rf"\b({ACCUMULATOR_TYPES})\s+{name}\s*=\s*{ZERO}\s*[;,]",
@@ -118,12 +124,41 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, inside: str
         accumulators[name] = " ".join(declaration.group(1).split())
     if not accumulators:
         raise NotRecognised("its loop adds into no accumulator")
-    for name in accumulators:
+    for name, type_ in accumulators.items():
         uses = len(re.findall(rf"\b{name}\b", inside))
-        if uses != len(re.findall(rf"\b{name}\s*\+=", inside)):
+        if uses != len(re.findall(rf"\b{name}\s*\+=", inside)) + 2 * _sums_assigned(masked, loop, name, type_):
             raise NotRecognised(f"its loop reads the accumulator {name}, so the partial sums of lanes would differ "
                                 f"from the row's")
     return accumulators
+
+
+def _sums_assigned(masked: str, loop: Statement, name: str, type_: str) -> int:
+    """How many plain assignments to the accumulator add into it, each a statement of its own mentioning it
+    twice: `name = name + E`, `name = E + name` (E's operators at its top level all binding tighter than +, so E
+    is added whole) and, for a float or double, `name = fmaf(X, Y, name)`; NotRecognised for any other. The loop
+    body stays as written, so each lane keeps the thread's arithmetic (an fmaf chain stays one)."""
+    why = (f"a row loop only adds into accumulators (+=, {name} = {name} + x, or for a float or double {name} = "
+           f"fmaf(x, y, {name})) and assigns its own locals")
+    assigned = re.compile(rf"(?<![\w.\]>])\b{name}\s*=(?!=)")
+    statements = [masked[s.start:s.end] for s, _ in walk(masked, [loop.body]) if s.kind == "simple"]
+    expressions = [m["expression"] for text in statements
+                   if (m := re.fullmatch(rf"\s*{assigned.pattern}(?P<expression>.*);\s*", text, re.DOTALL))]
+    if len(expressions) != len(assigned.findall(masked, loop.body.start, loop.body.end)):
+        raise NotRecognised(f"its loop assigns {name} within an expression; {why}")
+    for expression in expressions:
+        fused = re.match(rf"\s*{FUSED}\s*\(", expression)
+        if fused and type_ in FLOATING:
+            close = closing(expression, fused.end() - 1)
+            arguments = split_top_level(expression[fused.end():close], ",")
+            if len(arguments) == 3 and arguments[2].strip() == name and not expression[close + 1:].strip():
+                continue
+        added = (re.fullmatch(rf"\s*{name}\s*\+(?P<term>.+)", expression, re.DOTALL)
+                 or re.fullmatch(rf"(?P<term>.+?)\+\s*{name}\s*", expression, re.DOTALL))
+        if added and not re.search(r"[-+*/%]\s*$", added["term"]) and \
+                all(len(split_top_level(added["term"], operator)) == 1 for operator in "?:<>=&|^,"):
+            continue
+        raise NotRecognised(f"its loop assigns {name} `{' '.join(expression.split())}`; {why}")
+    return len(expressions)
 
 
 def _check_effects(kernel: PointKernel, masked: str, loop: Statement) -> None:
