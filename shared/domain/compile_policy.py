@@ -146,7 +146,8 @@ AVAILABLE = ("the CUDA runtime's (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperat
              "headers kernels include (math.h, cmath, float.h, cfloat, limits.h, climits, stdint.h, cstdint, "
              "stdio.h, cstdio, assert.h, cassert)")
 # NVRTC has no C library headers. kforge's stand-ins for those kernels include (shared/adapters/device/c_headers:
-# each CCCL's header of that name, or the macros a host header gives), searched after the CUDA headers; and
+# self-contained, so a CUDA header including one on a host-only branch reaches nothing more), searched after the
+# CUDA headers; and
 # IMPLICIT_HEADER, included before every kernel, gives the infinities and NaN that nvcc's implicit
 # <cuda_runtime.h> brings in through the host's <math.h>, so a kernel written for nvcc compiles unchanged.
 C_HEADERS = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "adapters", "device", "c_headers"))

@@ -3,6 +3,7 @@ NVRTC lacks): half and bfloat16 kernels, and kernels written for nvcc with C hea
 real through the sandbox (no GPU needed), a `__half` parameter reads as a float16 one, and an include is allowed
 only when its header is there and safe."""
 import math
+import os
 import re
 import struct
 
@@ -121,6 +122,16 @@ def test_an_angle_include_must_be_among_the_headers():
     assert check_source('#include "my_utils.h"\n' + HALF)  # quoted: NVRTC looks in the empty directory only
     with pytest.raises(CompileError, match="not among the CUDA headers"):
         compile_kernel("#include <unistd.h>\n" + HALF, "axpy_half", {}, [], "sm_90")
+
+
+def test_kforge_c_headers_include_only_each_other():
+    """A CUDA header that includes <climits> or <cstdint> on a host-only branch reaches kforge's stand-in: were
+    that to include CCCL's, every such header would reach CCCL's internals, which some CCCL versions' compile
+    policy refuses (the H100 machine's CUDA 13.0 toolkit: cuda_bf16.h was refused there)."""
+    for header in sorted(os.listdir(C_HEADERS)):
+        text = open(os.path.join(C_HEADERS, header)).read()
+        for included in re.findall(r"#\s*include\s*<([^>]+)>", text):
+            assert os.path.isfile(os.path.join(C_HEADERS, included)), (header, included)
 
 
 def test_asking_whether_has_include_exists_opens_nothing_and_is_allowed(tmp_path):
