@@ -168,14 +168,36 @@ class Headers:
         return _refusal(self, header, angled)
 
 
+# The packages whose headers kforge compiles with, and a file by which each one's include directory is found.
+_SHIPPED_HEADERS = (("nvidia-cuda-runtime", "cudart", "cuda_runtime_api.h"),
+                    ("nvidia-cuda-cccl", "cccl", "cuda/std/version"))
+
+
 @functools.cache
 def vetted_headers() -> Headers:
-    """The CUDA headers kforge ships, found as NVRTC is (cuda.pathfinder: the nvidia pip packages, else a CUDA
-    toolkit): nvidia-cuda-runtime's include directory, then nvidia-cuda-cccl's; then kforge's C_HEADERS."""
+    """The CUDA headers kforge ships: nvidia-cuda-runtime's include directory, then nvidia-cuda-cccl's, as this
+    Python imports them (sys.path, so PYTHONPATH's too: the versions kforge requires), else where cuda.pathfinder
+    finds them (a CUDA toolkit); then kforge's C_HEADERS."""
     from cuda.pathfinder import find_nvidia_header_directory
 
-    found = (find_nvidia_header_directory(name) for name in ("cudart", "cccl"))
+    found = (_installed_include(package, marker) or find_nvidia_header_directory(name)
+             for package, name, marker in _SHIPPED_HEADERS)
     return Headers(tuple(dict.fromkeys([*(os.path.realpath(d) for d in found if d), C_HEADERS])))
+
+
+def _installed_include(package: str, marker: str) -> str | None:
+    """The directory of `package` that holds `marker`, for the first copy of the package on sys.path."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        files = distribution(package).files or []
+    except PackageNotFoundError:
+        return None
+    for file in files:
+        path = file.as_posix()
+        if path.endswith("/" + marker):
+            return str(file.locate().parents[marker.count("/")])
+    return None
 
 
 @functools.lru_cache(maxsize=4096)  # bounded: the names come from strangers
@@ -209,7 +231,7 @@ def _unsafe_reach(start: str, dirs: tuple[str, ...]) -> str:
         for how, name in _includes(real):
             if how == "!":
                 return (f"it reaches {_short(real, dirs)}, which has {name!r}: the source's own #defines could aim "
-                        "that at any file (thrust's headers do this)")
+                        f"that at any file ({_who_does(name, real, dirs)})")
             places = dirs if how == "<" else (os.path.dirname(opened), os.path.dirname(real), *dirs)
             todo.extend(p for d in places if os.path.isfile(p := os.path.join(d, name)))
     return ""
@@ -237,6 +259,19 @@ def _includes(path: str) -> tuple[tuple[str, str], ...]:
         if _HAS_INCLUDE.search(used) and len(_HAS_INCLUDE_LITERAL.findall(used)) != len(_HAS_INCLUDE.findall(used)):
             found.append(("!", line.strip()[:80]))
     return tuple(found)
+
+
+# CCCL before 13.3 passes the names it asks __has_include about through this macro, and a macro's arguments are
+# expanded first, so a source's #defines reach them; 13.3 writes __has_include itself.
+_HAS_INCLUDE_THROUGH_MACRO = re.compile(r"(?:#|%:)\s*define\s+\w+\s*\(\s*(\w+)\s*\)\s*__has_include\s*\(\s*\1\s*\)")
+
+
+def _who_does(line: str, path: str, dirs: tuple[str, ...]) -> str:
+    if _HAS_INCLUDE_THROUGH_MACRO.match(line):
+        found = path.removesuffix(_short(path, dirs)).rstrip(os.sep)
+        return (f"CCCL before 13.3 does this, and this worker found that CCCL at {found}: install "
+                "nvidia-cuda-cccl>=13.3, which kforge requires, where the worker runs")
+    return "thrust's headers do this"
 
 
 def _short(path: str, dirs: tuple[str, ...]) -> str:

@@ -148,6 +148,38 @@ def test_asking_whether_has_include_exists_opens_nothing_and_is_allowed(tmp_path
         check_source("#if defined(__has_include) && __has_include(HEADER)\n#endif\n", headers)
 
 
+def test_cccl_before_13_3_is_refused_with_the_fix_named(tmp_path):
+    """CCCL 13.0 to 13.2 ask __has_include through a macro, whose arguments a source's #defines can rewrite (the
+    H100 machine's CUDA 13.0 toolkit holds one): every header reaching it is refused, naming the package to
+    install."""
+    (tmp_path / "cuda" / "std" / "__cccl").mkdir(parents=True)
+    (tmp_path / "cuda" / "std" / "__cccl" / "preprocessor.h").write_text(
+        "#ifdef __has_include\n#  define _CCCL_HAS_INCLUDE(_X) __has_include(_X)\n#endif\n")
+    (tmp_path / "cuda" / "std" / "cstdint").write_text("#include <cuda/std/__cccl/preprocessor.h>\n"
+                                                       "#if _CCCL_HAS_INCLUDE(<cuda_fp16.h>)\n#endif\n")
+    with pytest.raises(PolicyViolation, match=rf"found that CCCL at {re.escape(str(tmp_path))}: install "
+                                              r"nvidia-cuda-cccl>=13\.3"):
+        check_source("#include <cuda/std/cstdint>\n", Headers((str(tmp_path),)))
+
+
+def test_the_headers_of_the_packages_on_sys_path_come_before_a_toolkits(tmp_path, monkeypatch):
+    """A worker whose packages are on PYTHONPATH (as on the H100 machine, beside an older toolkit that
+    cuda.pathfinder would find) compiles with those packages' headers."""
+    include = tmp_path / "nvidia" / "cu13" / "include" / "cccl"
+    (include / "cuda" / "std").mkdir(parents=True)
+    (include / "cuda" / "std" / "version").write_text("")
+    info = tmp_path / "nvidia_cuda_cccl-13.9.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cuda-cccl\nVersion: 13.9.0\n")
+    (info / "RECORD").write_text("nvidia/cu13/include/cccl/cuda/std/version,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    vetted_headers.cache_clear()
+    try:
+        assert vetted_headers().dirs[1] == str(include)
+    finally:
+        vetted_headers.cache_clear()
+
+
 def test_a_header_that_includes_by_macro_is_refused_with_everything_that_reaches_it(tmp_path):
     (tmp_path / "wrapper.h").write_text('// #include SOMETHING in a comment is no include\n#include "inner.h"\n')
     (tmp_path / "inner.h").write_text("#define DETAIL_HEADER(f) <lib/detail/f>\n#include DETAIL_HEADER(impl.h)\n")
