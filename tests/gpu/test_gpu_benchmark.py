@@ -172,7 +172,9 @@ def test_a_fast_kernel_is_not_abandoned_for_its_cold_first_launch(vector_add_spe
     assert len(measured) == 4 and max(o.median_ms for o in measured) < 0.1
     best = min(o.median_ms for o in measured)
     assert all(not o.abandoned or min(o.samples_ms) > spec.benchmark.abandon_factor * best for o in measured)
-    assert sum(o.abandoned for o in measured) <= 1
+    # Judged on the cold launch, all but the first were abandoned. A timed launch may still come out slow once
+    # (1 of 4 did on the H100, 2.4 times the others), or a block size be slower on another card (the H200).
+    assert sum(o.abandoned for o in measured) <= 2
 
 
 @pytest.mark.parametrize("example, sizes", [("vector_add", {"n": 1 << 22}), ("matmul", {"n": 1024}),
