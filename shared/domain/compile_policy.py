@@ -144,12 +144,14 @@ def _check_header(number: int, header: str) -> None:
 AVAILABLE = ("the CUDA runtime's (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cooperative_groups.h, mma.h, "
              "cuda_pipeline.h, vector_types.h, ...), CCCL's (cuda/std/..., cuda/..., nv/target, cub/...) and the C "
              "headers kernels include (math.h, cmath, float.h, cfloat, limits.h, climits, stdint.h, cstdint, "
-             "stdio.h, cstdio, assert.h, cassert)")
-# NVRTC has no C library headers. kforge's stand-ins for those kernels include (shared/adapters/device/c_headers:
-# self-contained, so a CUDA header including one on a host-only branch reaches nothing more), searched after the
-# CUDA headers; and
-# IMPLICIT_HEADER, included before every kernel, gives the infinities and NaN that nvcc's implicit
-# <cuda_runtime.h> brings in through the host's <math.h>, so a kernel written for nvcc compiles unchanged.
+             "stddef.h, cstddef, stdlib.h, cstdlib, string.h, cstring, stdio.h, cstdio, assert.h, cassert, and "
+             "through CCCL limits, type_traits, utility, algorithm, array)")
+# NVRTC has no C or C++ library headers. kforge's stand-ins for those kernels include
+# (shared/adapters/device/c_headers) are searched after the CUDA headers: the C ones self-contained, so a CUDA
+# header including one on a host-only branch reaches nothing more, the C++ ones CCCL's cuda/std headers with
+# their names also in std; and IMPLICIT_HEADER, included before every kernel, gives what nvcc's implicit
+# <cuda_runtime.h> brings in through the host's <math.h> and <cmath> (the infinities and NaN, std::sqrt and its
+# kin), so a kernel written for nvcc compiles unchanged.
 C_HEADERS = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "adapters", "device", "c_headers"))
 IMPLICIT_HEADER = "kforge_implicit.h"
 _OPENS_FILES = {"include", "include_next", "import", "embed"}
@@ -303,9 +305,22 @@ _ALLOWED_OPTIONS = [re.compile(p + r"\Z") for p in (
 )]
 
 
+# nvcc options that kernels' build files carry, which NVRTC does not take, and what to do instead.
+_NVCC_ONLY = ((re.compile(r"-{1,2}expt-relaxed-constexpr\Z"),
+               "NVRTC already lets device code call constexpr functions: remove it"),
+              (re.compile(r"-{1,2}(?:expt-)?extended-lambda\Z"),
+               "NVRTC compiles no host code, so a kernel has no host lambdas to pass: remove it"),
+              (re.compile(r"-O[0-3s]?\Z"), "NVRTC optimises device code fully by default; to set ptxas's level, pass "
+                                            "-Xptxas=-O3"),
+              (re.compile(r"-Xcompiler\b|--compiler-options\b"), "NVRTC runs no host compiler: remove it"))
+
+
 def check_options(options: list[str]) -> list[str]:
     """The options unchanged, or PolicyViolation naming the first that is not on the allowlist."""
     for option in options:
+        hint = next((why for pattern, why in _NVCC_ONLY if pattern.match(option)), None)
+        if hint:
+            raise PolicyViolation(f"compiler_options: {option[:80]!r} is an nvcc option; {hint}")
         if len(option) > MAX_OPTION_CHARS or not any(p.match(option) for p in _ALLOWED_OPTIONS):
             raise PolicyViolation(
                 f"compiler_options: {option[:80]!r} is not allowed. Options that read or write files (-I, "

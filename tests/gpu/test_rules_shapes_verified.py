@@ -32,6 +32,7 @@ SIZES = {
     "histogram": {"n": 1 << 22}, "bias_gelu": {"rows": 500, "cols": 1000},
     "rgba_to_gray": {"height": 500, "width": 700}, "gather": {"n": 1 << 22, "m": 1 << 20},
     "haxpy": {"n": 1 << 22}, "bf16_axpy": {"n": 1 << 22}, "segmented_scan": {"segments": 300, "seg": 1000},
+    "silu_clamp": {"n": 1 << 22},
 }
 RESTRUCTURED = {"transpose": "shared_tile", "jacobi2d": "register_blocking", "laplace3d": "register_blocking",
                 "conv2d": "register_window", "gemv": "warp_per_row", "spmv_csr": "warp_per_row",
@@ -39,7 +40,7 @@ RESTRUCTURED = {"transpose": "shared_tile", "jacobi2d": "register_blocking", "la
                 "int_stats": "hierarchical_reduction", "histogram": "hierarchical_reduction",
                 "bias_gelu": "elements_per_thread",
                 "rgba_to_gray": "elements_per_thread", "gather": "elements_per_thread",
-                "segmented_scan": "shuffle_scan"}
+                "segmented_scan": "shuffle_scan", "silu_clamp": "elements_per_thread"}
 VECTORIZED = ("softmax", "layernorm", "row_sum", "dot", "histogram", "int_stats")
 # Kernels passing over each row several times: the row read once into shared memory, or held in registers
 # (alone here; with everything else that applies in their -plan cases, which take the registers the plan tries

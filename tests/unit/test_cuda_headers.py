@@ -12,7 +12,8 @@ import pytest
 from shared.adapters.device import compiler
 from shared.adapters.device.compiler import compile_kernel
 from shared.adapters.device.nvrtc import CompileError
-from shared.domain.compile_policy import C_HEADERS, Headers, PolicyViolation, check_source, vetted_headers
+from shared.domain.compile_policy import (C_HEADERS, Headers, PolicyViolation, check_options, check_source,
+                                         vetted_headers)
 from shared.domain.signature import mismatches
 from shared.domain.spec import ArgSpec
 
@@ -63,7 +64,8 @@ def test_the_headers_are_found_where_pip_installed_them():
     assert any(d.endswith("/include") for d in dirs) and any(d.endswith("/include/cccl") for d in dirs)
     for header in ("cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cooperative_groups.h", "mma.h", "cuda/std/cstdint",
                    "cuda/std/complex", "nv/target", "cub/block/block_reduce.cuh", "math.h", "cfloat", "stdint.h",
-                   "climits", "stdio.h", "cassert"):
+                   "climits", "stdio.h", "cassert", "cstddef", "cstdlib", "cstring", "limits", "type_traits", "utility",
+                   "algorithm", "array"):
         assert vetted_headers().refusal(header, angled=True) == "", header
     assert dirs[-1] == C_HEADERS  # kforge's own C headers last: a CUDA header of the same name comes first
 
@@ -85,6 +87,23 @@ ORDINARY = {
     "checked": '#include <cstdio>\n#include <cassert>\n#include <cstdint>\n#include <climits>\nextern "C" __global__ '
                'void checked(int *v, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
                '    assert(n < INT_MAX);\n    if (i < n && v[i] < 0) printf("negative at %d\\n", i);\n}\n',
+    # std's math and C++ library names, as nvcc kernels use them (nvcc's implicit <cmath>; CCCL's C++ library)
+    "gelu_std": 'extern "C" __global__ void gelu_std(float *y, const float *x, int n) {\n'
+                '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = 0.5f * x[i] * (1.0f + '
+                'std::tanh(0.79788456f * (x[i] + 0.044715f * std::pow(x[i], 3.0f))));\n}\n',
+    "clip_using_std": '#include <cmath>\n#include <algorithm>\nusing namespace std;\nextern "C" __global__ void '
+                      'clip_using_std(float *y, const float *x, int n) {\n    int i = blockIdx.x * blockDim.x + '
+                      'threadIdx.x;\n    if (i < n) y[i] = isnan(x[i]) ? 0.f : min(max(sqrt(fabs(x[i])), 0.f), 1.f)'
+                      ' + std::clamp(x[i], -1.f, 1.f);\n}\n',
+    "limits_max": '#include <limits>\n#include <type_traits>\n#include <utility>\ntemplate <typename T>\n'
+                  '__device__ T lowest() {\n    static_assert(std::is_arithmetic<T>::value, "numbers only");\n'
+                  '    return std::numeric_limits<T>::lowest();\n}\nextern "C" __global__ void limits_max(float *out, '
+                  'const float *x, int n) {\n    float m = lowest<float>(), other = 0.f;\n    for (int i = 0; i < n; '
+                  'i++) m = std::max(m, x[i]);\n    std::swap(m, other);\n    out[0] = other;\n}\n',
+    "window_copy": '#include <array>\n#include <cstring>\n#include <cstddef>\n#include <cstdlib>\nextern "C" __global__ '
+                   'void window_copy(float *out, const float *x, std::size_t n) {\n    std::array<float, 4> w{};\n'
+                   '    std::memcpy(w.data(), x, sizeof(float) * w.size());\n'
+                   '    if (n > 3) out[0] = w[std::abs(-3)] + (x == NULL);\n}\n',
 }
 
 
@@ -124,14 +143,41 @@ def test_an_angle_include_must_be_among_the_headers():
         compile_kernel("#include <unistd.h>\n" + HALF, "axpy_half", {}, [], "sm_90")
 
 
+# kforge's stand-ins for C++ library headers: each is CCCL's own, with its names also in std.
+CPP_LIBRARY = {"limits", "type_traits", "utility", "algorithm", "array"}
+
+
 def test_kforge_c_headers_include_only_each_other():
     """A CUDA header that includes <climits> or <cstdint> on a host-only branch reaches kforge's stand-in: were
-    that to include CCCL's, every such header would reach CCCL's internals, which some CCCL versions' compile
-    policy refuses (the H100 machine's CUDA 13.0 toolkit: cuda_bf16.h was refused there)."""
+    that to include CCCL's, every such header would reach CCCL's internals, so the C headers stay
+    self-contained; each C++ library stand-in includes CCCL's header of its name, and nothing else."""
     for header in sorted(os.listdir(C_HEADERS)):
         text = open(os.path.join(C_HEADERS, header)).read()
-        for included in re.findall(r"#\s*include\s*<([^>]+)>", text):
-            assert os.path.isfile(os.path.join(C_HEADERS, included)), (header, included)
+        included = re.findall(r"#\s*include\s*<([^>]+)>", text)
+        if header in CPP_LIBRARY:
+            assert included == [f"cuda/std/{header}"], header
+            continue
+        for name in included:
+            assert os.path.isfile(os.path.join(C_HEADERS, name)), (header, name)
+
+
+def test_std_math_calls_keep_their_float_overloads():
+    """std::sqrt(float) is sqrt.rn.f32, not a sqrt in double: std gets NVRTC's own global overloads."""
+    from tests.unit.test_rules_vectorize_aligned import ptx
+
+    source = ('extern "C" __global__ void k(float *o, const float *x, double *d) {\n    o[0] = std::sqrt(x[0]);\n'
+              '    o[1] = std::max(x[1], x[2]);\n    o[2] = std::abs(x[3]);\n    d[0] = std::sqrt(d[1]);\n}\n')
+    code = ptx(source, "k", {}, [])
+    assert all(op in code for op in ("sqrt.rn.f32", "max.f32", "abs.f32", "sqrt.rn.f64"))
+    assert "cvt.f64.f32" not in code
+
+
+@pytest.mark.parametrize("option, fix", [("--expt-relaxed-constexpr", "already lets device code call constexpr"),
+                                         ("--extended-lambda", "no host lambdas"), ("-O3", "-Xptxas=-O3"),
+                                         ("-Xcompiler=-fopenmp", "no host compiler")])
+def test_nvcc_only_options_are_refused_naming_what_to_do(option, fix):
+    with pytest.raises(PolicyViolation, match=rf"{re.escape(option)}' is an nvcc option; .*{re.escape(fix)}"):
+        check_options([option])
 
 
 def test_asking_whether_has_include_exists_opens_nothing_and_is_allowed(tmp_path):

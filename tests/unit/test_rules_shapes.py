@@ -36,6 +36,7 @@ FIRES = {
     "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread"},
     "row_sum": {"shuffle_reduction", "vectorize_loops"}, "saxpy": {"elements_per_thread", "vectorize"},
     "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": {"scan_vectors", "shuffle_scan"},
+    "silu_clamp": {"elements_per_thread", "vectorize"},
     "softmax": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops"},
     "spmv_csr": {"warp_per_row"},
     "transpose": {"shared_tile"},
@@ -118,7 +119,7 @@ def assert_compiles_and_keeps_signature(spec: KernelSpec, candidate: CandidateSp
 
 def applications() -> dict[str, tuple[KernelSpec, str]]:
     cases = {f"{name}-{rule_id}": (CORPUS[name].spec(), rule_id) for name, fires in FIRES.items() for rule_id in fires
-             if rule_id in NEW_RULES or name in ("bias_gelu", "rgba_to_gray", "gather")}
+             if rule_id in NEW_RULES or name in ("bias_gelu", "rgba_to_gray", "gather", "silu_clamp")}
     cases["atomic_sum-hierarchical_reduction"] = (ATOMIC_SUM, "hierarchical_reduction")
     cases.update({f"variant-{case}": (spec, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
     return cases

@@ -13,7 +13,7 @@ Term = tuple[str, ...]  # sorted atom names; () is the constant term
 Poly = dict[Term, int]
 
 _TYPE_WORDS = {"int", "unsigned", "signed", "long", "short", "char", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
-               "int32_t", "uint32_t", "const", "__int64", "uint", "ulong"}
+               "int32_t", "uint32_t", "const", "__int64", "uint", "ulong", "std", "::"}
 _TOKEN = re.compile(r"\s*(?:(?P<number>0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?)(?P<suffix>[uUlLfF]*)"
                     r"|(?P<name>[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)|(?P<op><<|>>|::|[-+*/%()\[\]<>,&|^~!?:.]))")
 

@@ -18,15 +18,14 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (IDENTIFIER, Kernel, closing, find_kernel, fresh_name, identifiers,
-                                                 mask, split_top_level)
+from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, Kernel, closing, find_kernel, fresh_name,
+                                                 identifiers, mask, split_top_level)
 from services.generator.rules.statements import Statement, body_of
 from services.generator.rules.shape import Layout, one_thread_per_point
 from shared.domain.spec import KernelSpec
 
-INDEX_TYPES = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
-               r"u?int(?:32|64)_t)")
-WIDE_INDEX_TYPES = r"(?:\w+\s+)?long(?:\s+long)?|size_t|u?int64_t"
+INDEX_TYPES = INTEGER_TYPE
+WIDE_INDEX_TYPES = r"(?:\w+\s+)?long(?:\s+long)?|(?:std::)?(?:size_t|ptrdiff_t|u?int64_t)"
 # The element sizes vectorize takes. A kernel takes 16 bytes of its narrowest arrays per vector (4 floats or ints,
 # 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to 16 bytes (its wider
 # arrays move a multiple of 16 bytes per vector).

@@ -14,14 +14,13 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import IDENTIFIER, Kernel, closing, find_kernel, mask, split_top_level
+from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, Kernel, closing, find_kernel, mask,
+                                                split_top_level)
 from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
 
 AXES = "xyz"
 INDENT = "    "
-INTEGER_TYPE = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|size_t|"
-                r"ptrdiff_t|u?int(?:32|64)_t)")
 ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
 _DECLARATION = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<rest>[^;]*);\s*", re.DOTALL)
 # What a point body must not contain: anything tied to the thread that runs it, or to other threads.
