@@ -353,6 +353,32 @@ extern "C" __global__ void add_bias_2d(float *out, const float *in, const float 
 """, "add_bias_2d", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("bias", ["h"]),
                      scalar("h", "h"), scalar("w", "w")], {"h": 333, "w": 257}, ["w", "h"], BLOCK_2D, TUNE_2D)
 
+CLAMP_TID = spec(r"""
+// A clamp whose global index is built from a local thread index, as kernels that also use tid elsewhere start.
+extern "C" __global__ void clamp_tid(float *y, const float *x, float lo, float hi, int n)
+{
+    int tid = threadIdx.x;
+    int gid = blockIdx.x * blockDim.x + tid;
+    if (gid < n)
+        y[gid] = fminf(fmaxf(x[gid], lo), hi);
+}
+""", "clamp_tid", [array("y", ["n"], role="out"), array("x", ["n"]), scalar("lo", -0.5, "float32"),
+                   scalar("hi", 0.5, "float32"), scalar("n", "n")], {"n": 1 << 20}, ["n"])
+
+SHADE_2D = spec(r"""
+// An image scaled per column on a 2D grid, the indices built from locals of the launch geometry, 64-bit rows.
+extern "C" __global__ void shade_2d(float *out, const float *in, const float *gain, int h, int w)
+{
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int x0 = blockIdx.x * blockDim.x;
+    const int col = x0 + tx;
+    const size_t row = blockIdx.y * (size_t)blockDim.y + ty;
+    if (row < h && col < w)
+        out[row * w + col] = in[row * w + col] * gain[col];
+}
+""", "shade_2d", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("gain", ["w"]),
+                  scalar("h", "h"), scalar("w", "w")], {"h": 333, "w": 257}, ["w", "h"], BLOCK_2D, TUNE_2D)
+
 SCALE_3D = spec(r"""
 // A volume scaled in place on a 3D grid, all three indices on one line.
 extern "C" __global__ void scale3d(float *v, int nx, int ny, int nz, float f)
@@ -861,6 +887,9 @@ VARIANTS = {
     "axpby_elements": ("elements_per_thread", AXPBY),
     "add_bias_2d": ("elements_per_thread", ADD_BIAS_2D),
     "scale_3d": ("elements_per_thread", SCALE_3D),
+    "clamp_tid": ("elements_per_thread", CLAMP_TID),
+    "clamp_tid_vectorize": ("vectorize", CLAMP_TID),
+    "shade_2d_helpers": ("elements_per_thread", SHADE_2D),
     "grid_stride_add_elements": ("elements_per_thread", GRID_STRIDE_ADD),
     "grid_stride_add_vectorize": ("vectorize", GRID_STRIDE_ADD),
     "grid_stride_add_fixed_grid": ("vectorize_loops", GRID_STRIDE_ADD_FIXED),
@@ -906,6 +935,12 @@ BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**_edited(BLOCK_MAX, """    __sha
 
 # case -> (rule, spec, part of the reason it is refused with)
 NOT_OF_SHAPE = {
+    "a local thread index read beyond the index": ("elements_per_thread", _edited(
+        CLAMP_TID, "y[gid] = fminf(fmaxf(x[gid], lo), hi);", "y[gid] = fminf(fmaxf(x[gid], lo), hi) + tid;"),
+        "after its index definitions it reads tid, a local of the launch geometry"),
+    "a local thread index read beyond the index, vectorised": ("vectorize", _edited(
+        CLAMP_TID, "y[gid] = fminf(fmaxf(x[gid], lo), hi);", "y[gid] = fminf(fmaxf(x[gid], lo), hi) + tid;"),
+        "the kernel reads tid, a local its index is defined from, beyond defining it"),
     "a stencil that moves its output pointer": ("register_blocking", _edited(
         SMOOTH, "    const size_t at = (size_t)row * w + col;",
         "    dst += (size_t)row * w;\n    const size_t at = col;"),

@@ -71,16 +71,19 @@ def model(spec: KernelSpec) -> Elementwise:
                 _launch_locals(statements[:-1], masked, spec) is not None:
             return _grid_stride_model(spec, kernel, masked, uncommented, statements)
 
-    definition = re.match(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*(?P<expr>[^;]*);",
-                          body)
+    x_name = spec.block_size_names[0]
+    definition, helpers = _index_after_helpers(body, spec)
     if definition is None:
         raise NotElementwise("the kernel does not start with an index definition like "
                              "`int i = blockIdx.x * blockDim.x + threadIdx.x;`")
-    index, x_name = definition["index"], spec.block_size_names[0]
-    block_x = _block_width(definition["expr"], x_name)
+    index = definition["index"]
+    block_x = _block_width(definition["expr"], x_name, helpers)
     if block_x is None:
         raise NotElementwise(f"the index {index} is `{' '.join(definition['expr'].split())}`, not "
                              f"blockIdx.x * blockDim.x + threadIdx.x (or with {x_name})")
+    helper = next((name for name in helpers if re.search(rf"\b{name}\b", body[definition.end():])), None)
+    if helper is not None:
+        raise NotElementwise(f"the kernel reads {helper}, a local its index is defined from, beyond defining it")
 
     guard = re.match(r"\s*if\s*\(", body[definition.end():])
     if guard is None:
@@ -158,6 +161,29 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
     return Elementwise(spec.source, kernel, index, " ".join(definition["type"].split()), block_x,
                        uncommented[bound_at:bound_at + len(bound["bound"])].strip(),
                        textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
+
+
+def _index_after_helpers(body: str, spec: KernelSpec) -> tuple[re.Match | None, dict[str, affine.Poly]]:
+    """The declaration of the thread index, maybe after locals of the launch geometry alone that it is defined
+    from (`int tid = threadIdx.x;`), and those locals as polynomials; else the body's first declaration, if any,
+    and no locals."""
+    declaration = re.compile(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*"
+                             rf"(?P<expr>[^;]*);")
+    launch = {"blockIdx.x", "blockDim.x", "threadIdx.x", spec.block_size_names[0]}
+    helpers: dict[str, affine.Poly] = {}
+    first = definition = declaration.match(body)
+    while definition is not None:
+        if _block_width(definition["expr"], spec.block_size_names[0], helpers) is not None:
+            return definition, helpers
+        try:
+            poly = affine.parse(definition["expr"], helpers)
+        except affine.NotAffine:
+            break
+        if not poly or not affine.names(poly) <= launch:
+            break
+        helpers[definition["index"]] = poly
+        definition = declaration.match(body, definition.end())
+    return first, {}
 
 
 def _while_parts(setup: list[Statement], loop: Statement, masked: str) -> tuple[re.Match, str, str, tuple[int, int]]:

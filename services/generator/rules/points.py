@@ -87,13 +87,17 @@ def recognise(spec: KernelSpec) -> PointKernel:
     masked, uncommented = mask(source), mask(source, literals=False)
     body = body_of(kernel, masked, NotPointKernel)
     axes: list[Axis] = []
+    helpers: dict[str, affine.Poly] = {}  # locals of the launch geometry the indices are defined from (tid = threadIdx.x)
     taken = 0
-    for statement in body:
-        found = _index_definitions(statement, masked, uncommented, spec)
+    read_by_indices: dict[str, affine.Poly] = {}  # the helpers declared up to the last index definition
+    for number, statement in enumerate(body):
+        found = _index_definitions(statement, masked, uncommented, spec, helpers)
         if found is None:
             break
-        axes.extend(found)
-        taken += 1
+        if found:  # helper statements count as taken only where an index definition follows them
+            axes.extend(found)
+            taken, read_by_indices = number + 1, dict(helpers)
+    helpers = read_by_indices
     if not axes:
         raise NotPointKernel("it does not start by defining its thread index, e.g. "
                              "`int i = blockIdx.x * blockDim.x + threadIdx.x;`")
@@ -106,6 +110,10 @@ def recognise(spec: KernelSpec) -> PointKernel:
         raise NotPointKernel("nothing follows its index definitions")
     body_start = body[taken - 1].end
     text = masked[body_start:kernel.body_close]
+    helper = next((name for name in helpers if re.search(rf"\b{name}\b", text)), None)
+    if helper is not None:
+        raise NotPointKernel(f"after its index definitions it reads {helper}, a local of the launch geometry, so "
+                             f"its work depends on more than its indices")
     bound = next((word for word in _THREAD_BOUND if re.search(rf"\b{word}\b", text)), None)
     if bound is not None:
         raise NotPointKernel(f"after its index definitions it uses {bound}, so its work depends on more than "
@@ -132,32 +140,59 @@ def address_taken(masked: str, name: str) -> bool:
     return False
 
 
-def _index_definitions(statement: Statement, masked: str, uncommented: str, spec: KernelSpec) -> list[Axis] | None:
+def _index_definitions(statement: Statement, masked: str, uncommented: str, spec: KernelSpec,
+                       helpers: dict[str, affine.Poly]) -> list[Axis] | None:
+    """The thread indices a declaration defines, each maybe through `helpers`; a declaration of locals of the
+    launch geometry alone (`int tid = threadIdx.x;`) defines none and adds them to `helpers`; None for any other
+    statement. An index defined through helpers is written out without them, as the helpers' own statements are
+    not kept."""
     if statement.kind != "simple":
         return None
     declaration = _DECLARATION.fullmatch(masked[statement.start:statement.end])
     if declaration is None:
         return None
-    found, at = [], statement.start + declaration.start("rest")
+    found, at, declared = [], statement.start + declaration.start("rest"), {}
+    kind = " ".join(declaration["type"].split())
     for part in split_top_level(declaration["rest"], ",", "([{<"):
         named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
         if named is None:
             return None
         expression_at = at + named.start(2)
         expression = uncommented[expression_at:expression_at + len(named.group(2))].strip()
-        axis = _thread_index_axis(named.group(2), spec)
-        if axis is None:
+        known = {**helpers, **declared}
+        axis = _thread_index_axis(named.group(2), spec, known)
+        if axis is not None:
+            if affine.names(affine.parse(named.group(2))) & set(known):
+                wide = re.fullmatch(r"(?:\w+\s+)?long(?:\s+long)?|(?:std::)?(?:size_t|ptrdiff_t|u?int64_t)", kind)
+                letter = AXES[axis[0]]
+                expression = f"{f'({kind})' if wide else ''}blockIdx.{letter} * {axis[1]} + threadIdx.{letter}"
+            found.append(Axis(axis[0], named.group(1), kind, expression, axis[1]))
+        elif (poly := _launch_geometry(named.group(2), spec, known)) is not None:
+            declared[named.group(1)] = poly
+        else:
             return None
-        found.append(Axis(axis[0], named.group(1), " ".join(declaration["type"].split()), expression, axis[1]))
         at += len(part) + 1
+    helpers.update(declared)
     return found
 
 
-def _thread_index_axis(expression: str, spec: KernelSpec) -> tuple[int, str] | None:
-    """(axis, block width) when the expression is blockIdx.a * width + threadIdx.a, width being blockDim.a or
-    the axis's block-size define."""
+def _launch_geometry(expression: str, spec: KernelSpec, known: dict[str, affine.Poly]) -> affine.Poly | None:
+    """The expression as a polynomial when it reads the launch geometry alone (threadIdx, blockIdx, blockDim,
+    the block-size defines), through `known`; else None."""
+    launch = {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim") for a in AXES} | set(spec.block_size_names)
     try:
-        poly = affine.parse(expression)
+        poly = affine.parse(expression, known)
+    except affine.NotAffine:
+        return None
+    return poly if poly and affine.names(poly) <= launch else None
+
+
+def _thread_index_axis(expression: str, spec: KernelSpec,
+                       known: dict[str, affine.Poly] | None = None) -> tuple[int, str] | None:
+    """(axis, block width) when the expression is blockIdx.a * width + threadIdx.a, width being blockDim.a or
+    the axis's block-size define, the names in `known` read as their polynomials."""
+    try:
+        poly = affine.parse(expression, known)
     except affine.NotAffine:
         return None
     for axis, letter in enumerate(AXES):
