@@ -307,7 +307,7 @@ _ALLOWED_OPTIONS = [re.compile(p + r"\Z") for p in (
 
 # nvcc options that kernels' build files carry, which NVRTC does not take, and what to do instead.
 _NVCC_ONLY = ((re.compile(r"-{1,2}expt-relaxed-constexpr\Z"),
-               "NVRTC already lets device code call constexpr functions: remove it"),
+               "NVRTC does not take it, and lets device code call constexpr functions without it: remove it"),
               (re.compile(r"-{1,2}(?:expt-)?extended-lambda\Z"),
                "NVRTC compiles no host code, so a kernel has no host lambdas to pass: remove it"),
               (re.compile(r"-O[0-3s]?\Z"), "NVRTC optimises device code fully by default; to set ptxas's level, pass "

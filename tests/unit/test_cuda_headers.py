@@ -100,6 +100,10 @@ ORDINARY = {
                   '    return std::numeric_limits<T>::lowest();\n}\nextern "C" __global__ void limits_max(float *out, '
                   'const float *x, int n) {\n    float m = lowest<float>(), other = 0.f;\n    for (int i = 0; i < n; '
                   'i++) m = std::max(m, x[i]);\n    std::swap(m, other);\n    out[0] = other;\n}\n',
+    "clip_algorithm": '#include <cuda_fp16.h>\n#include <algorithm>\nusing namespace std;\nextern "C" __global__ void '
+                      'clip_algorithm(float *y, __half *h, const float *x, int n) {\n    float w[3] = {x[0], x[1], x[2]};\n'
+                      '    y[0] = std::max<float>(x[0], x[1]) + std::max({w[0], w[1], w[2]}) + *std::max_element(w, w + 3)'
+                      ' + abs(n) + sqrt(x[2]);\n    h[0] = std::max(h[1], h[2]);\n}\n',
     "window_copy": '#include <array>\n#include <cstring>\n#include <cstddef>\n#include <cstdlib>\nextern "C" __global__ '
                    'void window_copy(float *out, const float *x, std::size_t n) {\n    std::array<float, 4> w{};\n'
                    '    std::memcpy(w.data(), x, sizeof(float) * w.size());\n'
@@ -161,6 +165,13 @@ def test_kforge_c_headers_include_only_each_other():
             assert os.path.isfile(os.path.join(C_HEADERS, name)), (header, name)
 
 
+def test_the_c_stand_ins_compile_as_cpp03():
+    source = ('#include <cstddef>\n#include <cstdlib>\n#include <cstring>\nstruct P { float a; int b; };\n'
+              'extern "C" __global__ void k(float *o) {\n    std::ptrdiff_t d = o - o;\n'
+              '    o[0] = sizeof(std::size_t) + d + offsetof(P, b) + (o == NULL);\n}\n')
+    assert compile_kernel(source, "k", {}, ["--std=c++03"], "sm_90").cubin.startswith(b"\x7fELF")
+
+
 def test_std_math_calls_keep_their_float_overloads():
     """std::sqrt(float) is sqrt.rn.f32, not a sqrt in double: std gets NVRTC's own global overloads."""
     from tests.unit.test_rules_vectorize_aligned import ptx
@@ -172,7 +183,7 @@ def test_std_math_calls_keep_their_float_overloads():
     assert "cvt.f64.f32" not in code
 
 
-@pytest.mark.parametrize("option, fix", [("--expt-relaxed-constexpr", "already lets device code call constexpr"),
+@pytest.mark.parametrize("option, fix", [("--expt-relaxed-constexpr", "lets device code call constexpr functions without it"),
                                          ("--extended-lambda", "no host lambdas"), ("-O3", "-Xptxas=-O3"),
                                          ("-Xcompiler=-fopenmp", "no host compiler")])
 def test_nvcc_only_options_are_refused_naming_what_to_do(option, fix):

@@ -18,8 +18,8 @@
 // nvcc's implicit <cuda_runtime.h> also brings in the host's <cmath>, where CUDA adds device overloads, so a
 // kernel written for nvcc calls std::sqrt, std::fmax or std::isnan with no include. NVRTC declares these
 // functions (every overload) in the global namespace only; std gets the same functions, so a kernel's `using
-// namespace std;` makes no call ambiguous. std::min and std::max are <algorithm>'s, but nvcc kernels use them
-// too (with --expt-relaxed-constexpr); CUDA's global min and max overloads serve them.
+// namespace std;` finds each once. std::min and std::max are <algorithm>'s, but nvcc kernels use them too;
+// CUDA's global min and max overloads serve them (kforge's <algorithm> adds CCCL's templates beside them).
 namespace std {
 using ::abs; using ::fabs; using ::sqrt; using ::cbrt; using ::exp; using ::exp2; using ::expm1; using ::log;
 using ::log2; using ::log10; using ::log1p; using ::pow; using ::sin; using ::cos; using ::tan; using ::asin;
