@@ -9,10 +9,6 @@ typedef long ptrdiff_t;  // C++03 has no decltype; NVRTC's LP64 pointer differen
 #ifndef NULL
 #define NULL 0
 #endif
-#ifndef offsetof
-#if __cplusplus >= 201103L
-#define offsetof(type, member) __builtin_offsetof(type, member)
-#else  // NVRTC 13.0 knows no __builtin_offsetof in C++03: the classic form, not a constant expression
+#ifndef offsetof  // the classic pointer form, not a constant expression: NVRTC 13.0 has no __builtin_offsetof
 #define offsetof(type, member) ((size_t)&reinterpret_cast<const volatile char &>(((type *)0)->member))
-#endif
 #endif
