@@ -101,11 +101,12 @@ ORDINARY = {
                   'const float *x, int n) {\n    float m = lowest<float>(), other = 0.f;\n    for (int i = 0; i < n; '
                   'i++) m = std::max(m, x[i]);\n    std::swap(m, other);\n    out[0] = other;\n}\n',
     "clip_algorithm": '#include <cuda_fp16.h>\n#include <algorithm>\nusing namespace std;\nextern "C" __global__ void '
-                      'clip_algorithm(float *y, __half *h, const float *x, int n) {\n    float w[3] = {x[0], x[1], x[2]};\n'
-                      '    y[0] = std::max<float>(x[0], x[1]) + std::max({w[0], w[1], w[2]}) + *std::max_element(w, w + 3)'
-                      ' + abs(n) + sqrt(x[2]);\n    h[0] = std::max(h[1], h[2]);\n}\n',
-    "window_copy": '#include <array>\n#include <cstring>\n#include <cstddef>\n#include <cstdlib>\nextern "C" __global__ '
-                   'void window_copy(float *out, const float *x, std::size_t n) {\n    std::array<float, 4> w{};\n'
+                      'clip_algorithm(float *y, __half *h, const float *x, int n) {\n'
+                      '    float w[3] = {x[0], x[1], x[2]};\n    y[0] = std::max<float>(x[0], x[1]) + '
+                      'std::max({w[0], w[1], w[2]}) + *std::max_element(w, w + 3) + abs(n) + sqrt(x[2]);\n'
+                      '    h[0] = std::max(h[1], h[2]);\n}\n',
+    "window_copy": '#include <array>\n#include <cstring>\n#include <cstddef>\n#include <cstdlib>\n'
+                   'extern "C" __global__ void window_copy(float *out, const float *x, std::size_t n) {\n    std::array<float, 4> w{};\n'
                    '    std::memcpy(w.data(), x, sizeof(float) * w.size());\n'
                    '    if (n > 3) out[0] = w[std::abs(-3)] + (x == NULL);\n}\n',
 }
@@ -183,7 +184,8 @@ def test_std_math_calls_keep_their_float_overloads():
     assert "cvt.f64.f32" not in code
 
 
-@pytest.mark.parametrize("option, fix", [("--expt-relaxed-constexpr", "lets device code call constexpr functions without it"),
+@pytest.mark.parametrize("option, fix", [("--expt-relaxed-constexpr",
+                                          "lets device code call constexpr functions without it"),
                                          ("--extended-lambda", "no host lambdas"), ("-O3", "-Xptxas=-O3"),
                                          ("-Xcompiler=-fopenmp", "no host compiler")])
 def test_nvcc_only_options_are_refused_naming_what_to_do(option, fix):

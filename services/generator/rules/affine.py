@@ -38,6 +38,16 @@ def parse(text: str, known: dict[str, Poly] | None = None) -> Poly:
     return poly
 
 
+def reading_only(text: str, known: dict[str, Poly], allowed: set[str]) -> Poly | None:
+    """The polynomial of `text` (names in `known` replaced by theirs) when it depends on `allowed` names alone
+    (a local of the launch geometry: `allowed` the threadIdx, blockIdx, blockDim names); else None."""
+    try:
+        poly = parse(text, known)
+    except NotAffine:
+        return None
+    return poly if names(poly) <= allowed else None
+
+
 def names(poly: Poly) -> set[str]:
     """Every name the polynomial depends on, those inside opaque atoms included."""
     found = set()

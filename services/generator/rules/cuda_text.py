@@ -16,6 +16,7 @@ IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 # The integer types kernels declare indices and counts with, `std::` spellings included (<cstddef>, <cstdint>).
 INTEGER_TYPE = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|"
                 r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:32|64)_t))")
+WIDE_INTEGER_TYPE = r"(?:\w+\s+)?long(?:\s+long)?|(?:std::)?(?:size_t|ptrdiff_t|u?int64_t)"  # 64 bits wide
 
 
 _COMMENT = r"//[^\n]*|/\*.*?(?:\*/|\Z)"

@@ -18,14 +18,13 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, Kernel, closing, find_kernel, fresh_name,
-                                                 identifiers, mask, split_top_level)
+from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
+                                                 find_kernel, fresh_name, identifiers, mask, split_top_level)
 from services.generator.rules.statements import Statement, body_of
 from services.generator.rules.shape import Layout, one_thread_per_point
 from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = INTEGER_TYPE
-WIDE_INDEX_TYPES = r"(?:\w+\s+)?long(?:\s+long)?|(?:std::)?(?:size_t|ptrdiff_t|u?int64_t)"
 # The element sizes vectorize takes. A kernel takes 16 bytes of its narrowest arrays per vector (4 floats or ints,
 # 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to 16 bytes (its wider
 # arrays move a multiple of 16 bytes per vector).
@@ -175,11 +174,8 @@ def _index_after_helpers(body: str, spec: KernelSpec) -> tuple[re.Match | None, 
     while definition is not None:
         if _block_width(definition["expr"], spec.block_size_names[0], helpers) is not None:
             return definition, helpers
-        try:
-            poly = affine.parse(definition["expr"], helpers)
-        except affine.NotAffine:
-            break
-        if not poly or not affine.names(poly) <= launch:
+        poly = affine.reading_only(definition["expr"], helpers, launch)
+        if not poly:
             break
         helpers[definition["index"]] = poly
         definition = declaration.match(body, definition.end())
@@ -211,14 +207,10 @@ def _launch_locals(setup: list[Statement], masked: str, spec: KernelSpec) -> dic
     for statement in setup:
         local = re.fullmatch(rf"\s*(?:const\s+)?{INDEX_TYPES}\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<expr>[^;,]*);\s*",
                              masked[statement.start:statement.end])
-        if local is None:
+        poly = None if local is None else affine.reading_only(local["expr"], known, launch)
+        if poly is None:
             return None
-        try:
-            known[local["name"]] = affine.parse(local["expr"], known)
-        except affine.NotAffine:
-            return None
-        if not affine.names(known[local["name"]]) <= launch:
-            return None
+        known[local["name"]] = poly
     return known
 
 
@@ -366,7 +358,7 @@ def _stride(kernel: Elementwise) -> str:
 
 
 def _widened(kernel: Elementwise) -> str:
-    return f"({kernel.index_type})" if re.fullmatch(WIDE_INDEX_TYPES, kernel.index_type) else ""
+    return f"({kernel.index_type})" if re.fullmatch(WIDE_INTEGER_TYPE, kernel.index_type) else ""
 
 
 def _scalar_loop(kernel: Elementwise, first: str) -> list[str]:

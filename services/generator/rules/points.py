@@ -14,8 +14,8 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, Kernel, closing, find_kernel, mask,
-                                                split_top_level)
+from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
+                                                find_kernel, mask, split_top_level)
 from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
 
@@ -87,7 +87,7 @@ def recognise(spec: KernelSpec) -> PointKernel:
     masked, uncommented = mask(source), mask(source, literals=False)
     body = body_of(kernel, masked, NotPointKernel)
     axes: list[Axis] = []
-    helpers: dict[str, affine.Poly] = {}  # locals of the launch geometry the indices are defined from (tid = threadIdx.x)
+    helpers: dict[str, affine.Poly] = {}  # locals of the launch geometry the indices are defined from (tid)
     taken = 0
     read_by_indices: dict[str, affine.Poly] = {}  # the helpers declared up to the last index definition
     for number, statement in enumerate(body):
@@ -163,11 +163,11 @@ def _index_definitions(statement: Statement, masked: str, uncommented: str, spec
         axis = _thread_index_axis(named.group(2), spec, known)
         if axis is not None:
             if affine.names(affine.parse(named.group(2))) & set(known):
-                wide = re.fullmatch(r"(?:\w+\s+)?long(?:\s+long)?|(?:std::)?(?:size_t|ptrdiff_t|u?int64_t)", kind)
+                wide = re.fullmatch(WIDE_INTEGER_TYPE, kind)
                 letter = AXES[axis[0]]
                 expression = f"{f'({kind})' if wide else ''}blockIdx.{letter} * {axis[1]} + threadIdx.{letter}"
             found.append(Axis(axis[0], named.group(1), kind, expression, axis[1]))
-        elif (poly := _launch_geometry(named.group(2), spec, known)) is not None:
+        elif poly := affine.reading_only(named.group(2), known, _launch_names(spec)):
             declared[named.group(1)] = poly
         else:
             return None
@@ -176,15 +176,10 @@ def _index_definitions(statement: Statement, masked: str, uncommented: str, spec
     return found
 
 
-def _launch_geometry(expression: str, spec: KernelSpec, known: dict[str, affine.Poly]) -> affine.Poly | None:
-    """The expression as a polynomial when it reads the launch geometry alone (threadIdx, blockIdx, blockDim,
-    the block-size defines), through `known`; else None."""
-    launch = {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim") for a in AXES} | set(spec.block_size_names)
-    try:
-        poly = affine.parse(expression, known)
-    except affine.NotAffine:
-        return None
-    return poly if poly and affine.names(poly) <= launch else None
+def _launch_names(spec: KernelSpec) -> set[str]:
+    """The names of the launch geometry a thread index is defined from: threadIdx, blockIdx, blockDim, and the
+    block-size defines."""
+    return {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim") for a in AXES} | set(spec.block_size_names)
 
 
 def _thread_index_axis(expression: str, spec: KernelSpec,
