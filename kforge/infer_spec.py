@@ -26,6 +26,17 @@ _SCALAR_DTYPES = {
     **{f"{sign}int{bits}_t": f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)},
 }
 
+# CUDA's vector types, which kernels take pointers to for 64- and 128-bit accesses: an array of them is an array of
+# their element type with one more dimension, the lanes (a float4 *x of n elements is float32 of shape [n, 4]).
+_VECTOR_DTYPES = {
+    **{f"{name}{lanes}": (dtype, lanes) for name, dtype in (
+        ("char", "int8"), ("uchar", "uint8"), ("short", "int16"), ("ushort", "uint16"), ("int", "int32"),
+        ("uint", "uint32"), ("longlong", "int64"), ("ulonglong", "uint64"), ("float", "float32"),
+        ("double", "float64")) for lanes in (2, 3, 4)},
+    "__half2": ("float16", 2), "half2": ("float16", 2), "__nv_bfloat162": ("bfloat16", 2),
+    "nv_bfloat162": ("bfloat16", 2),
+}
+
 
 class InferenceError(ValueError):
     """The signature cannot be read into a spec. `field` is what to change: kernel_name (which kernel), sizes
@@ -42,6 +53,7 @@ class Parameter:
     dtype: str
     pointer: bool
     const: bool
+    lanes: int = 1  # elements per pointee: a float4 pointer's are 4 float32
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,9 @@ def infer_spec(source: str, kernel_name: str | None = None, sizes: dict[str, int
     if integers[1:]:
         notes.append(f"only {shape_size} sizes the arrays; {', '.join(integers[1:])} = 1: set them with "
                      "--size NAME=VALUE (sizes= in Python), and the shapes where they count elements too")
+    if vectors := [p for p in parameters if p.lanes > 1]:
+        notes.append(f"{', '.join(f'{p.name} ({p.dtype} x {p.lanes})' for p in vectors)}: a pointer to a vector type "
+                     f"is an array of its elements, one row of lanes per vector, so {shape_size} counts vectors")
     floats = [p.name for p in parameters if not p.pointer and is_float(p.dtype)]
     if floats:
         notes.append(f"{', '.join(floats)} = 1.0: a float scalar's value is not in the signature; set its value")
@@ -101,7 +116,8 @@ def infer_spec(source: str, kernel_name: str | None = None, sizes: dict[str, int
 
 def _arg(parameter: Parameter, shape_size: str) -> dict:
     if parameter.pointer:
-        return {"name": parameter.name, "dtype": parameter.dtype, "shape": [shape_size],
+        shape = [shape_size] if parameter.lanes == 1 else [shape_size, parameter.lanes]
+        return {"name": parameter.name, "dtype": parameter.dtype, "shape": shape,
                 "role": "in" if parameter.const else "out"}
     return {"name": parameter.name, "dtype": parameter.dtype,
             "value": 1.0 if is_float(parameter.dtype) else parameter.name}
@@ -142,13 +158,16 @@ def _parameter(position: int, text: str) -> Parameter:
                                        "write the spec by hand")
     name, type_words = words[-1], words[:-1]
     pointers = tokens.count("*") + tokens.count("[")
-    dtype = _SCALAR_DTYPES.get(_normalised(type_words))
+    dtype, lanes = _SCALAR_DTYPES.get(_normalised(type_words)), 1
+    if dtype is None and pointers == 1 and len(type_words) == 1 and type_words[0] in _VECTOR_DTYPES:
+        dtype, lanes = _VECTOR_DTYPES[type_words[0]]
     if dtype is None or pointers > 1:
         raise InferenceError("source", f"parameter {position} ({declaration}): {' '.join(type_words)}"
                                        f"{'*' * pointers} has no kforge dtype (a scalar or a pointer to one of float, "
-                                       "double, __half, __nv_bfloat16 and the integer types): write the spec by hand")
+                                       "double, __half, __nv_bfloat16, the integer types and their vector types such "
+                                       "as float4 and __half2): write the spec by hand")
     pointee = tokens[:tokens.index("*")] if "*" in tokens else tokens  # float *const p writes through p
-    return Parameter(name, dtype, pointer=pointers == 1, const="const" in pointee)
+    return Parameter(name, dtype, pointer=pointers == 1, const="const" in pointee, lanes=lanes)
 
 
 def _normalised(type_words: list[str]) -> str:

@@ -3,6 +3,7 @@ virtual target of its arch (no GPU needed), in the compile sandbox like every co
 A kernel that does not compile, or whose parameters do not fit `args`, is refused before anything is recorded,
 whatever the strategy: a tuning would otherwise launch it with the wrong arguments, and a compile error would
 surface only once a worker reached it. One compile costs about 50 ms (0.4 s when the sandbox starts)."""
+import re
 import threading
 
 from shared.adapters.device.compiler import CompileLimits, parameter_types
@@ -11,6 +12,8 @@ from shared.domain.errors import FieldError
 from shared.domain.signature import mismatches
 from shared.domain.spec import KernelSpec
 
+# NVRTC names the file whose include failed: the kernel's own (kernel.cu, no directory), or a header by its path
+_UNOPENED = re.compile(r'^([^\s/()]+)\(\d+\): catastrophic error: cannot open source file "([^"\n]{1,200})"', re.M)
 LOG_LINES = 10  # error lines of NVRTC's log quoted in the refusal; the first usually names the cause
 SLOT_WAIT_S = 10.0  # how long a submission waits for one of the process's admission compiles to end
 
@@ -44,12 +47,19 @@ def kernel_errors(spec: KernelSpec, default_arch: str, limits: CompileLimits | N
         types = parameter_types(spec.source, spec.kernel_name, spec.baseline_params(), spec.compiler_options, arch,
                                 limits)
     except CompileError as exc:
-        return [FieldError("source", f"{exc}{_quoted(exc.log)}; fix the kernel (it is compiled with params as "
-                                     "-D defines and with compiler_options)")]
+        return [FieldError("source", f"{exc}{_quoted(exc.log)}; {_fix(exc.log)}")]
     finally:
         if gate is not None:
             gate.release()
     return [FieldError(m.field, f"{m.what}: {m.fix}") for m in mismatches(spec.args, types)]
+
+
+def _fix(log: str) -> str:
+    missing = _UNOPENED.search(log)
+    if missing is None:
+        return "fix the kernel (it is compiled with params as -D defines and with compiler_options)"
+    return (f"kforge compiles the kernel's source alone, with the CUDA headers and C headers it ships, so no file "
+            f"of yours beside it: paste {missing.group(2)}'s contents into the source in place of its #include")
 
 
 def _quoted(log: str) -> str:

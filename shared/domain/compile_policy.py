@@ -8,9 +8,10 @@ quote `/proc/self/environ` into its compile log or overwrite the event store. So
   the CUDA headers kforge ships (`Headers`: those of the nvidia-cuda-runtime and nvidia-cuda-cccl
   packages, then kforge's own C_HEADERS, which the compiler passes to NVRTC itself), so such a name can only
   reach those;
-- an angle include must name a header there that is safe to include: a header one of whose includes, however
-  deep, names its file by a macro (thrust's do) would let the source's own #defines aim it anywhere, so it
-  is refused with everything that reaches it;
+- an angle include must name a header there that is safe to include, with every header it reaches however
+  deep. A header that names a file by a macro (thrust's do, on CUB's BlockLoad's path) is followed through the
+  headers' own definitions of every name the macro passes through (built_includes.py), and the source, its -D
+  and -U options and its tune parameters may then define none of those names: else they could aim it anywhere;
 - directives that open files by other means (`#include_next`, `#import`, `#embed`, `__has_include` of a
   non-literal) are refused;
 - compiler options come from an allowlist of options that change code generation only.
@@ -19,6 +20,9 @@ import functools
 import os
 import re
 from dataclasses import dataclass
+
+from shared.domain.built_includes import Unfollowable, built_headers
+from shared.domain.preprocessor_lines import logical_lines
 
 MAX_OPTION_CHARS = 200
 
@@ -39,6 +43,8 @@ _HAS_INCLUDE_TESTED = re.compile(r"\bdefined\s*\(\s*__has_include(?:_next)?\s*\)
 _HAS_INCLUDE_LITERAL = re.compile(r'__has_include\s*\(\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\)')
 _DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
                "pragma", "error", "warning", "line", "include"}
+_MACRO_DEFINED = re.compile(r"\s*(?:#|%:)\s*(define|undef)\s+([A-Za-z_]\w*)")
+_MACRO_OPTION = re.compile(r"(?:-D|--define-macro=|-U|--undefine-macro=)([A-Za-z_]\w*)")
 
 
 def check_source(source: str, headers: "Headers | None" = None) -> str:
@@ -46,59 +52,54 @@ def check_source(source: str, headers: "Headers | None" = None) -> str:
     `headers`: what NVRTC will search, by default the CUDA headers kforge ships (`vetted_headers()`)."""
     if "\x00" in source:
         raise PolicyViolation("source: contains a NUL character; send plain CUDA C++ text")
-    for number, line in enumerate(logical_lines(source), start=1):
+    headers = headers if headers is not None else vetted_headers()
+    lines = logical_lines(source)
+    for number, line in enumerate(lines, start=1):
         directive = _DIRECTIVE.match(line)
         if directive is not None:
-            _check_directive(number, directive.group(1), directive.group(2),
-                             headers if headers is not None else vetted_headers())
+            _check_directive(number, directive.group(1), directive.group(2), headers)
         if _HAS_INCLUDE.search(line):
             _check_has_include(number, line)
+    built_from = _built_from(lines, headers)
+    for number, line in enumerate(lines, start=1):
+        if (defined := _MACRO_DEFINED.match(line)) and defined.group(2) in built_from:
+            raise PolicyViolation(f"source line {number}: #{defined.group(1)} {defined.group(2)}: "
+                                  f"{_keep(defined.group(2), built_from)}")
     return source
 
 
-def logical_lines(source: str) -> list[str]:
-    """The lines the preprocessor sees: trigraphs replaced, backslash-newlines spliced, each comment replaced
-    by one space (a block comment may hide the `#` of a directive or span lines inside one); string and
-    character literals kept as they are."""
-    text = re.sub(r"\\\r?\n", "", source.replace("??=", "#").replace("??/", "\\"))  # trigraphs first, as C does
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            out.append(" ")
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            out.append(" ")
-        elif c in "\"'":
-            end = _literal_end(text, i)
-            out.append(text[i:end])
-            i = end
-        elif c == "R" and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            end = _raw_literal_end(text, i)
-            out.append(text[i:end])
-            i = end
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out).split("\n")
+def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | None" = None) -> None:
+    """PolicyViolation when a macro defined from outside the source (`macros`: each name, and what defines it: a
+    -D or -U option, a tune parameter) is one that a header the source includes builds an include's path from."""
+    built_from = _built_from(logical_lines(source), headers if headers is not None else vetted_headers())
+    for name, where in macros.items():
+        if name in built_from:
+            raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
 
 
-def _literal_end(text: str, start: int) -> int:
-    quote, i = text[start], start + 1
-    while i < len(text) and text[i] not in (quote, "\n"):
-        i += 2 if text[i] == "\\" else 1
-    return min(i + 1, len(text))
+def option_macros(options: list[str]) -> dict[str, str]:
+    """The macros that -D and -U options define or undefine, each with the option."""
+    return {match.group(1): f"compiler_options: {option[:80]!r}" for option in options
+            if (match := _MACRO_OPTION.match(option))}
 
 
-def _raw_literal_end(text: str, start: int) -> int:
-    match = re.compile(r'R"([^()\\\s]{0,16})\(').match(text, start)
-    if match is None:
-        return start + 1
-    end = text.find(")" + match.group(1) + '"', match.end())
-    return len(text) if end < 0 else end + len(match.group(1)) + 2
+def _built_from(lines: list[str], headers: "Headers") -> dict[str, str]:
+    """Each name from which a header the source includes builds an include's path by macros, and that header."""
+    names: dict[str, str] = {}
+    for line in lines:
+        directive = _DIRECTIVE.match(line)
+        operand = _INCLUDE_OPERAND.match(directive.group(2)) if directive and directive.group(1) == "include" else None
+        if operand is not None:
+            angled, quoted = operand.groups()
+            header = angled if angled is not None else quoted
+            for name in headers.built_from(header, angled is not None):
+                names.setdefault(name, header)
+    return names
+
+
+def _keep(name: str, built_from: dict[str, str]) -> str:
+    return (f"{built_from[name]} includes headers whose names its macros build from {name} (thrust's do), so a "
+            f"kernel that includes it may not define or undefine {name}: rename the macro or the tune parameter")
 
 
 def _check_directive(number: int, name: str | None, rest: str, headers: "Headers") -> None:
@@ -167,11 +168,22 @@ class Headers:
         """'' when `header` (a plain relative name) may be included, else why not. An angle include must find
         its header here; a quoted one found nowhere here is left to NVRTC, which can then look for it only in
         the compile's empty working directory."""
-        return _refusal(self, header, angled)
+        return _reach(self, header, angled).refusal
+
+    def built_from(self, header: str, angled: bool) -> frozenset[str]:
+        """The names from which a header this include reaches builds an include's path by macros."""
+        return _reach(self, header, angled).built_from
+
+
+@dataclass(frozen=True)
+class Reach:
+    refusal: str  # '' when every file an include can open is safe
+    built_from: frozenset[str] = frozenset()  # names that then must keep the headers' definitions
 
 
 # The packages whose headers kforge compiles with, and a file by which each one's include directory is found.
 _SHIPPED_HEADERS = (("nvidia-cuda-runtime", "cudart", "cuda_runtime_api.h"),
+                    ("nvidia-cuda-crt", "cudart", "crt/mma.h"),  # <mma.h>'s implementation, beside the runtime's
                     ("nvidia-cuda-cccl", "cccl", "cuda/std/version"))
 
 
@@ -197,31 +209,35 @@ def _installed_include(package: str, marker: str) -> str | None:
         return None
     for file in files:
         path = file.as_posix()
-        if path.endswith("/" + marker):
-            return str(file.locate().parents[marker.count("/")])
+        if path.endswith("/" + marker) and os.path.isfile(located := file.locate()):
+            return str(located.parents[marker.count("/")])
     return None
 
 
 @functools.lru_cache(maxsize=4096)  # bounded: the names come from strangers
-def _refusal(headers: Headers, header: str, angled: bool) -> str:
+def _reach(headers: Headers, header: str, angled: bool) -> Reach:
     found = [os.path.join(d, header) for d in headers.dirs if os.path.isfile(os.path.join(d, header))]
     if not found and angled:
         if not headers.dirs:
-            return (f"<{header}> cannot be included: kforge found no CUDA headers on this machine (the "
-                    "nvidia-cuda-runtime and nvidia-cuda-cccl packages)")
-        return f"<{header}> is not among the CUDA headers kforge compiles with: {AVAILABLE}"
+            return Reach(f"<{header}> cannot be included: kforge found no CUDA headers on this machine (the "
+                         "nvidia-cuda-runtime and nvidia-cuda-cccl packages)")
+        return Reach(f"<{header}> is not among the CUDA headers kforge compiles with: {AVAILABLE}")
+    built_from: frozenset[str] = frozenset()
     for path in found:
-        unsafe = _unsafe_reach(path, headers.dirs)
-        if unsafe:
-            return f"{header} cannot be included: {unsafe}. Available are {AVAILABLE}, but none that reaches one"
-    return ""
+        reach = _unsafe_reach(path, headers.dirs)
+        if reach.refusal:
+            return Reach(f"{header} cannot be included: {reach.refusal}. Available are {AVAILABLE}, but none that "
+                         "reaches one")
+        built_from |= reach.built_from
+    return Reach("", built_from)
 
 
-def _unsafe_reach(start: str, dirs: tuple[str, ...]) -> str:
-    """'' when every file NVRTC could open from `start` on is a file in `dirs` that an include names literally,
-    else the first that is not. Over every branch of every #if and every directory NVRTC could search, so it
-    holds whatever the source defines."""
-    seen, todo = set(), [start]
+def _unsafe_reach(start: str, dirs: tuple[str, ...]) -> Reach:
+    """Every file NVRTC could open from `start` on must be a file in `dirs` that an include names literally, or
+    by macros of the headers alone (built_includes.py); the reach says the first that is not, and the names those
+    macros pass through. Over every branch of every #if and every directory NVRTC could search, so it holds
+    whatever the source defines, bar those names."""
+    seen, todo, built_from = set(), [start], set()
     while todo:
         opened = todo.pop()
         real = os.path.realpath(opened)
@@ -229,20 +245,31 @@ def _unsafe_reach(start: str, dirs: tuple[str, ...]) -> str:
             continue
         seen.add(real)
         if not any(os.path.commonpath([real, d]) == d for d in dirs):
-            return f"it reaches {opened}, outside the CUDA headers' directories"
+            return Reach(f"it reaches {opened}, outside the CUDA headers' directories")
         for how, name in _includes(real):
             if how == "!":
-                return (f"it reaches {_short(real, dirs)}, which has {name!r}: the source's own #defines could aim "
-                        f"that at any file ({_who_does(name, real, dirs)})")
-            places = dirs if how == "<" else (os.path.dirname(opened), os.path.dirname(real), *dirs)
-            todo.extend(p for d in places if os.path.isfile(p := os.path.join(d, name)))
-    return ""
+                return Reach(f"it reaches {_short(real, dirs)}, which has {name!r}: the source's own #defines could "
+                             f"aim that at any file ({_who_does(name, real, dirs)})")
+            if how == "=":
+                try:
+                    built = built_headers(name, dirs)
+                except Unfollowable as why:
+                    return Reach(f"it reaches {_short(real, dirs)}, which has '#include {name}': {why}")
+                built_from |= built.names
+                found = built.headers
+            else:
+                found = ((how == "<", name),)
+            for angled, header in found:
+                places = dirs if angled else (os.path.dirname(opened), os.path.dirname(real), *dirs)
+                todo.extend(p for d in places if os.path.isfile(p := os.path.join(d, header)))
+    return Reach("", frozenset(built_from))
 
 
 @functools.cache
 def _includes(path: str) -> tuple[tuple[str, str], ...]:
-    """The header's includes as ('<' or '"', name), and ('!', the directive) for one that opens a file by other
-    means: a macro, #include_next, #import, #embed, or __has_include of a non-literal."""
+    """The header's includes as ('<' or '"', name), ('=', the operand) for an #include of a macro, and ('!', the
+    directive) for one that opens a file by other means: #include_next, #import, #embed, or __has_include of a
+    non-literal."""
     try:
         with open(path, encoding="utf-8", errors="replace") as file:
             text = file.read()
@@ -253,7 +280,9 @@ def _includes(path: str) -> tuple[tuple[str, str], ...]:
         directive = _DIRECTIVE.match(line)
         if directive is not None and directive.group(1) in _OPENS_FILES:
             operand = _INCLUDE_OPERAND.match(directive.group(2))
-            if directive.group(1) != "include" or operand is None:
+            if directive.group(1) == "include" and operand is None:
+                found.append(("=", directive.group(2).strip()))
+            elif directive.group(1) != "include":
                 found.append(("!", f"#{directive.group(1)}{directive.group(2)}".strip()[:120]))
             else:
                 found.append(("<", operand.group(1)) if operand.group(1) is not None else ('"', operand.group(2)))

@@ -15,7 +15,8 @@ import numpy as np
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, ValidationInfo, field_validator,
                       model_validator)
 
-from shared.domain.compile_policy import check_define_value, check_options, check_source
+from shared.domain.compile_policy import (check_define_value, check_macro_names, check_options, check_source,
+                                          option_macros)
 from shared.domain.dtypes import BFLOAT16, bfloat16_held_range, float_info, host_dtype, is_float, kind, scalar
 from shared.domain.expressions import ExpressionError, Number, check_restriction, evaluate, names_in, restriction_holds
 
@@ -599,6 +600,8 @@ class KernelSpec(_Strict):
         if not any(a.is_output for a in self.args):
             raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
         _check_kernel_defined(check_source(self.source), self.kernel_name)
+        check_macro_names(self.source, {**{name: f"tune_params.{name}" for name in {*self.params, *self.tune_params}},
+                                        **option_macros(self.compiler_options)})
         candidate = self.strategy.candidate
         if candidate is not None:
             try:

@@ -105,6 +105,25 @@ def test_a_define_value_cannot_smuggle_a_second_line():
         compile_kernel(KERNEL, "k", {"X": '1\n#include "/etc/passwd"'}, [], "sm_90")
 
 
+# CUB's BlockLoad reaches thrust's macro-built includes: allowed, so long as nothing outside the headers redefines
+# a name their paths are built from (`h` of `unique.h`, `detail`, ...).
+BLOCK_LOAD = ("#include <cub/block/block_load.cuh>\n"
+              'extern "C" __global__ void k(float *out) { float v[1]; cub::LoadDirectBlocked(0, out, v); out[0] = v[0]; }\n')
+
+
+@pytest.mark.parametrize("how", ["-D option", "-U option", "tune parameter"])
+def test_a_name_thrust_builds_an_include_path_from_cannot_be_defined_from_outside_the_source(how):
+    options = {"-D option": ["-Dh=/" + "../" * 20 + "etc/passwd"], "-U option": ["-Udetail"]}.get(how, [])
+    params = {"h": ["/etc/passwd"]} if how == "tune parameter" else {}
+    with pytest.raises(ValueError, match="compiler_options|tune_params.h") as refused:
+        KernelSpec.model_validate(_spec(BLOCK_LOAD, compiler_options=options, tune_params=params))
+    with pytest.raises(CompileError, match="cub/block/block_load.cuh includes headers whose names its macros build"):
+        compile_kernel(BLOCK_LOAD, "k", {name: values[0] for name, values in params.items()}, options, "sm_90")
+    assert compile_kernel(BLOCK_LOAD, "k", {}, [], "sm_90").cubin.startswith(b"\x7fELF")
+    record_attack(f"thrust's macro-built include aimed by a {how}", (options or [f"{params}"])[0][:60],
+                  f"refused at admission and before NVRTC: {refused.value.errors()[0]['msg'][:70]}")
+
+
 def test_policy_errors_name_the_line():
     with pytest.raises(PolicyViolation, match="source line 3"):
         check_source("int a;\n// fine\n#include </etc/passwd>\n" + KERNEL)

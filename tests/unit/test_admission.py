@@ -65,6 +65,19 @@ def test_a_kernel_that_does_not_compile_is_refused_with_nvrtcs_error_line(store)
                                      "compiler_options)")
 
 
+def test_a_header_of_the_users_own_is_refused_naming_what_to_do(store):
+    """kforge has the kernel's source only: a quoted include of a file beside it cannot be opened, and the
+    refusal says to paste it in; a CUDA header whose own include fails gets the general fix instead."""
+    errors = refused(store, spec(source='#include "my_helpers.cuh"\n' + KERNEL, args=RIGHT_ARGS[:2]))
+    assert 'cannot open source file "my_helpers.cuh"' in errors["source"]
+    assert errors["source"].endswith("no file of yours beside it: paste my_helpers.cuh's contents into the source in "
+                                     "place of its #include")
+    from shared.application.kernel_admission import _fix
+    log = ('/usr/include/cccl/thrust/system/omp/detail/par.h(30): catastrophic error: cannot open source file '
+           '"omp.h"\n')
+    assert _fix(log).startswith("fix the kernel")
+
+
 def test_a_missing_argument_is_one_error_on_args_not_one_per_shifted_position(store):
     errors = refused(store, spec(args=RIGHT_ARGS))
 

@@ -12,8 +12,8 @@ import pytest
 from shared.adapters.device import compiler
 from shared.adapters.device.compiler import compile_kernel
 from shared.adapters.device.nvrtc import CompileError
-from shared.domain.compile_policy import (C_HEADERS, Headers, PolicyViolation, check_options, check_source,
-                                         vetted_headers)
+from shared.domain.compile_policy import (C_HEADERS, Headers, PolicyViolation, check_macro_names, check_options,
+                                          check_source, option_macros, vetted_headers)
 from shared.domain.signature import mismatches
 from shared.domain.spec import ArgSpec
 
@@ -109,6 +109,23 @@ ORDINARY = {
                    'extern "C" __global__ void window_copy(float *out, const float *x, std::size_t n) {\n    std::array<float, 4> w{};\n'
                    '    std::memcpy(w.data(), x, sizeof(float) * w.size());\n'
                    '    if (n > 3) out[0] = w[std::abs(-3)] + (x == NULL);\n}\n',
+    # CUB's block-level primitives (BlockLoad reaches thrust's macro-built includes) and WMMA's tensor cores
+    "cub_block_load_sum": '#include <cub/block/block_load.cuh>\n#include <cub/block/block_reduce.cuh>\n'
+                          'extern "C" __global__ void cub_block_load_sum(float *out, const float *in, int n) {\n'
+                          '    typedef cub::BlockLoad<float, 128, 4, cub::BLOCK_LOAD_WARP_TRANSPOSE> Load;\n'
+                          '    typedef cub::BlockReduce<float, 128> Reduce;\n'
+                          '    __shared__ union { typename Load::TempStorage load; typename Reduce::TempStorage '
+                          'reduce; } temp;\n    float items[4];\n'
+                          '    Load(temp.load).Load(in + blockIdx.x * 512, items, n - blockIdx.x * 512, 0.0f);\n'
+                          '    __syncthreads();\n    float sum = Reduce(temp.reduce).Sum(items);\n'
+                          '    if (threadIdx.x == 0) atomicAdd(out, sum);\n}\n',
+    "wmma_tile": '#include <mma.h>\n#include <cuda_fp16.h>\nusing namespace nvcuda;\n'
+                 'extern "C" __global__ void wmma_tile(float *c, const half *a, const half *b) {\n'
+                 '    wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;\n'
+                 '    wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;\n'
+                 '    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;\n    wmma::fill_fragment(fc, 0.0f);\n'
+                 '    wmma::load_matrix_sync(fa, a, 16);\n    wmma::load_matrix_sync(fb, b, 16);\n'
+                 '    wmma::mma_sync(fc, fa, fb, fc);\n    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);\n}\n',
 }
 
 
@@ -239,16 +256,71 @@ def test_the_headers_of_the_packages_on_sys_path_come_before_a_toolkits(tmp_path
         vetted_headers.cache_clear()
 
 
-def test_a_header_that_includes_by_macro_is_refused_with_everything_that_reaches_it(tmp_path):
+def test_a_header_that_includes_by_macro_is_followed_through_the_headers_definitions(tmp_path):
+    """As thrust's do: `DETAIL_HEADER(impl.h)` is <lib/detail/impl.h> or <lib/alt/detail/impl.h>, by the branch
+    that defined ROOT, and both files are vetted like any other: the second reaches an #include_next, so everything
+    reaching it is refused, whether or not the source defines ALT."""
+    (tmp_path / "lib" / "detail").mkdir(parents=True)
+    (tmp_path / "lib" / "alt" / "detail").mkdir(parents=True)
     (tmp_path / "wrapper.h").write_text('// #include SOMETHING in a comment is no include\n#include "inner.h"\n')
-    (tmp_path / "inner.h").write_text("#define DETAIL_HEADER(f) <lib/detail/f>\n#include DETAIL_HEADER(impl.h)\n")
-    (tmp_path / "plain.h").write_text("#pragma once\n#include <wrapper_free.h>\n")
-    (tmp_path / "wrapper_free.h").write_text("int x;\n")
+    (tmp_path / "inner.h").write_text("#ifdef ALT\n#define ROOT lib/alt\n#else\n#define ROOT lib\n#endif\n"
+                                      "#define DETAIL_HEADER(f) <ROOT/detail/f>\n#include DETAIL_HEADER(impl.h)\n")
+    (tmp_path / "lib" / "detail" / "impl.h").write_text("int impl;\n")
+    (tmp_path / "lib" / "alt" / "detail" / "impl.h").write_text("#include_next <impl.h>\n")
     headers = Headers((str(tmp_path),))
-    assert check_source("#include <plain.h>\n", headers)
-    for header in ("<inner.h>", "<wrapper.h>", '"wrapper.h"'):
-        with pytest.raises(PolicyViolation, match=r"reaches inner\.h, which has '#include DETAIL_HEADER\(impl\.h\)'"):
-            check_source(f"#include {header}\n", headers)
+    for source in ("#include <wrapper.h>\n", '#include "wrapper.h"\n', "#define ALT\n#include <inner.h>\n"):
+        with pytest.raises(PolicyViolation, match=r"cannot be included: it reaches lib/alt/detail/impl\.h, which has "
+                                                  r"'#include_next <impl\.h>'"):
+            check_source(source, headers)
+
+
+@pytest.mark.parametrize("name", ["impl", "h", "detail", "ROOT", "DETAIL_HEADER"])
+def test_no_source_option_or_tune_parameter_may_redefine_a_name_an_include_path_is_built_from(tmp_path, name):
+    (tmp_path / "lib" / "detail").mkdir(parents=True)
+    (tmp_path / "inner.h").write_text("#define ROOT lib\n#define DETAIL_HEADER(f) <ROOT/detail/f>\n"
+                                      "#include DETAIL_HEADER(impl.h)\n")
+    (tmp_path / "lib" / "detail" / "impl.h").write_text("int impl;\n")
+    headers = Headers((str(tmp_path),))
+    assert check_source("#define ALT\n#include <inner.h>\n", headers)
+    assert headers.built_from("inner.h", angled=True) == {"DETAIL_HEADER", "ROOT", "lib", "detail", "impl", "h"}
+    aimed = f"#define {name} /etc/passwd\n#include <inner.h>\n"
+    with pytest.raises(PolicyViolation, match=rf"source line 1: #define {name}: inner\.h includes headers whose names "
+                                              rf"its macros build from {name} .*: rename the macro"):
+        check_source(aimed, headers)
+    with pytest.raises(PolicyViolation, match=rf"#undef {name}"):
+        check_source(f"#include <inner.h>\n#undef {name}\n", headers)
+    with pytest.raises(PolicyViolation, match=rf"compiler_options: '-D{name}=x': inner\.h includes"):
+        check_macro_names("#include <inner.h>\n", option_macros([f"-D{name}=x", "-DTILE=4"]), headers)
+    with pytest.raises(PolicyViolation, match=rf"tune parameter {name}: "):
+        check_macro_names("#include <inner.h>\n", {name: f"tune parameter {name}"}, headers)
+    check_macro_names("#include <other.h>\n", {name: f"tune parameter {name}"}, headers)  # no such include
+
+
+@pytest.mark.parametrize("inner, why", [
+    ("#define P </etc/passwd>\n#include P\n", "it can expand to '</etc/passwd>', which is not a plain relative"),
+    ("#define P(d) <d/../secret.h>\n#include P(lib)\n", "which is not a plain relative header name"),
+    ("#define CAT(a, b) <a##b>\n#include CAT(x, .h)\n", "CAT quotes or pastes tokens"),
+    ("#define V(...) <__VA_ARGS__>\n#include V(x.h)\n", "V takes variable arguments"),
+    ("#define L L\n#define M(x) <x.h>\n#include M(L)\n", ""),
+])
+def test_a_macro_built_include_that_cannot_be_followed_to_plain_headers_is_refused(tmp_path, inner, why):
+    (tmp_path / "inner.h").write_text(inner)
+    headers = Headers((str(tmp_path),))
+    if not why:  # a self-referring macro is not expanded again, as in C: it ends
+        assert check_source("#include <inner.h>\n", headers)
+        return
+    with pytest.raises(PolicyViolation, match=re.escape(why)):
+        check_source("#include <inner.h>\n", headers)
+
+
+def test_cub_block_load_is_included_and_the_names_thrust_builds_its_includes_from_are_kept():
+    """BlockLoad reaches thrust's `#include __THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE(...)`."""
+    built = vetted_headers().built_from("cub/block/block_load.cuh", angled=True)
+    assert {"__THRUST_DEVICE_SYSTEM_ROOT", "cuda", "detail", "h"} <= built
+    with pytest.raises(PolicyViolation, match="source line 1: #define detail: cub/block/block_load.cuh includes"):
+        check_source("#define detail ../../../etc\n" + ORDINARY["cub_block_load_sum"])
+    with pytest.raises(CompileError, match="tune parameter h: cub/block/block_load.cuh includes"):
+        compile_kernel(ORDINARY["cub_block_load_sum"], "cub_block_load_sum", {"h": 1}, [], "sm_90")
 
 
 def test_a_header_linked_outside_the_directories_is_refused(tmp_path):

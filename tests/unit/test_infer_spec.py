@@ -7,6 +7,7 @@ import yaml
 
 from kforge.api import KforgeError, build_spec
 from kforge.infer_spec import BLOCK_SIZES, DEFAULT_SIZE, InferenceError, infer_spec
+from shared.application.kernel_admission import kernel_errors
 from shared.domain.spec import KernelSpec
 
 VECTOR_ADD_SOURCE = (Path(__file__).resolve().parents[2] / "examples" / "vector_add.cu").read_text()
@@ -63,6 +64,22 @@ def test_half_pointers_and_fixed_width_integers_have_their_dtypes():
     assert [a["dtype"] for a in args] == ["float16", "float16", "int32", "uint8", "int64"]
 
 
+def test_a_pointer_to_a_vector_type_is_an_array_of_its_elements_with_a_dimension_of_lanes():
+    """As kernels written for 128-bit accesses take them; the spec compiles and matches the kernel's parameters."""
+    source = ('#include <cuda_fp16.h>\nextern "C" __global__ void k(float4 *out, const float4 *__restrict__ in, '
+              'const __half2 *h, uchar4 *rgba, int n4) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+              '    if (i < n4) { out[i] = in[i]; rgba[i].x = (unsigned char)__low2float(h[i]); }\n}\n')
+    inferred = infer_spec(source)
+
+    assert [(a["dtype"], a["shape"], a["role"]) for a in inferred.data["args"][:4]] == [
+        ("float32", ["n4", 4], "out"), ("float32", ["n4", 4], "in"), ("float16", ["n4", 2], "in"),
+        ("uint8", ["n4", 4], "out")]
+    assert any("out (float32 x 4), in (float32 x 4), h (float16 x 2), rgba (uint8 x 4): a pointer to a vector type"
+               in note for note in inferred.notes)
+    spec = KernelSpec.model_validate({**inferred.data, "source": source})
+    assert kernel_errors(spec, "sm_90") == []
+
+
 def test_without_an_integer_parameter_a_size_n_shapes_the_arrays():
     inferred = infer_spec("__global__ void k(float *out, const float *in) {}")
 
@@ -92,7 +109,8 @@ def test_several_kernels_need_a_name_and_the_error_lists_them():
 
 @pytest.mark.parametrize("source, message", [
     ("template <typename T> __global__ void k(T *x, int n) {}", "k is a template"),
-    ("__global__ void k(float4 *x, int n) {}", r"parameter 0 \(float4 \*x\): float4\* has no kforge dtype"),
+    ("__global__ void k(float4 x, int n) {}", r"parameter 0 \(float4 x\): float4 has no kforge dtype"),
+    ("__global__ void k(float4 **x, int n) {}", r"float4\*\* has no kforge dtype"),
     ("__global__ void k(float **x, int n) {}", r"float\*\* has no kforge dtype"),
     ("__device__ void k(float *x) {}", "no __global__ function"),
 ])

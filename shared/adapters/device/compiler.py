@@ -37,8 +37,8 @@ from pathlib import Path
 from shared.adapters.device.frames import write_frame
 from shared.adapters.device.nvrtc import CompiledKernel, CompileError, compile_options
 from shared.adapters.settings import Settings
-from shared.domain.compile_policy import (PolicyViolation, check_define_value, check_options, check_source,
-                                          vetted_headers)
+from shared.domain.compile_policy import (PolicyViolation, check_define_value, check_macro_names, check_options,
+                                          check_source, option_macros, vetted_headers)
 from shared.domain.spec import ParamValue
 
 CHILD = Path(__file__).with_name("compile_child.py")
@@ -105,6 +105,7 @@ def _checked_flags(source: str, defines: dict[str, ParamValue], options: list[st
         check_options(options)
         for name, value in defines.items():
             check_define_value(name, value)
+        check_macro_names(source, {**{name: f"tune parameter {name}" for name in defines}, **option_macros(options)})
     except PolicyViolation as exc:
         raise CompileError(str(exc), "") from None
     return compile_options(defines, options, arch)
