@@ -240,7 +240,7 @@ def print_table(name: str, ours: dict, theirs: dict | None) -> None:
         print(f"| ratio (Kernel Tuner / kforge wall-clock) | {speed:.2f}x | |")
         print(f"| ratio with making inputs | {theirs['job_wall_s'] / ours['job_wall_s']:.2f}x | |")
         print(f"| kforge's time of Kernel Tuner's best real config vs kforge's best | {within} | |")
-    print(f"kforge: {ours['measured']} measured ({ours['abandoned']} abandoned after one sample, {ours['samples']} "
+    print(f"kforge: {ours['measured']} measured ({ours['abandoned']} abandoned early, {ours['samples']} "
           f"timed samples), rejected by stage {ours['failed']}, first result after {ours['first_result_s']:.2f} s, "
           f"{ours['shards']} shard(s), {ours['host_replacements']} GPU process(es) replaced", flush=True)
 

@@ -1,8 +1,10 @@
 """When to stop timing a configuration, and what its samples say: pure functions, no GPU.
 
 A configuration is timed until the 95% confidence interval of its mean is within `ci_target` of the
-mean (after at least `min_samples`), or `max_samples` are taken. One sample that is `abandon_factor`
-times slower than the best time so far ends it early: more samples cannot make it the best. The checked launch
+mean (after at least `min_samples`), or `max_samples` are taken. Two samples that are both `abandon_factor`
+times slower than the best time so far end it early: more samples cannot make it the best. Two, not one: a single
+launch can come out slow on its own (one of four block sizes of vector_add ran 2.4 times the others once on the
+H100), and judged on it the configuration, the best perhaps, would be dropped. The checked launch
 before the samples is never judged: it runs cold, loading the module (CUDA loads a kernel lazily, at its first
 launch), which for a kernel of 20 us takes 5 to 25 times the kernel itself on the H100.
 """
@@ -58,10 +60,13 @@ def policy_of(bench: BenchmarkSpec) -> SamplingPolicy:
     return SamplingPolicy(bench.min_samples, bench.iterations, bench.ci_target, bench.abandon_factor)
 
 
+ABANDON_AFTER = 2  # samples, each slower than abandon_factor times the best, that end a configuration
+
+
 def next_step(samples_ms: list[float], best_ms: float | None, policy: SamplingPolicy) -> Next:
     if not samples_ms:
         return Next.SAMPLE
-    if best_ms is not None and min(samples_ms) > policy.abandon_factor * best_ms:
+    if best_ms is not None and len(samples_ms) >= ABANDON_AFTER and min(samples_ms) > policy.abandon_factor * best_ms:
         return Next.ABANDON
     n = len(samples_ms)
     if n >= policy.max_samples:

@@ -14,6 +14,8 @@ from shared.domain.spec import KernelSpec
 
 # NVRTC names the file whose include failed: the kernel's own (kernel.cu, no directory), or a header by its path
 _UNOPENED = re.compile(r'^([^\s/()]+)\(\d+\): catastrophic error: cannot open source file "([^"\n]{1,200})"', re.M)
+_ERROR_IN_HEADER = re.compile(r"^(\S*/[^\s(]+)\(\d+\): error:")
+_LOCATED = re.compile(r"^\S+\(\d+\): ")
 LOG_LINES = 10  # error lines of NVRTC's log quoted in the refusal; the first usually names the cause
 SLOT_WAIT_S = 10.0  # how long a submission waits for one of the process's admission compiles to end
 
@@ -47,19 +49,40 @@ def kernel_errors(spec: KernelSpec, default_arch: str, limits: CompileLimits | N
         types = parameter_types(spec.source, spec.kernel_name, spec.baseline_params(), spec.compiler_options, arch,
                                 limits)
     except CompileError as exc:
-        return [FieldError("source", f"{exc}{_quoted(exc.log)}; {_fix(exc.log)}")]
+        return [FieldError("source", f"{exc}{_quoted(exc.log)}; {_fix(exc.log, spec.baseline_params())}")]
     finally:
         if gate is not None:
             gate.release()
     return [FieldError(m.field, f"{m.what}: {m.fix}") for m in mismatches(spec.args, types)]
 
 
-def _fix(log: str) -> str:
+def _fix(log: str, defines: dict) -> str:
+    if clash := _define_in_header(log, defines):
+        name, header = clash
+        return (f"the tune parameter {name} is defined as a macro (-D{name}={defines[name]}), as Kernel Tuner defines "
+                f"every tune parameter, and {header} uses {name} as a name of its own: rename the parameter "
+                "(in params, tune_params, restrictions and the kernel)")
     missing = _UNOPENED.search(log)
     if missing is None:
         return "fix the kernel (it is compiled with params as -D defines and with compiler_options)"
     return (f"kforge compiles the kernel's source alone, with the CUDA headers and C headers it ships, so no file "
             f"of yours beside it: paste {missing.group(2)}'s contents into the source in place of its #include")
+
+
+def _define_in_header(log: str, defines: dict) -> tuple[str, str] | None:
+    """A define of `defines` on a line NVRTC quotes under an error in a CUDA header, and that header: the macro
+    replaced a name of the header's own (CUB's `items_per_thread`, say)."""
+    header = None
+    for line in log.splitlines():
+        if located := _ERROR_IN_HEADER.match(line):
+            header = located.group(1).rsplit("/include/", 1)[-1].removeprefix("cccl/")
+        elif _LOCATED.match(line):
+            header = None
+        elif header is not None:
+            for name in defines:
+                if re.search(rf"\b{re.escape(name)}\b", line):
+                    return name, header
+    return None
 
 
 def _quoted(log: str) -> str:

@@ -354,7 +354,7 @@ class ConfigMeasured(Event):
     mean_ms: float
     stddev_ms: float
     ci95_ms: float | None  # half-width of the 95% CI of the mean; None with one sample
-    abandoned: bool = False  # stopped after one sample: clearly slower than the best so far
+    abandoned: bool = False  # stopped early: its samples clearly slower than the best so far
     max_abs_error: float = 0.0
     gbps: float = 0.0
     tflops: float | None = None

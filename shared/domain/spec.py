@@ -328,7 +328,7 @@ class BenchmarkSpec(_Strict):
     ci_target: Annotated[float, Field(gt=0, lt=1)] = Field(
         0.02, description="stop sampling when the 95% confidence interval of the mean is within this fraction")
     abandon_factor: Annotated[float, Field(gt=1)] = Field(
-        1.25, description="one sample this many times slower than the best so far ends a configuration")
+        1.25, description="two samples this many times slower than the best so far end a configuration")
     l2_flush: bool = Field(False, description="evict the L2 cache before every timed launch")
     comparison_pairs: Annotated[int, Field(ge=2, le=1000), AfterValidator(submission_rule(_at_least_six_pairs))] = Field(
         15, description="launches of each kernel, in turn, when a tuned candidate is compared with the best so far "

@@ -75,7 +75,19 @@ def test_a_header_of_the_users_own_is_refused_naming_what_to_do(store):
     from shared.application.kernel_admission import _fix
     log = ('/usr/include/cccl/thrust/system/omp/detail/par.h(30): catastrophic error: cannot open source file '
            '"omp.h"\n')
-    assert _fix(log).startswith("fix the kernel")
+    assert _fix(log, {}).startswith("fix the kernel")
+
+
+def test_a_tune_parameter_that_rewrites_a_name_of_a_cuda_header_is_named(store):
+    """Tune parameters are -D defines, so one named like a member of CUB's (items_per_thread) breaks the header;
+    the refusal names the parameter and the header, not only NVRTC's errors inside it."""
+    source = ('#include <cub/block/block_reduce.cuh>\nextern "C" __global__ void k(float *out, double x, int n, '
+              'float4 v) {\n    out[0] = x + n + v.x + items_per_thread;\n}\n')
+    errors = refused(store, spec(source=source, args=RIGHT_ARGS[:2], params={"items_per_thread": 4}))
+    assert errors["source"].endswith("the tune parameter items_per_thread is defined as a macro "
+                                     "(-Ditems_per_thread=4), as Kernel Tuner defines every tune parameter, and "
+                                     "cub/util_arch.cuh uses items_per_thread as a name of its own: rename the "
+                                     "parameter (in params, tune_params, restrictions and the kernel)")
 
 
 def test_a_missing_argument_is_one_error_on_args_not_one_per_shifted_position(store):

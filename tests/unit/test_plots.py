@@ -84,7 +84,7 @@ def test_landscape_has_a_panel_per_tune_parameter_and_a_heatmap_of_two(vector_ad
     assert _panels(svg) == ["block_size_x", "elements_per_thread", "unroll"]
     assert svg.count('<g id="heatmap">') == 1
     texts = _texts(svg)
-    for label in ("block_size_x", "elements_per_thread", "unroll", "best per value", "abandoned after one sample",
+    for label in ("block_size_x", "elements_per_thread", "unroll", "best per value", "abandoned early",
                   "median time (ms)", "best median time (ms)", "failed"):
         assert label in texts
     assert "22 configurations measured, 2 failed" in svg
@@ -113,7 +113,7 @@ def test_history_of_a_search_shows_it_converging_against_the_baseline(vector_add
     assert 'id="convergence"' in svg and 'id="steps"' not in svg
     texts = _texts(svg)
     assert "best so far: 0.6860 ms from configuration 13, 1.46x the baseline" in texts
-    assert {"baseline 1.0000 ms", "failed (2)", "a configuration", "abandoned after one sample",
+    assert {"baseline 1.0000 ms", "failed (2)", "a configuration", "abandoned early",
             "configurations evaluated, in order"} <= set(texts)
 
 

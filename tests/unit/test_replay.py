@@ -108,16 +108,16 @@ def test_replay_decides_abandonment_against_this_runs_best_not_the_recordings():
     full = Measured(samples_ms=[10.0, 10.1, 10.05, 10.02, 10.0, 10.1, 10.0], check_ms=10.3, max_abs_error=0.0)
     # Recorded in full; this run's best makes it clearly slower, so it is abandoned as the GPU would have.
     slower = replayed(full, best_ms=5.0)
-    assert isinstance(slower, Measured) and slower.abandoned and slower.samples_ms == [10.0]
-    # The checked launch runs cold and is never judged, however slow: the first timed launch decides.
-    assert replayed(full, best_ms=2.0).samples_ms == [10.0]
+    assert isinstance(slower, Measured) and slower.abandoned and slower.samples_ms == [10.0, 10.1]
+    # The checked launch runs cold and is never judged, however slow: the first two timed launches decide.
+    assert replayed(full, best_ms=2.0).samples_ms == [10.0, 10.1]
     # Not abandoned here: every recorded launch the sampling policy would take, and no flag.
     kept = replayed(full, best_ms=9.0)
     assert isinstance(kept, Measured) and not kept.abandoned and kept.samples_ms[0] == 10.0
 
 
 def test_a_configuration_abandoned_in_the_recording_but_not_here_is_refused_and_named():
-    cut_short = Measured(samples_ms=[10.07], check_ms=10.2, max_abs_error=0.0, abandoned=True)
+    cut_short = Measured(samples_ms=[10.07, 10.1], check_ms=10.2, max_abs_error=0.0, abandoned=True)
     # The recording's run had a best near 8 ms; this run's best is 24 ms, so the 10.07 ms configuration would be
     # timed in full: its time was never recorded, and no flag from the other run may hide it as abandoned.
     refused = replayed(cut_short, best_ms=24.15)
@@ -125,3 +125,6 @@ def test_a_configuration_abandoned_in_the_recording_but_not_here_is_refused_and_
     assert "{'block_size_x': 128}" in refused.reason and "record it again" in refused.reason
     # Where it is abandoned here too, the recorded launches suffice.
     assert replayed(cut_short, best_ms=7.0).abandoned
+    # A recording cut short after one launch (as kforge abandoned before 2026-11-26) has too few for this policy.
+    once = replayed(Measured(samples_ms=[10.07], check_ms=10.2, max_abs_error=0.0, abandoned=True), best_ms=7.0)
+    assert isinstance(once, Failed) and "record it again" in once.reason

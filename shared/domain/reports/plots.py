@@ -80,7 +80,7 @@ def _convergence(ax, tracker: PerformanceTracker, space: SearchedSpace) -> None:
     measured = [(x, o) for x, o in zip(evaluated, space.outcomes) if o.time_ms is not None]
     many = len(measured) > RASTERISED_POINTS
     for abandoned, style in ((False, dict(color=POINTS, label="a configuration")),
-                             (True, dict(facecolors="none", edgecolors=POINTS, label="abandoned after one sample"))):
+                             (True, dict(facecolors="none", edgecolors=POINTS, label="abandoned early"))):
         points = [(x, o.time_ms) for x, o in measured if o.abandoned == abandoned]
         if points:
             ax.scatter(*zip(*points), s=14, alpha=0.4, linewidths=0.8 if abandoned else 0, zorder=3, rasterized=many,
@@ -159,7 +159,7 @@ def _named(space: SearchedSpace) -> str:
 
 def _panels(fig, space: SearchedSpace) -> None:
     """A panel per tune parameter: its values in tune_params order on x, every configuration's time a point
-    (hollow: abandoned after one sample), the best per value joined, and the failures per value counted."""
+    (hollow: abandoned early), the best per value joined, and the failures per value counted."""
     names = list(space.axes)
     columns = min(len(names), PANEL_COLUMNS)
     grid = fig.subplots(math.ceil(len(names) / columns), columns, sharey=True, squeeze=False)
@@ -183,7 +183,7 @@ def _panels(fig, space: SearchedSpace) -> None:
                        rasterized=many)
         if hollow:
             ax.scatter(*zip(*hollow), s=12, facecolors="none", edgecolors=POINTS, alpha=0.6, linewidths=0.8,
-                       label="abandoned after one sample", rasterized=many)
+                       label="abandoned early", rasterized=many)
         best = sorted((values.index(key[0]), time) for key, time in space.best_by([name]).items())
         ax.plot(*zip(*best), color=BEST, marker="D", markersize=4, linewidth=1.5, label="best per value")
         ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=45 if len(values) > 6 else 0)
