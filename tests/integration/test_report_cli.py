@@ -28,7 +28,7 @@ def runs(tmp_path_factory):
 
 def test_tune_prints_the_overview_and_writes_the_files(runs):
     home, before, _, tuned = runs
-    assert "Performance overview: vector_add" in tuned.stdout and "baseline 0.2994 ms -> final" in tuned.stdout
+    assert "Performance overview: vector_add" in tuned.stdout and "baseline 0.2962 ms -> final" in tuned.stdout
     files = sorted(p.name for p in (home / "out" / before).iterdir())
     assert files == ["history.json", "history.svg", "landscape.svg", "overview.txt", "transcript.log",
                      "vector_add_optimised_1.000x.cu"]
@@ -62,7 +62,7 @@ def test_report_suggest_profile_and_export(runs, tmp_path):
     report = kforge(home, "report", before[:6])
     assert report.returncode == 0 and "no step made the kernel faster" in report.stdout
     tracker = json.loads(kforge(home, "report", before, "--json", "-").stdout)
-    assert tracker["baseline_time"] == pytest.approx(0.2994, abs=1e-4) and tracker["speedup"] == 1.0
+    assert tracker["baseline_time"] == pytest.approx(0.2962, abs=1e-4) and tracker["speedup"] == 1.0
 
     suggestions = kforge(home, "suggest", before, "--json", str(tmp_path / "s.json"))
     assert suggestions.returncode == 0 and isinstance(json.loads((tmp_path / "s.json").read_text()), list)
@@ -181,7 +181,7 @@ def test_make_kernel_tunable_returns_kernel_params_and_tracker(tmp_path):
     # The replayed H100 sweep found nothing faster than the submitted block size.
     assert (name, params, improved, improvement, status) == ("vector_add", {"block_size_x": 256}, False, 0.0,
                                                              "completed")
-    assert space["block_size_x"] and baseline == pytest.approx(0.2994, abs=1e-4)
+    assert space["block_size_x"] and baseline == pytest.approx(0.2962, abs=1e-4)
     assert len(list((tmp_path / "out").iterdir())) == 1
 
 
