@@ -5,8 +5,8 @@
 Such an include opens a file the headers chose for as long as every name its expansion passes through keeps the
 definitions the headers give it. A source could otherwise aim it anywhere (`#define h /../../etc/passwd`). So
 the include is expanded under every definition that any file of the headers gives each name, on every branch of
-every #if, and with each name also left undefined; every header name that can result must be a plain relative
-path (and is then vetted like a literal include), and the names passed through are returned: the source, its
+every #if, and with each name also left undefined; every header name that can result must be a relative path
+without `..` (and is then vetted like a literal include), and the names passed through are returned: the source, its
 -D and -U options and its tune parameters (which become -D defines) may define or undefine none of them.
 """
 import functools
@@ -19,12 +19,13 @@ from shared.domain.preprocessor_lines import logical_lines
 
 MAX_EXPANSIONS = 256  # header names one include may expand to; thrust's give 4 (its cuda, omp, tbb, cpp systems)
 MAX_DEPTH = 32  # macros within macros
-_TOKEN = re.compile(r'[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|"(?:\\.|[^"\\\n])*"|\S')  # whitespace is dropped
+_TOKEN = re.compile(r'[A-Za-z_]\w*|\.?\d(?:[eEpP][+-]|[\w.])*|"(?:\\.|[^"\\\n])*"|%:%:|%:|##|\S')  # no whitespace
+_STRINGISE_OR_PASTE = {"#", "##", "%:", "%:%:"}
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*\Z")
 _DEFINE_NAME = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?:/\*.*?\*/[ \t]*)*define[ \t]+([A-Za-z_]\w*)", re.M)
 _DEFINE = re.compile(r"\s*(?:#|%:)\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?(.*)\Z", re.S)
-_OPERAND = re.compile(r'(?:<([^<>"\n]*)>|"([^"\n]*)")\Z')
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+/-]*\Z")
+# A header name, and whatever follows it: NVRTC opens the header and only warns of the rest.
+_OPERAND = re.compile(r'(?:<([^<>"\n]*)>|"([^"\n]*)")')
 
 
 class Unfollowable(ValueError):
@@ -43,7 +44,7 @@ Token = tuple[str, frozenset[str]]  # a token and the macros whose expansion it 
 @functools.lru_cache(maxsize=1024)
 def built_headers(operand: str, dirs: tuple[str, ...]) -> Built:
     """What `#include <operand>` in one of the headers in `dirs` may open, when nothing outside them defines a
-    name it passes through. Unfollowable when it may name something other than a plain relative header path
+    name it passes through. Unfollowable when it may name an absolute path or one through `..`
     (an expansion that names no header at all is a compile error, and opens nothing)."""
     names: set[str] = set()
     tokens = tuple((token, frozenset()) for token in _TOKEN.findall(operand))
@@ -54,9 +55,8 @@ def built_headers(operand: str, dirs: tuple[str, ...]) -> Built:
         if named is None:
             continue
         header = named.group(1) if named.group(1) is not None else named.group(2)
-        parts = header.split("/")
-        if not _PLAIN_PATH.match(header) or {"..", ".", ""} & set(parts):
-            raise Unfollowable(f"it can expand to {text[:80]!r}, which is not a plain relative header name")
+        if header.startswith("/") or ".." in header.split("/"):  # else it is looked for only under the directories
+            raise Unfollowable(f"it can expand to {text[:80]!r}, which is not a relative header name")
         headers.append((named.group(1) is not None, header))
     return Built(tuple(dict.fromkeys(headers)), frozenset(names))
 
@@ -73,15 +73,16 @@ def _expand(tokens: tuple[Token, ...], dirs: tuple[str, ...], names: set[str], d
     names.add(token)
     results = [(token, *tail) for tail in _expand(rest, dirs, names, depth)]  # where it is not defined
     for params, body in _definitions(token, dirs):
-        if "#" in body:
+        if _STRINGISE_OR_PASTE & set(body):
             raise Unfollowable(f"{token} quotes or pastes tokens (# or ##)")
         if params is not None and not all(_IDENTIFIER.match(p) for p in params):
             raise Unfollowable(f"{token} takes variable arguments")
-        marked = hidden | {token}
         if params is None:
+            marked = hidden | {token}
             results += _expand(tuple((b, marked) for b in body) + rest, dirs, names, depth + 1)
         elif (call := _arguments(rest)) is not None:
-            arguments, after = call
+            arguments, closing, after = call
+            marked = (hidden & closing) | {token}  # as C marks a call's expansion (Prosser's algorithm)
             if len(arguments) != len(params) and not (params == () and arguments == [()]):
                 raise Unfollowable(f"{token} takes {len(params)} argument(s), given {len(arguments)}")
             for chosen in itertools.product(*(_expand(a, dirs, names, depth + 1) for a in arguments)):
@@ -93,9 +94,9 @@ def _expand(tokens: tuple[Token, ...], dirs: tuple[str, ...], names: set[str], d
     return results
 
 
-def _arguments(tokens: tuple[Token, ...]) -> tuple[list[tuple[Token, ...]], tuple[Token, ...]] | None:
-    """A function-like macro's arguments, split at top-level commas, and the tokens after its `)`; None where
-    no `(` follows (the name is then not a call, and stays as it is)."""
+def _arguments(tokens: tuple[Token, ...]) -> tuple[list[tuple[Token, ...]], frozenset[str], tuple[Token, ...]] | None:
+    """A function-like macro's arguments, split at top-level commas, the macros its `)` came from, and the tokens
+    after the `)`; None where no `(` follows (the name is then not a call, and stays as it is)."""
     if not tokens or tokens[0][0] != "(":
         return None
     arguments, current, depth = [], [], 0
@@ -103,7 +104,7 @@ def _arguments(tokens: tuple[Token, ...]) -> tuple[list[tuple[Token, ...]], tupl
         token = item[0]
         if token == ")" and depth == 0:
             arguments.append(tuple(current))
-            return arguments, tokens[i + 1:]
+            return arguments, item[1], tokens[i + 1:]
         if token == "," and depth == 0:
             arguments.append(tuple(current))
             current = []
@@ -133,7 +134,7 @@ def _defined_in(dirs: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
                         text = handle.read()
                 except OSError:
                     continue
-                for match in _DEFINE_NAME.finditer(text):
+                for match in _DEFINE_NAME.finditer(re.sub(r"\\\r?\n", "", text)):  # lines spliced
                     found.setdefault(match.group(1), set()).add(path)
     return {name: tuple(sorted(paths)) for name, paths in found.items()}
 

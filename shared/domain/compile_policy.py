@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from shared.domain.built_includes import Unfollowable, built_headers
-from shared.domain.preprocessor_lines import logical_lines
+from shared.domain.preprocessor_lines import logical_lines, readings
 
 MAX_OPTION_CHARS = 200
 
@@ -48,30 +48,32 @@ _MACRO_OPTION = re.compile(r"(?:-D|--define-macro=|-U|--undefine-macro=)([A-Za-z
 
 
 def check_source(source: str, headers: "Headers | None" = None) -> str:
-    """The source unchanged, or PolicyViolation for the first directive that could open a file it may not.
-    `headers`: what NVRTC will search, by default the CUDA headers kforge ships (`vetted_headers()`)."""
+    """The source unchanged, or PolicyViolation for the first directive that could open a file it may not, in any
+    language mode it may be compiled in (preprocessor_lines.readings). `headers`: what NVRTC will search, by
+    default the CUDA headers kforge ships (`vetted_headers()`)."""
     if "\x00" in source:
         raise PolicyViolation("source: contains a NUL character; send plain CUDA C++ text")
     headers = headers if headers is not None else vetted_headers()
-    lines = logical_lines(source)
-    for number, line in enumerate(lines, start=1):
-        directive = _DIRECTIVE.match(line)
-        if directive is not None:
-            _check_directive(number, directive.group(1), directive.group(2), headers)
-        if _HAS_INCLUDE.search(line):
-            _check_has_include(number, line)
-    built_from = _built_from(lines, headers)
-    for number, line in enumerate(lines, start=1):
-        if (defined := _MACRO_DEFINED.match(line)) and defined.group(2) in built_from:
-            raise PolicyViolation(f"source line {number}: #{defined.group(1)} {defined.group(2)}: "
-                                  f"{_keep(defined.group(2), built_from)}")
+    for lines in readings(source):
+        for number, line in enumerate(lines, start=1):
+            directive = _DIRECTIVE.match(line)
+            if directive is not None:
+                _check_directive(number, directive.group(1), directive.group(2), headers)
+            if _HAS_INCLUDE.search(line):
+                _check_has_include(number, line)
+    built_from = _built_from(source, headers)
+    for lines in readings(source):
+        for number, line in enumerate(lines, start=1):
+            if (defined := _MACRO_DEFINED.match(line)) and defined.group(2) in built_from:
+                raise PolicyViolation(f"source line {number}: #{defined.group(1)} {defined.group(2)}: "
+                                      f"{_keep(defined.group(2), built_from)}")
     return source
 
 
 def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | None" = None) -> None:
     """PolicyViolation when a macro defined from outside the source (`macros`: each name, and what defines it: a
     -D or -U option, a tune parameter) is one that a header the source includes builds an include's path from."""
-    built_from = _built_from(logical_lines(source), headers if headers is not None else vetted_headers())
+    built_from = _built_from(source, headers if headers is not None else vetted_headers())
     for name, where in macros.items():
         if name in built_from:
             raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
@@ -83,10 +85,11 @@ def option_macros(options: list[str]) -> dict[str, str]:
             if (match := _MACRO_OPTION.match(option))}
 
 
-def _built_from(lines: list[str], headers: "Headers") -> dict[str, str]:
-    """Each name from which a header the source includes builds an include's path by macros, and that header."""
+def _built_from(source: str, headers: "Headers") -> dict[str, str]:
+    """Each name from which a header the source includes (in any reading) builds an include's path by macros, and
+    that header."""
     names: dict[str, str] = {}
-    for line in lines:
+    for line in dict.fromkeys(line for lines in readings(source) for line in lines):
         directive = _DIRECTIVE.match(line)
         operand = _INCLUDE_OPERAND.match(directive.group(2)) if directive and directive.group(1) == "include" else None
         if operand is not None:

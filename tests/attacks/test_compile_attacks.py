@@ -51,6 +51,18 @@ HOSTILE_INCLUDES = {
     "through a header's path": "#include <cuda_fp16.h/../../../../../../etc/passwd>\n",
     "a name outside the CUDA headers": "#include <passwd>\n",
     "a CUDA header that includes by macro": THRUST_AIMED,
+    # Directives hidden in what a reading in the wrong language mode takes for a comment: the policy reads the
+    # source in every mode NVRTC may compile it in.
+    "after a digit separator": "__device__ int a = 1'0; __device__ char b = '/*';\n#include \"/etc/passwd\"\n// */\n",
+    "after a prefixed raw string": '__device__ const wchar_t *s = LR"(x" /* )";\n#include "/proc/self/environ"\n// */\n',
+    "after a raw string in a number": '#if 0\n1.R"(a"b)" /*\n#endif\n#include "/etc/passwd"\n// */\n',
+    "after a raw string in C++03": '#if 0\nR"(a"b)" /*\n#endif\n#include "/etc/passwd"\n// */\n',
+    "after a trigraph C++17 ignores": '// hi ??/\n#include "/etc/passwd"\n',
+    "a hidden define aiming thrust's include": (
+        "#include <thrust/detail/config.h>\n__device__ int a = 1'0; __device__ char b = '/*';\n"
+        "#undef __THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE\n"
+        '#define __THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE(f) "/proc/self/environ"\n// */\n'
+        "#include <cub/block/block_load.cuh>\n"),
 }
 HOSTILE_OPTIONS = ["--pre-include=/etc/passwd", "--create-pch=/tmp/kforge.db", "--use-pch=/tmp/x.pch",
                    "--pch-dir=/tmp", "--time=/tmp/webhook-secret", "-I/etc", "--include-path=/", "-I", "/etc",

@@ -297,9 +297,10 @@ def test_no_source_option_or_tune_parameter_may_redefine_a_name_an_include_path_
 
 
 @pytest.mark.parametrize("inner, why", [
-    ("#define P </etc/passwd>\n#include P\n", "it can expand to '</etc/passwd>', which is not a plain relative"),
-    ("#define P(d) <d/../secret.h>\n#include P(lib)\n", "which is not a plain relative header name"),
+    ("#define P </etc/passwd>\n#include P\n", "it can expand to '</etc/passwd>', which is not a relative header"),
+    ("#define P(d) <d/../secret.h>\n#include P(lib)\n", "which is not a relative header name"),
     ("#define CAT(a, b) <a##b>\n#include CAT(x, .h)\n", "CAT quotes or pastes tokens"),
+    ("#define CAT(a, b) <a%:%:b>\n#include CAT(x, .h)\n", "CAT quotes or pastes tokens"),
     ("#define V(...) <__VA_ARGS__>\n#include V(x.h)\n", "V takes variable arguments"),
     ("#define L L\n#define M(x) <x.h>\n#include M(L)\n", ""),
 ])
@@ -311,6 +312,29 @@ def test_a_macro_built_include_that_cannot_be_followed_to_plain_headers_is_refus
         return
     with pytest.raises(PolicyViolation, match=re.escape(why)):
         check_source("#include <inner.h>\n", headers)
+
+
+@pytest.mark.parametrize("inner, target", [
+    ("#define J <lib/impl.h> extra tokens\n#include J\n", "lib/impl.h"),  # NVRTC opens it and warns of the rest
+    ("#define f(a) a/g\n#define g(a) f(a)\n#define H <f(lib)(x)>\n#include H\n", "lib/x/g"),  # g rescans f
+])
+def test_every_header_a_macro_built_include_can_open_is_vetted(tmp_path, inner, target):
+    """The expansion is followed as C follows it (a call's result rescanned with what follows it), and a header name
+    followed by more tokens still names its header: each file reached is vetted (here, one with #include_next)."""
+    (tmp_path / target).parent.mkdir(parents=True)
+    (tmp_path / target).write_text("#include_next <impl.h>\n")
+    (tmp_path / "inner.h").write_text(inner)
+    with pytest.raises(PolicyViolation, match=rf"reaches {re.escape(target)}, which has '#include_next <impl\.h>'"):
+        check_source("#include <inner.h>\n", Headers((str(tmp_path),)))
+
+
+@pytest.mark.parametrize("source", [
+    "constexpr long n = 1'000'000; // C++14 digit separators\n",
+    'const char *s = R"(raw /* not a comment )"; const char c = \'"\';\n',
+    "__device__ const char *w = u8R\"x(a)\" \")x\";\n",
+])
+def test_ordinary_literals_pass_in_every_reading(source):
+    assert check_source(source + "#include <cuda_fp16.h>\n")
 
 
 def test_cub_block_load_is_included_and_the_names_thrust_builds_its_includes_from_are_kept():
