@@ -16,6 +16,7 @@ from shared.domain.spec import KernelSpec
 _UNOPENED = re.compile(r'^([^\s/()]+)\(\d+\): catastrophic error: cannot open source file "([^"\n]{1,200})"', re.M)
 _ERROR_IN_HEADER = re.compile(r"^(\S*/[^\s(]+)\(\d+\): error:")
 _LOCATED = re.compile(r"^\S+\(\d+\): ")
+_WHAT = {"kforge_implicit.h": " (what nvcc declares for every kernel: the math functions, std's among them)"}
 LOG_LINES = 10  # error lines of NVRTC's log quoted in the refusal; the first usually names the cause
 SLOT_WAIT_S = 10.0  # how long a submission waits for one of the process's admission compiles to end
 
@@ -60,8 +61,8 @@ def _fix(log: str, defines: dict) -> str:
     if clash := _define_in_header(log, defines):
         name, header = clash
         return (f"the tune parameter {name} is defined as a macro (-D{name}={defines[name]}), as Kernel Tuner defines "
-                f"every tune parameter, and {header} uses {name} as a name of its own: rename the parameter "
-                "(in params, tune_params, restrictions and the kernel)")
+                f"every tune parameter, and {header}{_WHAT.get(header, '')} uses {name} as a name of its own: rename "
+                "the parameter (in params, tune_params, restrictions and the kernel)")
     missing = _UNOPENED.search(log)
     if missing is None:
         return "fix the kernel (it is compiled with params as -D defines and with compiler_options)"
@@ -75,7 +76,7 @@ def _define_in_header(log: str, defines: dict) -> tuple[str, str] | None:
     header = None
     for line in log.splitlines():
         if located := _ERROR_IN_HEADER.match(line):
-            header = located.group(1).rsplit("/include/", 1)[-1].removeprefix("cccl/")
+            header = located.group(1).rsplit("/include/", 1)[-1].removeprefix("cccl/").rsplit("/c_headers/", 1)[-1]
         elif _LOCATED.match(line):
             header = None
         elif header is not None:

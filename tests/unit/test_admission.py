@@ -90,6 +90,15 @@ def test_a_tune_parameter_that_rewrites_a_name_of_a_cuda_header_is_named(store):
                                      "parameter (in params, tune_params, restrictions and the kernel)")
 
 
+def test_a_tune_parameter_named_like_a_math_function_is_named(store):
+    source = KERNEL.replace("v.x;", "v.x * round;")
+    errors = refused(store, spec(source=source, args=RIGHT_ARGS[:2], params={"round": 2}))
+    assert errors["source"].endswith("the tune parameter round is defined as a macro (-Dround=2), as Kernel Tuner "
+                                     "defines every tune parameter, and kforge_implicit.h (what nvcc declares for "
+                                     "every kernel: the math functions, std's among them) uses round as a name of its "
+                                     "own: rename the parameter (in params, tune_params, restrictions and the kernel)")
+
+
 def test_a_missing_argument_is_one_error_on_args_not_one_per_shifted_position(store):
     errors = refused(store, spec(args=RIGHT_ARGS))
 
