@@ -12,6 +12,7 @@ import yaml
 
 from services.generator.rules.cuda_text import find_kernel
 from shared.domain.dtypes import is_float
+from shared.domain.preprocessor_lines import logical_lines
 from shared.domain.spec import defined_kernels
 
 DEFAULT_SIZE = 2**20
@@ -36,6 +37,10 @@ _VECTOR_DTYPES = {
     "__half2": ("float16", 2), "half2": ("float16", 2), "__nv_bfloat162": ("bfloat16", 2),
     "nv_bfloat162": ("bfloat16", 2),
 }
+
+
+_CONSTANT_ARRAY = re.compile(r"__constant__\s+(?:const\s+)?((?:unsigned\s+|signed\s+)?[A-Za-z_]\w*(?:\s+long)?)\s+"
+                             r"([A-Za-z_]\w*)\s*((?:\[\s*\d+\s*\]\s*)+);")
 
 
 class InferenceError(ValueError):
@@ -101,6 +106,10 @@ def infer_spec(source: str, kernel_name: str | None = None, sizes: dict[str, int
     if vectors := [p for p in parameters if p.lanes > 1]:
         notes.append(f"{', '.join(f'{p.name} ({p.dtype} x {p.lanes})' for p in vectors)}: a pointer to a vector type "
                      f"is an array of its elements, one row of lanes per vector, so {shape_size} counts vectors")
+    constants = _constant_arrays(source)
+    if constants:
+        notes.append(f"{', '.join(a['name'] for a in constants)}: __constant__ arrays of the source (role constant), "
+                     "filled with drawn values before every launch: give data: FILE.npy to fix their values")
     floats = [p.name for p in parameters if not p.pointer and is_float(p.dtype)]
     if floats:
         notes.append(f"{', '.join(floats)} = 1.0: a float scalar's value is not in the signature; set its value")
@@ -108,7 +117,7 @@ def infer_spec(source: str, kernel_name: str | None = None, sizes: dict[str, int
         "kernel_name": name,
         "sizes": {**default_sizes, **(sizes or {})},
         "problem_size": [shape_size],
-        "args": [_arg(p, shape_size) for p in parameters],
+        "args": [*(_arg(p, shape_size) for p in parameters), *constants],
         "tune_params": {"block_size_x": BLOCK_SIZES},
     }
     return InferredSpec(data, notes)
@@ -121,6 +130,14 @@ def _arg(parameter: Parameter, shape_size: str) -> dict:
                 "role": "in" if parameter.const else "out"}
     return {"name": parameter.name, "dtype": parameter.dtype,
             "value": 1.0 if is_float(parameter.dtype) else parameter.name}
+
+
+def _constant_arrays(source: str) -> list[dict]:
+    """The __constant__ arrays the source declares with literal extents and no initializer: the host fills them."""
+    text = "\n".join(logical_lines(source))
+    return [{"name": name, "dtype": _SCALAR_DTYPES[_normalised(type_.split())],
+             "shape": [int(extent) for extent in re.findall(r"\[\s*(\d+)\s*\]", extents)], "role": "constant"}
+            for type_, name, extents in _CONSTANT_ARRAY.findall(text) if _normalised(type_.split()) in _SCALAR_DTYPES]
 
 
 def _chosen_kernel(source: str, kernel_name: str | None) -> str:

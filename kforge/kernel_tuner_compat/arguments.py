@@ -6,6 +6,8 @@ With an `answer`, the arrays it gives a value for are the outputs, checked again
 and the others inputs. Without one, the kernel's signature decides: const pointers are inputs, the rest outputs,
 checked against what the reference configuration computes. Scalars become scalar arguments of their numpy
 dtype; a Python int or float takes the dtype of the kernel's parameter (int32 and float32 when it cannot be read).
+`cmem_args` become constant args (role constant): their values fixed, copied into the module's __constant__
+variables of their names before every launch, as Kernel Tuner copies them.
 """
 import re
 from pathlib import Path
@@ -84,6 +86,19 @@ def _array(i: int, name: str, value: np.ndarray, role: str, parameter: Parameter
         arg["answer"] = _saved(folder / f"{i}_{name}.answer.npy", _native(expected).reshape(values.shape), max_bytes,
                                f"answer[{i}]")
     return arg
+
+
+def constant_args(cmem_args: dict | None, folder: Path, max_bytes: int) -> list[dict]:
+    """Kernel Tuner's `cmem_args` ({name of a __constant__ variable: its values}) as constant args."""
+    args = []
+    for name, values in (cmem_args or {}).items():
+        field = f"cmem_args[{name!r}]"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise DropInError(f"{field}: a key names the __constant__ variable to fill, an identifier")
+        array = _native(np.asarray(values))
+        args.append({"name": name, "dtype": _dtype(field, array.dtype), "shape": list(array.shape), "role": "constant",
+                     "data": _saved(folder / f"constant_{name}.npy", array, max_bytes, field)})
+    return args
 
 
 def _native(array: np.ndarray) -> np.ndarray:

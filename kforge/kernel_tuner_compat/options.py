@@ -112,13 +112,12 @@ def search(strategy, strategy_options, seed) -> dict:
     return settings
 
 
-def refuse_unsupported(*, verify, cmem_args, texmem_args, compiler, defines, observers, simulation_mode, device,
-                       objectives, smem_args) -> None:
+def refuse_unsupported(*, verify, texmem_args, compiler, defines, observers, simulation_mode, device, objectives,
+                       smem_args) -> None:
     """Every argument kforge cannot honour, refused before anything runs."""
     refusals = {
         "verify": (verify, "kforge checks outputs on the GPU, where a Python function cannot run: give the expected "
                            "outputs as answer=[...] with atol"),
-        "cmem_args": (cmem_args, "constant memory arguments are not supported: pass the array as a kernel argument"),
         "texmem_args": (texmem_args, "texture memory arguments are not supported: pass the array as a kernel "
                                      "argument"),
         "compiler": (compiler, "kforge compiles CUDA with NVRTC; leave compiler out"),

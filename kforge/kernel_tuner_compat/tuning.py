@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kforge.api import KforgeError, build_spec, optimise
 from kforge.kernel_tuner_compat import options
-from kforge.kernel_tuner_compat.arguments import spec_args
+from kforge.kernel_tuner_compat.arguments import constant_args, spec_args
 from kforge.kernel_tuner_compat.cache import CacheFile
 from kforge.kernel_tuner_compat.results import (best_config, cached_result, config_line, outcome_result,
                                                 total_timings, with_metrics)
@@ -41,7 +41,7 @@ def tune_kernel(kernel_name, kernel_source, problem_size, arguments, tune_params
     splits a brute-force space over its GPUs by itself. What kforge cannot honour raises DropInError (a
     ValueError) naming the argument and the fix. See README, "Kernel Tuner scripts"."""
     started = time.perf_counter()
-    options.refuse_unsupported(verify=verify, cmem_args=cmem_args, texmem_args=texmem_args, compiler=compiler,
+    options.refuse_unsupported(verify=verify, texmem_args=texmem_args, compiler=compiler,
                                defines=defines, observers=observers, simulation_mode=simulation_mode, device=device,
                                objectives=objectives, smem_args=smem_args)
     source = options.kernel_source_text(kernel_source, lang)
@@ -80,7 +80,7 @@ def tune_kernel(kernel_name, kernel_source, problem_size, arguments, tune_params
             spec["verify"] = {"atol": float(atol), "rtol": NUMPY_ALLCLOSE_RTOL}
         skip = [c for c in runnable if space.key(c) in results]
         collector = _Collector(space, cache_file, metrics, quiet, verbose)
-        _measure(spec, arguments, answer, rules, skip, collector)
+        _measure(spec, arguments, answer, cmem_args, rules, skip, collector)
         results = {**collector.results, **results}  # a configuration measured again keeps its cached result
         env.update(device_name=collector.device, compute_capability=collector.compute_capability,
                    kforge_job_id=collector.job_id)
@@ -112,7 +112,8 @@ def _as_written(problem_size):
     return [plain(d) for d in problem_size] if isinstance(problem_size, list | tuple) else plain(problem_size)
 
 
-def _measure(spec: dict, arguments, answer, rules: Restrictions, skip: list[dict], collector: "_Collector") -> None:
+def _measure(spec: dict, arguments, answer, cmem_args, rules: Restrictions, skip: list[dict],
+             collector: "_Collector") -> None:
     """Complete the spec (its arguments saved as arrays, the configurations to leave out excluded), run the tune
     job and collect its outcomes; the configurations in `skip` are not measured."""
     space, cache_file = rules.space, collector.cache_file
@@ -134,6 +135,7 @@ def _measure(spec: dict, arguments, answer, rules: Restrictions, skip: list[dict
         cache_file.check_device(here)
     with tempfile.TemporaryDirectory(prefix="kforge-kernel-tuner-") as folder:
         args = spec_args(arguments, answer, spec["source"], spec["kernel_name"], Path(folder), settings.max_array_bytes)
+        args += constant_args(cmem_args, Path(folder), settings.max_array_bytes)
         kernel_spec = build_spec(spec={**spec, "args": args, "restrictions": rules.spec + excluded})
         try:
             run_job(kernel_spec, collector)

@@ -167,7 +167,15 @@ class BenchmarkSession(GpuSession):
 
     def _args(self, inputs: InputSet, params: dict) -> list:
         return [self._setup.spec.scalar_of(a, params) if buffer is None else buffer
-                for a, buffer in zip(self._setup.spec.args, inputs.arrays)]
+                for a, buffer in zip(self._setup.spec.args, inputs.arrays) if a.is_parameter]
+
+    def _before(self, kernel, inputs: InputSet) -> None:
+        """What every launch starts from: the outputs of its input set as they were before any launch, and the
+        set's values in the kernel's __constant__ arrays (a module loads with them zeroed)."""
+        self._restore_outputs(inputs)
+        for arg, buffer in zip(self._setup.spec.args, inputs.arrays):
+            if not arg.is_parameter:
+                self.fill_constant(kernel, arg.name, int(buffer.handle), buffer.size)
 
     def _timed_set(self, i: int) -> InputSet:
         """The input set of timed launch `i`: they alternate, the checked launch (on set 0) counting as -1."""
@@ -308,7 +316,7 @@ class BenchmarkSession(GpuSession):
         if isinstance(kernel, Failed):
             return kernel
         elapsed = self.timed_launch(kernel, grid, block, self._args(inputs, params), shared_bytes=shared_bytes,
-                                    before=lambda: self._restore_outputs(inputs))
+                                    before=lambda: self._before(kernel, inputs))
         return elapsed if isinstance(elapsed, Failed) else (elapsed, kernel)
 
     def _timed_launch(self, kernel, order: Order, inputs: InputSet, flush: bool | None = None) -> float | Failed:
@@ -319,7 +327,7 @@ class BenchmarkSession(GpuSession):
         flushing = (self._setup.spec.benchmark.l2_flush if flush is None else flush) and self._flush is not None
 
         def before() -> None:
-            self._restore_outputs(inputs)
+            self._before(kernel, inputs)
             if flushing:
                 self.fill(self._flush)
 

@@ -78,6 +78,9 @@ def _facts(spec: KernelSpec, opt: Optimisation) -> str:
              f"best configuration so far: {best.params}.",
              "Tunable parameters arrive as -D defines; the block is (block_size_x, block_size_y, block_size_z) and "
              "the grid is ceil(problem_size / product of grid_div_x) (default grid_div_x: [block_size_x])."]
+    if constants := ", ".join(a.name for a in spec.constants):
+        lines.append(f"{constants}: __constant__ arrays of the source, filled by the host before every launch and not "
+                     "kernel parameters: keep each one's file-scope declaration, name, type and size.")
     shared = best.candidate.smem_args or spec.smem_args
     if shared is not None:
         lines.append(f"Each block gets {shared.size} bytes of dynamic shared memory (smem_args).")

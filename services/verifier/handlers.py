@@ -9,7 +9,7 @@ from services.verifier import sanitizer
 from services.verifier.session import TrialRun
 from services.verifier.trials import plan_trials, size_problem, sizes_not_tried
 from shared.adapters.bus import Bus
-from shared.adapters.device.compiler import compile_kernel, parameter_types
+from shared.adapters.device.compiler import compile_kernel, kernel_signature, parameter_types
 from shared.adapters.device.nvrtc import CompileError
 from shared.adapters.device.process import Failed, GpuProcess, NoDevice
 from shared.adapters.eventstore import EventStore
@@ -62,8 +62,9 @@ def _verify(stream: str, spec: KernelSpec, request: VerificationRequested, devic
     except CompileError as exc:
         return rejected("compile", str(exc), log=exc.log)
     # Admission refuses a submitted kernel that does not fit args; a job recorded before it did may still.
-    reference_types = parameter_types(spec.source, spec.kernel_name, reference_params, spec.compiler_options, arch)
-    if reference_mismatch := _differences(spec, reference_types):
+    reference_types, constants = kernel_signature(spec.source, spec.kernel_name, reference_params,
+                                                  spec.compiler_options, arch)
+    if reference_mismatch := _differences(spec, reference_types, constants):
         return rejected("reference", f"the submitted kernel does not match args: {reference_mismatch}; fix args")
     if wrong_signature := _differences(spec, candidate_types):
         return rejected("signature", wrong_signature)
@@ -117,6 +118,8 @@ def _check_of(failed: Failed) -> str:
     return failed.stage if failed.stage in ("timeout", "crashed", "out_of_bounds") else "launch"
 
 
-def _differences(spec: KernelSpec, types: list[str]) -> str:
-    """'' when a kernel's parameter types fit the spec's args, else every way they do not."""
-    return "; ".join(m.what for m in mismatches(spec.args, types))
+def _differences(spec: KernelSpec, types: list[str], constants: dict[str, int] | None = None) -> str:
+    """'' when a kernel's parameter types (and its __constant__ variables, where given) fit the spec's args,
+    else every way they do not. A candidate's constants are not asked for: one that no longer reads a
+    __constant__ array loses it to the compiler, and is proven on the values like any candidate."""
+    return "; ".join(m.what for m in mismatches(spec.args, types, constants))

@@ -222,7 +222,9 @@ def main(run_file: str) -> int:
     # compute-sanitizer 2025.3), since the overrun landed in the pool's next buffer.
     arrays = make_arrays(spec, run["seed"])
     pointers = {name: _uploaded(array) for name, array in arrays.items()}
-    args = [np.uint64(pointers[a.name]) if a.is_array else spec.scalar_of(a, run["params"]) for a in spec.args]
+    args = [np.uint64(pointers[a.name]) if a.is_array else spec.scalar_of(a, run["params"]) for a in spec.parameters]
+    for constant in spec.constants:
+        session.fill_constant(kernel, constant.name, pointers[constant.name], arrays[constant.name].nbytes)
     grid, block = spec.launch_geometry(run["params"])
     launched = session.timed_launch(kernel, grid, block, args, shared_bytes=spec.shared_memory_bytes(run["params"]))
     if isinstance(launched, Failed):

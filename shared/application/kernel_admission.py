@@ -6,7 +6,7 @@ surface only once a worker reached it. One compile costs about 50 ms (0.4 s when
 import re
 import threading
 
-from shared.adapters.device.compiler import CompileLimits, parameter_types
+from shared.adapters.device.compiler import CompileLimits, kernel_signature
 from shared.adapters.device.nvrtc import CompileError
 from shared.domain.errors import FieldError
 from shared.domain.signature import mismatches
@@ -47,14 +47,14 @@ def kernel_errors(spec: KernelSpec, default_arch: str, limits: CompileLimits | N
         raise CompilesBusy(f"{slots} submitted kernels are being compiled for admission, as many as this kforge "
                            "compiles at once (KFORGE_ADMISSION_COMPILES); submit again in a few seconds")
     try:
-        types = parameter_types(spec.source, spec.kernel_name, spec.baseline_params(), spec.compiler_options, arch,
-                                limits)
+        types, constants = kernel_signature(spec.source, spec.kernel_name, spec.baseline_params(),
+                                            spec.compiler_options, arch, limits)
     except CompileError as exc:
         return [FieldError("source", f"{exc}{_quoted(exc.log)}; {_fix(exc.log, spec.baseline_params())}")]
     finally:
         if gate is not None:
             gate.release()
-    return [FieldError(m.field, f"{m.what}: {m.fix}") for m in mismatches(spec.args, types)]
+    return [FieldError(m.field, f"{m.what}: {m.fix}") for m in mismatches(spec.args, types, constants)]
 
 
 def _fix(log: str, defines: dict) -> str:

@@ -20,16 +20,23 @@ def expected_types(arg: ArgSpec) -> set[str]:
     return {"u64"} if arg.is_array else _scalar_types(arg.dtype)
 
 
-def mismatches(args: list[ArgSpec], types: list[str]) -> list[Mismatch]:
+def mismatches(args: list[ArgSpec], types: list[str], constants: dict[str, int] | None = None) -> list[Mismatch]:
     """Every parameter whose PTX type cannot carry its argument; none when the kernel fits `args`. A count
     that differs is one mismatch: past a missing parameter every position is off by one, so comparing them
-    would only add noise."""
-    if len(types) != len(args):
+    would only add noise. With `constants` (the __constant__ variables PTX declares, by name), every constant
+    arg must name one of them."""
+    parameters = [(i, a) for i, a in enumerate(args) if a.is_parameter]
+    if len(types) != len(parameters):
         return [Mismatch("args", f"the kernel takes {len(types)} parameters ({', '.join(types) or 'none'}) but args "
-                                 f"lists {len(args)} ({', '.join(a.name for a in args) or 'none'})",
+                                 f"lists {len(parameters)} ({', '.join(a.name for _, a in parameters) or 'none'})",
                          "list one argument per kernel parameter, in the order of its signature")]
-    return [_mismatch(position, arg, kind) for position, (arg, kind) in enumerate(zip(args, types))
-            if kind not in expected_types(arg)]
+    found = [_mismatch(position, arg, kind) for (position, arg), kind in zip(parameters, types)
+             if kind not in expected_types(arg)]
+    return found + [Mismatch(f"args[{i}].name", f"args[{i}] ({a.name}) has role constant, but the kernel's source "
+                                                f"declares no __constant__ {a.name} at file scope",
+                             f"declare it (__constant__ {a.dtype} {a.name}[...];) or name the one it declares")
+                    for i, a in enumerate(args) if not a.is_parameter and constants is not None
+                    and a.name not in constants]
 
 
 def _mismatch(position: int, arg: ArgSpec, kind: str) -> Mismatch:

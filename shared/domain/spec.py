@@ -190,12 +190,16 @@ def held_float_range(dtype: str, low: float, high: float) -> tuple[float, float]
 
 
 class ArgSpec(_Strict):
-    """One kernel argument, in the order of the kernel's signature."""
+    """One kernel argument, in the order of the kernel's signature; or, with role constant, a `__constant__`
+    array of the kernel's source that the host fills before every launch (Kernel Tuner's cmem_args), which is
+    no parameter."""
 
     name: Annotated[str, Field(pattern=IDENTIFIER)]
     dtype: str
     shape: list[Expression] | None = Field(None, description="array extent per dimension, in size variables")
-    role: Literal["in", "out", "inout", "scalar"] | None = Field(None, description="default: in for arrays")
+    role: Literal["in", "out", "inout", "scalar", "constant"] | None = Field(
+        None, description="default: in for arrays; constant: a __constant__ array of the source of this name, an "
+                          "input filled before every launch, not a kernel parameter")
     value: Expression | float | None = Field(None, description="a scalar argument's value")
     specials: list[Literal["nan", "inf", "-inf", "zero", "-zero", "denormal"]] = Field(
         default_factory=list, description="special values the verifier mixes into this input (floats only)")
@@ -224,6 +228,9 @@ class ArgSpec(_Strict):
             raise ValueError(f"argument {self.name!r} has both shape and value: arrays take shape, scalars take value")
         if self.shape is None and self.value is None:
             raise ValueError(f"argument {self.name!r} needs a shape (arrays, e.g. shape: [n]) or a value (scalars)")
+        if self.role == "constant" and self.shape is None:
+            raise ValueError(f"argument {self.name!r} is a __constant__ array (role constant): give it a shape, e.g. "
+                             "shape: [17, 17], or [1] for one value")
         if self.shape is not None and self.role == "scalar":
             raise ValueError(f"argument {self.name!r} has a shape, so its role is in, out or inout, not scalar")
         if self.value is not None and self.role not in (None, "scalar"):
@@ -263,6 +270,11 @@ class ArgSpec(_Strict):
     @property
     def is_output(self) -> bool:
         return self.effective_role in ("out", "inout")
+
+    @property
+    def is_parameter(self) -> bool:
+        """Whether the kernel takes it as a parameter: every argument but a __constant__ array."""
+        return self.effective_role != "constant"
 
 
 # Kernel Tuner's strategy names (kernel_tuner.interface.strategy_map), checked here so a typo is a field error.
@@ -654,6 +666,16 @@ class KernelSpec(_Strict):
     def output_args(self) -> list[ArgSpec]:
         return [a for a in self.args if a.is_output]
 
+    @property
+    def parameters(self) -> list[ArgSpec]:
+        """The arguments the kernel takes as parameters, in its signature's order: args but the constants."""
+        return [a for a in self.args if a.is_parameter]
+
+    @property
+    def constants(self) -> list[ArgSpec]:
+        """The __constant__ arrays filled before every launch (role constant)."""
+        return [a for a in self.args if not a.is_parameter]
+
     def baseline_params(self) -> dict[str, ParamValue]:
         """The submitted kernel's defines: its `params`, plus Kernel Tuner's default block size."""
         return {**self._block_defaults(), **self.params}
@@ -743,7 +765,7 @@ class KernelSpec(_Strict):
 
     @property
     def drawn_inputs(self) -> list[ArgSpec]:
-        """The input arrays (in and inout) whose values the generator draws."""
+        """The input arrays (in, inout and constant) whose values the generator draws."""
         return [a for a in self.args if a.is_array and a.effective_role != "out" and a.data is None]
 
     def scalar_of(self, arg: ArgSpec, params: dict[str, ParamValue]) -> np.generic:

@@ -99,6 +99,21 @@ def test_a_tune_parameter_named_like_a_math_function_is_named(store):
                                      "own: rename the parameter (in params, tune_params, restrictions and the kernel)")
 
 
+def test_a_constant_arg_must_name_a_constant_array_of_the_source(store):
+    """role constant: a __constant__ array filled before every launch, no parameter, so the parameters still pair
+    up around it; the source must declare it."""
+    source = ('__constant__ float taps[4];\nextern "C" __global__ void k(float *out, int n) {\n'
+              '    if (threadIdx.x < n) out[threadIdx.x] = taps[threadIdx.x % 4];\n}\n')
+    args = [{"name": "out", "dtype": "float32", "shape": ["n"], "role": "out"},
+            {"name": "taps", "dtype": "float32", "shape": [4], "role": "constant"},
+            {"name": "n", "dtype": "int32", "value": "n"}]
+    assert kernel_errors(spec(source=source, args=args), "sm_90") == []
+    errors = refused(store, spec(source=source.replace("taps", "weights"), args=args))
+    assert errors == {"args[1].name": "args[1] (taps) has role constant, but the kernel's source declares no "
+                                      "__constant__ taps at file scope: declare it (__constant__ float32 taps[...];) "
+                                      "or name the one it declares"}
+
+
 def test_a_missing_argument_is_one_error_on_args_not_one_per_shifted_position(store):
     errors = refused(store, spec(args=RIGHT_ARGS))
 

@@ -80,6 +80,17 @@ def test_a_pointer_to_a_vector_type_is_an_array_of_its_elements_with_a_dimension
     assert kernel_errors(spec, "sm_90") == []
 
 
+def test_constant_arrays_the_host_fills_are_constant_args_after_the_parameters():
+    source = ("__constant__ float taps[9];\n// __constant__ float commented_out[4];\n__constant__ unsigned int lut[2][4];\n"
+              "__constant__ float preset[2] = {1.0f, 2.0f};\n__global__ void k(float *y, const float *x, int n) {}")
+    inferred = infer_spec(source)
+
+    assert inferred.data["args"][3:] == [{"name": "taps", "dtype": "float32", "shape": [9], "role": "constant"},
+                                         {"name": "lut", "dtype": "uint32", "shape": [2, 4], "role": "constant"}]
+    assert any(note.startswith("taps, lut: __constant__ arrays") for note in inferred.notes)
+    KernelSpec.model_validate({**inferred.data, "source": source})
+
+
 def test_without_an_integer_parameter_a_size_n_shapes_the_arrays():
     inferred = infer_spec("__global__ void k(float *out, const float *in) {}")
 

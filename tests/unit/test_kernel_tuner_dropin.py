@@ -2,6 +2,8 @@
 spec, Kernel Tuner's cache file read and written (checked with Kernel Tuner's own reader), resuming from it,
 and the clear refusals. The job itself is played by a stand-in that answers the spec it is given; the last
 test runs a real job in a process of its own, which gets as far as needing the GPU."""
+import hashlib
+import io
 import itertools
 import json
 import math
@@ -327,7 +329,7 @@ def test_a_metric_that_fails_is_raised_once_the_job_has_ended(job):
 @pytest.mark.parametrize("kw, says", [
     (dict(verify=lambda answer, result, atol: True), "verify: .*answer="),
     (dict(lang="OpenCL"), "kforge tunes CUDA kernels"),
-    (dict(cmem_args={"d_filter": np.zeros(4)}), "cmem_args"),
+    (dict(cmem_args={"d filter": np.zeros(4)}), r"cmem_args\['d filter'\]: a key names the __constant__"),
     (dict(strategy="skopt"), "kforge runs these of Kernel Tuner's strategies"),
     (dict(simulation_mode=True), "simulation_mode=True"),
     (dict(device=1), "KFORGE_GPUS=1"),
@@ -345,6 +347,30 @@ def test_what_kforge_cannot_honour_is_refused_naming_the_argument_and_the_fix(jo
     with pytest.raises(DropInError, match=says) as refused:
         kforge.tune_kernel(**call)
     assert isinstance(refused.value, ValueError) and not job.specs
+
+
+FILTERED = """
+__constant__ float d_filter[3][3];
+__global__ void filtered(float *out, const float *in, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = d_filter[1][1] * in[i];
+}
+"""
+
+
+def test_cmem_args_fill_the_kernels_constant_arrays_with_their_values(job):
+    """As Kernel Tuner's convolution example passes its filter: a __constant__ array, not a parameter."""
+    weights = np.arange(9, dtype=np.float32).reshape(3, 3)
+    kforge.tune_kernel("filtered", FILTERED, 1000, [np.zeros(1000, np.float32), np.ones(1000, np.float32),
+                                                    np.int32(1000)], BLOCKS, cmem_args={"d_filter": weights}, quiet=True)
+    spec = job.specs[0]
+    assert [(a.name, a.effective_role) for a in spec.args] == [("out", "inout"), ("in", "in"), ("n", "scalar"),
+                                                                ("d_filter", "constant")]
+    assert [a.name for a in spec.parameters] == ["out", "in", "n"] and spec.shape_of(spec.args[3]) == (3, 3)
+    saved = io.BytesIO()
+    np.save(saved, weights)  # the job's data file holds the weights as they were given
+    assert spec.args[3].data.sha256 == hashlib.sha256(saved.getvalue()).hexdigest()
 
 
 def test_the_source_may_be_a_file_name_and_the_call_goes_through_the_module_too(job, tmp_path):

@@ -71,12 +71,12 @@ def recognise(spec: KernelSpec) -> Binned:
     position, element = parameters[array]
     if element not in SHARED_ATOMIC_TYPES:
         raise NotRecognised(f"{array} holds {element}, which shared-memory atomicAdd does not take")
-    arg = spec.args[position] if position < len(spec.args) else None
+    arg = spec.parameters[position] if position < len(spec.parameters) else None
     if arg is None or not arg.is_array or len(arg.shape or []) != 1:
         raise NotRecognised(f"{array} is not a 1D array of the spec")
     length = arg.shape[0]
-    holder = next((name for name, (i, _) in parameters.items() if i < len(spec.args)
-                   and not spec.args[i].is_array and str(spec.args[i].value) == str(length)), None)
+    holder = next((name for name, (i, _) in parameters.items() if i < len(spec.parameters)
+                   and not spec.parameters[i].is_array and str(spec.parameters[i].value) == str(length)), None)
     if holder is None:
         raise NotRecognised(f"no parameter of the kernel holds the length of {array} ({length})")
     itemsize = host_dtype(arg.dtype).itemsize

@@ -246,10 +246,10 @@ def _guarded_statements(body: str, after_condition: int) -> tuple[int, int]:
 
 def _array_parameters(source: str, kernel: Kernel, spec: KernelSpec) -> dict[str, str]:
     spans = kernel.parameters(source)
-    if len(spans) != len(spec.args):
-        raise NotElementwise(f"the kernel has {len(spans)} parameters but args lists {len(spec.args)}")
+    if len(spans) != len(spec.parameters):
+        raise NotElementwise(f"the kernel has {len(spans)} parameters but args lists {len(spec.parameters)}")
     names = [IDENTIFIER.findall(mask(source[a:b]))[-1] for a, b in spans]
-    return {name: arg.dtype for name, arg in zip(names, spec.args) if arg.is_array}
+    return {name: arg.dtype for name, arg in zip(names, spec.parameters) if arg.is_array}
 
 
 def through_ldg(text: str, index: str) -> str:

@@ -150,8 +150,8 @@ def _element_types(source: str, kernel, spec: KernelSpec, masked: str) -> dict[s
     by their declared element type."""
     types = {}
     spans = kernel.parameters(source)
-    if len(spans) == len(spec.args):
-        for (start, end), arg in zip(spans, spec.args):
+    if len(spans) == len(spec.parameters):
+        for (start, end), arg in zip(spans, spec.parameters):
             names = re.findall(r"[A-Za-z_]\w*", masked[start:end])
             if arg.is_array and names and arg.dtype in DTYPE_VECTORS:
                 types[names[-1]] = DTYPE_VECTORS[arg.dtype]

@@ -186,10 +186,10 @@ def _block_loop(masked: str, uncommented: str, loop: Statement, widths: set[str]
 def _parameters(source: str, kernel: Kernel, spec: KernelSpec) -> dict[str, tuple[str, str, object]]:
     """Each parameter's name -> (declaration, role, value expression of a scalar)."""
     spans = kernel.parameters(source)
-    if len(spans) != len(spec.args):
-        raise NotRecognised(f"the kernel has {len(spans)} parameters but args lists {len(spec.args)}")
+    if len(spans) != len(spec.parameters):
+        raise NotRecognised(f"the kernel has {len(spans)} parameters but args lists {len(spec.parameters)}")
     found = {}
-    for (a, b), arg in zip(spans, spec.args):
+    for (a, b), arg in zip(spans, spec.parameters):
         names = re.findall(r"[A-Za-z_]\w*", mask(source[a:b]))
         if names:
             found[names[-1]] = (" ".join(mask(source[a:b]).split()), arg.effective_role if arg.is_array else "scalar",

@@ -38,10 +38,11 @@ def _pointer_parameters(source: str, spec: KernelSpec) -> list[tuple[int, int, s
     the signature cannot be matched with args (which it is by position)."""
     kernel = find_kernel(source, spec.kernel_name)
     spans = kernel.parameters(source)
-    if len(spans) != len(spec.args):
-        return f"the kernel has {len(spans)} parameters but args lists {len(spec.args)}, so they cannot be matched"
+    if len(spans) != len(spec.parameters):
+        return (f"the kernel has {len(spans)} parameters but args lists {len(spec.parameters)}, so they cannot be "
+                "matched")
     pointers = []
-    for (start, end), arg in zip(spans, spec.args):
+    for (start, end), arg in zip(spans, spec.parameters):
         text = source[start:end]
         if arg.is_array and _pointer_parts(text) is not None:
             lead = len(text) - len(text.lstrip())

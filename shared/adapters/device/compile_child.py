@@ -65,7 +65,8 @@ def _answer(nvrtc, request: dict, include_dirs: tuple[str, ...]) -> dict:
             include_dirs)
     try:
         if request["op"] == "parameters":
-            return {"ok": True, "types": nvrtc.ptx_parameter_types(*args)}
+            types, constants = nvrtc.ptx_parameter_types(*args)
+            return {"ok": True, "types": types, "constants": constants}
         kernel = nvrtc.build_cubin(*args)
     except nvrtc.CompileError as exc:
         return {"ok": False, "message": str(exc), "log": exc.log}

@@ -74,10 +74,18 @@ def parameter_types(source: str, kernel_name: str, defines: dict[str, ParamValue
                     limits: CompileLimits | None = None) -> list[str]:
     """The kernel's parameters as PTX declares them (`u64` for a pointer, `f32`, `b8[16]`, ...). Compiled for
     the arch's virtual target, so it needs no GPU: the verifier checks a signature on any machine."""
+    return kernel_signature(source, kernel_name, defines, options, arch, limits)[0]
+
+
+def kernel_signature(source: str, kernel_name: str, defines: dict[str, ParamValue], options: list[str], arch: str,
+                     limits: CompileLimits | None = None) -> tuple[list[str], dict[str, int]]:
+    """The kernel's parameter types (as parameter_types) and its module's __constant__ variables, by name, with
+    their sizes in bytes."""
     virtual = arch.replace("sm_", "compute_")
     flags = _checked_flags(source, defines, options, virtual)
-    return _run({"op": "parameters", "source": source, "kernel_name": kernel_name, "flags": flags, "arch": virtual},
-                kernel_name, limits)["types"]
+    answer = _run({"op": "parameters", "source": source, "kernel_name": kernel_name, "flags": flags, "arch": virtual},
+                  kernel_name, limits)
+    return answer["types"], answer["constants"]
 
 
 def warm(count: int, limits: CompileLimits | None = None) -> set[int]:

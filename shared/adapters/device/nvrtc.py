@@ -91,8 +91,9 @@ def build_cubin(source: str, kernel_name: str, flags: list[str], arch: str, log_
 
 
 def ptx_parameter_types(source: str, kernel_name: str, flags: list[str], arch: str, log_limit: int,
-                        include_dirs: tuple[str, ...] = ()) -> list[str]:
-    """The kernel's parameters as PTX declares them: `u64` for a pointer, `u32`/`s32`/`f32`/... for scalars,
+                        include_dirs: tuple[str, ...] = ()) -> tuple[list[str], dict[str, int]]:
+    """The kernel's parameters as PTX declares them, and the module's __constant__ variables with their sizes in
+    bytes. Parameters: `u64` for a pointer, `u32`/`s32`/`f32`/... for scalars,
     `b8[16]` for a 16-byte struct. A 2-byte struct aligned to 2, as `__half` and `__nv_bfloat16` are, reads as
     `b16`: it is passed exactly as a 16-bit scalar (a float16 arg). `flags` target a virtual arch
     (compute_NN), so this needs no GPU: the verifier checks a candidate's signature on any machine.
@@ -102,14 +103,21 @@ def ptx_parameter_types(source: str, kernel_name: str, flags: list[str], arch: s
         ptx = bytearray(size)
         _checked(nvrtc.nvrtcGetPTX(program, ptx))
         lowered = _checked(nvrtc.nvrtcGetLoweredName(program, kernel_name.encode())).decode()
-    entry = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\((.*?)\)", ptx.decode(errors="replace"), re.S)
+    text = ptx.decode(errors="replace")
+    entry = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\((.*?)\)", text, re.S)
     if entry is None:
         raise CompileError(f"NVRTC's PTX has no entry {lowered} for {kernel_name}", "")
-    return [_param_type(align, kind, count) for align, kind, count in _PTX_PARAM.findall(entry.group(1))]
+    constants = {name: int(bits) // 8 * int(count or 1) for bits, name, count in _PTX_CONSTANT.findall(text)}
+    return [_param_type(align, kind, count) for align, kind, count in _PTX_PARAM.findall(entry.group(1))], constants
 
 
 _PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)"  # alignment, type
                         r"(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+\w+(?:\[(\d+)\])?")  # name, [bytes]
+
+
+# `.const .align 4 .b8 coeffs[20];`, `.visible .const .align 8 .f64 scale;`: a __constant__ variable
+_PTX_CONSTANT = re.compile(r"^\s*(?:\.(?:visible|extern|weak)\s+)?\.const\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+"
+                           r"([\w$]+)(?:\[(\d+)\])?", re.M)
 
 
 def _param_type(align: str, kind: str, count: str) -> str:

@@ -81,6 +81,25 @@ class GpuSession:
             kernel.handle, self.device.device_id))
         return None
 
+    def fill_constant(self, kernel, name: str, source: int, nbytes: int) -> None:
+        """Copy `nbytes` from device address `source` into the `__constant__ name` of the kernel's module, on
+        the stream (so after what came before, outside any timed region). A kernel without one (a candidate that
+        no longer reads it, so the compiler dropped it) is left as it is; one smaller than `nbytes` is an error."""
+        from cuda.bindings import driver
+
+        status, library = driver.cuKernelGetLibrary(kernel.handle)
+        if status != driver.CUresult.CUDA_SUCCESS:
+            raise DriverError(f"cuKernelGetLibrary: {status.name}")
+        status, address, size = driver.cuLibraryGetGlobal(library, name.encode())
+        if status == driver.CUresult.CUDA_ERROR_NOT_FOUND:
+            return
+        if status != driver.CUresult.CUDA_SUCCESS:
+            raise DriverError(f"cuLibraryGetGlobal({name}): {status.name}")
+        if size < nbytes:
+            raise ValueError(f"__constant__ {name} holds {size} bytes, and args gives it {nbytes}: make its shape "
+                             "in args fit the declaration")
+        _checked(driver.cuMemcpyDtoDAsync(int(address), source, nbytes, int(self.stream.handle)))
+
     @staticmethod
     def failure(stage: str, exc: Exception, prefix: str = "") -> Failed:
         message = f"{exc}".strip() or type(exc).__name__
