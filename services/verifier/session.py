@@ -290,10 +290,11 @@ class VerifierSession(GpuSession):
                     self.fill(work[a.arg.name], CANARY, 0, a.guard)
                     self.fill(work[a.arg.name], 0 if a.arg.name in zeroed else POISON, a.guard, a.nbytes)
                     self.fill(work[a.arg.name], CANARY, a.guard + a.nbytes, a.guard)
-                elif not a.arg.is_parameter:  # a __constant__ array: its module's copy, every run
-                    self.fill_constant(kernel, a.arg.name, int(trial.pristine[a.arg.name].handle) + a.guard, a.nbytes)
                 else:
                     self.copy(work[a.arg.name], trial.pristine[a.arg.name])
+                    if not a.arg.is_parameter:  # a __constant__ array: into its module's copy, every run
+                        self.fill_constant(kernel, a.arg.name, int(trial.pristine[a.arg.name].handle) + a.guard,
+                                           a.nbytes)
 
         arrays = {a.arg.name: a for a in layout}
         args = [np.uint64(int(work[arg.name].handle) + arrays[arg.name].guard) if arg.is_array
