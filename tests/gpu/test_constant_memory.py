@@ -6,13 +6,10 @@ import numpy as np
 import pytest
 
 import kforge
-import kforge.worker  # noqa: F401  (every service's tasks, run in this process by the in-process bus)
 from kforge.api import build_spec
-from shared.adapters.settings import Settings
-from shared.application import runtime
-from shared.application.jobs import follow_job, job_events, submit_job
 from shared.domain.events import (CandidateRejected, CandidateVerified, ConfigFailed, ConfigMeasured, JobCompleted,
                                   TuningCompleted)
+from tests.gpu.embedded import embedded_runtime, run_job
 
 pytestmark = pytest.mark.gpu
 TAPS = 9
@@ -62,20 +59,12 @@ def fir_spec(strategy: dict):
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    rt = runtime.build(Settings(KFORGE_HOME=str(tmp_path_factory.mktemp("kforge-constant")), REDIS_URL=None,
-                                DATABASE_URL=None))
-    runtime.install(rt)
-    yield rt
-    runtime.install(None)
-    rt.store.close()
+    with embedded_runtime(tmp_path_factory.mktemp("kforge-constant")) as rt:
+        yield rt
 
 
 def run(embedded, spec) -> list:
-    job_id = submit_job(embedded.store, embedded.bus, spec, submitted_by="constant-memory")
-    view = follow_job(embedded.store, job_id, lambda event: None, timeout_s=300)
-    embedded.bus.wait_idle()
-    assert view.finished
-    return job_events(embedded.store, job_id)
+    return run_job(embedded, spec, "constant-memory")
 
 
 def test_a_kernel_reading_constant_memory_is_tuned_with_every_configuration_measured(embedded):

@@ -6,12 +6,9 @@ submitted kernel's at every timed result, and its outputs right against numpy wh
 import numpy as np
 import pytest
 
-import kforge.worker  # noqa: F401  (every service's tasks, run in this process by the in-process bus)
 from kforge.api import build_spec
-from shared.adapters.settings import Settings
-from shared.application import runtime
-from shared.application.jobs import follow_job, job_events, submit_job
 from shared.domain.events import ConfigFailed, ConfigMeasured, JobCompleted, TuningCompleted
+from tests.gpu.embedded import embedded_runtime, run_job
 
 pytestmark = pytest.mark.gpu
 JOB_TIMEOUT_S = 300
@@ -102,26 +99,18 @@ def read_and_written(spec, name: str):
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    rt = runtime.build(Settings(KFORGE_HOME=str(tmp_path_factory.mktemp("kforge-library")), REDIS_URL=None,
-                                DATABASE_URL=None))
-    runtime.install(rt)
-    yield rt
-    runtime.install(None)
-    rt.store.close()
+    with embedded_runtime(tmp_path_factory.mktemp("kforge-library")) as rt:
+        yield rt
 
 
 @pytest.mark.parametrize("name", SPECS)
 def test_a_library_or_vector_kernel_is_tuned_with_every_configuration_measured(name, embedded):
-    spec = SPECS[name]()
-    job_id = submit_job(embedded.store, embedded.bus, spec, submitted_by="library-kernels")
-    view = follow_job(embedded.store, job_id, lambda event: None, timeout_s=JOB_TIMEOUT_S)
-    embedded.bus.wait_idle()
-    events = job_events(embedded.store, job_id)
+    events = run_job(embedded, SPECS[name](), "library-kernels", JOB_TIMEOUT_S)
     failed = [f"{e.params}: {e.stage}: {e.reason[:200]}" for e in events if isinstance(e, ConfigFailed)]
     measured = [e for e in events if isinstance(e, ConfigMeasured)]
     tuned = [e for e in events if isinstance(e, TuningCompleted)]
     print(name, [(e.params, round(e.median_ms, 4)) for e in measured], failed, tuned and tuned[-1].best_params)
-    assert view.finished and any(isinstance(e, JobCompleted) for e in events), [e.type for e in events][-5:]
+    assert any(isinstance(e, JobCompleted) for e in events), [e.type for e in events][-5:]
     assert measured and not failed and tuned and tuned[-1].best_time_ms > 0
 
 

@@ -78,25 +78,19 @@ def test_a_header_of_the_users_own_is_refused_naming_what_to_do(store):
     assert _fix(log, {}).startswith("fix the kernel")
 
 
-def test_a_tune_parameter_that_rewrites_a_name_of_a_cuda_header_is_named(store):
-    """Tune parameters are -D defines, so one named like a member of CUB's (items_per_thread) breaks the header;
-    the refusal names the parameter and the header, not only NVRTC's errors inside it."""
-    source = ('#include <cub/block/block_reduce.cuh>\nextern "C" __global__ void k(float *out, double x, int n, '
-              'float4 v) {\n    out[0] = x + n + v.x + items_per_thread;\n}\n')
-    errors = refused(store, spec(source=source, args=RIGHT_ARGS[:2], params={"items_per_thread": 4}))
-    assert errors["source"].endswith("the tune parameter items_per_thread is defined as a macro "
-                                     "(-Ditems_per_thread=4), as Kernel Tuner defines every tune parameter, and "
-                                     "cub/util_arch.cuh uses items_per_thread as a name of its own: rename the "
-                                     "parameter (in params, tune_params, restrictions and the kernel)")
-
-
-def test_a_tune_parameter_named_like_a_math_function_is_named(store):
-    source = KERNEL.replace("v.x;", "v.x * round;")
-    errors = refused(store, spec(source=source, args=RIGHT_ARGS[:2], params={"round": 2}))
-    assert errors["source"].endswith("the tune parameter round is defined as a macro (-Dround=2), as Kernel Tuner "
-                                     "defines every tune parameter, and kforge_implicit.h (what nvcc declares for "
-                                     "every kernel: the math functions, std's among them) uses round as a name of its "
-                                     "own: rename the parameter (in params, tune_params, restrictions and the kernel)")
+@pytest.mark.parametrize("header, name, what", [
+    ("#include <cub/block/block_reduce.cuh>\n", "items_per_thread", "cub/util_arch.cuh"),
+    ("", "round", "kforge_implicit.h (what nvcc declares for every kernel: the math functions, std's among them)"),
+])
+def test_a_tune_parameter_that_rewrites_a_name_of_a_header_is_named_with_the_header(store, header, name, what):
+    """Tune parameters are -D defines, so one named like a member of CUB's (items_per_thread) or like a math
+    function breaks the header that declares it; the refusal names the parameter and the header, not only
+    NVRTC's errors inside it."""
+    source = header + KERNEL.replace("v.x;", f"v.x * {name};")
+    errors = refused(store, spec(source=source, args=RIGHT_ARGS[:2], params={name: 4}))
+    assert errors["source"].endswith(f"the tune parameter {name} is defined as a macro (-D{name}=4), as Kernel Tuner "
+                                     f"defines every tune parameter, and {what} uses {name} as a name of its own: "
+                                     "rename the parameter (in params, tune_params, restrictions and the kernel)")
 
 
 def test_a_constant_arg_must_name_a_constant_array_of_the_source(store):
