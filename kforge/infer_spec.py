@@ -106,10 +106,14 @@ def infer_spec(source: str, kernel_name: str | None = None, sizes: dict[str, int
     if vectors := [p for p in parameters if p.lanes > 1]:
         notes.append(f"{', '.join(f'{p.name} ({p.dtype} x {p.lanes})' for p in vectors)}: a pointer to a vector type "
                      f"is an array of its elements, one row of lanes per vector, so {shape_size} counts vectors")
-    constants = _constant_arrays(source)
+    constants, unread = _constant_arrays(source)
     if constants:
         notes.append(f"{', '.join(a['name'] for a in constants)}: __constant__ arrays of the source (role constant), "
                      "filled with drawn values before every launch: give data: FILE.npy to fix their values")
+    if unread:
+        notes.append(f"{', '.join(unread)}: __constant__ declarations whose type or extent kforge could not read "
+                     "(an expression, a macro, a vector type, an initializer): where the host fills one, add it to "
+                     "args with role: constant, its dtype and shape; one it never fills reads as zeros")
     floats = [p.name for p in parameters if not p.pointer and is_float(p.dtype)]
     if floats:
         notes.append(f"{', '.join(floats)} = 1.0: a float scalar's value is not in the signature; set its value")
@@ -132,12 +136,18 @@ def _arg(parameter: Parameter, shape_size: str) -> dict:
             "value": 1.0 if is_float(parameter.dtype) else parameter.name}
 
 
-def _constant_arrays(source: str) -> list[dict]:
-    """The __constant__ arrays the source declares with literal extents and no initializer: the host fills them."""
+def _constant_arrays(source: str) -> tuple[list[dict], list[str]]:
+    """The __constant__ arrays the source declares with literal extents and no initializer (the host fills
+    them), each name once; and the names of the other __constant__ declarations, which it could not read."""
     text = "\n".join(logical_lines(source))
-    return [{"name": name, "dtype": _SCALAR_DTYPES[_normalised(type_.split())],
-             "shape": [int(extent) for extent in re.findall(r"\[\s*(\d+)\s*\]", extents)], "role": "constant"}
-            for type_, name, extents in _CONSTANT_ARRAY.findall(text) if _normalised(type_.split()) in _SCALAR_DTYPES]
+    read: dict[str, dict] = {}
+    for type_, name, extents in _CONSTANT_ARRAY.findall(text):
+        if _normalised(type_.split()) in _SCALAR_DTYPES:
+            read.setdefault(name, {"name": name, "dtype": _SCALAR_DTYPES[_normalised(type_.split())],
+                                   "shape": [int(e) for e in re.findall(r"\[\s*(\d+)\s*\]", extents)],
+                                   "role": "constant"})
+    declared = dict.fromkeys(re.findall(r"__constant__[^;=]*?([A-Za-z_]\w*)\s*(?:\[[^;=]*)?(?:;|=)", text))
+    return list(read.values()), [name for name in declared if name not in read]
 
 
 def _chosen_kernel(source: str, kernel_name: str | None) -> str:

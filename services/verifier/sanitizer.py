@@ -130,9 +130,10 @@ def small_sizes(spec: KernelSpec, max_elements: int, params: dict[str, ParamValu
     then one less (as the verifier's odd sizes), so that partial blocks and edge tiles run too: the
     instrumented launch is slow, and one small launch exercises the code paths a large one does. Sizes where
     an input's range would hold no value, or where the launch of `params` (default: the spec's own) cannot be
-    worked out, are not taken; a spec with fixed `data` keeps its sizes, the only ones its files' arrays fit."""
+    worked out, are not taken; a spec with fixed `data` of a sized shape keeps its sizes, the only ones its files'
+    arrays fit."""
     sizes, params = dict(spec.sizes), spec.baseline_params() if params is None else params
-    if spec.fixed_inputs:
+    if spec.sized_fixed_inputs:
         return sizes
     while any(v > 1 for v in sizes.values()) and _largest_array(spec, sizes) > max_elements:
         halved = {name: max(1, value // 2) for name, value in sizes.items()}
@@ -223,8 +224,12 @@ def main(run_file: str) -> int:
     arrays = make_arrays(spec, run["seed"])
     pointers = {name: _uploaded(array) for name, array in arrays.items()}
     args = [np.uint64(pointers[a.name]) if a.is_array else spec.scalar_of(a, run["params"]) for a in spec.parameters]
-    for constant in spec.constants:
-        session.fill_constant(kernel, constant.name, pointers[constant.name], arrays[constant.name].nbytes)
+    try:
+        for constant in spec.constants:
+            session.fill_constant(kernel, constant.name, pointers[constant.name], arrays[constant.name].nbytes)
+    except Exception as exc:  # the driver's words, or a declaration smaller than args says
+        print(f"the launch failed (load): {exc}", file=sys.stderr)
+        return 4
     grid, block = spec.launch_geometry(run["params"])
     launched = session.timed_launch(kernel, grid, block, args, shared_bytes=spec.shared_memory_bytes(run["params"]))
     if isinstance(launched, Failed):

@@ -305,7 +305,7 @@ class VerifierSession(GpuSession):
         if isinstance(ms, Failed):
             return ms
         violations = [v for a in layout if (v := self._guard_violation(a, work[a.arg.name]))]
-        modified = [m for a in layout if a.arg.effective_role == "in"
+        modified = [m for a in layout if a.arg.effective_role in ("in", "constant")
                     and (m := self._modification(a, work[a.arg.name], trial.pristine[a.arg.name]))]
         return ms, (violations, modified)
 

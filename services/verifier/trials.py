@@ -18,7 +18,7 @@ def plan_trials(spec: KernelSpec) -> list[Trial]:
     base = spec.benchmark.seed
     seeds = spec.verify.seeds if spec.drawn_inputs else 1  # with every input fixed, each seed: the same trial
     trials = [Trial(f"spec sizes #{i + 1}", dict(spec.sizes), _seed(base, "spec", i)) for i in range(seeds)]
-    if spec.verify.odd_sizes and not spec.fixed_inputs:
+    if spec.verify.odd_sizes and not spec.sized_fixed_inputs:
         for name, n in spec.sizes.items():
             for odd in dict.fromkeys(v for v in (n - 1, prime_below(n - 1)) if v and v > 0 and v != n):
                 trials.append(Trial(f"{name}={odd}", {**spec.sizes, name: odd}, _seed(base, name, odd)))
@@ -27,9 +27,9 @@ def plan_trials(spec: KernelSpec) -> list[Trial]:
 
 def sizes_not_tried(spec: KernelSpec) -> str:
     """Why plan_trials leaves the odd sizes out although verify.odd_sizes asks for them, or ''."""
-    if spec.verify.odd_sizes and spec.fixed_inputs:
-        return (f"odd sizes not tried: {', '.join(a.name for a in spec.fixed_inputs)} has fixed data, which holds "
-                "values at the spec's sizes only")
+    if spec.verify.odd_sizes and spec.sized_fixed_inputs:
+        return (f"odd sizes not tried: {', '.join(a.name for a in spec.sized_fixed_inputs)} has fixed data, which "
+                "holds values at the spec's sizes only")
     return ""
 
 

@@ -3,13 +3,15 @@ virtual target of its arch (no GPU needed), in the compile sandbox like every co
 A kernel that does not compile, or whose parameters do not fit `args`, is refused before anything is recorded,
 whatever the strategy: a tuning would otherwise launch it with the wrong arguments, and a compile error would
 surface only once a worker reached it. One compile costs about 50 ms (0.4 s when the sandbox starts)."""
+import math
 import re
 import threading
 
 from shared.adapters.device.compiler import CompileLimits, kernel_signature
 from shared.adapters.device.nvrtc import CompileError
+from shared.domain.dtypes import host_dtype
 from shared.domain.errors import FieldError
-from shared.domain.signature import mismatches
+from shared.domain.signature import mismatches, smaller_constants
 from shared.domain.spec import KernelSpec
 
 # NVRTC names the file whose include failed: the kernel's own (kernel.cu, no directory), or a header by its path
@@ -54,7 +56,9 @@ def kernel_errors(spec: KernelSpec, default_arch: str, limits: CompileLimits | N
     finally:
         if gate is not None:
             gate.release()
-    return [FieldError(m.field, f"{m.what}: {m.fix}") for m in mismatches(spec.args, types, constants)]
+    nbytes = {a.name: math.prod(spec.shape_of(a)) * host_dtype(a.dtype).itemsize for a in spec.constants}
+    return [FieldError(m.field, f"{m.what}: {m.fix}")
+            for m in mismatches(spec.args, types, constants) + smaller_constants(spec.args, constants, nbytes)]
 
 
 def _fix(log: str, defines: dict) -> str:

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from shared.domain.built_includes import Unfollowable, built_headers
-from shared.domain.preprocessor_lines import logical_lines, readings
+from shared.domain.preprocessor_lines import Unreadable, logical_lines, modes_for, readings
 
 MAX_OPTION_CHARS = 200
 
@@ -43,26 +43,31 @@ _HAS_INCLUDE_TESTED = re.compile(r"\bdefined\s*\(\s*__has_include(?:_next)?\s*\)
 _HAS_INCLUDE_LITERAL = re.compile(r'__has_include\s*\(\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\)')
 _DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
                "pragma", "error", "warning", "line", "include"}
+_MACRO_BODY = re.compile(r"\s*(?:#|%:)\s*define\s+([A-Za-z_]\w*)(.*)\Z", re.S)
+_PASTE = re.compile(r"##|%:%:")
+_CONDITION = re.compile(r"\s*(?:#|%:)\s*(?:if|elif)\b(.*)\Z", re.S)
 _MACRO_DEFINED = re.compile(r"\s*(?:#|%:)\s*(define|undef)\s+([A-Za-z_]\w*)")
 _MACRO_OPTION = re.compile(r"(?:-D|--define-macro=|-U|--undefine-macro=)([A-Za-z_]\w*)")
 
 
-def check_source(source: str, headers: "Headers | None" = None) -> str:
-    """The source unchanged, or PolicyViolation for the first directive that could open a file it may not, in any
-    language mode it may be compiled in (preprocessor_lines.readings). `headers`: what NVRTC will search, by
-    default the CUDA headers kforge ships (`vetted_headers()`)."""
+def check_source(source: str, headers: "Headers | None" = None, options: list[str] | None = None) -> str:
+    """The source unchanged, or PolicyViolation for the first directive that could open a file it may not, read in
+    the language mode of the --std in `options` (in every mode when they are not given: preprocessor_lines).
+    `headers`: what NVRTC will search, by default the CUDA headers kforge ships (`vetted_headers()`)."""
     if "\x00" in source:
         raise PolicyViolation("source: contains a NUL character; send plain CUDA C++ text")
     headers = headers if headers is not None else vetted_headers()
-    for lines in readings(source):
+    lines_read = _readings(source, options)
+    for lines in lines_read:
         for number, line in enumerate(lines, start=1):
             directive = _DIRECTIVE.match(line)
             if directive is not None:
                 _check_directive(number, directive.group(1), directive.group(2), headers)
             if _HAS_INCLUDE.search(line):
                 _check_has_include(number, line)
-    built_from = _built_from(source, headers)
-    for lines in readings(source):
+        _check_pastes_in_conditions(lines)
+    built_from = _built_from(lines_read, headers)
+    for lines in lines_read:
         for number, line in enumerate(lines, start=1):
             if (defined := _MACRO_DEFINED.match(line)) and defined.group(2) in built_from:
                 raise PolicyViolation(f"source line {number}: #{defined.group(1)} {defined.group(2)}: "
@@ -70,13 +75,38 @@ def check_source(source: str, headers: "Headers | None" = None) -> str:
     return source
 
 
-def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | None" = None) -> None:
+def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | None" = None,
+                      options: list[str] | None = None) -> None:
     """PolicyViolation when a macro defined from outside the source (`macros`: each name, and what defines it: a
     -D or -U option, a tune parameter) is one that a header the source includes builds an include's path from."""
-    built_from = _built_from(source, headers if headers is not None else vetted_headers())
+    built_from = _built_from(_readings(source, options), headers if headers is not None else vetted_headers())
     for name, where in macros.items():
         if name in built_from:
             raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
+
+
+def _readings(source: str, options: list[str] | None) -> tuple[tuple[str, ...], ...]:
+    try:
+        return readings(source, modes_for(options))
+    except Unreadable as exc:
+        raise PolicyViolation(f"source {exc}") from None
+
+
+def _check_pastes_in_conditions(lines: tuple[str, ...]) -> None:
+    """An #if that expands a macro of the source's that pastes tokens (##) could build __has_include (`a##b` of
+    `__has_` and `include`), which would then probe a path no literal names: refused, with every macro that
+    expands one."""
+    bodies = {m.group(1): m.group(2) for line in lines if (m := _MACRO_BODY.match(line))}
+    pasting = {name for name, body in bodies.items() if _PASTE.search(body)}
+    while grown := {name for name, body in bodies.items() if name not in pasting
+                    and pasting & set(re.findall(r"[A-Za-z_]\w*", body))}:
+        pasting |= grown
+    for number, line in enumerate(lines, start=1):
+        if (condition := _CONDITION.match(line)) and (used := pasting & set(re.findall(r"[A-Za-z_]\w*",
+                                                                                        condition.group(1)))):
+            raise PolicyViolation(f"source line {number}: this #if expands {sorted(used)[0]}, which pastes tokens "
+                                  "(##): an #if may not paste, since pasting can build __has_include and probe "
+                                  "any path; test the pasted name's parts instead")
 
 
 def option_macros(options: list[str]) -> dict[str, str]:
@@ -85,11 +115,11 @@ def option_macros(options: list[str]) -> dict[str, str]:
             if (match := _MACRO_OPTION.match(option))}
 
 
-def _built_from(source: str, headers: "Headers") -> dict[str, str]:
-    """Each name from which a header the source includes (in any reading) builds an include's path by macros, and
-    that header."""
+def _built_from(lines_read: tuple[tuple[str, ...], ...], headers: "Headers") -> dict[str, str]:
+    """Each name from which a header the source includes (in any of its readings) builds an include's path by
+    macros, and that header."""
     names: dict[str, str] = {}
-    for line in dict.fromkeys(line for lines in readings(source) for line in lines):
+    for line in dict.fromkeys(line for lines in lines_read for line in lines):
         directive = _DIRECTIVE.match(line)
         operand = _INCLUDE_OPERAND.match(directive.group(2)) if directive and directive.group(1) == "include" else None
         if operand is not None:
@@ -361,12 +391,15 @@ def check_options(options: list[str]) -> list[str]:
                 "--prec-sqrt/--fmad=true|false, --extra-device-vectorization, -lineinfo, -G, --maxrregcount=N, "
                 "--restrict, -default-device, warnings and diagnostics (-w, --diag-suppress=N), --dopt=on|off, "
                 "--minimal, --Ofast-compile=LEVEL and -Xptxas=-v|-O3|--warn-on-spills|-dlcm=ca|cg|cs")
+        if _MACRO_OPTION.match(option) and _PASTE.search(option):
+            raise PolicyViolation(f"compiler_options: {option[:80]!r} pastes tokens (##), which can build "
+                                  "__has_include and probe any path: define the pasted name itself")
     return options
 
 
 def check_define_value(name: str, value: object) -> None:
     """A tune parameter's value becomes `-Dname=value`: one line of text, with no NUL."""
     text = str(value)
-    if any(c in text for c in "\n\r\x00") or len(text) > MAX_OPTION_CHARS:
+    if any(c in text for c in "\n\r\x00") or len(text) > MAX_OPTION_CHARS or _PASTE.search(text):
         raise PolicyViolation(f"tune parameter {name}: the value {text[:40]!r} must be one short line of text "
-                              "(it becomes a -D define)")
+                              "with no token pasting (##): it becomes a -D define")

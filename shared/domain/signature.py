@@ -8,6 +8,12 @@ from shared.domain.dtypes import host_dtype, is_float
 from shared.domain.spec import DTYPES, ArgSpec
 
 
+# How a kernel declares an element of each dtype, for the fixes the mismatches name.
+C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16", "int8": "signed char",
+           "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short", "int32": "int",
+           "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
+
+
 @dataclass(frozen=True)
 class Mismatch:
     field: str  # the spec field that disagrees with the kernel: args, args[i] or args[i].dtype
@@ -34,9 +40,20 @@ def mismatches(args: list[ArgSpec], types: list[str], constants: dict[str, int] 
              if kind not in expected_types(arg)]
     return found + [Mismatch(f"args[{i}].name", f"args[{i}] ({a.name}) has role constant, but the kernel's source "
                                                 f"declares no __constant__ {a.name} at file scope",
-                             f"declare it (__constant__ {a.dtype} {a.name}[...];) or name the one it declares")
+                             f"declare it (__constant__ {C_TYPES.get(a.dtype, a.dtype)} {a.name}[...];) or name the "
+                             "one it declares")
                     for i, a in enumerate(args) if not a.is_parameter and constants is not None
                     and a.name not in constants]
+
+
+def smaller_constants(args: list[ArgSpec], constants: dict[str, int], nbytes: dict[str, int]) -> list[Mismatch]:
+    """Every constant arg whose values (`nbytes` of them, by name) do not fit the __constant__ array the source
+    declares (`constants`: its size in bytes, by name)."""
+    return [Mismatch(f"args[{i}].shape", f"__constant__ {a.name} holds {constants[a.name]} bytes, and args[{i}] gives "
+                                         f"it {nbytes[a.name]}",
+                     "make the shape fit the declaration (or the declaration the shape)")
+            for i, a in enumerate(args) if a.name in constants and a.name in nbytes
+            and nbytes[a.name] > constants[a.name]]
 
 
 def _mismatch(position: int, arg: ArgSpec, kind: str) -> Mismatch:

@@ -611,13 +611,14 @@ class KernelSpec(_Strict):
             raise ValueError(f"args: names must be unique, repeated: {', '.join(duplicates)}")
         if not any(a.is_output for a in self.args):
             raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
-        _check_kernel_defined(check_source(self.source), self.kernel_name)
+        _check_kernel_defined(check_source(self.source, options=self.compiler_options), self.kernel_name)
         check_macro_names(self.source, {**{name: f"tune_params.{name}" for name in {*self.params, *self.tune_params}},
-                                        **option_macros(self.compiler_options)})
+                                        **option_macros(self.compiler_options)}, options=self.compiler_options)
         candidate = self.strategy.candidate
         if candidate is not None:
             try:
-                _check_kernel_defined(check_source(candidate.source), candidate.kernel_name or self.kernel_name)
+                _check_kernel_defined(check_source(candidate.source, options=self.compiler_options),
+                                      candidate.kernel_name or self.kernel_name)
             except ValueError as exc:
                 raise ValueError(f"strategy.candidate: {exc}") from None
         self._check_names()
@@ -762,6 +763,12 @@ class KernelSpec(_Strict):
     def fixed_inputs(self) -> list[ArgSpec]:
         """The input arrays whose values come from a file (`data`) rather than the generator."""
         return [a for a in self.args if a.data is not None]
+
+    @property
+    def sized_fixed_inputs(self) -> list[ArgSpec]:
+        """The fixed inputs whose shape follows the sizes: their files fit the spec's sizes only (a filter of
+        fixed taps, say, fits them all)."""
+        return [a for a in self.fixed_inputs if any(names_in(dim) & set(self.sizes) for dim in a.shape or [])]
 
     @property
     def drawn_inputs(self) -> list[ArgSpec]:

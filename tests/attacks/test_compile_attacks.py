@@ -51,13 +51,18 @@ HOSTILE_INCLUDES = {
     "through a header's path": "#include <cuda_fp16.h/../../../../../../etc/passwd>\n",
     "a name outside the CUDA headers": "#include <passwd>\n",
     "a CUDA header that includes by macro": THRUST_AIMED,
-    # Directives hidden in what a reading in the wrong language mode takes for a comment: the policy reads the
-    # source in every mode NVRTC may compile it in.
+    # Directives hidden in what a misreading takes for a comment or a literal: the policy reads the source in the
+    # language mode of its --std, as NVRTC does (see STD for those compiled in another mode than C++17).
     "after a digit separator": "__device__ int a = 1'0; __device__ char b = '/*';\n#include \"/etc/passwd\"\n// */\n",
     "after a prefixed raw string": '__device__ const wchar_t *s = LR"(x" /* )";\n#include "/proc/self/environ"\n// */\n',
     "after a raw string in a number": '#if 0\n1.R"(a"b)" /*\n#endif\n#include "/etc/passwd"\n// */\n',
     "after a raw string in C++03": '#if 0\nR"(a"b)" /*\n#endif\n#include "/etc/passwd"\n// */\n',
     "after a trigraph C++17 ignores": '// hi ??/\n#include "/etc/passwd"\n',
+    "after a line splice in a raw string": '__device__ const char *s = R"a(x)\\\na" /* )a";\n#include "/etc/passwd"\n// */\n',
+    "after a raw string delimiter NVRTC rejects": '__device__ const char *s = R"a b(a" /* )a b";\n#include "/etc/passwd"\n'
+                                                  "// */\n",
+    "after a $ before a raw string": '__device__ const char *s = $R"d(a" /* )d";\n#include "/etc/passwd"\n// */\n',
+    "__has_include pasted in an #if": '#define H(a, b) a##b\n#if H(__has_, include)("/etc/passwd")\n#endif\n',
     "a hidden define aiming thrust's include": (
         "#include <thrust/detail/config.h>\n__device__ int a = 1'0; __device__ char b = '/*';\n"
         "#undef __THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE\n"
@@ -74,13 +79,17 @@ def _spec(source: str = KERNEL, **more) -> dict:
                                                              "role": "out"}], "sizes": {"n": 1}, **more}
 
 
+STD = {"after a raw string in C++03": ["--std=c++03"], "trigraph": ["--std=c++14"],
+       "after a digit separator": ["--std=c++17"]}
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE_INCLUDES))
 def test_host_file_includes_are_refused_in_specs_and_before_any_compile(name):
-    source = HOSTILE_INCLUDES[name] + KERNEL
+    source, options = HOSTILE_INCLUDES[name] + KERNEL, STD.get(name, [])
     with pytest.raises(ValueError, match="source") as refused:
-        KernelSpec.model_validate(_spec(source))
+        KernelSpec.model_validate(_spec(source, compiler_options=options))
     with pytest.raises(CompileError) as compiling:
-        compile_kernel(source, "k", {}, [], "sm_90")  # a candidate reaches the compiler without admission
+        compile_kernel(source, "k", {}, options, "sm_90")  # a candidate reaches the compiler without admission
     assert compiling.value.log == ""
     record_attack(f"include: {name}", repr(HOSTILE_INCLUDES[name].strip())[:60],
                   f"refused at admission and before NVRTC: {refused.value.errors()[0]['msg'][:70]}")
@@ -108,6 +117,16 @@ def test_ordinary_options_still_compile():
                "--std=c++20", "--restrict", "--diag-suppress=177"]
     assert check_options(options) == options
     assert compile_kernel(KERNEL, "k", {}, options, "sm_90").cubin.startswith(b"\x7fELF")
+
+
+@pytest.mark.parametrize("options, params", [(["-DX=__has_##include"], {}), ([], {"X": ["__has_ ## include"]})])
+def test_no_define_from_outside_the_source_may_paste_tokens(options, params):
+    """Pasted into __has_include, a -D value or a tune parameter would probe any path from an #if."""
+    source = '#if X("/etc/passwd")\n#endif\n' + KERNEL
+    with pytest.raises(ValueError, match="##"):
+        KernelSpec.model_validate(_spec(source, compiler_options=options, tune_params=params))
+    with pytest.raises(CompileError, match="##"):
+        compile_kernel(source, "k", {name: values[0] for name, values in params.items()}, options, "sm_90")
 
 
 def test_a_define_value_cannot_smuggle_a_second_line():

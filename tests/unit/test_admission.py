@@ -104,8 +104,12 @@ def test_a_constant_arg_must_name_a_constant_array_of_the_source(store):
     assert kernel_errors(spec(source=source, args=args), "sm_90") == []
     errors = refused(store, spec(source=source.replace("taps", "weights"), args=args))
     assert errors == {"args[1].name": "args[1] (taps) has role constant, but the kernel's source declares no "
-                                      "__constant__ taps at file scope: declare it (__constant__ float32 taps[...];) "
+                                      "__constant__ taps at file scope: declare it (__constant__ float taps[...];) "
                                       "or name the one it declares"}
+    wider = [args[0], {**args[1], "shape": [8]}, args[2]]
+    assert [(e.field, e.message) for e in kernel_errors(spec(source=source, args=wider), "sm_90")] == [
+        ("args[1].shape", "__constant__ taps holds 16 bytes, and args[1] gives it 32: make the shape fit the "
+                          "declaration (or the declaration the shape)")]
 
 
 def test_a_missing_argument_is_one_error_on_args_not_one_per_shifted_position(store):

@@ -337,6 +337,18 @@ def test_ordinary_literals_pass_in_every_reading(source):
     assert check_source(source + "#include <cuda_fp16.h>\n")
 
 
+def test_a_source_is_read_in_the_mode_of_its_std():
+    """A raw string's lines are no directives from C++11 on, and a digit separator opens no literal from C++14 on:
+    read as C++03, the same text holds an #include of a header kforge lacks."""
+    source = ('__device__ const char *doc = R"(\n#include <unistd.h>\n)";\nconstexpr int n = 1\'000; /*\n'
+              '#include <sys/mman.h>\n*/\n')
+    assert check_source(source, options=[]) and check_source(source, options=["--std=c++20"])
+    with pytest.raises(PolicyViolation, match="unistd.h"):
+        check_source(source, options=["--std=c++03"])
+    with pytest.raises(PolicyViolation, match="sys/mman.h"):
+        check_source(source, options=["--std=c++11"])
+
+
 def test_cub_block_load_is_included_and_the_names_thrust_builds_its_includes_from_are_kept():
     """BlockLoad reaches thrust's `#include __THRUST_DEVICE_SYSTEM_ALGORITH_DETAIL_HEADER_INCLUDE(...)`."""
     built = vetted_headers().built_from("cub/block/block_load.cuh", angled=True)

@@ -109,11 +109,12 @@ def import_path() -> list[str]:
 
 def _checked_flags(source: str, defines: dict[str, ParamValue], options: list[str], arch: str) -> list[str]:
     try:
-        check_source(source)
         check_options(options)
+        check_source(source, options=options)
         for name, value in defines.items():
             check_define_value(name, value)
-        check_macro_names(source, {**{name: f"tune parameter {name}" for name in defines}, **option_macros(options)})
+        check_macro_names(source, {**{name: f"tune parameter {name}" for name in defines}, **option_macros(options)},
+                          options=options)
     except PolicyViolation as exc:
         raise CompileError(str(exc), "") from None
     return compile_options(defines, options, arch)
