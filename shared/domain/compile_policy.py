@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from shared.domain.built_includes import Unfollowable, built_headers
+from shared.domain.directive_scan import HEADER_NAME, basic_ucn, directives, has_include_uses
 from shared.domain.preprocessor_lines import Unreadable, logical_lines, modes_for, readings
 
 MAX_OPTION_CHARS = 200
@@ -43,17 +44,17 @@ _HAS_INCLUDE_TESTED = re.compile(r"\bdefined\s*\(\s*__has_include(?:_next)?\s*\)
 _HAS_INCLUDE_LITERAL = re.compile(r'__has_include\s*\(\s*(?:<([^<>"\n]*)>|"([^"\n]*)")\s*\)')
 _DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
                "pragma", "error", "warning", "line", "include"}
-_MACRO_BODY = re.compile(r"\s*(?:#|%:)\s*define\s+([A-Za-z_]\w*)(.*)\Z", re.S)
 _PASTE = re.compile(r"##|%:%:")
-_CONDITION = re.compile(r"\s*(?:#|%:)\s*(?:if|elif)\b(.*)\Z", re.S)
+_PROBING = re.compile(r"##|%:%:|__has_include")
 _MACRO_DEFINED = re.compile(r"\s*(?:#|%:)\s*(define|undef)\s+([A-Za-z_]\w*)")
 _MACRO_OPTION = re.compile(r"(?:-D|--define-macro=|-U|--undefine-macro=)([A-Za-z_]\w*)")
 
 
 def check_source(source: str, headers: "Headers | None" = None, options: list[str] | None = None) -> str:
     """The source unchanged, or PolicyViolation for the first directive that could open a file it may not, read in
-    the language mode of the --std in `options` (in every mode when they are not given: preprocessor_lines).
-    `headers`: what NVRTC will search, by default the CUDA headers kforge ships (`vetted_headers()`)."""
+    the language mode of the --std in `options` (in every mode when they are not given: preprocessor_lines), and
+    found anywhere in its text, whatever hides it (directive_scan). `headers`: what NVRTC will search, by default
+    the CUDA headers kforge ships (`vetted_headers()`)."""
     if "\x00" in source:
         raise PolicyViolation("source: contains a NUL character; send plain CUDA C++ text")
     headers = headers if headers is not None else vetted_headers()
@@ -65,24 +66,37 @@ def check_source(source: str, headers: "Headers | None" = None, options: list[st
                 _check_directive(number, directive.group(1), directive.group(2), headers)
             if _HAS_INCLUDE.search(line):
                 _check_has_include(number, line)
-        _check_pastes_in_conditions(lines)
-    built_from = _built_from(lines_read, headers)
+    found = _check_text(source, headers)
+    _check_pastes_in_conditions(found)
+    built_from = _built_from(lines_read, found, headers)
     for lines in lines_read:
         for number, line in enumerate(lines, start=1):
             if (defined := _MACRO_DEFINED.match(line)) and defined.group(2) in built_from:
                 raise PolicyViolation(f"source line {number}: #{defined.group(1)} {defined.group(2)}: "
                                       f"{_keep(defined.group(2), built_from)}")
+    for directive in found:
+        if directive.kind in ("define", "undef") and (name := _first_name(directive.rest)) in built_from:
+            raise PolicyViolation(f"source: {directive.text!r}: {_keep(name, built_from)}")
     return source
 
 
 def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | None" = None,
-                      options: list[str] | None = None) -> None:
+                      options: list[str] | None = None, values: dict[str, str] | None = None) -> None:
     """PolicyViolation when a macro defined from outside the source (`macros`: each name, and what defines it: a
-    -D or -U option, a tune parameter) is one that a header the source includes builds an include's path from."""
-    built_from = _built_from(_readings(source, options), headers if headers is not None else vetted_headers())
+    -D or -U option, a tune parameter) is one that a header the source includes builds an include's path from;
+    or when one's value (`values`, by name) names a macro of the source's that pastes tokens, which an #if could
+    then expand into __has_include."""
+    headers = headers if headers is not None else vetted_headers()
+    built_from = _built_from(_readings(source, options), directives(source), headers)
     for name, where in macros.items():
         if name in built_from:
             raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
+    pasting = _pasting_macros(directives(source))
+    for name, value in (values or {}).items():
+        if used := pasting & set(re.findall(r"[A-Za-z_]\w*", value)):
+            raise PolicyViolation(f"{macros.get(name, name)}: its value names {sorted(used)[0]}, a macro of the source "
+                                  "that pastes tokens (##), which an #if could expand into __has_include: give it "
+                                  "another value")
 
 
 def _readings(source: str, options: list[str] | None) -> tuple[tuple[str, ...], ...]:
@@ -92,21 +106,69 @@ def _readings(source: str, options: list[str] | None) -> tuple[tuple[str, ...], 
         raise PolicyViolation(f"source {exc}") from None
 
 
-def _check_pastes_in_conditions(lines: tuple[str, ...]) -> None:
-    """An #if that expands a macro of the source's that pastes tokens (##) could build __has_include (`a##b` of
-    `__has_` and `include`), which would then probe a path no literal names: refused, with every macro that
-    expands one."""
-    bodies = {m.group(1): m.group(2) for line in lines if (m := _MACRO_BODY.match(line))}
+def _check_text(source: str, headers: "Headers") -> list:
+    """The directives found anywhere in the text (directive_scan), each held to what safety needs: an include
+    names a plain relative header, vetted where the headers hold it; __has_include names one literally."""
+    if ucn := basic_ucn(source):
+        raise PolicyViolation(f"source: {ucn} spells a basic character as a universal character name, which could "
+                              "spell a directive: write the character itself")
+    found = directives(source)
+    for directive in found:
+        if directive.kind in ("include_next", "import", "embed"):
+            raise PolicyViolation(f"source: {directive.text!r}: #{directive.kind} is not allowed, even where a "
+                                  "comment or a literal seems to hold it")
+        if directive.kind == "include":
+            operand = HEADER_NAME.match(directive.rest)
+            if operand is None:
+                raise PolicyViolation(f"source: {directive.text!r} must name a header as <name.h> or \"name.h\" "
+                                      "(a macro that expands to a path is not allowed)")
+            header = operand.group(1) if operand.group(1) is not None else operand.group(2)
+            _check_header(0, header)
+            if any(os.path.isfile(os.path.join(d, header)) for d in headers.dirs) and (
+                    refusal := headers.refusal(header, angled=operand.group(1) is not None)):
+                raise PolicyViolation(f"source: {refusal}")
+    for shown, header in has_include_uses(source):
+        if header is None:
+            raise PolicyViolation(f"source: {shown!r}: __has_include must name a header literally, as "
+                                  "__has_include(<cuda_fp16.h>)")
+        _check_header(0, header)
+    return found
+
+
+def _first_name(text: str) -> str:
+    match = re.match(r"\s*([A-Za-z_]\w*)", text)
+    return match.group(1) if match else ""
+
+
+def _pasting_macros(found: list) -> set[str]:
+    """The source's macros that paste tokens (## or %:%:), or expand one that does, every definition of each
+    name counted."""
+    bodies: dict[str, str] = {}
+    for directive in found:
+        if directive.kind == "define" and (name := _first_name(directive.rest)):
+            bodies[name] = bodies.get(name, "") + " " + directive.rest
     pasting = {name for name, body in bodies.items() if _PASTE.search(body)}
     while grown := {name for name, body in bodies.items() if name not in pasting
                     and pasting & set(re.findall(r"[A-Za-z_]\w*", body))}:
         pasting |= grown
-    for number, line in enumerate(lines, start=1):
-        if (condition := _CONDITION.match(line)) and (used := pasting & set(re.findall(r"[A-Za-z_]\w*",
-                                                                                        condition.group(1)))):
-            raise PolicyViolation(f"source line {number}: this #if expands {sorted(used)[0]}, which pastes tokens "
-                                  "(##): an #if may not paste, since pasting can build __has_include and probe "
-                                  "any path; test the pasted name's parts instead")
+    return pasting
+
+
+def _check_pastes_in_conditions(found: list) -> None:
+    """An #if that expands a macro of the source's that pastes tokens (##) could build __has_include (`a##b` of
+    `__has_` and `include`), which would then probe a path no literal names: refused."""
+    pasting = _pasting_macros(found)
+    for directive in found:
+        if directive.kind in ("if", "elif") and (used := pasting & set(re.findall(r"[A-Za-z_]\w*", directive.rest))):
+            raise PolicyViolation(f"source: {directive.text!r} expands {sorted(used)[0]}, which pastes tokens (##): "
+                                  "an #if may not paste, since pasting can build __has_include and probe any path; "
+                                  "test the pasted name's parts instead")
+
+
+def option_values(options: list[str]) -> dict[str, str]:
+    """The values that -D options give their macros, by name."""
+    return {match.group(1): option[match.end() + 1:] for option in options
+            if (match := _MACRO_OPTION.match(option)) and option.startswith(("-D", "--define-macro="))}
 
 
 def option_macros(options: list[str]) -> dict[str, str]:
@@ -115,13 +177,15 @@ def option_macros(options: list[str]) -> dict[str, str]:
             if (match := _MACRO_OPTION.match(option))}
 
 
-def _built_from(lines_read: tuple[tuple[str, ...], ...], headers: "Headers") -> dict[str, str]:
-    """Each name from which a header the source includes (in any of its readings) builds an include's path by
-    macros, and that header."""
+def _built_from(lines_read: tuple[tuple[str, ...], ...], found: list, headers: "Headers") -> dict[str, str]:
+    """Each name from which a header the source includes (in any of its readings, or found anywhere in its text)
+    builds an include's path by macros, and that header."""
     names: dict[str, str] = {}
-    for line in dict.fromkeys(line for lines in lines_read for line in lines):
-        directive = _DIRECTIVE.match(line)
-        operand = _INCLUDE_OPERAND.match(directive.group(2)) if directive and directive.group(1) == "include" else None
+    operands = [directive.group(2) for line in dict.fromkeys(line for lines in lines_read for line in lines)
+                if (directive := _DIRECTIVE.match(line)) and directive.group(1) == "include"]
+    operands += [directive.rest for directive in found if directive.kind == "include"]
+    for text in dict.fromkeys(operands):
+        operand = HEADER_NAME.match(text)
         if operand is not None:
             angled, quoted = operand.groups()
             header = angled if angled is not None else quoted
@@ -169,7 +233,8 @@ def _check_has_include(number: int, line: str) -> None:
 def _check_header(number: int, header: str) -> None:
     parts = header.split("/")
     if not _SAFE_HEADER.fullmatch(header) or ".." in parts or "" in parts or "." in parts:
-        raise PolicyViolation(f"source line {number}: the header {header!r} is not allowed: include CUDA's own "
+        raise PolicyViolation(f"source{f' line {number}' if number else ''}: the header {header!r} is not allowed: "
+                              "include CUDA's own "
                               "headers by their plain names (e.g. <cuda_fp16.h>, <cuda/std/cstdint>); absolute "
                               "paths, '..' and host files cannot be included")
 
@@ -391,15 +456,15 @@ def check_options(options: list[str]) -> list[str]:
                 "--prec-sqrt/--fmad=true|false, --extra-device-vectorization, -lineinfo, -G, --maxrregcount=N, "
                 "--restrict, -default-device, warnings and diagnostics (-w, --diag-suppress=N), --dopt=on|off, "
                 "--minimal, --Ofast-compile=LEVEL and -Xptxas=-v|-O3|--warn-on-spills|-dlcm=ca|cg|cs")
-        if _MACRO_OPTION.match(option) and _PASTE.search(option):
-            raise PolicyViolation(f"compiler_options: {option[:80]!r} pastes tokens (##), which can build "
-                                  "__has_include and probe any path: define the pasted name itself")
+        if _MACRO_OPTION.match(option) and _PROBING.search(option):
+            raise PolicyViolation(f"compiler_options: {option[:80]!r} pastes tokens (##) or names __has_include, "
+                                  "which an #if would use to probe any path: define the plain value itself")
     return options
 
 
 def check_define_value(name: str, value: object) -> None:
     """A tune parameter's value becomes `-Dname=value`: one line of text, with no NUL."""
     text = str(value)
-    if any(c in text for c in "\n\r\x00") or len(text) > MAX_OPTION_CHARS or _PASTE.search(text):
+    if any(c in text for c in "\n\r\x00") or len(text) > MAX_OPTION_CHARS or _PROBING.search(text):
         raise PolicyViolation(f"tune parameter {name}: the value {text[:40]!r} must be one short line of text "
-                              "with no token pasting (##): it becomes a -D define")
+                              "with no token pasting (##) and no __has_include: it becomes a -D define")

@@ -16,7 +16,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, Val
                       model_validator)
 
 from shared.domain.compile_policy import (check_define_value, check_macro_names, check_options, check_source,
-                                          option_macros)
+                                          option_macros, option_values)
 from shared.domain.dtypes import BFLOAT16, bfloat16_held_range, float_info, host_dtype, is_float, kind, scalar
 from shared.domain.expressions import ExpressionError, Number, check_restriction, evaluate, names_in, restriction_holds
 
@@ -612,8 +612,11 @@ class KernelSpec(_Strict):
         if not any(a.is_output for a in self.args):
             raise ValueError("args: no argument has role out or inout, so there is no result to verify; mark the output")
         _check_kernel_defined(check_source(self.source, options=self.compiler_options), self.kernel_name)
+        values = {**{name: " ".join(map(str, values)) for name, values in self.tune_params.items()},
+                  **{name: str(value) for name, value in self.params.items()}, **option_values(self.compiler_options)}
         check_macro_names(self.source, {**{name: f"tune_params.{name}" for name in {*self.params, *self.tune_params}},
-                                        **option_macros(self.compiler_options)}, options=self.compiler_options)
+                                        **option_macros(self.compiler_options)}, options=self.compiler_options,
+                          values=values)
         candidate = self.strategy.candidate
         if candidate is not None:
             try:

@@ -38,7 +38,7 @@ from shared.adapters.device.frames import write_frame
 from shared.adapters.device.nvrtc import CompiledKernel, CompileError, compile_options
 from shared.adapters.settings import Settings
 from shared.domain.compile_policy import (PolicyViolation, check_define_value, check_macro_names, check_options,
-                                          check_source, option_macros, vetted_headers)
+                                          check_source, option_macros, option_values, vetted_headers)
 from shared.domain.spec import ParamValue
 
 CHILD = Path(__file__).with_name("compile_child.py")
@@ -114,7 +114,8 @@ def _checked_flags(source: str, defines: dict[str, ParamValue], options: list[st
         for name, value in defines.items():
             check_define_value(name, value)
         check_macro_names(source, {**{name: f"tune parameter {name}" for name in defines}, **option_macros(options)},
-                          options=options)
+                          options=options, values={**{name: str(value) for name, value in defines.items()},
+                                                   **option_values(options)})
     except PolicyViolation as exc:
         raise CompileError(str(exc), "") from None
     return compile_options(defines, options, arch)
