@@ -46,6 +46,9 @@ _DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "e
                "pragma", "error", "warning", "line", "include"}
 _PASTE = re.compile(r"##|%:%:")
 _PROBING = re.compile(r"##|%:%:|__has_include")
+# What an #if may call: the preprocessor's own operators (__has_include is held to a literal header apart).
+_OPERATORS = {"defined", "__has_include", "__has_include_next", "__has_builtin", "__has_attribute",
+              "__has_cpp_attribute", "__has_feature", "__has_extension", "__has_warning"}
 _MACRO_DEFINED = re.compile(r"\s*(?:#|%:)\s*(define|undef)\s+([A-Za-z_]\w*)")
 _MACRO_OPTION = re.compile(r"(?:-D|--define-macro=|-U|--undefine-macro=)([A-Za-z_]\w*)")
 
@@ -91,12 +94,12 @@ def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | N
     for name, where in macros.items():
         if name in built_from:
             raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
-    pasting = _pasting_macros(directives(source))
+    probing = _probing_macros(directives(source))
     for name, value in (values or {}).items():
-        if used := pasting & set(re.findall(r"[A-Za-z_]\w*", value)):
-            raise PolicyViolation(f"{macros.get(name, name)}: its value names {sorted(used)[0]}, a macro of the source "
-                                  "that pastes tokens (##), which an #if could expand into __has_include: give it "
-                                  "another value")
+        if used := _calls(value) or sorted(probing & set(re.findall(r"[A-Za-z_]\w*", value))):
+            raise PolicyViolation(f"{macros.get(name, name)}: its value expands {used[0]}, a macro that calls another "
+                                  "or pastes tokens (##), which an #if could expand into __has_include: give it a "
+                                  "plain value")
 
 
 def _readings(source: str, options: list[str] | None) -> tuple[tuple[str, ...], ...]:
@@ -140,29 +143,37 @@ def _first_name(text: str) -> str:
     return match.group(1) if match else ""
 
 
-def _pasting_macros(found: list) -> set[str]:
-    """The source's macros that paste tokens (## or %:%:), or expand one that does, every definition of each
-    name counted."""
+def _probing_macros(found: list) -> set[str]:
+    """The source's macros that could build __has_include in an #if: those that paste tokens (## or %:%:) or call
+    a function-like macro (a CUDA header's may paste), and those that expand one, every definition counted."""
     bodies: dict[str, str] = {}
     for directive in found:
         if directive.kind == "define" and (name := _first_name(directive.rest)):
-            bodies[name] = bodies.get(name, "") + " " + directive.rest
-    pasting = {name for name, body in bodies.items() if _PASTE.search(body)}
-    while grown := {name for name, body in bodies.items() if name not in pasting
-                    and pasting & set(re.findall(r"[A-Za-z_]\w*", body))}:
-        pasting |= grown
-    return pasting
+            bodies[name] = bodies.get(name, "") + " " + directive.rest[directive.rest.index(name) + len(name):]
+    probing = {name for name, body in bodies.items() if _PASTE.search(body) or _calls(body)}
+    while grown := {name for name, body in bodies.items() if name not in probing
+                    and probing & set(re.findall(r"[A-Za-z_]\w*", body))}:
+        probing |= grown
+    return probing
+
+
+def _calls(text: str) -> list[str]:
+    """The function-like macros `text` calls, but the preprocessor's own operators (defined, __has_builtin, ...)."""
+    return [name for name in re.findall(r"([A-Za-z_]\w*)\s*\(", text) if name not in _OPERATORS]
 
 
 def _check_pastes_in_conditions(found: list) -> None:
-    """An #if that expands a macro of the source's that pastes tokens (##) could build __has_include (`a##b` of
-    `__has_` and `include`), which would then probe a path no literal names: refused."""
-    pasting = _pasting_macros(found)
+    """An #if that calls a function-like macro, or expands a macro of the source's that pastes tokens or calls one,
+    could build __has_include (`a##b` of `__has_` and `include`), which would then probe a path no literal names:
+    refused."""
+    probing = _probing_macros(found)
     for directive in found:
-        if directive.kind in ("if", "elif") and (used := pasting & set(re.findall(r"[A-Za-z_]\w*", directive.rest))):
-            raise PolicyViolation(f"source: {directive.text!r} expands {sorted(used)[0]}, which pastes tokens (##): "
-                                  "an #if may not paste, since pasting can build __has_include and probe any path; "
-                                  "test the pasted name's parts instead")
+        if directive.kind not in ("if", "elif"):
+            continue
+        if used := _calls(directive.rest) or sorted(probing & set(re.findall(r"[A-Za-z_]\w*", directive.rest))):
+            raise PolicyViolation(f"source: {directive.text!r} expands {used[0]}, a macro that calls another or pastes "
+                                  "tokens (##): an #if may do neither, since either can build __has_include and probe "
+                                  "any path; test a plain macro instead")
 
 
 def option_values(options: list[str]) -> dict[str, str]:

@@ -73,6 +73,10 @@ HOSTILE_INCLUDES = {
                                                   '// )a";\n',
     "__has_include through a parameter named defined": ('#define H(defined) defined __has_include\n'
                                                          '#if H()("/etc/passwd")\n#endif\n'),
+    "__has_include pasted by a CUDA header's macro": ('#include <cuda/std/cstdint>\n'
+                                                       '#if _CCCL_PP_CAT(__has_, include)("/etc/passwd")\n#endif\n'),
+    "__has_include pasted by a macro the #if names": ('#include <cuda/std/cstdint>\n#define PROBE '
+                                                      '_CCCL_PP_CAT(__has_, include)("/etc/passwd")\n#if PROBE\n#endif\n'),
     "a pasting macro redefined after its #if": ('#define CAT(a, b) a##b\n#if CAT(__has_, include)("/etc/passwd")\n'
                                                 '#endif\n#undef CAT\n#define CAT(a, b) a b\n'),
     "a hidden define aiming thrust's include": (
