@@ -639,8 +639,12 @@ def slow(
     cancelled = [v.job_id for v in followed.unfinished if stop_embedded_job(rt, v.job_id, reason, "cli")]
     unfinished = ", ".join(f"{v.job_id} ({kernels[v.job_id]}, {v.status})" for v in followed.unfinished)
     if cancelled:
-        console.print(f"[yellow]{escape(why)}[/yellow]: {escape(unfinished)}; cancelled, as the in-process workers "
-                      "stop with this command")
+        # A job may end between the deadline and its cancel: it is not called cancelled
+        ended = ", ".join(f"{v.job_id} ({kernels[v.job_id]})" for v in followed.unfinished if v.job_id not in cancelled)
+        stopped = ", ".join(f"{v.job_id} ({kernels[v.job_id]}, {v.status})" for v in followed.unfinished
+                            if v.job_id in cancelled)
+        console.print(f"[yellow]{escape(why)}[/yellow]: {escape(stopped)}; cancelled, as the in-process workers "
+                      "stop with this command" + (f"; {escape(ended)} ended meanwhile" if ended else ""))
     else:
         console.print(f"[yellow]{escape(why)}[/yellow]: {escape(unfinished)}; left to the workers, `kforge show "
                       "<job>` follows up")

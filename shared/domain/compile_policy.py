@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from shared.domain.built_includes import Unfollowable, built_headers
-from shared.domain.directive_scan import HEADER_NAME, basic_ucn, directives, has_include_uses
+from shared.domain.directive_scan import HEADER_NAME, Overlong, basic_ucn, directives, has_include_uses
 from shared.domain.preprocessor_lines import Unreadable, logical_lines, modes_for, readings
 
 MAX_OPTION_CHARS = 200
@@ -47,6 +47,7 @@ _DIRECTIVES = {"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "e
 _PASTE = re.compile(r"##|%:%:")
 _PROBING = re.compile(r"##|%:%:|__has_include")
 # What an #if may call: the preprocessor's own operators (__has_include is held to a literal header apart).
+_CALL = re.compile(r"([A-Za-z_]\w*)(?:\s|/\*.{0,256}?\*/)*\(", re.S)
 _OPERATORS = {"defined", "__has_include", "__has_include_next", "__has_builtin", "__has_attribute",
               "__has_cpp_attribute", "__has_feature", "__has_extension", "__has_warning"}
 _MACRO_DEFINED = re.compile(r"\s*(?:#|%:)\s*(define|undef)\s+([A-Za-z_]\w*)")
@@ -90,11 +91,11 @@ def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | N
     or when one's value (`values`, by name) names a macro of the source's that pastes tokens, which an #if could
     then expand into __has_include."""
     headers = headers if headers is not None else vetted_headers()
-    built_from = _built_from(_readings(source, options), directives(source), headers)
+    built_from = _built_from(_readings(source, options), _scanned(source), headers)
     for name, where in macros.items():
         if name in built_from:
             raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
-    probing = _probing_macros(directives(source))
+    probing = _probing_macros(_scanned(source))
     for name, value in (values or {}).items():
         if used := _calls(value) or sorted(probing & set(re.findall(r"[A-Za-z_]\w*", value))):
             raise PolicyViolation(f"{macros.get(name, name)}: its value expands {used[0]}, a macro that calls another "
@@ -109,13 +110,13 @@ def _readings(source: str, options: list[str] | None) -> tuple[tuple[str, ...], 
         raise PolicyViolation(f"source {exc}") from None
 
 
-def _check_text(source: str, headers: "Headers") -> list:
+def _check_text(source: str, headers: "Headers") -> tuple:
     """The directives found anywhere in the text (directive_scan), each held to what safety needs: an include
     names a plain relative header, vetted where the headers hold it; __has_include names one literally."""
     if ucn := basic_ucn(source):
         raise PolicyViolation(f"source: {ucn} spells a basic character as a universal character name, which could "
                               "spell a directive: write the character itself")
-    found = directives(source)
+    found = _scanned(source)
     for directive in found:
         if directive.kind in ("include_next", "import", "embed"):
             raise PolicyViolation(f"source: {directive.text!r}: #{directive.kind} is not allowed, even where a "
@@ -138,18 +139,26 @@ def _check_text(source: str, headers: "Headers") -> list:
     return found
 
 
+def _scanned(source: str) -> tuple:
+    try:
+        return directives(source)
+    except Overlong as exc:
+        raise PolicyViolation(f"source: {exc}") from None
+
+
 def _first_name(text: str) -> str:
     match = re.match(r"\s*([A-Za-z_]\w*)", text)
     return match.group(1) if match else ""
 
 
-def _probing_macros(found: list) -> set[str]:
+def _probing_macros(found: tuple) -> set[str]:
     """The source's macros that could build __has_include in an #if: those that paste tokens (## or %:%:) or call
     a function-like macro (a CUDA header's may paste), and those that expand one, every definition counted."""
     bodies: dict[str, str] = {}
     for directive in found:
         if directive.kind == "define" and (name := _first_name(directive.rest)):
-            bodies[name] = bodies.get(name, "") + " " + directive.rest[directive.rest.index(name) + len(name):]
+            body = directive.rest[directive.rest.index(name) + len(name):] + " " + directive.raw
+            bodies[name] = bodies.get(name, "") + " " + body
     probing = {name for name, body in bodies.items() if _PASTE.search(body) or _calls(body)}
     while grown := {name for name, body in bodies.items() if name not in probing
                     and probing & set(re.findall(r"[A-Za-z_]\w*", body))}:
@@ -158,11 +167,13 @@ def _probing_macros(found: list) -> set[str]:
 
 
 def _calls(text: str) -> list[str]:
-    """The function-like macros `text` calls, but the preprocessor's own operators (defined, __has_builtin, ...)."""
-    return [name for name in re.findall(r"([A-Za-z_]\w*)\s*\(", text) if name not in _OPERATORS]
+    """The function-like macros `text` calls (a name, blanks or block comments, then `(`), but the preprocessor's
+    own operators (defined, __has_builtin, ...). Nothing is taken for a comment or a literal first, so none
+    hides a call."""
+    return [name for name in _CALL.findall(text) if name not in _OPERATORS]
 
 
-def _check_pastes_in_conditions(found: list) -> None:
+def _check_pastes_in_conditions(found: tuple) -> None:
     """An #if that calls a function-like macro, or expands a macro of the source's that pastes tokens or calls one,
     could build __has_include (`a##b` of `__has_` and `include`), which would then probe a path no literal names:
     refused."""
@@ -170,7 +181,8 @@ def _check_pastes_in_conditions(found: list) -> None:
     for directive in found:
         if directive.kind not in ("if", "elif"):
             continue
-        if used := _calls(directive.rest) or sorted(probing & set(re.findall(r"[A-Za-z_]\w*", directive.rest))):
+        said = directive.rest + "\n" + directive.raw
+        if used := _calls(said) or sorted(probing & set(re.findall(r"[A-Za-z_]\w*", said))):
             raise PolicyViolation(f"source: {directive.text!r} expands {used[0]}, a macro that calls another or pastes "
                                   "tokens (##): an #if may do neither, since either can build __has_include and probe "
                                   "any path; test a plain macro instead")
@@ -188,7 +200,7 @@ def option_macros(options: list[str]) -> dict[str, str]:
             if (match := _MACRO_OPTION.match(option))}
 
 
-def _built_from(lines_read: tuple[tuple[str, ...], ...], found: list, headers: "Headers") -> dict[str, str]:
+def _built_from(lines_read: tuple[tuple[str, ...], ...], found: tuple, headers: "Headers") -> dict[str, str]:
     """Each name from which a header the source includes (in any of its readings, or found anywhere in its text)
     builds an include's path by macros, and that header."""
     names: dict[str, str] = {}

@@ -10,6 +10,7 @@ directories, no macro-built `__has_include`); so a commented-out `#include <iost
 hidden `#include "/etc/passwd"` does not, however it is hidden.
 """
 import bisect
+import functools
 import re
 from dataclasses import dataclass
 
@@ -30,11 +31,20 @@ HEADER_NAME = re.compile(r'\s*(?:<([^<>"\n]*)>|"([^"\n]*)")')
 _BASIC_UCN = re.compile(r"\\u00[0-7][0-9A-Fa-f]|\\U0000007[0-9A-Fa-f]|\\U000000[0-6][0-9A-Fa-f]")
 
 
+MAX_LINES = 64  # lines that block comments may carry one directive over; more is refused, so the scan stays linear
+
+
+class Overlong(ValueError):
+    """A directive that block comments carry over more than MAX_LINES lines."""
+
+
 @dataclass(frozen=True)
 class Found:
     kind: str  # include, include_next, import, embed, define, undef, if, elif, ...
     rest: str  # the rest of its logical line, comments blanked
     text: str  # the directive as found, for messages
+    raw: str = ""  # the rest as written, through every line a block comment opened on it may carry it to: what a
+    # comment opener inside a literal ('//') would hide from `rest`
 
 
 def variants(source: str) -> tuple[str, ...]:
@@ -44,8 +54,9 @@ def variants(source: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((source, spliced, re.sub(r"\\\r?\n", "", trigraphs))))
 
 
-def directives(source: str) -> list[Found]:
-    """Every directive of the kinds above that any variant of the text holds anywhere."""
+@functools.lru_cache(maxsize=32)
+def directives(source: str) -> tuple[Found, ...]:
+    """Every directive of the kinds above that any variant of the text holds anywhere. Overlong as above."""
     found = []
     for text in variants(source):
         closings = [match.start() for match in re.finditer(r"\*/", text)]
@@ -54,8 +65,30 @@ def directives(source: str) -> list[Found]:
             if (keyword := _KEYWORD.match(text, at)) is None:
                 continue
             rest = _rest_of_line(text, keyword.end(), closings)
-            found.append(Found(keyword.group(1), rest, re.sub(r"\s+", " ", f"#{keyword.group(1)}{rest}")[:100]))
-    return found
+            found.append(Found(keyword.group(1), rest, re.sub(r"\s+", " ", f"#{keyword.group(1)}{rest}")[:100],
+                               _raw_rest(text, keyword.end(), closings)))
+    return tuple(found)
+
+
+def _raw_rest(text: str, start: int, closings: list[int]) -> str:
+    """From `start` to the end of its physical line, and on through the lines that any `/*` on it (in a literal or
+    not) may continue the directive to, as written."""
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    while (opened := text.rfind("/*", start, end)) >= 0 and text.find("*/", opened + 2, end) < 0:
+        close = _comment_end(opened, closings)
+        if close is None or close <= end:
+            break
+        following = text.find("\n", close)
+        end = len(text) if following < 0 else following
+        _within_bound(text, start, end)
+    return text[start:end]
+
+
+def _within_bound(text: str, start: int, end: int) -> None:
+    if text.count("\n", start, end) > MAX_LINES:
+        raise Overlong(f"a directive is carried over more than {MAX_LINES} lines by block comments: end it on its "
+                       "line")
 
 
 def _past_gap(text: str, at: int, closings: list[int]) -> int:
@@ -106,6 +139,7 @@ def _rest_of_line(text: str, start: int, closings: list[int]) -> str:
     while i < n and text[i] != "\n":
         if text.startswith("/*", i):
             end = _comment_end(i, closings)
+            _within_bound(text, start, n if end is None else end)
             i = n if end is None else end
             out.append(" ")
         elif text.startswith("//", i):

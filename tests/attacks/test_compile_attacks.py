@@ -77,6 +77,12 @@ HOSTILE_INCLUDES = {
                                                        '#if _CCCL_PP_CAT(__has_, include)("/etc/passwd")\n#endif\n'),
     "__has_include pasted by a macro the #if names": ('#include <cuda/std/cstdint>\n#define PROBE '
                                                       '_CCCL_PP_CAT(__has_, include)("/etc/passwd")\n#if PROBE\n#endif\n'),
+    "a call behind a // in a literal": ("#define CAT(a, b) a##b\n#if '//' && CAT(__has_, include)(\"/etc/passwd\")\n"
+                                         "#endif\n"),
+    "a call between comment openers in literals": ("#include <cuda/std/cstdint>\n#if '/*' && _CCCL_PP_CAT(__has_, "
+                                                   "include)(\"/etc/passwd\") && '*/'\n#endif\n"),
+    "a call in a define behind a // in a literal": ("#include <cuda/std/cstdint>\n#define G '//' && "
+                                                    "_CCCL_PP_CAT(__has_, include)(\"/etc/passwd\")\n#if G\n#endif\n"),
     "a pasting macro redefined after its #if": ('#define CAT(a, b) a##b\n#if CAT(__has_, include)("/etc/passwd")\n'
                                                 '#endif\n#undef CAT\n#define CAT(a, b) a b\n'),
     "a hidden define aiming thrust's include": (
@@ -147,11 +153,13 @@ def test_ordinary_options_still_compile():
 
 @pytest.mark.parametrize("options, params", [(["-DX=__has_##include"], {}), ([], {"X": ["__has_ ## include"]}),
                                              (["-DX=__has_include"], {}), ([], {"X": ["__has_include_next"]}),
-                                             (["-DX=CAT"], {}), ([], {"X": ["CAT"]})])
+                                             (["-DX=CAT"], {}), ([], {"X": ["CAT"]}),
+                                             (["-DX=_CCCL_PP_CAT/**/(__has_, include)"], {}),
+                                             ([], {"X": ["_CCCL_PP_CAT/**/(__has_, include)"]})])
 def test_no_define_from_outside_the_source_may_build_has_include(options, params):
     """A -D value or a tune parameter of __has_include, pasting it, or naming a macro of the source's that pastes,
     would probe any path from an #if."""
-    source = '#define CAT(a, b) a##b\n#if X("/etc/passwd")\n#endif\n' + KERNEL
+    source = '#include <cuda/std/cstdint>\n#define CAT(a, b) a##b\n#if X("/etc/passwd")\n#endif\n' + KERNEL
     with pytest.raises(ValueError, match="##|__has_include"):
         KernelSpec.model_validate(_spec(source, compiler_options=options, tune_params=params))
     with pytest.raises(CompileError, match="##|__has_include"):
