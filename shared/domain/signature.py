@@ -9,9 +9,9 @@ from shared.domain.spec import DTYPES, ArgSpec
 
 
 # How a kernel declares an element of each dtype, for the fixes the mismatches name.
-C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16", "int8": "signed char",
-           "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short", "int32": "int",
-           "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
+C_TYPES = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
+           "int8": "signed char", "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short",
+           "int32": "int", "uint32": "unsigned int", "int64": "long long", "uint64": "unsigned long long"}
 
 
 @dataclass(frozen=True)

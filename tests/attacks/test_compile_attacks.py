@@ -54,13 +54,15 @@ HOSTILE_INCLUDES = {
     # Directives hidden in what a misreading takes for a comment or a literal: the policy reads the source in the
     # language mode of its --std, as NVRTC does (see STD for those compiled in another mode than C++17).
     "after a digit separator": "__device__ int a = 1'0; __device__ char b = '/*';\n#include \"/etc/passwd\"\n// */\n",
-    "after a prefixed raw string": '__device__ const wchar_t *s = LR"(x" /* )";\n#include "/proc/self/environ"\n// */\n',
+    "after a prefixed raw string": ('__device__ const wchar_t *s = LR"(x" /* )";\n#include "/proc/self/environ"\n'
+                                    "// */\n"),
     "after a raw string in a number": '#if 0\n1.R"(a"b)" /*\n#endif\n#include "/etc/passwd"\n// */\n',
     "after a raw string in C++03": '#if 0\nR"(a"b)" /*\n#endif\n#include "/etc/passwd"\n// */\n',
     "after a trigraph C++17 ignores": '// hi ??/\n#include "/etc/passwd"\n',
-    "after a line splice in a raw string": '__device__ const char *s = R"a(x)\\\na" /* )a";\n#include "/etc/passwd"\n// */\n',
-    "after a raw string delimiter NVRTC rejects": '__device__ const char *s = R"a b(a" /* )a b";\n#include "/etc/passwd"\n'
-                                                  "// */\n",
+    "after a line splice in a raw string": ('__device__ const char *s = R"a(x)\\\na" /* )a";\n#include "/etc/passwd"\n'
+                                            "// */\n"),
+    "after a raw string delimiter NVRTC rejects": ('__device__ const char *s = R"a b(a" /* )a b";\n'
+                                                   '#include "/etc/passwd"\n// */\n'),
     "after a $ before a raw string": '__device__ const char *s = $R"d(a" /* )d";\n#include "/etc/passwd"\n// */\n',
     "__has_include pasted in an #if": '#define H(a, b) a##b\n#if H(__has_, include)("/etc/passwd")\n#endif\n',
     # A third review's: the text is also scanned for directives whatever seems to hold them (directive_scan).
@@ -75,8 +77,8 @@ HOSTILE_INCLUDES = {
                                                          '#if H()("/etc/passwd")\n#endif\n'),
     "__has_include pasted by a CUDA header's macro": ('#include <cuda/std/cstdint>\n'
                                                        '#if _CCCL_PP_CAT(__has_, include)("/etc/passwd")\n#endif\n'),
-    "__has_include pasted by a macro the #if names": ('#include <cuda/std/cstdint>\n#define PROBE '
-                                                      '_CCCL_PP_CAT(__has_, include)("/etc/passwd")\n#if PROBE\n#endif\n'),
+    "__has_include pasted by a macro the #if names": ('#include <cuda/std/cstdint>\n#define PROBE _CCCL_PP_CAT('
+                                                      '__has_, include)("/etc/passwd")\n#if PROBE\n#endif\n'),
     "a call behind a // in a literal": ("#define CAT(a, b) a##b\n#if '//' && CAT(__has_, include)(\"/etc/passwd\")\n"
                                          "#endif\n"),
     "a call between comment openers in literals": ("#include <cuda/std/cstdint>\n#if '/*' && _CCCL_PP_CAT(__has_, "
@@ -176,7 +178,8 @@ def test_a_define_value_cannot_smuggle_a_second_line():
 # CUB's BlockLoad reaches thrust's macro-built includes: allowed, so long as nothing outside the headers redefines
 # a name their paths are built from (`h` of `unique.h`, `detail`, ...).
 BLOCK_LOAD = ("#include <cub/block/block_load.cuh>\n"
-              'extern "C" __global__ void k(float *out) { float v[1]; cub::LoadDirectBlocked(0, out, v); out[0] = v[0]; }\n')
+              'extern "C" __global__ void k(float *out) {\n'
+              "    float v[1];\n    cub::LoadDirectBlocked(0, out, v);\n    out[0] = v[0];\n}\n")
 
 
 @pytest.mark.parametrize("how", ["-D option", "-U option", "tune parameter"])

@@ -125,7 +125,8 @@ ORDINARY = {
                  '    wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;\n'
                  '    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;\n    wmma::fill_fragment(fc, 0.0f);\n'
                  '    wmma::load_matrix_sync(fa, a, 16);\n    wmma::load_matrix_sync(fb, b, 16);\n'
-                 '    wmma::mma_sync(fc, fa, fb, fc);\n    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);\n}\n',
+                 '    wmma::mma_sync(fc, fa, fb, fc);\n'
+                 '    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);\n}\n',
 }
 
 

@@ -81,7 +81,8 @@ def test_a_pointer_to_a_vector_type_is_an_array_of_its_elements_with_a_dimension
 
 
 def test_constant_arrays_the_host_fills_are_constant_args_after_the_parameters():
-    source = ("__constant__ float taps[9];\n// __constant__ float commented_out[4];\n__constant__ unsigned int lut[2][4];\n"
+    source = ("__constant__ float taps[9];\n// __constant__ float commented_out[4];\n"
+              "__constant__ unsigned int lut[2][4];\n"
               "__constant__ float preset[2] = {1.0f, 2.0f};\n__global__ void k(float *y, const float *x, int n) {}")
     inferred = infer_spec(source)
 

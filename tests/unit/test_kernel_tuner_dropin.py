@@ -362,8 +362,8 @@ __global__ void filtered(float *out, const float *in, int n)
 def test_cmem_args_fill_the_kernels_constant_arrays_with_their_values(job):
     """As Kernel Tuner's convolution example passes its filter: a __constant__ array, not a parameter."""
     weights = np.arange(9, dtype=np.float32).reshape(3, 3)
-    kforge.tune_kernel("filtered", FILTERED, 1000, [np.zeros(1000, np.float32), np.ones(1000, np.float32),
-                                                    np.int32(1000)], BLOCKS, cmem_args={"d_filter": weights}, quiet=True)
+    arguments = [np.zeros(1000, np.float32), np.ones(1000, np.float32), np.int32(1000)]
+    kforge.tune_kernel("filtered", FILTERED, 1000, arguments, BLOCKS, cmem_args={"d_filter": weights}, quiet=True)
     spec = job.specs[0]
     assert [(a.name, a.effective_role) for a in spec.args] == [("out", "inout"), ("in", "in"), ("n", "scalar"),
                                                                 ("d_filter", "constant")]
