@@ -61,6 +61,8 @@ def check_source(source: str, headers: "Headers | None" = None, options: list[st
     the CUDA headers kforge ships (`vetted_headers()`)."""
     if "\x00" in source:
         raise PolicyViolation("source: contains a NUL character; send plain CUDA C++ text")
+    if re.search(r"\r(?!\n)", source):  # NVRTC splices a backslash, carriage returns and a newline
+        raise PolicyViolation("source: a carriage return not followed by a newline; end lines with \\n or \\r\\n")
     headers = headers if headers is not None else vetted_headers()
     lines_read = _readings(source, options)
     for lines in lines_read:

@@ -85,6 +85,8 @@ HOSTILE_INCLUDES = {
                                                    "include)(\"/etc/passwd\") && '*/'\n#endif\n"),
     "a call in a define behind a // in a literal": ("#include <cuda/std/cstdint>\n#define G '//' && "
                                                     "_CCCL_PP_CAT(__has_, include)(\"/etc/passwd\")\n#if G\n#endif\n"),
+    "after a splice of a backslash, two carriage returns and a newline": (
+        '#define S "abc\\\r\r\n/*"\n#incl\\\r\r\nude "/etc/passwd"\n// */\n'),
     "a pasting macro redefined after its #if": ('#define CAT(a, b) a##b\n#if CAT(__has_, include)("/etc/passwd")\n'
                                                 '#endif\n#undef CAT\n#define CAT(a, b) a b\n'),
     "a hidden define aiming thrust's include": (
