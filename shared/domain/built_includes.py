@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from shared.domain.directive_scan import HEADER_NAME
 from shared.domain.preprocessor_lines import logical_lines
 
 MAX_EXPANSIONS = 256  # header names one include may expand to; thrust's give 4 (its cuda, omp, tbb, cpp systems)
@@ -24,8 +25,6 @@ _STRINGISE_OR_PASTE = {"#", "##", "%:", "%:%:"}
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*\Z")
 _DEFINE_NAME = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?:/\*.*?\*/[ \t]*)*define[ \t]+([A-Za-z_]\w*)", re.M)
 _DEFINE = re.compile(r"\s*(?:#|%:)\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?(.*)\Z", re.S)
-# A header name, and whatever follows it: NVRTC opens the header and only warns of the rest.
-_OPERAND = re.compile(r'(?:<([^<>"\n]*)>|"([^"\n]*)")')
 
 
 class Unfollowable(ValueError):
@@ -51,7 +50,7 @@ def built_headers(operand: str, dirs: tuple[str, ...]) -> Built:
     headers = []
     for expansion in _expand(tokens, dirs, names, 0):
         text = "".join(expansion)
-        named = _OPERAND.match(text)
+        named = HEADER_NAME.match(text)
         if named is None:
             continue
         header = named.group(1) if named.group(1) is not None else named.group(2)

@@ -93,11 +93,12 @@ def check_macro_names(source: str, macros: dict[str, str], headers: "Headers | N
     or when one's value (`values`, by name) names a macro of the source's that pastes tokens, which an #if could
     then expand into __has_include."""
     headers = headers if headers is not None else vetted_headers()
-    built_from = _built_from(_readings(source, options), _scanned(source), headers)
+    found = _scanned(source)
+    built_from = _built_from(_readings(source, options), found, headers)
     for name, where in macros.items():
         if name in built_from:
             raise PolicyViolation(f"{where}: {_keep(name, built_from)}")
-    probing = _probing_macros(_scanned(source))
+    probing = _probing_macros(found)
     for name, value in (values or {}).items():
         if used := _calls(value) or sorted(probing & set(re.findall(r"[A-Za-z_]\w*", value))):
             raise PolicyViolation(f"{macros.get(name, name)}: its value expands {used[0]}, a macro that calls another "

@@ -14,7 +14,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}", "-": "~"}
+from shared.domain.preprocessor_lines import TRIGRAPHS
+
 # What may stand between the parts of a __has_include use: blanks and short block comments. Bounded, so that no
 # text makes the scan quadratic; a longer comment there leaves the use unread, and so refused.
 _GAP = r"(?:[ \t\f\v]|/\*.{0,256}?\*/)*"
@@ -50,7 +51,7 @@ class Found:
 def variants(source: str) -> tuple[str, ...]:
     """The text as written, with its line splices undone, and with its trigraphs replaced first."""
     spliced = re.sub(r"\\\r?\n", "", source)
-    trigraphs = re.sub(r"\?\?([=/'()!<>-])", lambda m: _TRIGRAPHS[m.group(1)], source)
+    trigraphs = re.sub(r"\?\?([=/'()!<>-])", lambda m: TRIGRAPHS[m.group(1)], source)
     return tuple(dict.fromkeys((source, spliced, re.sub(r"\\\r?\n", "", trigraphs))))
 
 

@@ -34,7 +34,7 @@ MODES = tuple(Mode(t, r, d) for t in (False, True) for r in (False, True) for d 
 _STANDARDS = {"03": Mode(True, False, False), "11": Mode(True, True, False), "14": Mode(True, True, True),
               "17": Mode(False, True, True), "20": Mode(False, True, True)}
 _STD_OPTION = re.compile(r"-{1,2}std=c\+\+(\d\d)\Z")
-_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}", "-": "~"}
+TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}", "-": "~"}
 _RAW_PREFIX = re.compile(r"(?:u8|u|U|L)?R\Z")
 _RAW_OPENING = re.compile(r'"([^()\\\s]{0,16})\(')
 
@@ -104,8 +104,8 @@ def _translated(source: str, trigraphs: bool) -> tuple[str, list[int]]:
         return source, list(range(len(source)))
     chars, origins, i, n = [], [], 0, len(source)
     while i < n:
-        if trigraphs and source.startswith("??", i) and i + 2 < n and source[i + 2] in _TRIGRAPHS:
-            c, width = _TRIGRAPHS[source[i + 2]], 3
+        if trigraphs and source.startswith("??", i) and i + 2 < n and source[i + 2] in TRIGRAPHS:
+            c, width = TRIGRAPHS[source[i + 2]], 3
         else:
             c, width = source[i], 1
         if c == "\\" and (splice := re.match(r"\r?\n", source[i + width:i + width + 2])):
