@@ -1,16 +1,21 @@
 """The offline rules' restructurings (issue 21) proven on a real GPU by the verifier, against the submitted kernel.
 
 Each rewrite the recognisers make of a corpus kernel (examples/corpus), of the naive atomic sum
-(tests/corpus/atomic_sum.cu) and of the variants in tests/unit/rules_variants.py, and each corpus kernel with
+(tests/corpus/atomic_sum.cu), of the variants in tests/unit/rules_variants.py and of the kernels in users' styles
+(tests/corpus/styles), and each corpus and styles kernel with
 every rule that applies composed in the plan's order, is verified at moderate sizes (then, as the verifier always
 does, at each size less one and at a prime below it, which no tile or vector width divides) for a sample of its
 tune space: the default configuration, the smallest and largest, and seeded picks. The candidate runs at its own
 launch geometry (its grid divisors), the submitted kernel at the spec's. Run on the GPU machine
 (`make test-gpu`, or `pytest -q -m gpu tests/gpu/test_rules_shapes_verified.py -s` for the table).
 """
+from pathlib import Path
+
 import pytest
 
+from kforge.specfile import load_spec
 from services.generator import rules
+from services.generator.rules.shapes import recognise
 from services.verifier import handlers
 from services.verifier.session import VerifierSession
 from shared.adapters.device.process import GpuProcess
@@ -22,6 +27,7 @@ from tests.unit.test_rules_vectorize16 import NARROW_VARIANTS
 
 pytestmark = pytest.mark.gpu
 CORPUS = {kernel.name: kernel for kernel in corpus()}
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"  # kernels in users' styles
 # Sizes small enough to verify quickly, large enough for several blocks, tiles and rows per block.
 SIZES = {
     "transpose": {"rows": 1000, "cols": 776}, "jacobi2d": {"nx": 1000, "ny": 520},
@@ -61,6 +67,28 @@ def small(name: str) -> KernelSpec:
                                 "strategy": {"name": "baseline"}, "verify": {"timeout_s": 20}})
 
 
+def style(path: Path) -> KernelSpec:
+    """A kernel of tests/corpus/styles at an eighth of each size of 1024 or more, so it verifies quickly."""
+    spec = load_spec(path.with_suffix(".cu"), path)
+    sizes = {name: max(64, value // 8) if value >= 1024 else value for name, value in spec.sizes.items()}
+    return spec.model_validate({**spec.model_dump(), "sizes": sizes, "strategy": {"name": "baseline"},
+                                "verify": {"timeout_s": 20}})
+
+
+def style_cases() -> dict:
+    """Every shape rule that applies to a kernel of tests/corpus/styles, alone, and every rule in plan order."""
+    found = {}
+    for path in sorted(STYLES.glob("*.cu")):
+        path = path.with_suffix(".yaml")
+        spec = style(path)
+        shape, _, _ = recognise(spec)
+        for rule_id in shape.rules if shape else ():
+            if rules.check(rule_id, spec, spec.as_candidate()) is None:
+                found[f"style-{path.stem}-{rule_id}"] = (lambda p=path: style(p), rule_id)
+        found[f"style-{path.stem}-plan"] = (lambda p=path: style(p), None)
+    return found
+
+
 def composed(spec: KernelSpec, left_out: tuple[str, ...] = ()) -> CandidateSpec:
     candidate, progress = spec.as_candidate(), True
     while progress:
@@ -88,6 +116,7 @@ def cases() -> dict:
     found.update({f"variant-{case}": (lambda s=spec: s, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
     # One result per block from a grid-stride share: every rule that applies keeps the submitted block size.
     found["variant-block_max-plan"] = (lambda: BLOCK_MAX, None)
+    found.update(style_cases())
     found.update({f"variant-{case}-plan": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})
     found.update({f"variant-{case}-plan-row_in_shared": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})
     found.update({f"variant-{case}-row_in_registers": (lambda s=VARIANTS[case][1]: s, "row_in_registers")

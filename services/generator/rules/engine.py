@@ -16,7 +16,7 @@ from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
 from services.generator.rules.partition import partition
 from services.generator.rules.shape import Layout, Shape
-from services.generator.rules.shapes import offering, recognise
+from services.generator.rules.shapes import offering, reading, recognise
 from shared.domain.spec import CandidateSpec, KernelSpec, ParamValue
 
 TEXTUAL = {
@@ -155,7 +155,7 @@ def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carri
         why = "; ".join(reasons.get(s.name) or _refusal(s, shape, spec) for s in shapes)
         found = f" (it is {shape.kind})" if shape is not None and shape.kind not in why else ""
         return f"{rule.id} takes {' or '.join(s.kind for s in shapes)}, and this one is not: {why}{found}"
-    reason = shape.reason(rule.id, model, spec)
+    reason = shape.reason(rule.id, model, reading(spec))
     if reason is not None:
         return reason
     return _not_ours(spec, current, carried)
@@ -173,7 +173,7 @@ def _not_ours(spec: KernelSpec, current: CandidateSpec, carried: tuple[str, ...]
 def _refusal(offered: Shape, found: Shape, spec: KernelSpec) -> str:
     """Why a shape after the one found refuses the kernel; when it would take it too, the shape found wins."""
     try:
-        offered.recognise(spec)
+        offered.recognise(reading(spec))
     except ValueError as exc:
         return str(exc)
     return f"it is {found.kind}, which {', '.join(found.rules)} restructures"
@@ -185,7 +185,7 @@ def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:
     source, layout = spec.source, Layout()
     if features:
         shape, model, _ = recognise(spec)
-        source, layout = shape.render(model, features, spec)
+        source, layout = shape.render(model, features, reading(spec))
     for rule_id in rules:
         if rule_id in TEXTUAL:
             reason, edit = TEXTUAL[rule_id]

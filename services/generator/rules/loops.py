@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
+from services.generator.rules.canonical import canonical
 from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.elementwise import model
 from services.generator.rules.partition import partition
@@ -62,7 +63,7 @@ class VectorLoop:
 
 def vectorize_loops_reason(source: str, spec: KernelSpec) -> str | None:
     try:
-        model(spec)
+        model(canonical(spec))
         # Unless the spec divides the grid otherwise (elements per thread of its own), which vectorize refuses.
         if one_thread_per_point(spec, 0) is None:
             return "the kernel is elementwise: the vectorize rule widens it, with a grid to match"

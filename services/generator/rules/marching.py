@@ -3,7 +3,8 @@
 
 Both march each thread over a tunable number of points along the slowest axis of the grid (x for a 1D kernel,
 y for 2D, z for 3D), the grid along it shrunk by the same factor. A stencil is a kernel that reads one of its
-inputs around the point it writes: at several offsets of the same subscript (`in[i - 1]`, `in[i + nx]`), or
+inputs around the point it writes: at several offsets of the same subscript, a whole number of an index's strides
+apart (`in[i - 1]`, `in[i + nx]`; an RGBA pixel's channels `p[4 * i + 1]` are its own), or
 through a window that a loop of its own walks (`image[(y + i) * width + x + j]`). Its thread then takes
 consecutive rows (planes in 3D), so the rows a point shares with the next are loaded by the same thread, where
 the unrolled loop can keep them in registers (with __restrict__ pointers, which the restrict rule gives).
@@ -50,9 +51,23 @@ def neighbourhood(kernel: PointKernel) -> str | None:
         if len(distinct) < 2:
             continue
         first = polys[0]
-        if all(not affine.names(affine.minus(p, first)) & indices for p in polys):
+        offsets = [affine.minus(p, first) for p in polys]
+        if any(affine.names(offset) & indices for offset in offsets):
+            continue
+        strides = [affine.stride(first, index) for index in indices]
+        if any(_steps(offset, stride) for offset in offsets for stride in strides if stride):
             return array
     return None
+
+
+def _steps(offset: affine.Poly, stride: affine.Poly) -> bool:
+    """Whether `offset` is a whole nonzero number of `stride`s: a neighbouring point's element, not another element
+    of the point's own (an RGBA pixel's channels at +1 and +2 of a stride of 4)."""
+    term, coefficient = next(iter(stride.items()))
+    if term not in offset or offset[term] % coefficient:
+        return False
+    steps = offset[term] // coefficient
+    return steps != 0 and offset == {t: c * steps for t, c in stride.items()}
 
 
 def _render(kernel: PointKernel, factor: str, spec: KernelSpec, note: list[str]) -> tuple[str, Layout]:

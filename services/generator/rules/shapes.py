@@ -25,6 +25,7 @@ by themselves and compose with every shape.
 from typing import Any
 
 from services.generator.rules.binning import BinnedAtomicsShape
+from services.generator.rules.canonical import canonical
 from services.generator.rules.elementwise import ElementwiseShape
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
@@ -42,8 +43,9 @@ SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), Warp
 
 
 def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
-    """(shape, model, {}) for the first shape that recognises the submitted kernel, else (None, None, why each
-    shape refused it, by name)."""
+    """(shape, model, {}) for the first shape that recognises the submitted kernel, read in its canonical spelling
+    (reading), else (None, None, why each shape refused it, by name)."""
+    spec = reading(spec)
     reasons = {}
     for shape in SHAPES:
         try:
@@ -51,6 +53,26 @@ def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
         except ValueError as exc:
             reasons[shape.name] = str(exc)
     return None, None, reasons
+
+
+def reading(spec: KernelSpec) -> KernelSpec:
+    """The spelling of the submitted kernel the shapes read (canonical.py), its pointers into arrays inlined only
+    where that lets a more specific shape read it: a row loop's `const float *a = A + row * n` hides its rows
+    from the recognisers, while a block's pointer to its row is what row_in_registers caches the row through."""
+    kept, inlined = canonical(spec, pointers=False), canonical(spec)
+    if inlined.source == kept.source:
+        return kept
+    return inlined if _first_shape(inlined) < _first_shape(kept) else kept
+
+
+def _first_shape(spec: KernelSpec) -> int:
+    for number, shape in enumerate(SHAPES):
+        try:
+            shape.recognise(spec)
+            return number
+        except ValueError:
+            continue
+    return len(SHAPES)
 
 
 def offering(rule_id: str) -> list[Shape]:

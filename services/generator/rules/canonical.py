@@ -1,0 +1,496 @@
+"""The submitted kernel in the spellings the recognisers read, its meaning unchanged.
+
+Users write one construct many ways, and the recognisers (shapes.py) read one spelling of each. Before they read
+a kernel, its body is respelled, each step one that C++ makes exact:
+- the source's own macros (`#define IDX(r, c) ((r) * cols + (c))`, `#define RADIUS 2`) are expanded where the
+  body uses them, as the preprocessor would. A macro is expanded only where its meaning is the same for every
+  compile: defined once, outside conditional groups, before the kernel, never undefined, without `#`, `##` or
+  variadic arguments, and named by no tune parameter, param or -D/-U option (those may change per compile);
+- an `auto` local initialised by integer arithmetic of the launch geometry, integer literals, the kernel's integer
+  parameters and casts gets the type C++ deduces for it (`unsigned int` for `blockIdx.x * blockDim.x + threadIdx.x`);
+- an early return (`if (i >= n) return;`) becomes the guard it means: the statements after it run inside
+  `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons;
+- a local pointer into a parameter's array (`const float *a = A + (size_t)row * n;`), never changed, nor are the
+  names its offset reads, is replaced where it is used by the parameter indexed from the offset: `a[j]`, `*(a + j)`
+  and a call's argument `a + j` (`__ldg(a + j)`) become `A[(long long)((size_t)row * n) + (j)]` (`&A[...]` for the
+  argument), which is the same address: pointer arithmetic adds the offset as a signed 64-bit count too.
+A kernel none of this changes comes back as it came. The rules render from this text, so their rewrites show the
+macros expanded and the guard as an if; the verifier proves them against the kernel as submitted.
+"""
+import functools
+import re
+from dataclasses import dataclass
+
+from services.generator.rules.cuda_text import find_kernel, mask, split_top_level
+from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from shared.domain.compile_policy import option_macros
+from shared.domain.spec import KernelSpec
+
+_SCAN = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|(?<!\w)[A-Za-z_]\w*")
+_DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w+)[ \t]*(.*)")
+_DEFINE = re.compile(r"(?P<name>[A-Za-z_]\w*)(?:\((?P<params>[^)]*)\))?(?P<body>.*)", re.DOTALL)
+_GLUING = set("+-*/%<>=&|^!~.:#")
+INDENT = "    "
+
+
+class Unexpandable(ValueError):
+    """A use of a macro this module does not expand the way the preprocessor would."""
+
+
+@dataclass(frozen=True)
+class Macro:
+    params: tuple[str, ...] | None  # None: object-like
+    body: str
+
+
+def canonical(spec: KernelSpec, pointers: bool = True) -> KernelSpec:
+    """`spec` with its kernel's body respelled (above), pointers into arrays inlined unless `pointers` is False;
+    the same spec where nothing changes."""
+    pinned = frozenset({*spec.tune_params, *spec.params, *spec.block_size_names,
+                        *option_macros(spec.compiler_options)})
+    source = _canonical_source(spec.source, spec.kernel_name, pinned, pointers)
+    return spec if source == spec.source else spec.model_copy(update={"source": source})
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], pointers: bool) -> str:
+    steps = (_expand_macros, _deduce_auto, _guard_early_return) + ((_inline_array_pointers,) if pointers else ())
+    for step in steps:
+        try:
+            source = step(source, kernel_name, pinned)
+        except (ValueError, Unparsed):  # unreadable here: the recognisers say what they cannot read
+            continue
+    return source
+
+
+# --- macros ----------------------------------------------------------------------------------------------
+def _expand_macros(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    macros = {name: macro for name, macro in _macros(source, kernel.name_at).items() if name not in pinned}
+    if not macros:
+        return source
+    start, end = kernel.body_open + 1, kernel.body_close
+    body = mask(source, literals=False)[start:end]  # comments blanked; a macro in one is no use
+    if not any(m.group() in macros for m in _SCAN.finditer(body)):
+        return source
+    try:
+        expanded = _expand(body, macros, frozenset())
+    except Unexpandable:
+        return source
+    return source[:start] + expanded + source[end:]
+
+
+def _macros(source: str, before: int) -> dict[str, Macro]:
+    """The macros defined once at file scope before offset `before`, outside conditional groups, never undefined,
+    whose bodies neither stringify nor paste, and which are not variadic."""
+    text = mask(source, literals=False)
+    defined: dict[str, list[Macro | None]] = {}
+    depth, at = 0, 0
+    for line in re.split(r"(?<!\\)\n", text):
+        offset, at = at, at + len(line) + 1
+        directive = _DIRECTIVE.match(line)
+        if directive is None:
+            continue
+        word, rest = directive.group(1), directive.group(2).replace("\\\n", " ")
+        if word in ("if", "ifdef", "ifndef"):
+            depth += 1
+        elif word == "endif":
+            depth -= 1
+        elif word == "undef":
+            defined.setdefault(rest.strip(), []).append(None)
+        elif word == "define" and (match := _DEFINE.match(rest)):
+            params = match["params"]
+            usable = depth == 0 and offset < before and "#" not in match["body"] and "..." not in (params or "")
+            names = tuple(p.strip() for p in params.split(",")) if params is not None else None
+            if names == ("",):
+                names = ()
+            defined.setdefault(match["name"], []).append(Macro(names, match["body"].strip()) if usable else None)
+    return {name: found[0] for name, found in defined.items() if len(found) == 1 and found[0] is not None}
+
+
+def _expand(text: str, macros: dict[str, Macro], disabled: frozenset[str]) -> str:
+    """`text` with every use of `macros` replaced as the preprocessor replaces it; none of `disabled` (the macros
+    being expanded) is expanded again."""
+    out, at = [], 0
+    for match in _SCAN.finditer(text):
+        name = match.group()
+        if match.start() < at or name not in macros or name in disabled:
+            continue
+        macro, end = macros[name], match.end()
+        if macro.params is None:
+            replacement = macro.body
+        else:
+            opening = re.compile(r"\s*\(").match(text, end)
+            if opening is None:  # a function-like macro's name alone is no call
+                continue
+            close = _closing_paren(text, opening.end() - 1)
+            arguments = split_top_level(_blank_literals(text[opening.end():close]), ",", "(")
+            spans, offset = [], opening.end()
+            for argument in arguments:
+                spans.append(text[offset:offset + len(argument)].strip())
+                offset += len(argument) + 1
+            if spans == [""] and not macro.params:
+                spans = []
+            if len(spans) != len(macro.params):
+                raise Unexpandable(f"{name} takes {len(macro.params)} arguments")
+            values = dict(zip(macro.params, (_expand(s, macros, disabled) for s in spans)))
+            replacement = _substitute(macro.body, values)
+            end = close + 1
+        replacement = _expand(replacement, macros, disabled | {name})
+        if (last := _SCAN.findall(replacement)) and macros.get(last[-1], Macro(None, "")).params is not None:
+            raise Unexpandable(f"{name} ends in the name of a function-like macro, which takes what follows")
+        out += [text[at:match.start()], _spaced(text[:match.start()], replacement, text[end:])]
+        at = end
+    return "".join(out) + text[at:]
+
+
+def _substitute(body: str, values: dict[str, str]) -> str:
+    return _SCAN.sub(lambda m: values.get(m.group(), m.group()) if m.group()[0] not in "\"'" else m.group(), body)
+
+
+def _spaced(before: str, replacement: str, after: str) -> str:
+    """The replacement, with a space on a side where its first or last character would otherwise join the
+    neighbouring one into another token (`x-NEG` with NEG `-1` is `x- -1`, not `x--1`)."""
+    def joins(a: str, b: str) -> bool:
+        return bool(a and b) and ((a.isalnum() or a == "_") and (b.isalnum() or b == "_") or a in _GLUING and b in
+                                  _GLUING)
+    if not replacement:
+        return " "
+    left = " " if joins(before[-1:], replacement[0]) else ""
+    right = " " if joins(replacement[-1], after[:1]) else ""
+    return left + replacement + right
+
+
+def _closing_paren(text: str, opening: int) -> int:
+    depth = 0
+    blanked = _blank_literals(text)
+    for i in range(opening, len(text)):
+        if blanked[i] == "(":
+            depth += 1
+        elif blanked[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise Unexpandable("a macro call has no closing parenthesis in the kernel's body")
+
+
+def _blank_literals(text: str) -> str:
+    return _SCAN.sub(lambda m: " " * len(m.group()) if m.group()[0] in "\"'" else m.group(), text)
+
+
+# --- auto ------------------------------------------------------------------------------------------------
+# Integer types by conversion rank, as the usual arithmetic conversions order them on a 64-bit target (long and
+# long long are both 64 bits wide).
+_RANKS = {"int": 0, "signed": 0, "signed int": 0, "short": 0, "unsigned short": 0, "char": 0, "signed char": 0,
+          "unsigned char": 0, "int32_t": 0, "std::int32_t": 0, "unsigned": 1, "unsigned int": 1, "uint32_t": 1,
+          "std::uint32_t": 1, "long": 2, "long int": 2, "long long": 2, "long long int": 2, "int64_t": 2,
+          "std::int64_t": 2, "ptrdiff_t": 2, "std::ptrdiff_t": 2, "unsigned long": 3, "unsigned long long": 3,
+          "size_t": 3, "std::size_t": 3, "uint64_t": 3, "std::uint64_t": 3}
+_SPELLING = ("int", "unsigned int", "long long", "unsigned long long")
+_GEOMETRY = re.compile(r"(?:threadIdx|blockIdx|blockDim|gridDim)\.[xyz]")
+_TYPE_NAME = "|".join(sorted((re.escape(t).replace(r"\ ", r"\s+") for t in _RANKS), key=len, reverse=True))
+_AUTO = re.compile(r"(?<![\w.])(?P<auto>auto)\s+(?P<name>[A-Za-z_]\w*)\s*=(?!=)")
+_TOKENS = re.compile(rf"\s*(?:(?P<geometry>{_GEOMETRY.pattern})|"
+                     rf"(?P<number>(?:0[xX][0-9a-fA-F]+|\d+)(?P<suffix>[uUlL]*))(?![\w.])|(?P<cast>\(\s*(?:const\s+)?(?P<type>{_TYPE_NAME})\s*\))|"
+                     rf"(?P<static>static_cast\s*<\s*(?P<static_type>{_TYPE_NAME})\s*>)|(?P<name>[A-Za-z_]\w*)|"
+                     r"(?P<op>[-+*/%&|^()]))")
+
+
+def _deduce_auto(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    known = _integer_parameters(source, kernel)
+    replacements = []
+    for match in _AUTO.finditer(masked, kernel.body_open, kernel.body_close):
+        end = _declaration_end(masked, match.end(), kernel.body_close)
+        if end is None:
+            continue
+        rank = _rank(masked[match.end():end], known)
+        if rank is not None:
+            replacements.append((match.start("auto"), match.end("auto"), _SPELLING[rank]))
+    for start, end, text in reversed(replacements):
+        source = source[:start] + text + source[end:]
+    return source
+
+
+def _integer_parameters(source: str, kernel) -> dict[str, int]:
+    ranks = {}
+    for start, end in kernel.parameters(source):
+        words = mask(source[start:end]).split()
+        if words and "*" not in source[start:end] and "&" not in source[start:end]:
+            spelled = " ".join(w for w in words[:-1] if w not in ("const", "__restrict__"))
+            if spelled in _RANKS:
+                ranks[words[-1]] = _RANKS[spelled]
+    return ranks
+
+
+def _declaration_end(masked: str, at: int, limit: int) -> int | None:
+    """Where the initialiser starting at `at` ends (its `;` or a for-init's `;`), or None for several declarators."""
+    depth = 0
+    for i in range(at, limit):
+        char = masked[i]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0 and char == ",":
+            return None
+        elif depth == 0 and char == ";":
+            return i
+    return None
+
+
+def _rank(expression: str, known: dict[str, int]) -> int | None:
+    """The rank of the type an integer expression has, or None when it holds anything else."""
+    tokens, at = [], 0
+    while at < len(expression.rstrip()):
+        match = _TOKENS.match(expression, at)
+        if match is None:
+            return None
+        tokens.append(match)
+        at = match.end()
+    parser = _TypeParser(tokens, known)
+    try:
+        rank = parser.expression()
+    except Unexpandable:
+        return None
+    return rank if parser.at == len(tokens) else None
+
+
+class _TypeParser:
+    """The type of a chain of + - * / % & | ^ over unary terms: every such operator converts both operands to
+    their common type, so the chain's type is the highest rank among its terms (a cast's term has its type)."""
+
+    def __init__(self, tokens: list[re.Match], known: dict[str, int]):
+        self.tokens, self.known, self.at = tokens, known, 0
+
+    def expression(self) -> int:
+        rank = self.term()
+        while self.at < len(self.tokens) and self.tokens[self.at]["op"] and self.tokens[self.at]["op"] not in "()":
+            self.at += 1
+            rank = max(rank, self.term())
+        return rank
+
+    def term(self) -> int:
+        if self.at >= len(self.tokens):
+            raise Unexpandable("an operand is missing")
+        token = self.tokens[self.at]
+        self.at += 1
+        if token["op"] in ("-", "+"):
+            return max(self.term(), 0)
+        if token["cast"]:
+            self.term()
+            return _RANKS[" ".join(token["type"].split())]
+        if token["static"]:
+            if self.at >= len(self.tokens) or self.tokens[self.at]["op"] != "(":
+                raise Unexpandable("static_cast without its operand")
+            self.term()
+            return _RANKS[" ".join(token["static_type"].split())]
+        if token["op"] == "(":
+            rank = self.expression()
+            if self.at >= len(self.tokens) or self.tokens[self.at]["op"] != ")":
+                raise Unexpandable("unbalanced parentheses")
+            self.at += 1
+            return rank
+        if token["geometry"]:
+            return 1
+        if token["number"] is not None:
+            return _literal_rank(token["number"], token["suffix"].lower())
+        if token["name"] in self.known:
+            return max(self.known[token["name"]], 0)
+        raise Unexpandable(f"{token.group().strip()} is not known to be an integer")
+
+
+def _literal_rank(number: str, suffix: str) -> int:
+    value = int(number[:len(number) - len(suffix)] if suffix else number, 0)
+    wide = "l" in suffix or value > 0x7FFFFFFF
+    if "u" in suffix:
+        return 3 if wide else 1
+    if wide:
+        raise Unexpandable("a wide literal's type depends on its base")
+    return 0
+
+
+# --- early returns ---------------------------------------------------------------------------------------
+_FLIPPED = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
+# The operators that matter at a comparison's top level: brackets, comparisons, and those binding more loosely
+# (`a & b < c` is `a & (b < c)`), where flipping the comparison would not negate the whole.
+_OPERATOR = re.compile(r"<=|>=|==|!=|<<|>>|->|&&|\|\||[-+*/%&|^]=|[()\[\]{}<>?!=&|^,]")
+
+
+def _guard_early_return(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    first = next((n for n, s in enumerate(body) if _is_early_return(s, masked)), None)
+    if first is None:
+        return source
+    last = first
+    while last + 1 < len(body) and _is_early_return(body[last + 1], masked):
+        last += 1
+    if last + 1 == len(body):  # nothing follows the returns: there is no guarded work to show
+        return source
+    uncommented = mask(source, literals=False)
+    conditions = [uncommented[s.head[0]:s.head[1]] for s in body[first:last + 1]]
+    rest_start, rest_end = body[last + 1].start, body[-1].end
+    indent = _indent_of(source, body[first].start)
+    rest = "\n".join((INDENT + line) if line.strip() else line
+                     for line in source[rest_start:rest_end].split("\n"))
+    guard = f"if ({_negated(conditions)}) {{\n{indent}{rest}\n{indent}}}"
+    return source[:body[first].start] + guard + source[rest_end:]
+
+
+def _is_early_return(statement: Statement, masked: str) -> bool:
+    if statement.kind != "if" or statement.orelse is not None:
+        return False
+    then = re.sub(r"\s+", "", masked[statement.body.start:statement.body.end])
+    return then in ("return;", "{return;}")
+
+
+def _indent_of(source: str, at: int) -> str:
+    line_start = source.rfind("\n", 0, at) + 1
+    return re.match(r"[ \t]*", source[line_start:at]).group()
+
+
+def _negated(conditions: list[str]) -> str:
+    """The condition that none of `conditions` holds, each `||` operand negated on its own (De Morgan)."""
+    parts = [part for condition in conditions for part in _or_operands(condition)]
+    return " && ".join(_negated_part(part) for part in parts)
+
+
+def _or_operands(condition: str) -> list[str]:
+    text = _unparenthesised(" ".join(condition.split()))
+    masked = mask(text)
+    operands, depth, start = [], 0, 0
+    for i, char in enumerate(masked):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0 and masked.startswith("||", i):
+            operands.append(text[start:i].strip())
+            start = i + 2
+        elif depth == 0 and (masked.startswith("&&", i) or char in "?"):
+            return [text]
+    return [*operands, text[start:].strip()]
+
+
+def _negated_part(part: str) -> str:
+    """`part` negated: a single comparison flipped (`i >= n` is `i < n`), anything else as `!(part)`."""
+    part = _unparenthesised(part)
+    depth, operators = 0, []
+    for match in _OPERATOR.finditer(mask(part)):
+        token = match.group()
+        if token in "([{":
+            depth += 1
+        elif token in ")]}":
+            depth -= 1
+        elif depth == 0 and token not in ("<<", ">>", "->"):
+            operators.append(match)
+    if len(operators) != 1 or operators[0].group() not in _FLIPPED:
+        return f"!({part})"
+    operator = operators[0]
+    return f"{part[:operator.start()].strip()} {_FLIPPED[operator.group()]} {part[operator.end():].strip()}"
+
+
+def _unparenthesised(text: str) -> str:
+    text = text.strip()
+    while text.startswith("(") and text.endswith(")"):
+        masked = mask(text)
+        depth = 0
+        for i, char in enumerate(masked):
+            depth += char == "("
+            depth -= char == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        text = text[1:-1].strip()
+    return text
+
+
+# --- pointers into a parameter's array -------------------------------------------------------------------
+_POINTER_LOCAL = re.compile(r"(?:const\s+)?(?P<type>[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*(?:const\s+)?"
+                            r"(?:__restrict__\s+)?(?P<name>[A-Za-z_]\w*)\s*=\s*(?:(?P<base>[A-Za-z_]\w*)\s*\+"
+                            r"(?P<offset>[^;]+)|&\s*(?P<indexed>[A-Za-z_]\w*)\s*\[(?P<index>[^;]+)\])\s*;", re.DOTALL)
+_CHANGED = r"(?:(?<![=!<>])=(?!=)|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<=|>>=|\+\+|--)"
+
+
+def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    arrays = _pointer_parameters(source, kernel)
+    for statement, _ in walk(masked, statements(masked, kernel.body_open + 1, kernel.body_close)):
+        match = _POINTER_LOCAL.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" else None
+        if match is None:
+            continue
+        base = match["base"] or match["indexed"]
+        offset_span = match.span("offset") if match["base"] else match.span("index")
+        if arrays.get(base) != " ".join(match["type"].split()):
+            continue
+        rewritten = _with_pointer_inlined(source, masked, statement, match["name"], base,
+                                          source[offset_span[0]:offset_span[1]].strip(), kernel.body_close)
+        if rewritten is not None:
+            return _inline_array_pointers(rewritten, kernel_name, pinned)
+    return source
+
+
+def _pointer_parameters(source: str, kernel) -> dict[str, str]:
+    """Each pointer parameter's name -> its element type (`const float *__restrict__ A` -> float)."""
+    found = {}
+    for start, end in kernel.parameters(source):
+        text = mask(source[start:end])
+        match = re.fullmatch(r"\s*(?:const\s+)?(?P<type>[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*(?:const\s+)?"
+                             r"(?:__restrict__\s+)?(?P<name>[A-Za-z_]\w*)\s*", text)
+        if match:
+            found[match["name"]] = " ".join(match["type"].replace("const", " ").split())
+    return found
+
+
+def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name: str, base: str, offset: str,
+                          end: int) -> str | None:
+    """The source with `name` replaced at every use after its declaration, and the declaration gone; None when a
+    use is of another form, or the pointer, its array or a name its offset reads may change."""
+    after = masked[declaration.end:end]
+    for changing in (name, base, *set(_SCAN.findall(mask(offset)))):
+        if re.search(rf"(?<![\w.]){re.escape(changing)}\s*{_CHANGED}|(?:\+\+|--)\s*{re.escape(changing)}\b|"
+                     rf"&\s*{re.escape(changing)}\b(?!\s*\[)", after):
+            return None
+    if re.search(rf"\b{re.escape(name)}\b", masked[:declaration.start][masked.rfind("{", 0, declaration.start):]):
+        return None
+    element = f"(long long)({offset})"
+    uses = re.compile(rf"(?P<deref>\*\s*\(\s*)?(?<![\w.]){re.escape(name)}\b\s*(?:(?P<subscript>\[)|"
+                      rf"\+(?P<plus>[^,;()\[\]]*(?:\([^()]*\)[^,;()\[\]]*)*)(?P<close>\))?)?")
+    replacements = []
+    for use in uses.finditer(masked, declaration.end, end):
+        if use["subscript"]:
+            close = _closing_bracket(masked, use.end() - 1)
+            index = source[use.end():close].strip()
+            replacements.append((use.start(), close + 1, f"{base}[{element} + ({index})]"))
+        elif use["plus"] is not None and use["deref"] and use["close"]:  # *(a + j)
+            replacements.append((use.start(), use.end(), f"{base}[{element} + ({_text(source, use, 'plus')})]"))
+        elif use["plus"] is not None and not use["deref"] and masked[use.end("plus"):use.end("plus") + 1] in ",)" \
+                and masked[:use.start()].rstrip()[-1:] in "(,":  # an argument: __ldg(a + j)
+            replacements.append((use.start(), use.end("plus"), f"&{base}[{element} + ({_text(source, use, 'plus')})]"))
+        else:
+            return None
+    if not replacements:
+        return None
+    for start, stop, text in reversed(replacements):
+        source = source[:start] + text + source[stop:]
+    line_start = source.rfind("\n", 0, declaration.start) + 1
+    removed_from = line_start if not source[line_start:declaration.start].strip() else declaration.start
+    removed_to = declaration.end + (1 if source[declaration.end:declaration.end + 1] == "\n" else 0)
+    return source[:removed_from] + source[removed_to:]
+
+
+def _text(source: str, match: re.Match, group: str) -> str:
+    return source[match.start(group):match.end(group)].strip()
+
+
+def _closing_bracket(masked: str, opening: int) -> int:
+    depth = 0
+    for i in range(opening, len(masked)):
+        depth += masked[i] in "(["
+        depth -= masked[i] in ")]"
+        if depth == 0:
+            return i
+    raise ValueError("an unclosed subscript")

@@ -1,0 +1,133 @@
+"""The respelling the recognisers read kernels through (services/generator/rules/canonical.py): each step keeps
+the kernel's meaning, and is left out where it could not."""
+import pytest
+
+from services.generator.rules.canonical import canonical
+from shared.adapters.device.compiler import compile_kernel
+from tests.unit.rules_variants import array, scalar, spec
+
+SIGNATURE = 'extern "C" __global__ void k(float *out, const float *in, int n, long long m)'
+
+
+def kernel(body: str, before: str = "") -> str:
+    return f"{before}\n{SIGNATURE}\n{{\n{body}\n}}\n"
+
+
+def canon(body: str, before: str = "", tune_params: dict | None = None, **more) -> str:
+    source = kernel(body, before)
+    submitted = spec(source, "k", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("n", "n"),
+                                   scalar("m", "n", "int64")], {"n": 1024}, ["n"], tune_params=tune_params, **more)
+    result = canonical(submitted).source
+    compile_kernel(result, "k", {"block_size_x": 256, "block_size_y": 1, "block_size_z": 1, "B": 4}, [], "sm_90")
+    return result[result.index("{", result.index(SIGNATURE)) + 1:result.rindex("}")].strip()
+
+
+def squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_kernel_in_the_read_spelling_comes_back_as_it_came():
+    source = kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) out[i] = in[i];")
+    submitted = spec(source, "k", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("n", "n"),
+                                   scalar("m", "n", "int64")], {"n": 1024}, ["n"])
+    assert canonical(submitted) is submitted
+
+
+def test_the_sources_own_macros_are_expanded_as_the_preprocessor_would():
+    body = canon("    int i = blockIdx.x * BLOCK + threadIdx.x;\n    if (i < n) out[AT(i, 1)] = in[AT(i, 0)] * NEG;",
+                 before="#define BLOCK 256\n#define STRIDE 2\n#define AT(i, o) ((i) * STRIDE + (o)) / STRIDE\n"
+                        "#define NEG -1")
+    assert squeezed(body) == squeezed("int i = blockIdx.x * 256 + threadIdx.x;\n    if (i < n) out[((i) * 2 + (1)) / 2]"
+                                      " = in[((i) * 2 + (0)) / 2] * -1;")
+    assert "- -1" in canon("    int i = threadIdx.x;\n    if (i < n) out[i] = in[i]-NEG;", before="#define NEG -1")
+
+
+@pytest.mark.parametrize("before, tune", [
+    ("#ifndef B\n#define B 4\n#endif", None),  # may be defined by the compile: its group decides
+    ("#define B 4", {"B": [4, 8]}),  # a tune parameter's name: -D gives it per configuration
+    ("#define B 4\n#undef B\n#define B 4", None),  # defined twice
+    ("#define B(x) x##1", None),  # pastes
+], ids=["conditional", "tune parameter", "redefined", "pastes"])
+def test_a_macro_whose_meaning_may_differ_is_left_alone(before, tune):
+    body = "    int i = threadIdx.x;\n    if (i < n) out[i] = in[i] * B;"
+    if "##" in before:
+        body = "    int i = threadIdx.x;\n    if (i < n) out[i] = in[i] * B(2);"
+    assert squeezed(canon(body, before=before, tune_params=tune)) == squeezed(body)
+
+
+def test_a_macro_defined_after_the_kernel_is_not_expanded_in_it():
+    source = kernel("    int i = threadIdx.x;\n    if (i < n) out[i] = in[i];") + "#define i j\n"
+    submitted = spec(source, "k", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("n", "n"),
+                                   scalar("m", "n", "int64")], {"n": 1024}, ["n"])
+    assert canonical(submitted) is submitted
+
+
+@pytest.mark.parametrize("expression, deduced", [
+    ("blockIdx.x * blockDim.x + threadIdx.x", "unsigned int"),
+    ("(int)threadIdx.x + 1", "int"),
+    ("(int)(blockIdx.x * blockDim.x)", "int"),
+    ("blockIdx.x * (long long)blockDim.x + threadIdx.x", "long long"),
+    ("static_cast<size_t>(blockIdx.x) * blockDim.x", "unsigned long long"),
+    ("n * 2 + threadIdx.x", "unsigned int"),
+    ("m + threadIdx.x", "long long"),
+    ("-n", "int"),
+])
+def test_auto_takes_the_type_cpp_deduces(expression, deduced):
+    body = canon(f"    const auto i = {expression};\n    if (i < n) out[i] = in[i];")
+    assert body.startswith(f"const {deduced} i = {expression};")
+
+
+@pytest.mark.parametrize("declaration", ["auto i = in[0] > 0 ? 1 : 2;", "auto i = threadIdx.x, j = threadIdx.y;",
+                                         "auto i = 1.5f * threadIdx.x;", "auto i = 5000000000;"])
+def test_auto_stays_where_its_type_is_not_read_here(declaration):
+    assert canon(f"    {declaration}\n    out[0] = i;").startswith(declaration)
+
+
+@pytest.mark.parametrize("condition, guard", [
+    ("i >= n", "i < n"),
+    ("i >= n || i < 1", "i < n && i >= 1"),
+    ("(i > n - 2) || (i == 0)", "i <= n - 2 && i != 0"),
+    ("i >= n && n > 0", "!(i >= n && n > 0)"),
+    ("i & 1 == 0", "!(i & 1 == 0)"),
+    ("in[i] != 0.0f ? i > 3 : i < 2", "!(in[i] != 0.0f ? i > 3 : i < 2)"),
+    ("!(i < n)", "!(!(i < n))"),
+])
+def test_an_early_return_becomes_the_guard_it_means(condition, guard):
+    body = canon(f"    int i = threadIdx.x;\n    if ({condition}) return;\n    out[i] = in[i];\n    out[0] = 1.0f;")
+    expected = f"int i = threadIdx.x;\n    if ({guard}) {{\n out[i] = in[i];\n out[0] = 1.0f;\n}}"
+    assert squeezed(body) == squeezed(expected)
+
+
+def test_consecutive_early_returns_make_one_guard():
+    body = canon("    int i = threadIdx.x;\n    if (i >= n) return;\n    if (i == 3) { return; }\n    out[i] = in[i];")
+    assert squeezed(body) == squeezed("int i = threadIdx.x;\n if (i < n && i != 3) {\n out[i] = in[i];\n }")
+
+
+@pytest.mark.parametrize("body", [
+    "    int i = threadIdx.x;\n    if (i >= n) return; else out[i] = 1.0f;",
+    "    int i = threadIdx.x;\n    out[i] = in[i];\n    if (i >= n) return;",
+    "    int i = threadIdx.x;\n    if (i >= n) { out[0] = 0.0f; return; }\n    out[i] = in[i];",
+])
+def test_a_return_that_is_not_a_leading_guard_stays(body):
+    assert squeezed(canon(body)) == squeezed(body)
+
+
+def test_a_pointer_into_a_parameters_array_is_replaced_by_the_array_indexed_from_its_offset():
+    body = canon("    int r = threadIdx.x;\n    const float *row = in + (size_t)r * 4;\n"
+                 "    out[r] = row[1] + *(row + 2) + __ldg(row + 3) + __ldg(row + (r & 1));")
+    assert squeezed(body) == squeezed(
+        "int r = threadIdx.x;\n out[r] = in[(long long)((size_t)r * 4) + (1)] + in[(long long)((size_t)r * 4) + (2)]"
+        " + __ldg(&in[(long long)((size_t)r * 4) + (3)]) + __ldg(&in[(long long)((size_t)r * 4) + ((r & 1))]);")
+    assert squeezed(canon("    float *o = &out[n - 4];\n    o[threadIdx.x] = in[0];")) == squeezed(
+        "out[(long long)(n - 4) + (threadIdx.x)] = in[0];")
+
+
+@pytest.mark.parametrize("body", [
+    "    const float *p = in + 4;\n    p++;\n    out[0] = p[0];",  # the pointer moves
+    "    int r = threadIdx.x;\n    const float *p = in + r;\n    r += 1;\n    out[0] = p[0];",  # its offset changes
+    "    const float *p = in + 4;\n    const float *q = p;\n    out[0] = q[0];",  # copied
+    "    const float *p = in + 4;\n    out[0] = p[0] + *p;",  # a use of another form
+    "    const int *p = (const int *)in + 4;\n    out[0] = p[0];",  # another element type
+])
+def test_a_pointer_used_otherwise_or_that_may_change_stays(body):
+    assert squeezed(canon(body)) == squeezed(body)
