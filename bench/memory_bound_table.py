@@ -3,7 +3,7 @@ rules, its best time held against a device-to-device copy of the same bytes meas
 
     python bench/memory_bound_table.py [--only transpose,gemv] [--strategy autonomous|explicit]
                                        [--jobs-timeout 900] [--concurrency 1] [--no-l2-flush] [--json OUT]
-                                       [--larger] [--plan-only]
+                                       [--larger] [--styles] [--plan-only]
 
 Each kernel is one job with generator `rules`: `autonomous` (default) plans from what the recognisers find,
 replanning as the kernel changes; `explicit` runs as steps every rule that applies, in the plan's order, as far
@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 COMPUTE_BOUND = {"horner": "float64 Horner's rule, 31 dependent FMAs per element: compute-bound (corpus README)"}
+STYLES = ROOT / "tests" / "corpus" / "styles"  # kernels written the ways users write them (--styles)
 ATOMIC_SUM = "atomic_sum"  # tests/corpus/atomic_sum.cu: one atomicAdd per element
 TARGET_SHARE, TARGET_ATOMIC_SPEEDUP = 0.85, 10.0
 # Every size's copy is timed in this many rounds and keeps its fastest median: in one round on the H100, two sizes
@@ -95,12 +96,16 @@ class Row:
         return (self.share or 0) >= TARGET_SHARE
 
 
-def kernels(only: set[str] | None, larger: bool = False):
+def kernels(only: set[str] | None, larger: bool = False, styles: bool = False):
     """(name, spec) of every memory-bound corpus kernel, then the naive atomic sum at 32M floats; with `larger`,
-    the small ones at LARGER's sizes."""
+    the small ones at LARGER's sizes; with `styles`, the kernels in users' styles (tests/corpus/styles) instead."""
+    from kforge.specfile import load_spec
     from shared.domain.spec import KernelSpec
     from tests.corpus_kernels import corpus
 
+    if styles:
+        found = [(path.stem, load_spec(path, path.with_suffix(".yaml"))) for path in sorted(STYLES.glob("*.cu"))]
+        return [(name, spec) for name, spec in found if not only or name in only]
     found = [(k.name, k.spec()) for k in corpus() if k.name not in COMPUTE_BOUND]
     if larger:
         found = [(name, spec.model_validate({**spec.model_dump(), "sizes": {**spec.sizes, **LARGER[name]}}))
@@ -364,6 +369,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--larger", action="store_true",
                         help="run the kernels of 64 MB or less at 8 times their bytes (LARGER)")
+    parser.add_argument("--styles", action="store_true",
+                        help="the kernels in users' styles (tests/corpus/styles) instead of the corpus")
     parser.add_argument("--plan-only", action="store_true",
                         help="print what the recognisers find and the plan of each kernel, then stop (no GPU needed)")
     args = parser.parse_args()
@@ -378,7 +385,7 @@ def main() -> None:
     from shared.adapters.device.probe import probe
 
     console = Console(highlight=False, width=220)
-    chosen = kernels(set(args.only.split(",")) if args.only else None, args.larger)
+    chosen = kernels(set(args.only.split(",")) if args.only else None, args.larger, args.styles)
     if not chosen:
         parser.error("no kernel chosen")
     rows, specs = [], {}

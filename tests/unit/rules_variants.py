@@ -941,6 +941,23 @@ extern "C" __global__ void sgemv_rowmajor(int M, int N, float alpha, const float
                         {"block_size_x": 128}, {"block_size_x": [64, 128]})
 
 
+EXTREMES_U64 = spec(r"""
+// The smallest and largest 64-bit key, and how many keys there are: atomicMin, atomicMax and atomicAdd.
+extern "C" __global__ void key_range(unsigned long long *range, unsigned int *count,
+                                     const unsigned long long *keys, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const unsigned long long key = keys[i];
+    atomicMin(&range[0], key);
+    atomicMax(&range[1], key);
+    atomicAdd(count, 1u);
+}
+""", "key_range", [array("range", [2], "uint64", "inout", range=[1 << 40, (1 << 40) + 1]),
+                   array("count", [1], "uint32", "out"), array("keys", ["n"], "uint64", range=[0, 1 << 41]),
+                   scalar("n", "n")], {"n": 1 << 20}, ["n"], tune_params={"block_size_x": [128, 256]})
+
+
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
     "moments": ("hierarchical_reduction", MOMENTS),
@@ -1002,6 +1019,7 @@ VARIANTS = {
     "scale_bias_auto_vectorize": ("vectorize", SCALE_BIAS_AUTO),
     "transpose_index_macro": ("shared_tile", TRANSPOSE_MACRO),
     "sgemv_row_pointer": ("warp_per_row", SGEMV_ROW_POINTER),
+    "key_range": ("hierarchical_reduction", EXTREMES_U64),
 }
 
 

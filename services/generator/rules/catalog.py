@@ -52,10 +52,11 @@ CATALOG = (
     Rule("launch_bounds", "Declare __launch_bounds__ with the block size, so the compiler budgets registers for "
                           "exactly that many threads per block."),
     # The rules that restructure a kernel of a shape their recogniser found (services/generator/rules/shapes.py).
-    Rule("hierarchical_reduction", "Replace atomics that add every element (or every warp's sum) into a few "
-                                   "addresses by a hierarchical reduction: each thread sums elements_per_thread "
-                                   "elements in a register, each warp combines its threads' sums with "
-                                   "__shfl_down_sync, and one atomic per block and address adds the block's; a "
+    Rule("hierarchical_reduction", "Replace atomics that add every element (or every warp's sum, or take their "
+                                   "minimum or maximum) into a few addresses by a hierarchical reduction: each "
+                                   "thread combines elements_per_thread elements in a register, each warp combines "
+                                   "its threads' with __shfl_down_sync, and one atomic per block and address takes "
+                                   "the block's; a "
                                    "histogram keeps per-block bins in shared memory, one atomic per bin and block.",
          rendered=True),
     Rule("shared_tile", "Stage a square tile of block_size_x x block_size_x elements in shared memory, padded by "

@@ -2,14 +2,17 @@
 
 Recognised: a kernel of one point per thread along x (services/generator/rules/points.py) whose point body
 adds into one or a few addresses that do not depend on the point, `atomicAdd(total, x[i])`,
-`atomicAdd(&out[0], a[i] * b[i])`, `atomicAdd(sums + 1, v)`, each call a statement of its own. Every such
-atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
+`atomicAdd(&out[0], a[i] * b[i])`, `atomicAdd(sums + 1, v)`, or takes their minimum or maximum on integers
+(`atomicMin(lo, v)`, `atomicMax(&range[1], v)`), each call a statement of its own and each address taking one of
+the three. Every such atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
 
 Rendered: each thread runs the point body for elements_per_thread points (a block width apart, so loads stay
-coalesced), adding each value into a register of the address's element type instead of the atomic; each warp
-then adds its 32 sums with __shfl_down_sync, warp 0 adds the warps' sums (one shared slot per warp), and one
-atomicAdd per block and address adds the block's sum. The additions happen in another order, which for floats
-is the rounding any reordered sum has (the verifier's tolerance for a kernel whose sum depends on the order).
+coalesced), adding each value into a register of the address's element type instead of the atomic (or keeping the smaller
+or larger, from the type's largest or smallest value); each warp then combines its 32 registers with
+__shfl_down_sync, warp 0 combines the warps' (one shared slot per warp), and one atomic per block and address
+adds (or takes the minimum or maximum of) the block's. The additions happen in another order, which for floats
+is the rounding any reordered sum has (the verifier's tolerance for a kernel whose sum depends on the order);
+a minimum or maximum is the same in any order.
 Blocks must be whole warps: the rewrite tunes block_size_x over multiples of 32.
 """
 import re
@@ -26,6 +29,14 @@ from shared.domain.spec import KernelSpec
 SUMMABLE = {"float", "double", "int", "unsigned", "unsigned int", "long long", "long long int", "unsigned long long",
             "unsigned long long int"}
 MAX_TARGETS = 4
+# atomicMin and atomicMax: the integer types they take, with the identity of each (a register's start, and what a
+# lane past the block's last warp contributes).
+EXTREMES = {"int": ("2147483647", "(-2147483647 - 1)"), "unsigned": ("0xffffffffu", "0u"),
+            "unsigned int": ("0xffffffffu", "0u"), "long long": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+            "long long int": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+            "unsigned long long": ("0xffffffffffffffffull", "0ull"),
+            "unsigned long long int": ("0xffffffffffffffffull", "0ull")}
+ATOMICS = {"atomicAdd": "+", "atomicMin": "min", "atomicMax": "max"}
 TYPE_WORDS = {"int", "unsigned", "long", "short", "char", "size_t", "const", "float", "double", "reinterpret_cast",
               "static_cast"}
 BLOCK_SIZES = [128, 256, 512, 1024]
@@ -36,6 +47,20 @@ EPT_VALUES = [1, 2, 4, 8, 16, 32, 64]
 class Target:
     address: str  # as written, e.g. `&out[0]`
     type: str  # the element type it points to
+    atomic: str  # atomicAdd, atomicMin or atomicMax
+
+    @property
+    def start(self) -> str:
+        """What the register starts from: the combination's identity."""
+        if self.atomic == "atomicAdd":
+            return f"({self.type})0"
+        smallest_first, largest_first = EXTREMES[self.type]
+        return smallest_first if self.atomic == "atomicMin" else largest_first
+
+    def combined(self, register: str, value: str) -> str:
+        if self.atomic == "atomicAdd":
+            return f"{register} += {value};"
+        return f"{register} = {ATOMICS[self.atomic]}({register}, ({self.type})({value}));"
 
 
 @dataclass(frozen=True)
@@ -68,19 +93,20 @@ def recognise(spec: KernelSpec) -> Accumulation:
     source, masked = spec.source, mask(spec.source)
     uncommented = mask(source, literals=False)
     body = masked[kernel.body_start:kernel.body_end]
-    others = sorted({m.group(1) for m in re.finditer(r"\b(atomic\w+)\s*\(", body)} - {"atomicAdd"})
+    others = sorted({m.group(1) for m in re.finditer(r"\b(atomic\w+)\s*\(", body)} - set(ATOMICS))
     if others:
-        raise NotRecognised(f"it uses {', '.join(others)}; the hierarchical reduction takes atomicAdd sums")
+        raise NotRecognised(f"it uses {', '.join(others)}; the hierarchical reduction takes atomicAdd sums, "
+                            f"atomicMin and atomicMax")
     targets: list[Target] = []
     sites: list[Site] = []
-    calls = len(re.findall(r"\batomicAdd\s*\(", body))
+    calls = len(re.findall(r"\batomic(?:Add|Min|Max)\s*\(", body))
     for statement, _ in walk(masked, list(kernel.statements)):
         text = masked[statement.start:statement.end]
-        if statement.kind != "simple" or "atomicAdd" not in text:
+        if statement.kind != "simple" or not re.search(r"\batomic(?:Add|Min|Max)\b", text):
             continue
-        call = re.match(r"\s*atomicAdd\s*\(", text)
+        call = re.match(r"\s*(atomic(?:Add|Min|Max))\s*\(", text)
         if call is None:
-            raise NotRecognised("an atomicAdd's result is used, or it is not a statement of its own")
+            raise NotRecognised("an atomic's result is used, or it is not a statement of its own")
         opening = statement.start + call.end() - 1
         close = closing(masked, opening)
         if masked[close + 1:statement.end].strip() != ";":
@@ -91,13 +117,15 @@ def recognise(spec: KernelSpec) -> Accumulation:
         address_at = opening + 1
         value_at = address_at + len(arguments[0]) + 1
         address = " ".join(uncommented[address_at:address_at + len(arguments[0])].split())
-        target = _target(address, kernel)
+        target = _target(address, kernel, call.group(1))
+        if clash := next((t for t in targets if t.address == address and t != target), None):
+            raise NotRecognised(f"`{address}` takes both {clash.atomic} and {target.atomic}")
         if target not in targets:
             targets.append(target)
         value = uncommented[value_at:close].strip()
         sites.append(Site(statement.start, statement.end, targets.index(target), value))
     if not sites:
-        raise NotRecognised("it makes no atomicAdd")
+        raise NotRecognised("it makes no atomicAdd, atomicMin or atomicMax")
     if len(sites) != calls:
         raise NotRecognised("an atomicAdd is not a statement of its own")
     if len(targets) > MAX_TARGETS:
@@ -111,7 +139,7 @@ def recognise(spec: KernelSpec) -> Accumulation:
     return Accumulation(kernel, tuple(targets), tuple(sites))
 
 
-def _target(address: str, kernel: PointKernel) -> Target:
+def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
     names = [n for n in IDENTIFIER.findall(address) if n not in TYPE_WORDS]
     outside = [n for n in names if n not in kernel.parameters]
     if outside:
@@ -121,9 +149,11 @@ def _target(address: str, kernel: PointKernel) -> Target:
     if len(pointers) != 1 or not re.fullmatch(r"&?\s*\(?\s*\w+\s*(?:\[.*\]|[-+].*)?\)?", address):
         raise NotRecognised(f"the atomicAdd address `{address}` is not one array's element")
     element = kernel.array_types[pointers[0]]
+    if atomic != "atomicAdd" and element not in EXTREMES:
+        raise NotRecognised(f"{pointers[0]} holds {element}; {atomic} takes {', '.join(sorted(EXTREMES))}")
     if element not in SUMMABLE:
         raise NotRecognised(f"{pointers[0]} holds {element}; warp shuffles add {', '.join(sorted(SUMMABLE))}")
-    return Target(address, element)
+    return Target(address, element, atomic)
 
 
 @dataclass(frozen=True)
@@ -170,22 +200,24 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     kernel = model.kernel
     taken = identifiers(kernel.source)
     names = {key: fresh_name(key, taken) for key in ("first", "k", "point")}
-    sums = [fresh_name(f"sum{j}", taken) for j in range(len(model.targets))]
-    body = points.point_body(kernel, [(s.start, s.end, f"{sums[s.target]} += {s.value};") for s in model.sites])
-    prologue = ["// Hierarchical reduction: each thread adds its elements_per_thread points into registers, each warp",
-                "// adds its threads' sums with shuffles, warp 0 adds the warps' sums, and one atomicAdd per block",
-                "// and address adds the block's sum.",
-                *(f"{t.type} {s} = 0;" for t, s in zip(model.targets, sums))]
-    partials = [Partial(s, t.type, "+", f"({t.type})0") for t, s in zip(model.targets, sums)]
+    registers = {"atomicAdd": "sum", "atomicMin": "low", "atomicMax": "high"}
+    sums = [fresh_name(f"{registers[t.atomic]}{j}", taken) for j, t in enumerate(model.targets)]
+    body = points.point_body(kernel, [(s.start, s.end, model.targets[s.target].combined(sums[s.target], s.value))
+                                      for s in model.sites])
+    prologue = ["// Hierarchical reduction: each thread combines its elements_per_thread points in registers, each",
+                "// warp combines its threads' with shuffles, warp 0 combines the warps', and one atomic per block",
+                "// and address takes the block's.",
+                *(f"{t.type} {s} = {t.start};" for t, s in zip(model.targets, sums))]
+    partials = [Partial(s, t.type, ATOMICS[t.atomic], t.start) for t, s in zip(model.targets, sums)]
     epilogue = block_reduction(partials, kernel.axes[0].block, taken,
-                               [f"atomicAdd({t.address}, {s});" for t, s in zip(model.targets, sums)])
+                               [f"{t.atomic}({t.address}, {s});" for t, s in zip(model.targets, sums)])
     lines = points.march(kernel, 0, "elements_per_thread", names, body, prologue, epilogue)
     return points.with_body(kernel, lines)
 
 
 class AtomicAccumulationShape:
     name = "atomic_accumulation"
-    kind = "an accumulation into a few fixed addresses with atomicAdd"
+    kind = "an accumulation into a few fixed addresses with atomicAdd (or atomicMin, atomicMax)"
     rules = ("hierarchical_reduction",)
 
     def recognise(self, spec: KernelSpec) -> Accumulation:
