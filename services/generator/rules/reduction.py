@@ -7,8 +7,8 @@ adds into one or a few addresses that do not depend on the point, `atomicAdd(tot
 the three. Every such atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
 
 Rendered: each thread runs the point body for elements_per_thread points (a block width apart, so loads stay
-coalesced), adding each value into a register of the address's element type instead of the atomic (or keeping the smaller
-or larger, from the type's largest or smallest value); each warp then combines its 32 registers with
+coalesced), adding each value into a register of the address's element type instead of the atomic (or keeping
+the smaller or larger, from the type's largest or smallest value); each warp then combines its 32 registers with
 __shfl_down_sync, warp 0 combines the warps' (one shared slot per warp), and one atomic per block and address
 adds (or takes the minimum or maximum of) the block's. The additions happen in another order, which for floats
 is the rounding any reordered sum has (the verifier's tolerance for a kernel whose sum depends on the order);
@@ -32,7 +32,8 @@ MAX_TARGETS = 4
 # atomicMin and atomicMax: the integer types they take, with the identity of each (a register's start, and what a
 # lane past the block's last warp contributes).
 EXTREMES = {"int": ("2147483647", "(-2147483647 - 1)"), "unsigned": ("0xffffffffu", "0u"),
-            "unsigned int": ("0xffffffffu", "0u"), "long long": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+            "unsigned int": ("0xffffffffu", "0u"),
+            "long long": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
             "long long int": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
             "unsigned long long": ("0xffffffffffffffffull", "0ull"),
             "unsigned long long int": ("0xffffffffffffffffull", "0ull")}
