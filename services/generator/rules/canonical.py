@@ -191,7 +191,8 @@ _GEOMETRY = re.compile(r"(?:threadIdx|blockIdx|blockDim|gridDim)\.[xyz]")
 _TYPE_NAME = "|".join(sorted((re.escape(t).replace(r"\ ", r"\s+") for t in _RANKS), key=len, reverse=True))
 _AUTO = re.compile(r"(?<![\w.])(?P<auto>auto)\s+(?P<name>[A-Za-z_]\w*)\s*=(?!=)")
 _TOKENS = re.compile(rf"\s*(?:(?P<geometry>{_GEOMETRY.pattern})|"
-                     rf"(?P<number>(?:0[xX][0-9a-fA-F]+|\d+)(?P<suffix>[uUlL]*))(?![\w.])|(?P<cast>\(\s*(?:const\s+)?(?P<type>{_TYPE_NAME})\s*\))|"
+                     rf"(?P<number>(?:0[xX][0-9a-fA-F]+|\d+)(?P<suffix>[uUlL]*))(?![\w.])|"
+                     rf"(?P<cast>\(\s*(?:const\s+)?(?P<type>{_TYPE_NAME})\s*\))|"
                      rf"(?P<static>static_cast\s*<\s*(?P<static_type>{_TYPE_NAME})\s*>)|(?P<name>[A-Za-z_]\w*)|"
                      r"(?P<op>[-+*/%&|^()]))")
 
