@@ -131,3 +131,59 @@ def test_a_pointer_into_a_parameters_array_is_replaced_by_the_array_indexed_from
 ])
 def test_a_pointer_used_otherwise_or_that_may_change_stays(body):
     assert squeezed(canon(body)) == squeezed(body)
+
+
+def test_a_while_loop_stepped_at_its_end_is_the_for_loop_it_means():
+    body = canon("    float s = 0.0f;\n    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+                 "    const long long stride = (long long)blockDim.x * gridDim.x;\n"
+                 "    while (i < m) {\n        s += in[i];\n        i += stride;\n    }\n    out[0] = s;")
+    assert squeezed(body) == squeezed(
+        "float s = 0.0f;\n for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < m; "
+        "i += (long long)blockDim.x * gridDim.x) {\n s += in[i];\n }\n out[0] = s;")
+
+
+@pytest.mark.parametrize("body", [
+    "    int i = threadIdx.x;\n    while (i < n) {\n        if (in[i] < 0.0f) continue;\n        out[i] = 1.0f;\n"
+    "        i += 32;\n    }",  # continue would skip the step
+    "    int i = threadIdx.x;\n    while (i < n) {\n        out[i] = 1.0f;\n        i += 32;\n    }\n    out[0] = i;",
+    "    int i = threadIdx.x;\n    out[i] = 2.0f;\n    while (i < n) {\n        out[i] = 1.0f;\n        i += 32;\n    }",
+    "    int i = threadIdx.x;\n    while (i < n) {\n        out[i] = 1.0f;\n        i *= 2;\n        i += 32;\n    }",
+    "    int k = n;\n    int i = k + 1;\n    k = 3;\n    while (i < n) {\n        out[i] = 1.0f;\n        i += 32;\n    }",
+], ids=["continue", "read after", "read between", "changed in the body", "its start changes before the loop"])
+def test_a_while_loop_that_is_not_that_for_loop_stays(body):
+    assert squeezed(canon(body)) == squeezed(body)
+
+
+def test_a_window_walked_in_absolute_coordinates_is_walked_by_offset():
+    body = canon("    int x = blockIdx.x * blockDim.x + threadIdx.x;\n    float s = 0.0f;\n"
+                 "    for (int c = x - 2; c <= x + 2; c++) s += in[c];\n    out[x] = s;")
+    assert squeezed(body) == squeezed("int x = blockIdx.x * blockDim.x + threadIdx.x;\n float s = 0.0f;\n"
+                                      " for (int dc = -(2); (x + dc) <= x + 2; dc++) s += in[(x + dc)];\n out[x] = s;")
+
+
+@pytest.mark.parametrize("loop", ["for (int c = x - 2; c <= x + 2; c += 2) s += in[c];",  # not a unit step
+                                  "for (int c = x - 2; c <= x + 2; c++) { s += in[c]; c++; }",  # changed inside
+                                  "for (int c = n - 2; c <= n; c++) s += in[c];"])  # not around the point
+def test_a_loop_that_is_no_window_around_the_point_stays(loop):
+    body = f"    int x = blockIdx.x * blockDim.x + threadIdx.x;\n    float s = 0.0f;\n    {loop}\n    out[x] = s;"
+    assert squeezed(canon(body)) == squeezed(body)
+
+
+ACCESSOR = "__device__ __forceinline__ float at(const float *p, int x, int w) { return p[x * w + 1]; }\n"
+
+
+def test_a_one_return_function_called_by_the_kernel_is_its_expression():
+    body = canon("    int x = threadIdx.x;\n    float v = at(in, x + 1, n);\n    if (x < n) out[x] = v;",
+                 before=ACCESSOR)
+    assert "float v = ((float)(in[((int)(x + 1)) * ((int)(n)) + 1]));" in squeezed(body)
+
+
+@pytest.mark.parametrize("call, before", [
+    ("at(in + 1, x, n)", ACCESSOR),  # a pointer that is no name
+    ("at(in, x++, n)", ACCESSOR),  # a side effect
+    ("twice(in, __ldg(&in[x]))", "__device__ float twice(const float *p, float v) { return v * v; }\n"),
+    ("scaled(x)", "__device__ float scale = 2.0f;\n__device__ float scaled(int x) { return x * scale; }\n"),
+], ids=["pointer expression", "side effect", "argument read twice calls", "names a kernel local"])
+def test_a_call_that_inlined_would_mean_otherwise_stays(call, before):
+    body = f"    int x = threadIdx.x;\n    float scale = 1.0f;\n    float v = {call};\n    if (x < n) out[x] = v * scale;"
+    assert squeezed(canon(body, before=before)) == squeezed(body)

@@ -13,7 +13,20 @@ a kernel, its body is respelled, each step one that C++ makes exact:
 - a local pointer into a parameter's array (`const float *a = A + (size_t)row * n;`), never changed, nor are the
   names its offset reads, is replaced where it is used by the parameter indexed from the offset: `a[j]`, `*(a + j)`
   and a call's argument `a + j` (`__ldg(a + j)`) become `A[(long long)((size_t)row * n) + (j)]` (`&A[...]` for the
-  argument), which is the same address: pointer arithmetic adds the offset as a signed 64-bit count too.
+  argument), which is the same address: pointer arithmetic adds the offset as a signed 64-bit count too;
+- a call of a `__device__` function whose body is one return (`at(img, x + 1, y, w)` of `float at(const float *p,
+  int x, int y, int w) { return p[y * w + x]; }`) is its expression, each argument converted to its parameter's type
+  (`((float)(p[((int)(y)) * ((int)(w)) + ((int)(x + 1))]))`): taken only where the arguments have no side effects
+  (and call nothing, for a parameter read twice), a pointer argument is a name, and the expression reads no name
+  the kernel declares;
+- a loop over an index declared before it, stepped at the end of its body (`long long i = START; const long long
+  stride = ...; while (i < n) { ...; i += stride; }`), is the for loop it means, `for (long long i = START; i < n;
+  i += stride) { ... }`: taken only where nothing between reads the index, nothing after the loop does, the body
+  has no `continue` (which would skip the step) and changes the index nowhere else; a stride local read nowhere
+  else is written into the step;
+- a loop walking a window around the thread's point in absolute coordinates (`for (int r = row - R; r <= row + R;
+  r++)`, row a local of the launch geometry) walks it by offset instead: `for (int dr = -(R); row + dr <= row + R;
+  dr++)`, `(row + dr)` standing for r, which the body must not change.
 A kernel none of this changes comes back as it came. The rules render from this text, so their rewrites show the
 macros expanded and the guard as an if; the verifier proves them against the kernel as submitted.
 """
@@ -21,7 +34,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import find_kernel, mask, split_top_level
+from services.generator.rules.cuda_text import find_kernel, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -43,18 +56,19 @@ class Macro:
     body: str
 
 
-def canonical(spec: KernelSpec, pointers: bool = True) -> KernelSpec:
-    """`spec` with its kernel's body respelled (above), pointers into arrays inlined unless `pointers` is False;
-    the same spec where nothing changes."""
+def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
+    """`spec` with its kernel's body respelled (above), pointers into arrays and calls of one-return functions
+    inlined unless `inline` is False; the same spec where nothing changes."""
     pinned = frozenset({*spec.tune_params, *spec.params, *spec.block_size_names,
                         *option_macros(spec.compiler_options)})
-    source = _canonical_source(spec.source, spec.kernel_name, pinned, pointers)
+    source = _canonical_source(spec.source, spec.kernel_name, pinned, inline)
     return spec if source == spec.source else spec.model_copy(update={"source": source})
 
 
 @functools.lru_cache(maxsize=256)
-def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], pointers: bool) -> str:
-    steps = (_expand_macros, _deduce_auto, _guard_early_return) + ((_inline_array_pointers,) if pointers else ())
+def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
+    steps = (_expand_macros, _deduce_auto, _guard_early_return, _while_as_for, _window_offsets) + (
+        (_inline_functions, _inline_array_pointers) if inline else ())
     for step in steps:
         try:
             source = step(source, kernel_name, pinned)
@@ -495,3 +509,223 @@ def _closing_bracket(masked: str, opening: int) -> int:
         if depth == 0:
             return i
     raise ValueError("an unclosed subscript")
+
+
+# --- while loops that are for loops ----------------------------------------------------------------------
+_DECLARED = re.compile(r"\s*(?P<const>const\s+)?(?P<type>(?:(?:unsigned|signed|long|short|int|size_t|ptrdiff_t|"
+                       r"u?int(?:32|64)_t|std::size_t)\s*)+)\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
+_STEP = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*(?:\+=\s*(?P<by>[^;]+?)|\+\+)\s*;\s*|\s*\+\+\s*(?P<pre>[A-Za-z_]\w*)\s*;\s*")
+_PURE = re.compile(r"[\w\s.*+\-()]*")  # launch geometry, names, casts and arithmetic: no call, no assignment
+
+
+def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    for at, loop in enumerate(body):
+        if loop.kind != "while" or loop.body.kind != "block":
+            continue
+        inner = statements(masked, *loop.body.inner)
+        if not inner:
+            continue
+        step = _STEP.fullmatch(masked, inner[-1].start, inner[-1].end)
+        if step is None:
+            continue
+        index = step["name"] or step["pre"]
+        found = _loop_declaration(masked, body[:at], index)
+        if found is None:
+            continue
+        declared, match = found
+        after = masked[loop.end:kernel.body_close]
+        rest_of_body = masked[loop.body.inner[0]:inner[-1].start]
+        if re.search(rf"\b{index}\b", after) or re.search(r"\bcontinue\b", rest_of_body) or \
+                re.search(rf"(?<![\w.]){index}\s*{_CHANGED}|(?:\+\+|--)\s*{index}\b|&\s*{index}\b", rest_of_body):
+            continue
+        removed = [declared]
+        by = source[step.start("by"):step.end("by")].strip() if step["by"] else "1"
+        stride = next((s for s in body[:at] if step["by"] and (d := _DECLARED.fullmatch(masked, s.start, s.end))
+                       and d["name"] == by.strip()), None)
+        if stride is not None:
+            elsewhere = masked[kernel.body_open:stride.start] + masked[stride.end:inner[-1].start] + after
+            stride_match = _DECLARED.fullmatch(masked, stride.start, stride.end)
+            if not re.search(rf"\b{by}\b", elsewhere) and _PURE.fullmatch(stride_match["init"]):
+                by, removed = source[stride_match.start("init"):stride_match.end("init")].strip(), [declared, stride]
+        init = source[match.start("init"):match.end("init")].strip()
+        condition = source[loop.head[0]:loop.head[1]].strip()
+        kept_body = source[loop.body.start:inner[-1].start].rstrip() + "\n" + \
+            _indent_of(source, loop.start) + "}"
+        header = f"for ({' '.join(match['type'].split())} {index} = {init}; {condition}; {index} += {by}) "
+        source = source[:loop.start] + header + kept_body + source[loop.end:]
+        for statement in sorted(removed, key=lambda s: s.start, reverse=True):
+            source = _without_statement(source, statement)
+        return source
+    return source
+
+
+def _loop_declaration(masked: str, before: list[Statement], index: str) -> tuple[Statement, re.Match] | None:
+    """The declaration of the loop's index among the statements before it, when nothing after it reads the
+    index, nor anything its initialiser reads changes, and the initialiser calls nothing."""
+    for number, statement in enumerate(before):
+        match = _DECLARED.fullmatch(masked, statement.start, statement.end)
+        if match is None or match["name"] != index:
+            continue
+        if match["const"] or not _PURE.fullmatch(match["init"]) or re.search(r"[A-Za-z_]\w*\s*\(", match["init"]):
+            return None
+        reads = set(_SCAN.findall(match["init"]))
+        for later in before[number + 1:]:
+            text = masked[later.start:later.end]
+            declaration = re.fullmatch(r"\s*(?:const\s+)?[A-Za-z_][\w\s:]*?\s+(?P<name>[A-Za-z_]\w*)\s*=[^;]*;\s*", text)
+            if declaration is None or re.search(rf"\b{index}\b", text) or declaration["name"] in reads:
+                return None
+        return statement, match
+    return None
+
+
+def _without_statement(source: str, statement: Statement) -> str:
+    line_start = source.rfind("\n", 0, statement.start) + 1
+    start = line_start if not source[line_start:statement.start].strip() else statement.start
+    end = statement.end + (1 if source[statement.end:statement.end + 1] == "\n" else 0)
+    return source[:start] + source[end:]
+
+
+# --- windows walked in absolute coordinates --------------------------------------------------------------
+_WINDOW_INIT = re.compile(r"\s*(?P<type>(?:const\s+)?(?:unsigned\s+|signed\s+|long\s+)*(?:int|long|size_t|unsigned))\s+"
+                          r"(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<centre>[A-Za-z_]\w*)\s*(?P<sign>[-+])(?P<reach>[^;]+)")
+_UNIT_STEP = r"\s*(?:{0}\s*\+\+|\+\+\s*{0}|{0}\s*\+=\s*1)\s*"
+
+
+def _window_offsets(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    geometry = {m["name"] for s in body if (m := _DECLARED.fullmatch(masked, s.start, s.end))
+                and re.search(r"\b(?:threadIdx|blockIdx)\b", m["init"])}
+    for loop, _ in walk(masked, body):
+        if loop.kind != "for":
+            continue
+        parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
+        if len(parts) != 3:
+            continue
+        init = _WINDOW_INIT.fullmatch(parts[0])
+        if init is None or init["centre"] not in geometry or not _PURE.fullmatch(init["reach"]) or \
+                re.search(r"[A-Za-z_]\w*\s*\(", init["reach"]):
+            continue
+        name, centre = init["name"], init["centre"]
+        if not re.fullmatch(_UNIT_STEP.format(re.escape(name)), parts[2]):
+            continue
+        inside = masked[loop.body.start:loop.body.end]
+        if re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|&\s*{name}\b|"
+                     rf"(?<![\w.]){centre}\s*{_CHANGED}", inside):
+            continue
+        offset = fresh_name(f"d{name}", identifiers(source))
+        at = loop.head[0]
+        reach = source[at + init.start("reach"):at + init.end("reach")].strip()
+        start = f"-({reach})" if init["sign"] == "-" else f"({reach})"
+        condition_at = at + len(parts[0]) + 1
+        condition = _renamed(source[condition_at:condition_at + len(parts[1])].strip(), name, f"({centre} + {offset})")
+        header = f"{' '.join(init['type'].split())} {offset} = {start}; {condition}; {offset}++"
+        renamed_body = _renamed(source[loop.body.start:loop.body.end], name, f"({centre} + {offset})")
+        source = source[:loop.head[0]] + header + source[loop.head[1]:loop.body.start] + renamed_body + \
+            source[loop.body.end:]
+        return _window_offsets(source, kernel_name, pinned)
+    return source
+
+
+def _renamed(text: str, name: str, replacement: str) -> str:
+    return _SCAN.sub(lambda m: replacement if m.group() == name else m.group(), text)
+
+
+# --- one-return device functions -------------------------------------------------------------------------
+_FUNCTION = re.compile(r"__device__\s+(?:(?:__forceinline__|__noinline__|inline|static)\s+)*(?P<type>(?:const\s+)?"
+                       r"(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|size_t|bool|char|short))"
+                       r"\s+(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{\s*return\b(?P<expr>[^;{}]*);\s*\}")
+_PARAMETER = re.compile(r"\s*(?P<type>(?:const\s+)?[A-Za-z_][\w\s]*?)\s*(?P<pointer>\*\s*(?:const\s+)?"
+                        r"(?:__restrict__\s+)?)?(?P<name>[A-Za-z_]\w*)\s*")
+_SIDE_EFFECTS = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)|[-+*/%&|^]=|<<=|>>=")
+
+
+@dataclass(frozen=True)
+class Function:
+    type: str
+    params: tuple[tuple[str, str, bool], ...]  # (name, type, is a pointer)
+    expression: str
+
+
+def _inline_functions(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    functions = _one_return_functions(source, masked, kernel.name_at)
+    if not functions:
+        return source
+    declared = set(_SCAN.findall(masked[kernel.params_open:kernel.body_close]))
+    start, end = kernel.body_open + 1, kernel.body_close
+    for _ in range(4):  # a function's expression may call another
+        body = source[start:end]
+        inlined = _inlined_calls(body, mask(body), functions, declared)
+        if inlined == body:
+            break
+        source = source[:start] + inlined + source[end:]
+        end = start + len(inlined)
+    return source
+
+
+def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Function]:
+    found: dict[str, list[Function | None]] = {}
+    for match in _FUNCTION.finditer(masked, 0, before):
+        params: list[tuple[str, str, bool]] = []
+        for part in split_top_level(match["params"], ","):
+            parameter = _PARAMETER.fullmatch(part)
+            if parameter is None:
+                params = None
+                break
+            params.append((parameter["name"], " ".join(parameter["type"].split()), bool(parameter["pointer"])))
+        if params == [] and match["params"].strip() not in ("", "void"):
+            params = None
+        expression = source[match.start("expr"):match.end("expr")].strip()
+        found.setdefault(match["name"], []).append(
+            Function(" ".join(match["type"].split()), tuple(params), expression) if params is not None else None)
+    for name in set(_SCAN.findall(masked[:before])):  # an overload or a declaration elsewhere: which one is called?
+        if name in found and len(re.findall(rf"\b{name}\s*\(", masked[:before])) != len(found[name]):
+            found[name].append(None)
+    return {name: f[0] for name, f in found.items() if len(f) == 1 and f[0] is not None}
+
+
+def _inlined_calls(body: str, masked: str, functions: dict[str, Function], declared: set[str]) -> str:
+    out, at = [], 0
+    for match in re.finditer(r"(?<![\w.:>])(?P<name>[A-Za-z_]\w*)\s*\(", masked):
+        function = functions.get(match["name"])
+        if function is None or match.start() < at:
+            continue
+        close = _closing_paren(masked, match.end() - 1)
+        arguments = split_top_level(masked[match.end():close], ",") if masked[match.end():close].strip() else []
+        if len(arguments) != len(function.params):
+            continue
+        spans, offset = [], match.end()
+        for argument in arguments:
+            spans.append(body[offset:offset + len(argument)].strip())
+            offset += len(argument) + 1
+        replacement = _expression_of(function, spans, [a.strip() for a in arguments], declared)
+        if replacement is None:
+            continue
+        out += [body[at:match.start()], replacement]
+        at = close + 1
+    return "".join(out) + body[at:]
+
+
+def _expression_of(function: Function, arguments: list[str], masked_arguments: list[str],
+                   declared: set[str]) -> str | None:
+    names = {name for name, _, _ in function.params}
+    if (set(_SCAN.findall(mask(function.expression))) - names) & declared:
+        return None  # the expression names something the kernel declares too: inlined, it would read that
+    values = {}
+    for (name, type_, pointer), argument, masked in zip(function.params, arguments, masked_arguments):
+        uses = len(re.findall(rf"\b{name}\b", mask(function.expression)))
+        if _SIDE_EFFECTS.search(masked) or (uses > 1 and re.search(r"[A-Za-z_]\w*\s*\(", masked)):
+            return None
+        if pointer:
+            if not re.fullmatch(r"[A-Za-z_]\w*", argument):
+                return None
+            values[name] = argument
+        else:
+            values[name] = f"(({type_})({argument}))"
+    return f"(({function.type})({_substitute(function.expression, values)}))"

@@ -56,10 +56,11 @@ def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
 
 
 def reading(spec: KernelSpec) -> KernelSpec:
-    """The spelling of the submitted kernel the shapes read (canonical.py), its pointers into arrays inlined only
-    where that lets a more specific shape read it: a row loop's `const float *a = A + row * n` hides its rows
-    from the recognisers, while a block's pointer to its row is what row_in_registers caches the row through."""
-    kept, inlined = canonical(spec, pointers=False), canonical(spec)
+    """The spelling of the submitted kernel the shapes read (canonical.py), its pointers into arrays and calls of
+    one-return functions inlined only where that lets a more specific shape read it: a row loop's `const float *a
+    = A + row * n` hides its rows from the recognisers, and an accessor `at(img, x - 1, y, w)` a stencil's
+    neighbours, while a block's pointer to its row is what row_in_registers caches the row through."""
+    kept, inlined = canonical(spec, inline=False), canonical(spec)
     if inlined.source == kept.source:
         return kept
     return inlined if _first_shape(inlined) < _first_shape(kept) else kept
