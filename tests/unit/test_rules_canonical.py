@@ -146,9 +146,12 @@ def test_a_while_loop_stepped_at_its_end_is_the_for_loop_it_means():
     "    int i = threadIdx.x;\n    while (i < n) {\n        if (in[i] < 0.0f) continue;\n        out[i] = 1.0f;\n"
     "        i += 32;\n    }",  # continue would skip the step
     "    int i = threadIdx.x;\n    while (i < n) {\n        out[i] = 1.0f;\n        i += 32;\n    }\n    out[0] = i;",
-    "    int i = threadIdx.x;\n    out[i] = 2.0f;\n    while (i < n) {\n        out[i] = 1.0f;\n        i += 32;\n    }",
-    "    int i = threadIdx.x;\n    while (i < n) {\n        out[i] = 1.0f;\n        i *= 2;\n        i += 32;\n    }",
-    "    int k = n;\n    int i = k + 1;\n    k = 3;\n    while (i < n) {\n        out[i] = 1.0f;\n        i += 32;\n    }",
+    "    int i = threadIdx.x;\n    out[i] = 2.0f;\n    while (i < n) {\n        out[i] = 1.0f;\n"
+    "        i += 32;\n    }",
+    "    int i = threadIdx.x;\n    while (i < n) {\n        out[i] = 1.0f;\n        i *= 2;\n"
+    "        i += 32;\n    }",
+    "    int k = n;\n    int i = k + 1;\n    k = 3;\n    while (i < n) {\n        out[i] = 1.0f;\n"
+    "        i += 32;\n    }",
 ], ids=["continue", "read after", "read between", "changed in the body", "its start changes before the loop"])
 def test_a_while_loop_that_is_not_that_for_loop_stays(body):
     assert squeezed(canon(body)) == squeezed(body)
@@ -185,5 +188,6 @@ def test_a_one_return_function_called_by_the_kernel_is_its_expression():
     ("scaled(x)", "__device__ float scale = 2.0f;\n__device__ float scaled(int x) { return x * scale; }\n"),
 ], ids=["pointer expression", "side effect", "argument read twice calls", "names a kernel local"])
 def test_a_call_that_inlined_would_mean_otherwise_stays(call, before):
-    body = f"    int x = threadIdx.x;\n    float scale = 1.0f;\n    float v = {call};\n    if (x < n) out[x] = v * scale;"
+    body = f"    int x = threadIdx.x;\n    float scale = 1.0f;\n    float v = {call};\n"
+    body += "    if (x < n) out[x] = v * scale;"
     assert squeezed(canon(body, before=before)) == squeezed(body)

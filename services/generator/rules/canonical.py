@@ -514,7 +514,9 @@ def _closing_bracket(masked: str, opening: int) -> int:
 # --- while loops that are for loops ----------------------------------------------------------------------
 _DECLARED = re.compile(r"\s*(?P<const>const\s+)?(?P<type>(?:(?:unsigned|signed|long|short|int|size_t|ptrdiff_t|"
                        r"u?int(?:32|64)_t|std::size_t)\s*)+)\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
-_STEP = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*(?:\+=\s*(?P<by>[^;]+?)|\+\+)\s*;\s*|\s*\+\+\s*(?P<pre>[A-Za-z_]\w*)\s*;\s*")
+_STEP = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*(?:\+=\s*(?P<by>[^;]+?)|\+\+)\s*;\s*|"
+                   r"\s*\+\+\s*(?P<pre>[A-Za-z_]\w*)\s*;\s*")
+_ANY_DECLARATION = re.compile(r"\s*(?:const\s+)?[A-Za-z_][\w\s:]*?\s+(?P<name>[A-Za-z_]\w*)\s*=[^;]*;\s*")
 _PURE = re.compile(r"[\w\s.*+\-()]*")  # launch geometry, names, casts and arithmetic: no call, no assignment
 
 
@@ -574,7 +576,7 @@ def _loop_declaration(masked: str, before: list[Statement], index: str) -> tuple
         reads = set(_SCAN.findall(match["init"]))
         for later in before[number + 1:]:
             text = masked[later.start:later.end]
-            declaration = re.fullmatch(r"\s*(?:const\s+)?[A-Za-z_][\w\s:]*?\s+(?P<name>[A-Za-z_]\w*)\s*=[^;]*;\s*", text)
+            declaration = _ANY_DECLARATION.fullmatch(text)
             if declaration is None or re.search(rf"\b{index}\b", text) or declaration["name"] in reads:
                 return None
         return statement, match
