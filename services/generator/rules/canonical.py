@@ -1,45 +1,56 @@
 """The submitted kernel in the spellings the recognisers read, its meaning unchanged.
 
 Users write one construct many ways, and the recognisers (shapes.py) read one spelling of each. Before they read
-a kernel, its body is respelled, each step one that C++ makes exact:
+a kernel, its body is respelled, each step one that C++ makes exact, and left out wherever that is not sure:
 - the source's own macros (`#define IDX(r, c) ((r) * cols + (c))`, `#define RADIUS 2`) are expanded where the
-  body uses them, as the preprocessor would. A macro is expanded only where its meaning is the same for every
-  compile: defined once, outside conditional groups, before the kernel, never undefined, without `#`, `##` or
-  variadic arguments, and named by no tune parameter, param or -D/-U option (those may change per compile);
+  body uses them, as the preprocessor would (arguments spaced from their neighbours, numbers read whole). Only
+  macros whose meaning is the same for every compile: defined once, outside conditional groups, before the kernel,
+  never undefined, without `#`, `##` or variadic arguments, named by no tune parameter, param or -D/-U option;
+  and not where an expansion still names a macro of the source, which the compiler would expand again;
 - an `auto` local initialised by integer arithmetic of the launch geometry, integer literals, the kernel's integer
-  parameters and casts gets the type C++ deduces for it (`unsigned int` for `blockIdx.x * blockDim.x + threadIdx.x`);
+  parameters (none a local shadows) and casts gets the type C++ deduces for it (`unsigned int` for
+  `blockIdx.x * blockDim.x + threadIdx.x`, `size_t` for a `(size_t)` cast's product), as spelled by its widest
+  term; none where those terms are spelled differently or the type is narrower than int;
 - an early return (`if (i >= n) return;`) becomes the guard it means: the statements after it run inside
-  `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons;
-- a local pointer into a parameter's array (`const float *a = A + (size_t)row * n;`), never changed, nor are the
-  names its offset reads, is replaced where it is used by the parameter indexed from the offset: `a[j]`, `*(a + j)`
-  and a call's argument `a + j` (`__ldg(a + j)`) become `A[(long long)((size_t)row * n) + (j)]` (`&A[...]` for the
-  argument), which is the same address: pointer arithmetic adds the offset as a signed 64-bit count too;
-- a call of a `__device__` function whose body is one return (`at(img, x + 1, y, w)` of `float at(const float *p,
-  int x, int y, int w) { return p[y * w + x]; }`) is its expression, each argument converted to its parameter's type
-  (`((float)(p[((int)(y)) * ((int)(w)) + ((int)(x + 1))]))`): taken only where the arguments have no side effects
-  (and call nothing, for a parameter read twice), a pointer argument is a name, and the expression reads no name
-  the kernel declares;
+  `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons of integers
+  (a float comparison stays `!(v >= t)`: flipped, it would differ on NaN); none for an init-statement;
 - a loop over an index declared before it, stepped at the end of its body (`long long i = START; const long long
   stride = ...; while (i < n) { ...; i += stride; }`), is the for loop it means, `for (long long i = START; i < n;
-  i += stride) { ... }`: taken only where nothing between reads the index, nothing after the loop does, the body
-  has no `continue` (which would skip the step) and changes the index nowhere else; a stride local read nowhere
-  else is written into the step;
+  i += stride) { ... }`: taken only where the declarations between have no side effect and do not read the index,
+  nothing after the loop reads it, the body has no `continue` (which would skip the step) and changes it nowhere
+  else; a stride local of the launch geometry alone, read nowhere else, is written into the step in its type;
 - a loop walking a window around the thread's point in absolute coordinates (`for (int r = row - R; r <= row + R;
-  r++)`, row a local of the launch geometry) walks it by offset instead: `for (int dr = -(R); row + dr <= row + R;
-  dr++)`, `(row + dr)` standing for r, which the body must not change.
-A kernel none of this changes comes back as it came. The rules render from this text, so their rewrites show the
-macros expanded and the guard as an if; the verifier proves them against the kernel as submitted.
+  r++)`, row a local of the launch geometry of the loop variable's type) walks it by offset instead:
+  `for (int dr = -(R); (row + dr) <= row + R; dr++)`, `(row + dr)` standing for r (not for a member `.r`), which
+  the body must not change;
+- a call of a `__device__` function whose body is one return without side effects (`at(img, x + 1, y, w)` of
+  `float at(const float *p, int x, int y, int w) { return p[y * w + x]; }`) is its expression, each argument
+  converted to its parameter's type (`((float)(img[((int)(y)) * ((int)(w)) + ((int)(x + 1))]))`): taken only for
+  a function defined once outside conditional groups, named by no local, whose expression names no macro of the
+  source and nothing the kernel declares, and arguments that call nothing and have no side effect, a pointer
+  argument being a name;
+- a local pointer into a parameter's array (`const float *a = A + (size_t)row * n;`), never changed within its
+  block, nor are the names its offset reads, the offset plain arithmetic (no call, load or side effect), is
+  replaced where it is used by the parameter indexed from the offset: `a[j]`, `*(a + j)` and a call's argument
+  `a + j` (`__ldg(a + j)`) become `A[(long long)((size_t)row * n) + (j)]` (`&A[...]` for the argument), the
+  same address: pointer arithmetic adds each term of the offset as a signed 64-bit count too.
+The last two are tried only where they let a more specific shape read the kernel (shapes.reading). A kernel whose
+body holds a preprocessor directive other than a pragma is left as written, and one none of this changes comes
+back as it came. The rules render from this text, so their rewrites show the macros expanded and the guard as an
+if; the verifier proves them against the kernel as submitted.
 """
 import functools
 import re
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import find_kernel, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
 
-_SCAN = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|(?<!\w)[A-Za-z_]\w*")
+# Literals, numbers (whole, `1.f` and `1e3f` included) and names: the tokens a macro's use is found among.
+_SCAN = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|\.?\d(?:[eEpP][-+]|[\w.])*|(?<!\w)[A-Za-z_]\w*")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w+)[ \t]*(.*)")
 _DEFINE = re.compile(r"(?P<name>[A-Za-z_]\w*)(?:\((?P<params>[^)]*)\))?(?P<body>.*)", re.DOTALL)
 _GLUING = set("+-*/%<>=&|^!~.:#")
@@ -69,10 +80,16 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = (_expand_macros, _deduce_auto, _guard_early_return, _while_as_for, _window_offsets) + (
         (_inline_functions, _inline_array_pointers) if inline else ())
+    try:
+        kernel = find_kernel(source, kernel_name)
+    except ValueError:
+        return source
+    if re.search(r"^[ \t]*#[ \t]*(?!pragma\b)\w", mask(source)[kernel.body_open:kernel.body_close], re.M):
+        return source  # a directive in the body: what it selects or defines is not read here
     for step in steps:
         try:
             source = step(source, kernel_name, pinned)
-        except (ValueError, Unparsed):  # unreadable here: the recognisers say what they cannot read
+        except (ValueError, Unparsed, RecursionError):  # unreadable here: the recognisers say what they cannot read
             continue
     return source
 
@@ -87,8 +104,9 @@ def _expand_macros(source: str, kernel_name: str, pinned: frozenset[str]) -> str
     body = mask(source, literals=False)[start:end]  # comments blanked; a macro in one is no use
     if not any(m.group() in macros for m in _SCAN.finditer(body)):
         return source
+    defined = frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", mask(source), re.M))
     try:
-        expanded = _expand(body, macros, frozenset())
+        expanded = _expand(body, macros, frozenset(), defined)
     except Unexpandable:
         return source
     return source[:start] + expanded + source[end:]
@@ -122,9 +140,10 @@ def _macros(source: str, before: int) -> dict[str, Macro]:
     return {name: found[0] for name, found in defined.items() if len(found) == 1 and found[0] is not None}
 
 
-def _expand(text: str, macros: dict[str, Macro], disabled: frozenset[str]) -> str:
+def _expand(text: str, macros: dict[str, Macro], disabled: frozenset[str], defined: frozenset[str]) -> str:
     """`text` with every use of `macros` replaced as the preprocessor replaces it; none of `disabled` (the macros
-    being expanded) is expanded again."""
+    being expanded) is expanded again. Unexpandable where a replacement still names a macro of the source
+    (`defined`): the compiler would expand the text again, where the preprocessor had stopped."""
     out, at = [], 0
     for match in _SCAN.finditer(text):
         name = match.group()
@@ -147,19 +166,33 @@ def _expand(text: str, macros: dict[str, Macro], disabled: frozenset[str]) -> st
                 spans = []
             if len(spans) != len(macro.params):
                 raise Unexpandable(f"{name} takes {len(macro.params)} arguments")
-            values = dict(zip(macro.params, (_expand(s, macros, disabled) for s in spans)))
-            replacement = _substitute(macro.body, values)
+            values = dict(zip(macro.params, (_expand(s, macros, disabled, defined) for s in spans)))
+            replacement = _substitute(macro.body, values, spaced=True)
             end = close + 1
-        replacement = _expand(replacement, macros, disabled | {name})
-        if (last := _SCAN.findall(replacement)) and macros.get(last[-1], Macro(None, "")).params is not None:
-            raise Unexpandable(f"{name} ends in the name of a function-like macro, which takes what follows")
+        replacement = _expand(replacement, macros, disabled | {name}, defined)
+        if set(_names(replacement)) & defined:
+            raise Unexpandable(f"{name}'s expansion names a macro the compiler would expand again")
         out += [text[at:match.start()], _spaced(text[:match.start()], replacement, text[end:])]
         at = end
     return "".join(out) + text[at:]
 
 
-def _substitute(body: str, values: dict[str, str]) -> str:
-    return _SCAN.sub(lambda m: values.get(m.group(), m.group()) if m.group()[0] not in "\"'" else m.group(), body)
+def _substitute(body: str, values: dict[str, str], spaced: bool = False, members: bool = True) -> str:
+    """`body` with each name in `values` replaced (spaced from its neighbours where they would join into another
+    token); with `members` False, a name after `.` or `->` (a member) is left as it is."""
+    def replaced(match: re.Match) -> str:
+        name = match.group()
+        if name not in values or (not members and re.search(r"(?:\.|->)\s*$", body[:match.start()])):
+            return name
+        if not spaced:
+            return values[name]
+        return _spaced(body[:match.start()], values[name], body[match.end():])
+    return _SCAN.sub(replaced, body)
+
+
+def _names(text: str) -> list[str]:
+    """The names of `text`, outside literals and numbers."""
+    return [token for token in _SCAN.findall(text) if _NAME.fullmatch(token)]
 
 
 def _spaced(before: str, replacement: str, after: str) -> str:
@@ -194,13 +227,14 @@ def _blank_literals(text: str) -> str:
 
 # --- auto ------------------------------------------------------------------------------------------------
 # Integer types by conversion rank, as the usual arithmetic conversions order them on a 64-bit target (long and
-# long long are both 64 bits wide).
-_RANKS = {"int": 0, "signed": 0, "signed int": 0, "short": 0, "unsigned short": 0, "char": 0, "signed char": 0,
-          "unsigned char": 0, "int32_t": 0, "std::int32_t": 0, "unsigned": 1, "unsigned int": 1, "uint32_t": 1,
-          "std::uint32_t": 1, "long": 2, "long int": 2, "long long": 2, "long long int": 2, "int64_t": 2,
-          "std::int64_t": 2, "ptrdiff_t": 2, "std::ptrdiff_t": 2, "unsigned long": 3, "unsigned long long": 3,
-          "size_t": 3, "std::size_t": 3, "uint64_t": 3, "std::uint64_t": 3}
-_SPELLING = ("int", "unsigned int", "long long", "unsigned long long")
+# long long are both 64 bits wide); types narrower than int (-1) are promoted to int by any arithmetic.
+_RANKS = {"short": -1, "unsigned short": -1, "char": -1, "signed char": -1, "unsigned char": -1, "int": 0,
+          "signed": 0, "signed int": 0, "int32_t": 0, "std::int32_t": 0, "unsigned": 1, "unsigned int": 1,
+          "uint32_t": 1, "std::uint32_t": 1, "long": 2, "long int": 2, "long long": 2, "long long int": 2,
+          "int64_t": 2, "std::int64_t": 2, "ptrdiff_t": 2, "std::ptrdiff_t": 2, "unsigned long": 3,
+          "unsigned long long": 3, "size_t": 3, "std::size_t": 3, "uint64_t": 3, "std::uint64_t": 3}
+_SYNONYMS = {"signed": "int", "signed int": "int", "unsigned": "unsigned int", "long int": "long",
+             "long long int": "long long"}
 _GEOMETRY = re.compile(r"(?:threadIdx|blockIdx|blockDim|gridDim)\.[xyz]")
 _TYPE_NAME = "|".join(sorted((re.escape(t).replace(r"\ ", r"\s+") for t in _RANKS), key=len, reverse=True))
 _AUTO = re.compile(r"(?<![\w.])(?P<auto>auto)\s+(?P<name>[A-Za-z_]\w*)\s*=(?!=)")
@@ -209,34 +243,41 @@ _TOKENS = re.compile(rf"\s*(?:(?P<geometry>{_GEOMETRY.pattern})|"
                      rf"(?P<cast>\(\s*(?:const\s+)?(?P<type>{_TYPE_NAME})\s*\))|"
                      rf"(?P<static>static_cast\s*<\s*(?P<static_type>{_TYPE_NAME})\s*>)|(?P<name>[A-Za-z_]\w*)|"
                      r"(?P<op>[-+*/%&|^()]))")
+# A declaration of a name, to tell which parameters a local (a lambda's parameter, a loop's variable) shadows.
+_DECLARES = re.compile(r"\b(?:int|float|double|unsigned|long|short|char|bool|auto|size_t|[A-Za-z_]\w*_t)\b[\s*&]+"
+                       r"([A-Za-z_]\w*)\s*[=;,)\[]")
+
+Type = tuple[int, str]  # (rank, spelling)
 
 
 def _deduce_auto(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     known = _integer_parameters(source, kernel)
+    for name in _DECLARES.findall(masked[kernel.body_open:kernel.body_close]):
+        known.pop(name, None)
     replacements = []
     for match in _AUTO.finditer(masked, kernel.body_open, kernel.body_close):
         end = _declaration_end(masked, match.end(), kernel.body_close)
         if end is None:
             continue
-        rank = _rank(masked[match.end():end], known)
-        if rank is not None:
-            replacements.append((match.start("auto"), match.end("auto"), _SPELLING[rank]))
+        deduced = _type(masked[match.end():end], known)
+        if deduced is not None:
+            replacements.append((match.start("auto"), match.end("auto"), deduced[1]))
     for start, end, text in reversed(replacements):
         source = source[:start] + text + source[end:]
     return source
 
 
-def _integer_parameters(source: str, kernel) -> dict[str, int]:
-    ranks = {}
+def _integer_parameters(source: str, kernel) -> dict[str, Type]:
+    types = {}
     for start, end in kernel.parameters(source):
         words = mask(source[start:end]).split()
         if words and "*" not in source[start:end] and "&" not in source[start:end]:
             spelled = " ".join(w for w in words[:-1] if w not in ("const", "__restrict__"))
             if spelled in _RANKS:
-                ranks[words[-1]] = _RANKS[spelled]
-    return ranks
+                types[words[-1]] = (_RANKS[spelled], _SYNONYMS.get(spelled, spelled))
+    return types
 
 
 def _declaration_end(masked: str, at: int, limit: int) -> int | None:
@@ -255,8 +296,9 @@ def _declaration_end(masked: str, at: int, limit: int) -> int | None:
     return None
 
 
-def _rank(expression: str, known: dict[str, int]) -> int | None:
-    """The rank of the type an integer expression has, or None when it holds anything else."""
+def _type(expression: str, known: dict[str, Type]) -> Type | None:
+    """The type an integer expression has, or None when it holds anything else, or when its terms of the highest
+    rank are spelled differently (long and long long: which of the two C++ deduces is not read here)."""
     tokens, at = [], 0
     while at < len(expression.rstrip()):
         match = _TOKENS.match(expression, at)
@@ -266,64 +308,81 @@ def _rank(expression: str, known: dict[str, int]) -> int | None:
         at = match.end()
     parser = _TypeParser(tokens, known)
     try:
-        rank = parser.expression()
+        rank, spellings = parser.expression()
     except Unexpandable:
         return None
-    return rank if parser.at == len(tokens) else None
+    if parser.at != len(tokens) or rank < 0 or len(spellings) != 1:
+        return None
+    return rank, next(iter(spellings))
+
+
+def _rank(expression: str, known: dict[str, Type]) -> int | None:
+    found = _type(expression, known)
+    return found[0] if found else None
 
 
 class _TypeParser:
     """The type of a chain of + - * / % & | ^ over unary terms: every such operator converts both operands to
-    their common type, so the chain's type is the highest rank among its terms (a cast's term has its type)."""
+    their common type, so the chain's type is the highest rank among its terms (a cast's term has its type), a
+    type narrower than int promoted to int by any operator."""
 
-    def __init__(self, tokens: list[re.Match], known: dict[str, int]):
+    def __init__(self, tokens: list[re.Match], known: dict[str, Type]):
         self.tokens, self.known, self.at = tokens, known, 0
 
-    def expression(self) -> int:
-        rank = self.term()
+    def expression(self) -> tuple[int, set[str]]:
+        rank, spellings = self.term()
         while self.at < len(self.tokens) and self.tokens[self.at]["op"] and self.tokens[self.at]["op"] not in "()":
             self.at += 1
-            rank = max(rank, self.term())
-        return rank
+            rank, spellings = _common(_promoted(rank, spellings), _promoted(*self.term()))
+        return rank, spellings
 
-    def term(self) -> int:
+    def term(self) -> tuple[int, set[str]]:
         if self.at >= len(self.tokens):
             raise Unexpandable("an operand is missing")
         token = self.tokens[self.at]
         self.at += 1
         if token["op"] in ("-", "+"):
-            return max(self.term(), 0)
-        if token["cast"]:
-            self.term()
-            return _RANKS[" ".join(token["type"].split())]
-        if token["static"]:
-            if self.at >= len(self.tokens) or self.tokens[self.at]["op"] != "(":
+            return _promoted(*self.term())
+        if token["cast"] or token["static"]:
+            if token["static"] and (self.at >= len(self.tokens) or self.tokens[self.at]["op"] != "("):
                 raise Unexpandable("static_cast without its operand")
             self.term()
-            return _RANKS[" ".join(token["static_type"].split())]
+            spelled = " ".join((token["type"] or token["static_type"]).split())
+            return _RANKS[spelled], {_SYNONYMS.get(spelled, spelled)}
         if token["op"] == "(":
-            rank = self.expression()
+            found = self.expression()
             if self.at >= len(self.tokens) or self.tokens[self.at]["op"] != ")":
                 raise Unexpandable("unbalanced parentheses")
             self.at += 1
-            return rank
+            return found
         if token["geometry"]:
-            return 1
+            return 1, {"unsigned int"}
         if token["number"] is not None:
-            return _literal_rank(token["number"], token["suffix"].lower())
+            return _literal_type(token["number"], token["suffix"].lower())
         if token["name"] in self.known:
-            return max(self.known[token["name"]], 0)
+            rank, spelled = self.known[token["name"]]
+            return rank, {spelled}
         raise Unexpandable(f"{token.group().strip()} is not known to be an integer")
 
 
-def _literal_rank(number: str, suffix: str) -> int:
+def _promoted(rank: int, spellings: set[str]) -> tuple[int, set[str]]:
+    return (0, {"int"}) if rank < 0 else (rank, spellings)
+
+
+def _common(a: tuple[int, set[str]], b: tuple[int, set[str]]) -> tuple[int, set[str]]:
+    if a[0] != b[0]:
+        return max(a, b, key=lambda t: t[0])
+    return a[0], a[1] | b[1]
+
+
+def _literal_type(number: str, suffix: str) -> tuple[int, set[str]]:
     value = int(number[:len(number) - len(suffix)] if suffix else number, 0)
     wide = "l" in suffix or value > 0x7FFFFFFF
     if "u" in suffix:
-        return 3 if wide else 1
+        return (3, {"unsigned long long" if "ll" in suffix else "unsigned long"}) if wide else (1, {"unsigned int"})
     if wide:
         raise Unexpandable("a wide literal's type depends on its base")
-    return 0
+    return 0, {"int"}
 
 
 # --- early returns ---------------------------------------------------------------------------------------
@@ -351,13 +410,18 @@ def _guard_early_return(source: str, kernel_name: str, pinned: frozenset[str]) -
     indent = _indent_of(source, body[first].start)
     rest = "\n".join((INDENT + line) if line.strip() else line
                      for line in source[rest_start:rest_end].split("\n"))
-    guard = f"if ({_negated(conditions)}) {{\n{indent}{rest}\n{indent}}}"
+    integers = {**_integer_parameters(source, kernel), **_integer_locals(masked, body[:first])}
+    guard = f"if ({_negated(conditions, integers)}) {{\n{indent}{rest}\n{indent}}}"
     return source[:body[first].start] + guard + source[rest_end:]
 
 
 def _is_early_return(statement: Statement, masked: str) -> bool:
     if statement.kind != "if" or statement.orelse is not None:
         return False
+    head = masked[statement.head[0]:statement.head[1]]
+    if ";" in head or _ANY_DECLARATION.fullmatch(head + ";") or re.match(r"\s*[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*\s*=",
+                                                                          head):
+        return False  # an init-statement or a declaration: its name is the guard's
     then = re.sub(r"\s+", "", masked[statement.body.start:statement.body.end])
     return then in ("return;", "{return;}")
 
@@ -367,10 +431,21 @@ def _indent_of(source: str, at: int) -> str:
     return re.match(r"[ \t]*", source[line_start:at]).group()
 
 
-def _negated(conditions: list[str]) -> str:
+def _integer_locals(masked: str, before: list[Statement]) -> dict[str, Type]:
+    """The integer locals declared by the statements before the guard, with their types."""
+    found = {}
+    for statement in before:
+        if (match := _DECLARED.fullmatch(masked, statement.start, statement.end)) is not None:
+            spelled = " ".join(match["type"].split())
+            if spelled in _RANKS:
+                found[match["name"]] = (_RANKS[spelled], _SYNONYMS.get(spelled, spelled))
+    return found
+
+
+def _negated(conditions: list[str], integers: dict[str, Type]) -> str:
     """The condition that none of `conditions` holds, each `||` operand negated on its own (De Morgan)."""
     parts = [part for condition in conditions for part in _or_operands(condition)]
-    return " && ".join(_negated_part(part) for part in parts)
+    return " && ".join(_negated_part(part, integers) for part in parts)
 
 
 def _or_operands(condition: str) -> list[str]:
@@ -385,13 +460,14 @@ def _or_operands(condition: str) -> list[str]:
         elif depth == 0 and masked.startswith("||", i):
             operands.append(text[start:i].strip())
             start = i + 2
-        elif depth == 0 and (masked.startswith("&&", i) or char in "?"):
+        elif depth == 0 and (masked.startswith("&&", i) or char in "?,"):
             return [text]
     return [*operands, text[start:].strip()]
 
 
-def _negated_part(part: str) -> str:
-    """`part` negated: a single comparison flipped (`i >= n` is `i < n`), anything else as `!(part)`."""
+def _negated_part(part: str, integers: dict[str, Type]) -> str:
+    """`part` negated: a single comparison of integers flipped (`i >= n` is `i < n`), anything else as `!(part)`
+    (a float comparison flipped would differ on NaN, for which both `v >= t` and `v < t` are false)."""
     part = _unparenthesised(part)
     depth, operators = 0, []
     for match in _OPERATOR.finditer(mask(part)):
@@ -405,6 +481,8 @@ def _negated_part(part: str) -> str:
     if len(operators) != 1 or operators[0].group() not in _FLIPPED:
         return f"!({part})"
     operator = operators[0]
+    if _rank(part[:operator.start()], integers) is None or _rank(part[operator.end():], integers) is None:
+        return f"!({part})"
     return f"{part[:operator.start()].strip()} {_FLIPPED[operator.group()]} {part[operator.end():].strip()}"
 
 
@@ -442,7 +520,8 @@ def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]
         if arrays.get(base) != " ".join(match["type"].split()):
             continue
         rewritten = _with_pointer_inlined(source, masked, statement, match["name"], base,
-                                          source[offset_span[0]:offset_span[1]].strip(), kernel.body_close)
+                                          source[offset_span[0]:offset_span[1]].strip(), kernel.body_close,
+                                          indexed=match["base"] is None)
         if rewritten is not None:
             return _inline_array_pointers(rewritten, kernel_name, pinned)
     return source
@@ -461,17 +540,21 @@ def _pointer_parameters(source: str, kernel) -> dict[str, str]:
 
 
 def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name: str, base: str, offset: str,
-                          end: int) -> str | None:
+                          end: int, indexed: bool) -> str | None:
     """The source with `name` replaced at every use after its declaration, and the declaration gone; None when a
     use is of another form, or the pointer, its array or a name its offset reads may change."""
+    end = _block_end(masked, declaration.start, end)  # the pointer is a local of its block
     after = masked[declaration.end:end]
-    for changing in (name, base, *set(_SCAN.findall(mask(offset)))):
+    if not _is_plain_arithmetic(mask(offset)):
+        return None  # a call, a load or a side effect: inlined at every use it would be evaluated again
+    for changing in (name, base, *set(_names(mask(offset)))):
         if re.search(rf"(?<![\w.]){re.escape(changing)}\s*{_CHANGED}|(?:\+\+|--)\s*{re.escape(changing)}\b|"
                      rf"&\s*{re.escape(changing)}\b(?!\s*\[)", after):
             return None
     if re.search(rf"\b{re.escape(name)}\b", masked[:declaration.start][masked.rfind("{", 0, declaration.start):]):
         return None
-    element = f"(long long)({offset})"
+    # `&A[i - 1]` computes its index in the index's type first; `A + i - 1` steps by each term in turn
+    element = f"(long long)({offset})" if indexed else _offset_terms(offset)
     uses = re.compile(rf"(?P<deref>\*\s*\(\s*)?(?<![\w.]){re.escape(name)}\b\s*(?:(?P<subscript>\[)|"
                       rf"\+(?P<plus>[^,;()\[\]]*(?:\([^()]*\)[^,;()\[\]]*)*)(?P<close>\))?)?")
     replacements = []
@@ -495,6 +578,52 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
     removed_from = line_start if not source[line_start:declaration.start].strip() else declaration.start
     removed_to = declaration.end + (1 if source[declaration.end:declaration.end + 1] == "\n" else 0)
     return source[:removed_from] + source[removed_to:]
+
+
+def _is_plain_arithmetic(masked: str) -> bool:
+    """Names, numbers, casts, + - * / % and parentheses: no call, load, dereference or side effect."""
+    if not _PURE.fullmatch(masked) or re.search(r"\+\+|--", masked):
+        return False
+    if any(m.group(1) not in _CAST_WORDS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked)):
+        return False  # a call
+    return not re.search(r"(?:^|[-+*/%(])\s*\*", masked)  # a unary * is a load
+
+
+_CAST_WORDS = {"int", "unsigned", "long", "short", "char", "signed", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
+               "int32_t", "uint32_t"}
+
+
+def _offset_terms(offset: str) -> str:
+    """The offset as pointer arithmetic adds it, term by term, each a signed 64-bit count: `p + i - 1` steps by
+    i then by -1, which `(long long)(i - 1)` would not be for an unsigned i of 0."""
+    masked, terms, depth, start = mask(offset), [], 0, 0
+    for at, char in enumerate(masked):
+        depth += char in "(["
+        depth -= char in ")]"
+        if depth == 0 and char in "+-" and at > start and masked[:at].rstrip()[-1:] not in ("", "*", "/", "%", "+",
+                                                                                              "-", "("):
+            terms.append(offset[start:at])
+            start = at
+    terms.append(offset[start:])
+    spelled = []
+    for term in (t.strip() for t in terms):
+        sign, value = ("- ", term[1:].strip()) if term.startswith("-") else ("+ ", term.lstrip("+").strip())
+        spelled.append(f"{sign}(long long)({value})")
+    text = " ".join(spelled)
+    return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def _block_end(masked: str, at: int, limit: int) -> int:
+    """The end of the block the statement at `at` is in (its closing brace), at most `limit`."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if masked[i] == "}":
+            depth += 1
+        elif masked[i] == "{":
+            if depth == 0:
+                return min(limit, closing(masked, i))
+            depth -= 1
+    return limit
 
 
 def _text(source: str, match: re.Match, group: str) -> str:
@@ -547,11 +676,13 @@ def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
         by = source[step.start("by"):step.end("by")].strip() if step["by"] else "1"
         stride = next((s for s in body[:at] if step["by"] and (d := _DECLARED.fullmatch(masked, s.start, s.end))
                        and d["name"] == by.strip()), None)
-        if stride is not None:
+        if stride is not None:  # written into the step only when it reads the launch geometry alone: it cannot change
             elsewhere = masked[kernel.body_open:stride.start] + masked[stride.end:inner[-1].start] + after
             stride_match = _DECLARED.fullmatch(masked, stride.start, stride.end)
-            if not re.search(rf"\b{by}\b", elsewhere) and _PURE.fullmatch(stride_match["init"]):
-                by, removed = source[stride_match.start("init"):stride_match.end("init")].strip(), [declared, stride]
+            if not re.search(rf"\b{by}\b", elsewhere) and _type(stride_match["init"], {}) is not None:
+                spelled = " ".join(stride_match["type"].split())
+                by = f"({spelled})({source[stride_match.start('init'):stride_match.end('init')].strip()})"
+                removed = [declared, stride]
         init = source[match.start("init"):match.end("init")].strip()
         condition = source[loop.head[0]:loop.head[1]].strip()
         kept_body = source[loop.body.start:inner[-1].start].rstrip() + "\n" + \
@@ -573,12 +704,13 @@ def _loop_declaration(masked: str, before: list[Statement], index: str) -> tuple
             continue
         if match["const"] or not _PURE.fullmatch(match["init"]) or re.search(r"[A-Za-z_]\w*\s*\(", match["init"]):
             return None
-        reads = set(_SCAN.findall(match["init"]))
+        reads = set(_names(match["init"]))
         for later in before[number + 1:]:
             text = masked[later.start:later.end]
             declaration = _ANY_DECLARATION.fullmatch(text)
-            if declaration is None or re.search(rf"\b{index}\b", text) or declaration["name"] in reads:
-                return None
+            if declaration is None or re.search(rf"\b{index}\b", text) or declaration["name"] in reads or \
+                    not _is_plain_arithmetic(text[text.index("=") + 1:].rstrip().rstrip(";")):
+                return None  # moved past it, the index's initialiser would be read after what this one does
         return statement, match
     return None
 
@@ -600,8 +732,9 @@ def _window_offsets(source: str, kernel_name: str, pinned: frozenset[str]) -> st
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    geometry = {m["name"] for s in body if (m := _DECLARED.fullmatch(masked, s.start, s.end))
-                and re.search(r"\b(?:threadIdx|blockIdx)\b", m["init"])}
+    declared = (_DECLARED.fullmatch(masked, s.start, s.end) for s in body)
+    geometry = {m["name"]: " ".join(m["type"].split()) for m in declared
+                if m and re.search(r"\b(?:threadIdx|blockIdx)\b", m["init"])}
     for loop, _ in walk(masked, body):
         if loop.kind != "for":
             continue
@@ -613,8 +746,9 @@ def _window_offsets(source: str, kernel_name: str, pinned: frozenset[str]) -> st
                 re.search(r"[A-Za-z_]\w*\s*\(", init["reach"]):
             continue
         name, centre = init["name"], init["centre"]
-        if not re.fullmatch(_UNIT_STEP.format(re.escape(name)), parts[2]):
-            continue
+        if not re.fullmatch(_UNIT_STEP.format(re.escape(name)), parts[2]) or \
+                " ".join(init["type"].replace("const", " ").split()) != geometry[centre]:
+            continue  # another type than the centre's: `centre + offset` would be computed in another type
         inside = masked[loop.body.start:loop.body.end]
         if re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|&\s*{name}\b|"
                      rf"(?<![\w.]){centre}\s*{_CHANGED}", inside):
@@ -634,7 +768,8 @@ def _window_offsets(source: str, kernel_name: str, pinned: frozenset[str]) -> st
 
 
 def _renamed(text: str, name: str, replacement: str) -> str:
-    return _SCAN.sub(lambda m: replacement if m.group() == name else m.group(), text)
+    """`text` with the variable `name` replaced, members of that name (`v.x`, `p->x`) left as they are."""
+    return _substitute(text, {name: replacement}, members=False)
 
 
 # --- one-return device functions -------------------------------------------------------------------------
@@ -657,9 +792,11 @@ def _inline_functions(source: str, kernel_name: str, pinned: frozenset[str]) -> 
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     functions = _one_return_functions(source, masked, kernel.name_at)
+    local = set(_DECLARES.findall(masked[kernel.params_open:kernel.body_close]))  # a lambda `f` is not `::f`
+    functions = {name: function for name, function in functions.items() if name not in local}
     if not functions:
         return source
-    declared = set(_SCAN.findall(masked[kernel.params_open:kernel.body_close]))
+    declared = set(_names(masked[kernel.params_open:kernel.body_close]))
     start, end = kernel.body_open + 1, kernel.body_close
     for _ in range(4):  # a function's expression may call another
         body = source[start:end]
@@ -672,8 +809,17 @@ def _inline_functions(source: str, kernel_name: str, pinned: frozenset[str]) -> 
 
 
 def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Function]:
+    """The `__device__` functions defined before the kernel whose body is one return, by name: those defined once,
+    outside conditional groups, whose expression has no side effect and names no macro of the source (which
+    would be read as defined at the kernel, not at the function)."""
     found: dict[str, list[Function | None]] = {}
+    macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.M))
     for match in _FUNCTION.finditer(masked, 0, before):
+        expression = masked[match.start("expr"):match.end("expr")]
+        if _conditional_depth(masked, match.start()) or _SIDE_EFFECTS.search(expression) or \
+                set(_names(expression)) & macros:
+            found.setdefault(match["name"], []).append(None)
+            continue
         params: list[tuple[str, str, bool]] = []
         for part in split_top_level(match["params"], ","):
             parameter = _PARAMETER.fullmatch(part)
@@ -686,7 +832,7 @@ def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Fu
         expression = source[match.start("expr"):match.end("expr")].strip()
         found.setdefault(match["name"], []).append(
             Function(" ".join(match["type"].split()), tuple(params), expression) if params is not None else None)
-    for name in set(_SCAN.findall(masked[:before])):  # an overload or a declaration elsewhere: which one is called?
+    for name in set(_names(masked[:before])):  # an overload or a declaration elsewhere: which one is called?
         if name in found and len(re.findall(rf"\b{name}\s*\(", masked[:before])) != len(found[name]):
             found[name].append(None)
     return {name: f[0] for name, f in found.items() if len(f) == 1 and f[0] is not None}
@@ -717,17 +863,25 @@ def _inlined_calls(body: str, masked: str, functions: dict[str, Function], decla
 def _expression_of(function: Function, arguments: list[str], masked_arguments: list[str],
                    declared: set[str]) -> str | None:
     names = {name for name, _, _ in function.params}
-    if (set(_SCAN.findall(mask(function.expression))) - names) & declared:
+    if (set(_names(mask(function.expression))) - names) & declared:
         return None  # the expression names something the kernel declares too: inlined, it would read that
     values = {}
     for (name, type_, pointer), argument, masked in zip(function.params, arguments, masked_arguments):
-        uses = len(re.findall(rf"\b{name}\b", mask(function.expression)))
-        if _SIDE_EFFECTS.search(masked) or (uses > 1 and re.search(r"[A-Za-z_]\w*\s*\(", masked)):
-            return None
+        calls = [m for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked) if m.group(1) not in _CAST_WORDS]
+        if _SIDE_EFFECTS.search(masked) or calls:
+            return None  # a call or a side effect might be evaluated twice, or not at all, inlined
         if pointer:
             if not re.fullmatch(r"[A-Za-z_]\w*", argument):
                 return None
             values[name] = argument
         else:
             values[name] = f"(({type_})({argument}))"
-    return f"(({function.type})({_substitute(function.expression, values)}))"
+    return f"(({function.type})({_substitute(function.expression, values, spaced=True, members=False)}))"
+
+
+def _conditional_depth(masked: str, at: int) -> int:
+    """How many conditional groups (#if, #ifdef, #ifndef) are open at offset `at`."""
+    depth = 0
+    for directive in re.finditer(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|endif)\b", masked[:at], re.M):
+        depth += 1 if directive.group(1) != "endif" else -1
+    return depth
