@@ -858,89 +858,6 @@ extern "C" __global__ void scale_while(float *out, const float *in, float s, int
 """, "scale_while", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("s", 2.0, "float32"),
                      scalar("n", "n")], {"n": 1 << 20}, ["n"], tune_params={"block_size_x": [128, 256]})
 
-# case -> (rule, spec): each must be recognised; at least two per shape.
-# Spellings the recognisers read through canonical.py: the source's own macros, `auto` indices, early returns
-# and a pointer to a row.
-LAPLACIAN_IDX = spec(r"""
-// A 5-point Laplacian through an index macro; the early return leaves the frame unwritten.
-#define IDX(i, j) ((j) * nx + (i))
-
-extern "C" __global__ void laplacian5(const float *u, float *lap, int nx, int ny, float inv_h2)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    int j = blockIdx.y * blockDim.y + threadIdx.y;
-    if (i < 1 || j < 1 || i > nx - 2 || j > ny - 2) return;
-    lap[IDX(i, j)] = (u[IDX(i - 1, j)] + u[IDX(i + 1, j)] + u[IDX(i, j - 1)] + u[IDX(i, j + 1)]
-                      - 4.0f * u[IDX(i, j)]) * inv_h2;
-}
-""", "laplacian5", [array("u", ["ny", "nx"]), array("lap", ["ny", "nx"], role="out"), scalar("nx", "nx"),
-                    scalar("ny", "ny"), scalar("inv_h2", 0.25, "float32")], {"nx": 333, "ny": 210}, ["nx", "ny"],
-                    BLOCK_2D, TUNE_2D)
-
-GAUSSIAN_AUTO = spec(r"""
-// A separable 3x3 Gaussian with `const auto` indices and a weights array; the border is left as it is.
-extern "C" __global__ void gaussian3x3(float *dst, const float *src, int width, int height)
-{
-    const auto x = blockIdx.x * blockDim.x + threadIdx.x;
-    const auto y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x == 0 || y == 0 || x >= width - 1 || y >= height - 1) return;
-    const float w[3] = {0.25f, 0.5f, 0.25f};
-    float acc = 0.0f;
-    for (int dy = -1; dy <= 1; ++dy)
-        for (int dx = -1; dx <= 1; ++dx)
-            acc += w[dy + 1] * w[dx + 1] * src[(y + dy) * width + (x + dx)];
-    dst[y * width + x] = acc;
-}
-""", "gaussian3x3", [array("dst", ["height", "width"], role="out"), array("src", ["height", "width"]),
-                     scalar("width", "width"), scalar("height", "height")], {"width": 301, "height": 190},
-                     ["width", "height"], BLOCK_2D, TUNE_2D)
-
-SCALE_BIAS_AUTO = spec(r"""
-// out = in * scale + bias with a `const auto` index and an early return.
-extern "C" __global__ void scale_bias_kernel(float *out, const float *in, float scale, float bias, int n)
-{
-    const auto tid = blockIdx.x * blockDim.x + threadIdx.x;
-    if (tid >= n) return;
-    out[tid] = in[tid] * scale + bias;
-}
-""", "scale_bias_kernel", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("scale", 0.5, "float32"),
-                           scalar("bias", 2.0, "float32"), scalar("n", "n")], {"n": 100003}, ["n"],
-                           tune_params={"block_size_x": [128, 256]})
-
-TRANSPOSE_MACRO = spec(r"""
-// A transpose through a three-argument index macro, read with __ldg.
-#define IDX(r, c, ld) ((r) * (ld) + (c))
-
-extern "C" __global__ void transpose_naive(const float *__restrict__ src, float *__restrict__ dst, int height,
-                                           int width)
-{
-    int ix = blockIdx.x * blockDim.x + threadIdx.x;
-    int iy = blockIdx.y * blockDim.y + threadIdx.y;
-    if (ix < width && iy < height)
-        dst[IDX(ix, iy, height)] = __ldg(&src[IDX(iy, ix, width)]);
-}
-""", "transpose_naive", [array("src", ["height", "width"]), array("dst", ["width", "height"], role="out"),
-                         scalar("height", "height"), scalar("width", "width")], {"width": 260, "height": 130},
-                         ["width", "height"], BLOCK_2D, TUNE_2D)
-
-SGEMV_ROW_POINTER = spec(r"""
-// y = alpha A x through a pointer to the thread's row, read with __ldg, after an early return.
-extern "C" __global__ void sgemv_rowmajor(int M, int N, float alpha, const float *__restrict__ A,
-                                          const float *__restrict__ x, float *__restrict__ y)
-{
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= M) return;
-    const float *a = A + (size_t)row * N;
-    float acc = 0.f;
-    for (int j = 0; j < N; j++)
-        acc = fmaf(__ldg(a + j), __ldg(x + j), acc);
-    y[row] = alpha * acc;
-}
-""", "sgemv_rowmajor", [scalar("M", "M"), scalar("N", "N"), scalar("alpha", 1.5, "float32"), array("A", ["M", "N"]),
-                        array("x", ["N"]), array("y", ["M"], role="out")], {"M": 1000, "N": 517}, ["M"],
-                        {"block_size_x": 128}, {"block_size_x": [64, 128]})
-
-
 EXTREMES_U64 = spec(r"""
 // The smallest and largest 64-bit key, and how many keys there are: atomicMin, atomicMax and atomicAdd.
 extern "C" __global__ void key_range(unsigned long long *range, unsigned int *count,
@@ -958,6 +875,7 @@ extern "C" __global__ void key_range(unsigned long long *range, unsigned int *co
                    scalar("n", "n")], {"n": 1 << 20}, ["n"], tune_params={"block_size_x": [128, 256]})
 
 
+# case -> (rule, spec): each must be recognised; at least two per shape.
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
     "moments": ("hierarchical_reduction", MOMENTS),
@@ -1013,12 +931,6 @@ VARIANTS = {
     "grid_stride_add_ldg_fixed_grid": ("vectorize_loops", GRID_STRIDE_ADD_LDG),
     "scale_while_elements": ("elements_per_thread", SCALE_WHILE),
     "scale_while_vectorize": ("vectorize", SCALE_WHILE),
-    "laplacian_index_macro": ("register_blocking", LAPLACIAN_IDX),
-    "gaussian_auto": ("register_blocking", GAUSSIAN_AUTO),
-    "scale_bias_auto_elements": ("elements_per_thread", SCALE_BIAS_AUTO),
-    "scale_bias_auto_vectorize": ("vectorize", SCALE_BIAS_AUTO),
-    "transpose_index_macro": ("shared_tile", TRANSPOSE_MACRO),
-    "sgemv_row_pointer": ("warp_per_row", SGEMV_ROW_POINTER),
     "key_range": ("hierarchical_reduction", EXTREMES_U64),
 }
 

@@ -1,5 +1,5 @@
 """Kernels written the ways users write them (tests/corpus/styles, README.md there): each is admitted, read as the
-shape found.yaml names, and its shape's rewrite compiles at its default configuration. found.yaml marks the
+shape found.yaml names, and its shape's rewrites compile across their tune spaces. found.yaml marks the
 spellings the recognisers do not read yet (`# wanted:`), so a change that reads one more shows here."""
 from pathlib import Path
 
@@ -11,6 +11,7 @@ from services.generator import rules
 from services.generator.rules.shapes import recognise
 from shared.adapters.device.compiler import compile_kernel
 from shared.application.kernel_admission import kernel_errors
+from tests.unit.rules_variants import sample
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 FOUND = yaml.safe_load((STYLES / "found.yaml").read_text())
@@ -39,5 +40,6 @@ def test_each_style_is_admitted_read_as_its_shape_and_rewritten(name):
     for rule in applying:
         candidate = rules.apply(rule, spec, submitted)
         assert rules.applied(candidate.source) == (rule,)
-        compile_kernel(candidate.source, spec.kernel_name, {**spec.baseline_params(), **candidate.params},
-                       spec.compiler_options, "sm_90")
+        for params in sample(candidate, spec, 4):  # the default, the smallest, the largest and a seeded pick
+            compile_kernel(candidate.source, spec.kernel_name,
+                           {**spec.baseline_params(), **candidate.params, **params}, spec.compiler_options, "sm_90")

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
-from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
 
@@ -282,18 +282,8 @@ def _integer_parameters(source: str, kernel) -> dict[str, Type]:
 
 def _declaration_end(masked: str, at: int, limit: int) -> int | None:
     """Where the initialiser starting at `at` ends (its `;` or a for-init's `;`), or None for several declarators."""
-    depth = 0
-    for i in range(at, limit):
-        char = masked[i]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif depth == 0 and char == ",":
-            return None
-        elif depth == 0 and char == ";":
-            return i
-    return None
+    end = simple_end(masked, at, limit) - 1
+    return None if len(split_top_level(masked[at:end], ",")) > 1 else end
 
 
 def _type(expression: str, known: dict[str, Type]) -> Type | None:

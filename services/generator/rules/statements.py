@@ -96,7 +96,7 @@ def statement_at(masked: str, at: int, end: int) -> Statement:
         close = closing(masked, opening)
         semicolon = masked.index(";", close)
         return Statement("do", at, semicolon + 1, head=(opening + 1, close), body=body)
-    return Statement("simple", at, _simple_end(masked, at, end))
+    return Statement("simple", at, simple_end(masked, at, end))
 
 
 def for_loops(masked: str) -> Iterator[Statement]:
@@ -117,7 +117,8 @@ def walk(masked: str, statements_: list[Statement], depth: int = 0) -> Iterator[
         yield from walk(masked, statement.children(masked), inner)
 
 
-def _simple_end(masked: str, at: int, end: int) -> int:
+def simple_end(masked: str, at: int, end: int) -> int:
+    """One past the `;` that ends the simple statement starting at `at` (brackets counted)."""
     depth = 0
     for i in range(at, end):
         char = masked[i]
