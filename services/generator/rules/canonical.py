@@ -104,12 +104,17 @@ def _expand_macros(source: str, kernel_name: str, pinned: frozenset[str]) -> str
     body = mask(source, literals=False)[start:end]  # comments blanked; a macro in one is no use
     if not any(m.group() in macros for m in _SCAN.finditer(body)):
         return source
-    defined = frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", mask(source), re.M))
+    defined = _defined_names(mask(source))
     try:
         expanded = _expand(body, macros, frozenset(), defined)
     except Unexpandable:
         return source
     return source[:start] + expanded + source[end:]
+
+
+def _defined_names(masked: str) -> frozenset[str]:
+    """Every name a #define of the source defines, wherever it stands."""
+    return frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.M))
 
 
 def _macros(source: str, before: int) -> dict[str, Macro]:
@@ -156,7 +161,7 @@ def _expand(text: str, macros: dict[str, Macro], disabled: frozenset[str], defin
             opening = re.compile(r"\s*\(").match(text, end)
             if opening is None:  # a function-like macro's name alone is no call
                 continue
-            close = _closing_paren(text, opening.end() - 1)
+            close = closing(_blank_literals(text), opening.end() - 1)
             arguments = split_top_level(_blank_literals(text[opening.end():close]), ",", "(")
             spans, offset = [], opening.end()
             for argument in arguments:
@@ -208,19 +213,6 @@ def _spaced(before: str, replacement: str, after: str) -> str:
     return left + replacement + right
 
 
-def _closing_paren(text: str, opening: int) -> int:
-    depth = 0
-    blanked = _blank_literals(text)
-    for i in range(opening, len(text)):
-        if blanked[i] == "(":
-            depth += 1
-        elif blanked[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise Unexpandable("a macro call has no closing parenthesis in the kernel's body")
-
-
 def _blank_literals(text: str) -> str:
     return _SCAN.sub(lambda m: " " * len(m.group()) if m.group()[0] in "\"'" else m.group(), text)
 
@@ -269,6 +261,11 @@ def _deduce_auto(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     return source
 
 
+def _named(spelled: str) -> Type:
+    """An integer type named as written (one of _RANKS), with one spelling per type."""
+    return _RANKS[spelled], _SYNONYMS.get(spelled, spelled)
+
+
 def _integer_parameters(source: str, kernel) -> dict[str, Type]:
     types = {}
     for start, end in kernel.parameters(source):
@@ -276,7 +273,7 @@ def _integer_parameters(source: str, kernel) -> dict[str, Type]:
         if words and "*" not in source[start:end] and "&" not in source[start:end]:
             spelled = " ".join(w for w in words[:-1] if w not in ("const", "__restrict__"))
             if spelled in _RANKS:
-                types[words[-1]] = (_RANKS[spelled], _SYNONYMS.get(spelled, spelled))
+                types[words[-1]] = _named(spelled)
     return types
 
 
@@ -337,8 +334,8 @@ class _TypeParser:
             if token["static"] and (self.at >= len(self.tokens) or self.tokens[self.at]["op"] != "("):
                 raise Unexpandable("static_cast without its operand")
             self.term()
-            spelled = " ".join((token["type"] or token["static_type"]).split())
-            return _RANKS[spelled], {_SYNONYMS.get(spelled, spelled)}
+            rank, spelled = _named(" ".join((token["type"] or token["static_type"]).split()))
+            return rank, {spelled}
         if token["op"] == "(":
             found = self.expression()
             if self.at >= len(self.tokens) or self.tokens[self.at]["op"] != ")":
@@ -428,7 +425,7 @@ def _integer_locals(masked: str, before: list[Statement]) -> dict[str, Type]:
         if (match := _DECLARED.fullmatch(masked, statement.start, statement.end)) is not None:
             spelled = " ".join(match["type"].split())
             if spelled in _RANKS:
-                found[match["name"]] = (_RANKS[spelled], _SYNONYMS.get(spelled, spelled))
+                found[match["name"]] = _named(spelled)
     return found
 
 
@@ -491,10 +488,19 @@ def _unparenthesised(text: str) -> str:
 
 
 # --- pointers into a parameter's array -------------------------------------------------------------------
-_POINTER_LOCAL = re.compile(r"(?:const\s+)?(?P<type>[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*(?:const\s+)?"
-                            r"(?:__restrict__\s+)?(?P<name>[A-Za-z_]\w*)\s*=\s*(?:(?P<base>[A-Za-z_]\w*)\s*\+"
-                            r"(?P<offset>[^;]+)|&\s*(?P<indexed>[A-Za-z_]\w*)\s*\[(?P<index>[^;]+)\])\s*;", re.DOTALL)
+# `const float *__restrict__ a`: a pointer's element type and name, in a parameter or a local's declaration.
+_POINTER = (r"(?:const\s+)?(?P<type>[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?"
+            r"(?P<name>[A-Za-z_]\w*)")
+_POINTER_LOCAL = re.compile(_POINTER + r"\s*=\s*(?:(?P<base>[A-Za-z_]\w*)\s*\+(?P<offset>[^;]+)|"
+                            r"&\s*(?P<indexed>[A-Za-z_]\w*)\s*\[(?P<index>[^;]+)\])\s*;", re.DOTALL)
 _CHANGED = r"(?:(?<![=!<>])=(?!=)|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<=|>>=|\+\+|--)"
+
+
+def _changes(name: str, masked: str) -> bool:
+    """Whether the text assigns, increments or decrements the variable `name`, or takes its address (`&p[i]`, an
+    element's address, is no change of p)."""
+    name = re.escape(name)
+    return bool(re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|&\s*{name}\b(?!\s*\[)", masked))
 
 
 def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
@@ -522,8 +528,7 @@ def _pointer_parameters(source: str, kernel) -> dict[str, str]:
     found = {}
     for start, end in kernel.parameters(source):
         text = mask(source[start:end])
-        match = re.fullmatch(r"\s*(?:const\s+)?(?P<type>[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*(?:const\s+)?"
-                             r"(?:__restrict__\s+)?(?P<name>[A-Za-z_]\w*)\s*", text)
+        match = re.fullmatch(rf"\s*{_POINTER}\s*", text)
         if match:
             found[match["name"]] = " ".join(match["type"].replace("const", " ").split())
     return found
@@ -537,10 +542,8 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
     after = masked[declaration.end:end]
     if not _is_plain_arithmetic(mask(offset)):
         return None  # a call, a load or a side effect: inlined at every use it would be evaluated again
-    for changing in (name, base, *set(_names(mask(offset)))):
-        if re.search(rf"(?<![\w.]){re.escape(changing)}\s*{_CHANGED}|(?:\+\+|--)\s*{re.escape(changing)}\b|"
-                     rf"&\s*{re.escape(changing)}\b(?!\s*\[)", after):
-            return None
+    if any(_changes(changing, after) for changing in (name, base, *set(_names(mask(offset))))):
+        return None
     if re.search(rf"\b{re.escape(name)}\b", masked[:declaration.start][masked.rfind("{", 0, declaration.start):]):
         return None
     # `&A[i - 1]` computes its index in the index's type first; `A + i - 1` steps by each term in turn
@@ -550,7 +553,7 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
     replacements = []
     for use in uses.finditer(masked, declaration.end, end):
         if use["subscript"]:
-            close = _closing_bracket(masked, use.end() - 1)
+            close = closing(masked, use.end() - 1)
             index = source[use.end():close].strip()
             replacements.append((use.start(), close + 1, f"{base}[{element} + ({index})]"))
         elif use["plus"] is not None and use["deref"] and use["close"]:  # *(a + j)
@@ -564,23 +567,25 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
         return None
     for start, stop, text in reversed(replacements):
         source = source[:start] + text + source[stop:]
-    line_start = source.rfind("\n", 0, declaration.start) + 1
-    removed_from = line_start if not source[line_start:declaration.start].strip() else declaration.start
-    removed_to = declaration.end + (1 if source[declaration.end:declaration.end + 1] == "\n" else 0)
-    return source[:removed_from] + source[removed_to:]
+    return _without_statement(source, declaration)  # the uses replaced all follow it
 
 
 def _is_plain_arithmetic(masked: str) -> bool:
     """Names, numbers, casts, + - * / % and parentheses: no call, load, dereference or side effect."""
     if not _PURE.fullmatch(masked) or re.search(r"\+\+|--", masked):
         return False
-    if any(m.group(1) not in _CAST_WORDS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked)):
-        return False  # a call
+    if _calls(masked):
+        return False
     return not re.search(r"(?:^|[-+*/%(])\s*\*", masked)  # a unary * is a load
 
 
 _CAST_WORDS = {"int", "unsigned", "long", "short", "char", "signed", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
                "int32_t", "uint32_t"}
+
+
+def _calls(masked: str) -> bool:
+    """Whether the text calls a function (a functional cast, `int(x)`, is none)."""
+    return any(m.group(1) not in _CAST_WORDS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked))
 
 
 def _offset_terms(offset: str) -> str:
@@ -620,16 +625,6 @@ def _text(source: str, match: re.Match, group: str) -> str:
     return source[match.start(group):match.end(group)].strip()
 
 
-def _closing_bracket(masked: str, opening: int) -> int:
-    depth = 0
-    for i in range(opening, len(masked)):
-        depth += masked[i] in "(["
-        depth -= masked[i] in ")]"
-        if depth == 0:
-            return i
-    raise ValueError("an unclosed subscript")
-
-
 # --- while loops that are for loops ----------------------------------------------------------------------
 _DECLARED = re.compile(r"\s*(?P<const>const\s+)?(?P<type>(?:(?:unsigned|signed|long|short|int|size_t|ptrdiff_t|"
                        r"u?int(?:32|64)_t|std::size_t)\s*)+)\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
@@ -660,7 +655,7 @@ def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
         after = masked[loop.end:kernel.body_close]
         rest_of_body = masked[loop.body.inner[0]:inner[-1].start]
         if re.search(rf"\b{index}\b", after) or re.search(r"\bcontinue\b", rest_of_body) or \
-                re.search(rf"(?<![\w.]){index}\s*{_CHANGED}|(?:\+\+|--)\s*{index}\b|&\s*{index}\b", rest_of_body):
+                _changes(index, rest_of_body):
             continue
         removed = [declared]
         by = source[step.start("by"):step.end("by")].strip() if step["by"] else "1"
@@ -692,7 +687,7 @@ def _loop_declaration(masked: str, before: list[Statement], index: str) -> tuple
         match = _DECLARED.fullmatch(masked, statement.start, statement.end)
         if match is None or match["name"] != index:
             continue
-        if match["const"] or not _PURE.fullmatch(match["init"]) or re.search(r"[A-Za-z_]\w*\s*\(", match["init"]):
+        if match["const"] or not _is_plain_arithmetic(match["init"]):
             return None
         reads = set(_names(match["init"]))
         for later in before[number + 1:]:
@@ -732,16 +727,14 @@ def _window_offsets(source: str, kernel_name: str, pinned: frozenset[str]) -> st
         if len(parts) != 3:
             continue
         init = _WINDOW_INIT.fullmatch(parts[0])
-        if init is None or init["centre"] not in geometry or not _PURE.fullmatch(init["reach"]) or \
-                re.search(r"[A-Za-z_]\w*\s*\(", init["reach"]):
+        if init is None or init["centre"] not in geometry or not _is_plain_arithmetic(init["reach"]):
             continue
         name, centre = init["name"], init["centre"]
         if not re.fullmatch(_UNIT_STEP.format(re.escape(name)), parts[2]) or \
                 " ".join(init["type"].replace("const", " ").split()) != geometry[centre]:
             continue  # another type than the centre's: `centre + offset` would be computed in another type
         inside = masked[loop.body.start:loop.body.end]
-        if re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|&\s*{name}\b|"
-                     rf"(?<![\w.]){centre}\s*{_CHANGED}", inside):
+        if _changes(name, inside) or _changes(centre, inside):
             continue
         offset = fresh_name(f"d{name}", identifiers(source))
         at = loop.head[0]
@@ -803,7 +796,7 @@ def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Fu
     outside conditional groups, whose expression has no side effect and names no macro of the source (which
     would be read as defined at the kernel, not at the function)."""
     found: dict[str, list[Function | None]] = {}
-    macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.M))
+    macros = _defined_names(masked)
     for match in _FUNCTION.finditer(masked, 0, before):
         expression = masked[match.start("expr"):match.end("expr")]
         if _conditional_depth(masked, match.start()) or _SIDE_EFFECTS.search(expression) or \
@@ -834,7 +827,7 @@ def _inlined_calls(body: str, masked: str, functions: dict[str, Function], decla
         function = functions.get(match["name"])
         if function is None or match.start() < at:
             continue
-        close = _closing_paren(masked, match.end() - 1)
+        close = closing(masked, match.end() - 1)
         arguments = split_top_level(masked[match.end():close], ",") if masked[match.end():close].strip() else []
         if len(arguments) != len(function.params):
             continue
@@ -857,8 +850,7 @@ def _expression_of(function: Function, arguments: list[str], masked_arguments: l
         return None  # the expression names something the kernel declares too: inlined, it would read that
     values = {}
     for (name, type_, pointer), argument, masked in zip(function.params, arguments, masked_arguments):
-        calls = [m for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked) if m.group(1) not in _CAST_WORDS]
-        if _SIDE_EFFECTS.search(masked) or calls:
+        if _SIDE_EFFECTS.search(masked) or _calls(masked):
             return None  # a call or a side effect might be evaluated twice, or not at all, inlined
         if pointer:
             if not re.fullmatch(r"[A-Za-z_]\w*", argument):

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, identifiers, mask
 from services.generator.rules.loops import strided_loop
 from services.generator.rules.points import INTEGER_TYPE
-from services.generator.rules.reduction import BLOCK_SIZES, EPT_VALUES, TYPE_WORDS, Partial, block_reduction
+from services.generator.rules.reduction import ATOMICS, BLOCK_SIZES, EPT_VALUES, TYPE_WORDS, Partial, block_reduction
 from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in
 from services.generator.rules.statements import Statement, body_of
 from shared.domain.spec import KernelSpec
 
-ATOMICS = {"atomicAdd": "+", "atomicMin": "min", "atomicMax": "max"}
 ZERO = re.compile(r"\(?\s*0+(?:\.0*)?[fFuUlL]*\s*\)?")
 _TYPE = rf"(?:float|double|{INTEGER_TYPE})"
 _SHUFFLE = r"__shfl_(?:down|xor)_sync\s*\([^;]*\)"
