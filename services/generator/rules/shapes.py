@@ -45,14 +45,7 @@ SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), Warp
 def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
     """(shape, model, {}) for the first shape that recognises the submitted kernel, read in its canonical spelling
     (reading), else (None, None, why each shape refused it, by name)."""
-    spec = reading(spec)
-    reasons = {}
-    for shape in SHAPES:
-        try:
-            return shape, shape.recognise(spec), {}
-        except ValueError as exc:
-            reasons[shape.name] = str(exc)
-    return None, None, reasons
+    return _read(spec)[1][1:]
 
 
 def reading(spec: KernelSpec) -> KernelSpec:
@@ -60,20 +53,29 @@ def reading(spec: KernelSpec) -> KernelSpec:
     one-return functions inlined only where that lets a more specific shape read it: a row loop's `const float *a
     = A + row * n` hides its rows from the recognisers, and an accessor `at(img, x - 1, y, w)` a stencil's
     neighbours, while a block's pointer to its row is what row_in_registers caches the row through."""
+    return _read(spec)[0]
+
+
+Found = tuple[int, Shape | None, Any, dict[str, str]]  # the shape's place in SHAPES (len(SHAPES): none), ...
+
+
+def _read(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     kept, inlined = canonical(spec, inline=False), canonical(spec)
-    if inlined.source == kept.source:
-        return kept
-    return inlined if _first_shape(inlined) < _first_shape(kept) else kept
+    found = _first(kept)
+    if inlined.source != kept.source and (other := _first(inlined))[0] < found[0]:
+        return inlined, other
+    return kept, found
 
 
-def _first_shape(spec: KernelSpec) -> int:
+def _first(spec: KernelSpec) -> Found:
+    """The first shape that recognises the kernel, with its model, else why each shape refused it, by name."""
+    reasons = {}
     for number, shape in enumerate(SHAPES):
         try:
-            shape.recognise(spec)
-            return number
-        except ValueError:
-            continue
-    return len(SHAPES)
+            return number, shape, shape.recognise(spec), {}
+        except ValueError as exc:
+            reasons[shape.name] = str(exc)
+    return len(SHAPES), None, None, reasons
 
 
 def offering(rule_id: str) -> list[Shape]:
