@@ -875,6 +875,50 @@ extern "C" __global__ void key_range(unsigned long long *range, unsigned int *co
                    scalar("n", "n")], {"n": 1 << 20}, ["n"], tune_params={"block_size_x": [128, 256]})
 
 
+ROW_RESCALE = spec(r"""
+// Each row rescaled to [0, 1], a thread per row: the row's extremes kept by comparisons, then the outputs.
+extern "C" __global__ void row_rescale(float *out, const float *in, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float lo = in[(size_t)r * cols], hi = lo;
+    for (int c = 1; c < cols; c++) {
+        float v = in[(size_t)r * cols + c];
+        if (v < lo) lo = v;
+        if (v > hi) { hi = v; }
+    }
+    const float span = hi > lo ? hi - lo : 1.0f;
+    for (int c = 0; c < cols; c++)
+        out[(size_t)r * cols + c] = (in[(size_t)r * cols + c] - lo) / span;
+}
+""", "row_rescale", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]), scalar("rows", "rows"),
+                     scalar("cols", "cols")], {"rows": 700, "cols": 333}, ["rows"])
+
+ROW_NORMALISE_IN_PLACE = spec(r"""
+// Each row scaled in place to unit length, a thread per row: the sum of squares starts at eps (not zero), the
+// integer count of non-zeros goes up by ++, and the row is read back where it is written.
+extern "C" __global__ void normalise_rows(double *x, int *nonzeros, int rows, int cols, double eps)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        double ss = eps;
+        int count = 0;
+        for (int c = 0; c < cols; ++c) {
+            const double v = x[r * cols + c];
+            ss += v * v;
+            if (v != 0.0) count++;
+        }
+        const double inv = rsqrt(ss);
+        for (int c = 0; c < cols; ++c)
+            x[r * cols + c] *= inv;
+        nonzeros[r] = count;
+    }
+}
+""", "normalise_rows", [array("x", ["rows", "cols"], "float64", "inout"), array("nonzeros", ["rows"], "int32", "out"),
+                        scalar("rows", "rows"), scalar("cols", "cols"), scalar("eps", 1e-12, "float64")],
+                       {"rows": 600, "cols": 257}, ["rows"], tune_params={"block_size_x": [64, 128]})
+
+
 # case -> (rule, spec): each must be recognised; at least two per shape.
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
@@ -932,6 +976,8 @@ VARIANTS = {
     "scale_while_elements": ("elements_per_thread", SCALE_WHILE),
     "scale_while_vectorize": ("vectorize", SCALE_WHILE),
     "key_range": ("hierarchical_reduction", EXTREMES_U64),
+    "row_rescale": ("warp_per_row", ROW_RESCALE),
+    "normalise_rows": ("warp_per_row", ROW_NORMALISE_IN_PLACE),
 }
 
 
@@ -987,9 +1033,27 @@ NOT_OF_SHAPE = {
         "it writes memory before its row loop"),
     "a_row_loop_reading_its_sum": ("warp_per_row", _edited(
         ROW_TOTALS, "t += value;", "t += value * t;"), "its loop reads the accumulator t"),
+    "a_row_read_back_from_another_lanes_element": ("warp_per_row", _edited(
+        ROW_RESCALE, "(in[(size_t)r * cols + c] - lo) / span;",
+        "(in[(size_t)r * cols + c] - lo) / span;\n    for (int c = 0; c < cols; c++)\n"
+        "        out[(size_t)r * cols + c] += out[(size_t)r * cols + cols - 1 - c];"),
+        "it writes out and reads it elsewhere than the element written"),
+    "an_argmax_keeps_an_index_with_its_maximum": ("warp_per_row", _edited(
+        ROW_RESCALE, "if (v > hi) { hi = v; }", "if (v > hi) { hi = v; lo = c; }"),
+        "its loop assigns lo `"),
+    "a_local_array_accumulated_per_lane": ("warp_per_row", _edited(_edited(
+        ROW_TOTALS, "double t = 0.0;", "double parts[2];\n        double t = 0.0;"),
+        "            t += value;", "            parts[k & 1] = value;\n            t += value;"),
+        "its loop writes parts, not an array parameter"),
+    "a_store_that_does_not_move_with_the_row_loop": ("warp_per_row", _edited(
+        ROW_TOTALS, "            t += value;", "            t += value;\n            sums[0] = value;"),
+        "an element that does not move with k alone"),
+    "a_second_pass_reading_the_first_passes_sum_partially": ("warp_per_row", _edited(
+        ROW_NORMALISE_IN_PLACE, "x[r * cols + c] *= inv;", "{ x[r * cols + c] *= inv + ss; ss += 1.0; }"),
+        "its loop reads the accumulator ss"),
     "column_major_rows_are_already_coalesced": ("warp_per_row", _edited(
         MATVEC, "M[(size_t)row * n_cols + j]", "M[(size_t)j * n_rows + row]"),
-        "neighbouring threads do not read rows apart"),
+        "is contiguous along the rows already"),
     "no_tree_in_a_scan": ("shuffle_reduction", _edited(
         BLOCK_MAX, "if (t < s) {", "if (t >= s) {"), "no shared-memory tree reduction"),
     # One result per block from a grid-stride share: vectors would move elements between blocks, and another

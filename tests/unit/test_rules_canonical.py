@@ -241,3 +241,69 @@ def test_a_call_that_inlined_would_mean_otherwise_stays(call, before):
         "argument with a call", "function in a conditional group", "stride of its own type"])
 def test_what_was_respelled_wrongly_is_exact(before, body, expected):
     assert squeezed(canon(body, before=before)) == squeezed(expected if expected is not None else body)
+
+
+def test_a_while_loop_inside_a_block_and_each_of_several_are_for_loops():
+    body = canon("    int i = threadIdx.x;\n    if (i < n) {\n        float s = 0.0f;\n        int c = 1;\n"
+                 "        while (c < n) {\n            s += in[c];\n            c++;\n        }\n"
+                 "        int d = 0;\n        while (d < n) {\n            s += in[d];\n            d += 2;\n        }\n"
+                 "        out[i] = s;\n    }")
+    assert squeezed(body) == squeezed(
+        "int i = threadIdx.x;\n if (i < n) {\n float s = 0.0f;\n for (int c = 1; c < n; c += 1) {\n s += in[c];\n }\n"
+        " for (int d = 0; d < n; d += 2) {\n s += in[d];\n }\n out[i] = s;\n }")
+
+
+def test_a_second_index_stepped_with_the_loops_is_derived_from_it():
+    body = canon("    int r = threadIdx.x;\n    float s = 0.0f;\n    for (int c = 0, k = r * n; c < n; ++c, ++k)\n"
+                 "        s += in[k];\n    for (unsigned j = 2, k = r; j < n; j++, k += (unsigned)m) {\n"
+                 "        s += in[k];\n    }\n    out[r] = s;")
+    assert squeezed(body) == squeezed(
+        "int r = threadIdx.x;\n float s = 0.0f;\n for (int c = 0; c < n; ++c) {\n const int k = r * n + c;\n"
+        " s += in[k];\n }\n for (unsigned j = 2; j < n; ++j) {\n"
+        " const unsigned k = (unsigned)(r + (long long)(j - (2)) * ((unsigned)m));\n s += in[k];\n }\n out[r] = s;")
+
+
+@pytest.mark.parametrize("loop", [
+    "for (int c = 0, k = r; c < n; ++c, ++k) { s += in[k]; k += 2; }",  # the body changes it
+    "for (int c = 0, k = r; c < n && k < m; ++c, ++k) s += in[k];",  # the condition reads both
+    "for (int c = 0, k = __float2int_rn(in[r]); c < n; ++c, ++k) s += in[k];",  # its start calls
+    "for (int c = 0, k = r; c < n; ++c, k += r) { s += in[k]; r = c; }",  # its step changes
+    "for (int c = 0, k = r; c < n; c += 2, ++k) s += in[k];",  # the loop's own index steps by 2
+], ids=["changed in the body", "read by the condition", "a call", "a step that changes", "no unit step"])
+def test_a_second_index_that_is_not_the_loops_own_stays(loop):
+    body = f"    int r = threadIdx.x;\n    float s = 0.0f;\n    {loop}\n    out[0] = s;"
+    assert squeezed(canon(body)) == squeezed(body)
+
+
+ROW_MAX = ("#define AT(r, c) ((r) * cols + (c))\n__device__ float row_max(const float *p, int r, int cols)\n{\n"
+           "    float best = p[AT(r, 0)];\n    for (int c = 1; c < cols; ++c)\n"
+           "        best = fmaxf(best, p[AT(r, c)]);\n    return best;\n}\n")
+
+
+def test_a_function_with_statements_is_inlined_as_a_block_that_sets_the_result():
+    body = canon("    unsigned best = threadIdx.x;\n    const float top = row_max(in, best, n);\n    out[best] = top;",
+                 before=ROW_MAX)
+    # The parameter's macro use reads the parameter: its own `cols`, now the argument converted to int; the
+    # function's local best is renamed, as the argument reads the kernel's.
+    assert squeezed(body) == squeezed(
+        "unsigned best = threadIdx.x;\n float top;\n {\n float best_ = in[((((int)(best))) * ((int)(n)) + (0))];\n"
+        " for (int c = 1; c < ((int)(n)); ++c)\n best_ = fmaxf(best_, in[((((int)(best))) * ((int)(n)) + (c))]);\n"
+        " top = ((float)(best_));\n }\n out[best] = top;")
+
+
+@pytest.mark.parametrize("before, call", [
+    ("__device__ float f(const float *p, int n) { float s = 0; for (int i = 0; i < n; i++) { if (p[i] < 0) "
+     "return -1; s += p[i]; } return s; }", "float v = f(in, n);"),  # two returns
+    ("__device__ float f(const float *p, int n) { static int calls = 0; calls++; return p[n]; }",
+     "float v = f(in, n);"),  # a static local
+    ("__device__ float f(const float *p, int n) { n -= 1; return p[n]; }", "float v = f(in, n);"),  # changes a param
+    ("__device__ float f(const float *p, int n) { float s = p[0]; return s * n; }",
+     "float v = f(in, r++);"),  # an argument with a side effect
+    ("__device__ float scale = 2.0f;\n__device__ float f(const float *p, int n) { float s = p[n]; return s * scale; }",
+     "float scale = 1.0f;\n    float v = f(in, n) * scale;"),  # in an expression, not the whole initialiser
+    ("__device__ float scale = 2.0f;\n__device__ float f(const float *p, int n) { float s = p[n]; return s * scale; }",
+     "float scale = 1.0f;\n    float v = f(in, n);\n    v *= scale;"),  # reads a name a kernel local hides
+], ids=["two returns", "static", "changes a parameter", "side effect", "within an expression", "hidden name"])
+def test_a_function_with_statements_that_inlined_would_mean_otherwise_stays(before, call):
+    body = f"    int r = threadIdx.x;\n    {call}\n    out[r] = v;"
+    assert squeezed(canon(body, before=before)) == squeezed(body)

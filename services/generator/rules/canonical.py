@@ -41,6 +41,7 @@ if; the verifier proves them against the kernel as submitted.
 """
 import functools
 import re
+import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
@@ -55,6 +56,7 @@ _DIRECTIVE = re.compile(r"[ \t]*#[ \t]*(\w+)[ \t]*(.*)")
 _DEFINE = re.compile(r"(?P<name>[A-Za-z_]\w*)(?:\((?P<params>[^)]*)\))?(?P<body>.*)", re.DOTALL)
 _GLUING = set("+-*/%<>=&|^!~.:#")
 INDENT = "    "
+_REPEATS = 8  # how many constructs one step respells in a kernel, at most
 
 
 class Unexpandable(ValueError):
@@ -78,7 +80,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
-    steps = (_expand_macros, _deduce_auto, _guard_early_return, _while_as_for, _window_offsets) + (
+    steps = ((_inline_bodies,) if inline else ()) + (
+        _expand_macros, _deduce_auto, _guard_early_return, _while_as_for, _second_index_derived, _window_offsets) + (
         (_inline_functions, _inline_array_pointers) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -87,10 +90,14 @@ def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inl
     if re.search(r"^[ \t]*#[ \t]*(?!pragma\b)\w", mask(source)[kernel.body_open:kernel.body_close], re.M):
         return source  # a directive in the body: what it selects or defines is not read here
     for step in steps:
-        try:
-            source = step(source, kernel_name, pinned)
-        except (ValueError, Unparsed, RecursionError):  # unreadable here: the recognisers say what they cannot read
-            continue
+        for _ in range(_REPEATS):  # a step respells one construct at a time
+            try:
+                respelled = step(source, kernel_name, pinned)
+            except (ValueError, Unparsed, RecursionError):  # unreadable here: the recognisers say what they cannot read
+                break
+            if respelled == source:
+                break
+            source = respelled
     return source
 
 
@@ -637,8 +644,9 @@ _PURE = re.compile(r"[\w\s.*+\-()]*")  # launch geometry, names, casts and arith
 def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
-    body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    for at, loop in enumerate(body):
+    top = statements(masked, kernel.body_open + 1, kernel.body_close)
+    blocks = [top, *(s.children(masked) for s, _ in walk(masked, top) if s.kind == "block")]
+    for body, (at, loop) in ((body, item) for body in blocks for item in enumerate(body)):
         if loop.kind != "while" or loop.body.kind != "block":
             continue
         inner = statements(masked, *loop.body.inner)
@@ -705,6 +713,74 @@ def _without_statement(source: str, statement: Statement) -> str:
     start = line_start if not source[line_start:statement.start].strip() else statement.start
     end = statement.end + (1 if source[statement.end:statement.end + 1] == "\n" else 0)
     return source[:start] + source[end:]
+
+
+# --- for loops stepping a second index -----------------------------------------------------------------
+_TWO_INDICES = re.compile(r"\s*(?P<type>(?:(?:unsigned|signed|long|short|int|size_t|ptrdiff_t|u?int(?:32|64)_t)\s*)+)"
+                          r"\s+(?P<a>[A-Za-z_]\w*)\s*=(?P<a0>[^,]+),\s*(?P<b>[A-Za-z_]\w*)\s*=(?P<b0>[^,]+)")
+_BY_ONE = r"\s*(?:{0}\s*\+\+|\+\+\s*{0}|{0}\s*\+=\s*1)\s*"
+_WIDE = re.compile(r"long|size_t|ptrdiff_t|int64_t")
+
+
+def _second_index_derived(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """`for (int c = C0, k = K0; c < n; ++c, k += S) BODY` (either declared first) is `for (int c = C0; c < n; ++c)
+    { const int k = K0 + (c - C0) * S; BODY }`: k holds the same value at every step where the body changes
+    neither index, the condition does not read k, and K0 and S are plain arithmetic of names the loop never
+    changes. A 32-bit k is computed through a 64-bit product, so no step overflows where the loop's did not."""
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    top = statements(masked, kernel.body_open + 1, kernel.body_close)
+    for loop, _ in walk(masked, top):
+        if loop.kind != "for" or loop.head is None:
+            continue
+        try:
+            init, condition, step = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
+        except ValueError:
+            continue
+        declared, steps = _TWO_INDICES.fullmatch(init), split_top_level(step, ",")
+        if declared is None or len(steps) != 2:
+            continue
+        for a, b in ((declared["a"], declared["b"]), (declared["b"], declared["a"])):
+            counted = next((s for s in steps if re.fullmatch(_BY_ONE.format(a), s)), None)
+            other = next((s for s in steps if s is not counted), None)
+            stride = other and re.fullmatch(rf"\s*(?:{b}\s*\+\+|\+\+\s*{b}|{b}\s*\+=(?P<by>[^,]+))\s*", other)
+            if counted is None or not stride or re.search(rf"\b{b}\b", condition):
+                continue
+            by = "1" if stride["by"] is None else stride["by"].strip()
+            first_of_b = init[declared.start("b0") - declared.start():declared.end("b0") - declared.start()]
+            first_of_a = init[declared.start("a0") - declared.start():declared.end("a0") - declared.start()]
+            if declared["a"] != a:
+                first_of_a, first_of_b = first_of_b, first_of_a
+            body = masked[loop.body.start:loop.body.end]
+            read = set(_names(first_of_b)) | set(_names(by))
+            if not (_is_plain_arithmetic(first_of_b) and _is_plain_arithmetic(by)) or \
+                    any(_changes(name, body + condition) for name in {a, b, *read}):
+                continue
+            return _derived(source, loop, declared, a, b, first_of_a, first_of_b, by, init)
+    return source
+
+
+def _derived(source: str, loop: Statement, declared: re.Match, a: str, b: str, first_of_a: str,
+             first_of_b: str, by: str, init: str) -> str:
+    spelled = " ".join(declared["type"].split())
+    steps = f"({a} - ({first_of_a.strip()}))" if first_of_a.strip() != "0" else a
+    if by != "1":
+        steps = f"{steps} * ({by})" if _WIDE.search(spelled) else f"(long long){steps} * ({by})"
+        value = f"({spelled})({first_of_b.strip()} + {steps})" if not _WIDE.search(spelled) else \
+            f"{first_of_b.strip()} + {steps}"
+    else:
+        value = f"{first_of_b.strip()} + {steps}"
+    indent = _indent_of(source, loop.start)
+    head = f"{spelled} {a} = {first_of_a.strip()}; " + source[loop.head[0] + len(init) + 1:loop.head[1]].lstrip()
+    head = head[:head.rindex(";") + 1] + f" ++{a}"
+    definition = f"const {spelled} {b} = {value};"
+    if loop.body.kind == "block":
+        opening = loop.body.start + 1
+        inner = f"\n{indent}{INDENT}{definition}"
+        return source[:loop.head[0]] + head + source[loop.head[1]:opening] + inner + source[opening:]
+    statement = source[loop.body.start:loop.body.end]
+    block = f"{{\n{indent}{INDENT}{definition}\n{indent}{INDENT}{statement}\n{indent}}}"
+    return source[:loop.head[0]] + head + ") " + block + source[loop.body.end:]
 
 
 # --- windows walked in absolute coordinates --------------------------------------------------------------
@@ -803,19 +879,30 @@ def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Fu
                 set(_names(expression)) & macros:
             found.setdefault(match["name"], []).append(None)
             continue
-        params: list[tuple[str, str, bool]] = []
-        for part in split_top_level(match["params"], ","):
-            parameter = _PARAMETER.fullmatch(part)
-            if parameter is None:
-                params = None
-                break
-            params.append((parameter["name"], " ".join(parameter["type"].split()), bool(parameter["pointer"])))
-        if params == [] and match["params"].strip() not in ("", "void"):
-            params = None
+        params = _parameters_of(match["params"])
         expression = source[match.start("expr"):match.end("expr")].strip()
         found.setdefault(match["name"], []).append(
-            Function(" ".join(match["type"].split()), tuple(params), expression) if params is not None else None)
-    for name in set(_names(masked[:before])):  # an overload or a declaration elsewhere: which one is called?
+            Function(" ".join(match["type"].split()), params, expression) if params is not None else None)
+    return _defined_once(found, masked, before)
+
+
+def _parameters_of(text: str) -> tuple[tuple[str, str, bool], ...] | None:
+    """(name, type, is a pointer) of each parameter of a parameter list; None where one is not read."""
+    if text.strip() in ("", "void"):
+        return ()
+    params = []
+    for part in split_top_level(text, ","):
+        parameter = _PARAMETER.fullmatch(part)
+        if parameter is None:
+            return None
+        params.append((parameter["name"], " ".join(parameter["type"].split()), bool(parameter["pointer"])))
+    return tuple(params)
+
+
+def _defined_once(found: dict[str, list], masked: str, before: int) -> dict:
+    """The functions found defined once (None: one that cannot be inlined) and named nowhere else before the
+    kernel: an overload or a declaration elsewhere would leave which one is called open."""
+    for name in set(_names(masked[:before])):
         if name in found and len(re.findall(rf"\b{name}\s*\(", masked[:before])) != len(found[name]):
             found[name].append(None)
     return {name: f[0] for name, f in found.items() if len(f) == 1 and f[0] is not None}
@@ -859,6 +946,127 @@ def _expression_of(function: Function, arguments: list[str], masked_arguments: l
         else:
             values[name] = f"(({type_})({argument}))"
     return f"(({function.type})({_substitute(function.expression, values, spaced=True, members=False)}))"
+
+
+# --- calls of functions with a body ----------------------------------------------------------------------
+_BODY_FUNCTION = re.compile(r"__device__\s+(?:(?:__forceinline__|__noinline__|inline)\s+)*(?P<type>(?:const\s+)?"
+                            r"(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|size_t|bool|char|"
+                            r"short))\s+(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{")
+_CALLED_INTO = re.compile(r"\s*(?:(?:const\s+)?(?P<type>(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|"
+                          r"long|size_t|bool|char|short))\s+)?(?P<target>[A-Za-z_]\w*)\s*=\s*(?P<name>[A-Za-z_]\w*)\s*"
+                          r"\((?P<arguments>.*)\)\s*;\s*", re.DOTALL)
+_NOT_INLINED = re.compile(r"\b(?:static|__shared__|asm|goto|__syncthreads|__syncwarp|extern)\b")
+
+
+@dataclass(frozen=True)
+class Body:
+    type: str
+    params: tuple[tuple[str, str, bool], ...]  # (name, type, is a pointer)
+    statements: str  # its body before the return that ends it, the source's macros expanded
+    expression: str  # what that return returns
+    locals: frozenset[str]
+
+
+def _inline_bodies(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    for _ in range(4):  # a function's body may call another
+        kernel = find_kernel(source, kernel_name)
+        masked = mask(source)
+        declared = set(_DECLARES.findall(masked[kernel.params_open:kernel.body_close]))
+        functions = {name: function for name, function in _functions_with_bodies(source, masked, kernel.name_at,
+                                                                                  pinned).items()
+                     if name not in declared and not (_free_names(function) & declared)}
+        taken = set(_names(masked[kernel.params_open:kernel.body_close]))
+        for statement, _ in walk(masked, statements(masked, kernel.body_open + 1, kernel.body_close)):
+            call = _CALLED_INTO.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" else None
+            if call is None or call["name"] not in functions or \
+                    closing(masked, call.start("arguments") - 1) != call.end("arguments"):
+                continue
+            if call["type"] and masked[kernel.body_open:statement.start].rstrip()[-1:] not in (";", "{", "}"):
+                continue  # the declaration and the block that sets it are two statements: a block must hold them
+            inlined = _body_inlined(source, masked, statement, call, functions[call["name"]], taken)
+            if inlined is not None:
+                source = inlined
+                break
+        else:
+            return source
+    return source
+
+
+def _functions_with_bodies(source: str, masked: str, before: int, pinned: frozenset[str]) -> dict[str, Body]:
+    """The `__device__` functions defined before the kernel, once and outside conditional groups, whose body is
+    statements ending in its only return (one that is only a return is _one_return_functions'), with nothing tied
+    to its own frame or to other threads (static, __shared__, asm, goto, barriers), nor a macro of the source this
+    module does not expand as the compiler would there."""
+    found: dict[str, list[Body | None]] = {}
+    defined = _defined_names(masked) - pinned
+    for match in _BODY_FUNCTION.finditer(masked, 0, before):
+        close = closing(masked, match.end() - 1)
+        inner = masked[match.end():close]
+        params = _parameters_of(match["params"])
+        try:
+            parts = statements(masked, match.end(), close)
+        except (Unparsed, ValueError):
+            parts = []
+        last = parts[-1] if parts else None
+        ended = len(parts) > 1 and last.kind == "simple" and re.match(r"\s*return\b", masked[last.start:last.end])
+        if params is None or not ended or len(re.findall(r"\breturn\b", inner)) != 1 or \
+                _NOT_INLINED.search(inner) or _conditional_depth(masked, match.start()) or \
+                re.search(rf"\b{match['name']}\s*\(", inner):
+            found.setdefault(match["name"], []).append(None)
+            continue
+        text = mask(source, literals=False)
+        macros = {name: macro for name, macro in _macros(source, match.start()).items() if name not in pinned}
+        try:
+            statements_ = _expand(text[match.end():last.start], macros, frozenset(), defined)
+            expression = _expand(text[last.start:last.end].strip()[len("return"):-1], macros, frozenset(), defined)
+        except (Unexpandable, ValueError):
+            found.setdefault(match["name"], []).append(None)
+            continue
+        if set(_names(statements_ + expression)) & defined:
+            found.setdefault(match["name"], []).append(None)
+            continue
+        locals_ = frozenset(_DECLARES.findall(mask(statements_)))
+        found.setdefault(match["name"], []).append(
+            Body(" ".join(match["type"].split()), params, statements_, expression.strip(), locals_))
+    return _defined_once(found, masked, before)
+
+
+def _free_names(function: Body) -> set[str]:
+    """The names the function reads from outside it: inlined, a kernel's local of that name would shadow them."""
+    own = function.locals | {name for name, _, _ in function.params}
+    return set(_names(mask(function.statements + " " + function.expression))) - own
+
+
+def _body_inlined(source: str, masked: str, statement: Statement, call: re.Match, function: Body,
+                  taken: set[str]) -> str | None:
+    """`T v = f(a, b);` as `T v;` and a block running f's body on the arguments, then `v = (R)(what f returns);`
+    (`v = f(a, b);` as the block alone): each argument converted to its parameter's type where the body names it,
+    which must not change it; the body's locals renamed where they would hide a name the arguments or the target
+    read."""
+    arguments = split_top_level(masked[call.start("arguments"):call.end("arguments")], ",") \
+        if masked[call.start("arguments"):call.end("arguments")].strip() else []
+    if len(arguments) != len(function.params):
+        return None
+    values, offset = {}, call.start("arguments")
+    for (name, type_, pointer), argument in zip(function.params, arguments):
+        spelled = source[offset:offset + len(argument)].strip()
+        offset += len(argument) + 1
+        if _SIDE_EFFECTS.search(argument) or _calls(argument) or _changes(name, mask(function.statements)):
+            return None  # evaluated at each use, or not at all: a call or a side effect would not run once
+        if pointer and not re.fullmatch(r"[A-Za-z_]\w*", spelled):
+            return None
+        values[name] = spelled if pointer else f"(({type_})({spelled}))"
+    used = taken | function.locals | set(_names(mask(function.statements)))
+    read = set(_names(masked[call.start("arguments"):call.end("arguments")])) | {call["target"]}
+    values.update({name: fresh_name(name, used) for name in function.locals if name in read})
+    body = textwrap.dedent(_substitute(function.statements, values, spaced=True, members=False)).strip("\n")
+    result = _substitute(function.expression, values, spaced=True, members=False)
+    indent = _indent_of(source, statement.start)
+    lines = [f"{indent}{INDENT}{line}" if line.strip() else "" for line in body.split("\n") if body.strip()]
+    target = call["target"]
+    block = "\n".join(["{", *lines, f"{indent}{INDENT}{target} = (({function.type})({result}));", f"{indent}}}"])
+    declaration = f"{' '.join(call['type'].split())} {target};\n{indent}" if call["type"] else ""
+    return source[:statement.start] + declaration + block + source[statement.end:]
 
 
 def _conditional_depth(masked: str, at: int) -> int:

@@ -1,18 +1,26 @@
-"""Row-wise loops of one thread per row (GEMV, sparse rows, row sums), restructured as a warp per row.
+"""Row-wise loops of one thread per row (GEMV, row sums and maxima, softmax or layer normalisation written a
+thread per row), restructured as a warp per row.
 
-Recognised: a kernel of one point per thread along x (the row) whose point body runs one loop over the row,
-`for (int c = START; c < END; c++)`, adding into accumulators declared before it at zero (`sum += A[r * cols +
-c] * x[c]`, `sum = sum + E`, `sum = E + sum`, or a float or double `sum = fmaf(A[r * cols + c], x[c], sum)`);
-the loop's other assignments are to its own locals. What the row does after the loop (`y[r] =
-sum`) comes after it in the same block. Neighbouring threads read addresses a row apart, so no load is
-coalesced.
+Recognised: a kernel of one point per thread along x (the row) whose point body walks the row in one or more
+loops, `for (int c = START; c < END; c++)`, each a statement of a block. What a loop assigns outside itself is
+an accumulator declared in the point body before it, which the loop reads nowhere else: a sum (`sum += E`,
+`sum -= E`, `sum++`, `sum = sum + E`, `sum = E + sum`, or for a float or double `sum = fmaf(X, Y, sum)`), or an
+extreme (`m = fmaxf(m, E)` and fmax, max, fminf, fmin, min; `m = E > m ? E : m`, `if (E > m) m = E;` and their
+mirrors). A loop's stores go to an element that moves with its index; an array the kernel both writes and
+reads is read only at the element written, in loops that start at the same place. Outside the loops, the row
+writes memory (`y[r] = sum`) only after the last loop, in the block that holds it. Neighbouring threads read
+addresses a row apart, so no load is coalesced.
 
 Rendered: a block of block_size_x (32) x block_size_y threads takes block_size_y rows, one per warp
-(row = blockIdx.x * block_size_y + threadIdx.y). The lanes split the loop (c = START + lane, stepping 32), so a
-warp reads 32 consecutive elements of its row at once, then add their sums with __shfl_xor_sync; lane 0 goes on
-with the rest of the row alone. The loop body stays as written, so each lane accumulates as the thread did (an
-fmaf chain stays one), and only the partial sums are added in another order (within float rounding). The lane
-loop is one the vectorize_loops rule can widen to 128-bit loads.
+(row = blockIdx.x * block_size_y + threadIdx.y). The lanes split each loop (c = START + lane, stepping 32), so a
+warp reads 32 consecutive elements of its row at once, and a lane meets the same elements in every loop that
+starts at the same place. After a loop the lanes combine their accumulators with __shfl_xor_sync, which leaves
+every lane the row's values, so what runs between the loops runs in every lane as it ran in the thread. A sum
+that does not enter its loop at zero (a bias, or a second pass into it) enters it at zero in every lane but
+lane 0. After the last loop lane 0 goes on with the rest of the row alone. The loop bodies stay as written, so
+each lane accumulates as the thread did (an fmaf chain stays one): partial sums are added in another order
+(within float rounding), and a maximum or minimum of numbers is the same in any order. The lane loops are ones
+the vectorize_loops rule can widen to 128-bit loads.
 """
 import re
 from dataclasses import dataclass
@@ -31,17 +39,34 @@ ROWS_PER_BLOCK = [1, 2, 4, 8, 16, 32]
 # the float result is truncated at each step, which lanes' partial sums would not repeat).
 FUSED = r"(?:fmaf|fma|__fmaf_rn|__fma_rn)"
 FLOATING = ("float", "double")
+EXTREMES = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
+_COMPARISON = re.compile(r"(?<![<>=!-])(>=|<=|>|<)(?![<>=])")
+_FULL_MASK = "0xffffffffu"
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    name: str
+    type: str
+    kind: str  # sum | max | min
+    function: str | None  # the function an extreme is taken with (fmaxf, max, ...); None: by comparison
+    zero_at_entry: bool  # a sum declared at zero and not changed before its loop
+
+
+@dataclass(frozen=True)
+class RowPass:
+    loop: Statement  # a loop over the row
+    variable: str  # its index, e.g. c
+    type: str
+    start: str  # where it starts, as written
+    end: str  # its bound
+    accumulators: tuple[Accumulator, ...]
 
 
 @dataclass(frozen=True)
 class RowLoop:
     kernel: PointKernel
-    loop: Statement  # the loop over the row
-    variable: str  # its index, e.g. c
-    type: str
-    start: str  # where it starts, as written
-    end: str  # its bound
-    accumulators: dict[str, str]  # name -> type
+    passes: tuple[RowPass, ...]
 
 
 def recognise(spec: KernelSpec) -> RowLoop:
@@ -57,10 +82,32 @@ def recognise(spec: KernelSpec) -> RowLoop:
         raise NotRecognised(why)
     masked = mask(spec.source)
     uncommented = mask(spec.source, literals=False)
-    outer = [s for s, depth in walk(masked, list(kernel.statements)) if s.kind in ("for", "while", "do") and depth == 0]
-    if len(outer) != 1 or outer[0].kind != "for":
-        raise NotRecognised(f"its row body has {len(outer)} outer loops; a row loop kernel has one for loop")
-    loop = outer[0]
+    called = next((name for name in _looping_functions(masked, kernel.kernel.name_at)
+                   if re.search(rf"(?<![\w.])\b{name}\s*\(", masked[kernel.body_start:kernel.body_end])), None)
+    if called is not None:
+        raise NotRecognised(f"it calls {called}, a function with a loop that every lane would run whole")
+    loops = [s for s, depth in walk(masked, list(kernel.statements)) if s.kind in ("for", "while", "do") and depth == 0]
+    if not loops:
+        raise NotRecognised("its row body has no loop over the row")
+    passes = tuple(_pass(kernel, masked, uncommented, loop) for loop in loops)
+    _check_rows(kernel, passes)
+    _check_effects(kernel, masked, passes)
+    _check_arrays_read_back(kernel, masked, passes)
+    return RowLoop(kernel, passes)
+
+
+def _looping_functions(masked: str, before: int) -> set[str]:
+    """The functions defined before the kernel whose body has a loop."""
+    found = set()
+    for match in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*\{", masked[:before]):
+        if re.search(r"\b(?:for|while|do)\b", masked[match.end():closing(masked, match.end() - 1)]):
+            found.add(match.group(1))
+    return found - {"if", "for", "while", "switch"}
+
+
+def _pass(kernel: PointKernel, masked: str, uncommented: str, loop: Statement) -> RowPass:
+    if loop.kind != "for":
+        raise NotRecognised(f"its row body has a {loop.kind} loop; a row loop kernel walks its row with for loops")
     init, condition, step = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
     declared = re.fullmatch(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<start>.*)",
                             init, re.DOTALL)
@@ -78,28 +125,15 @@ def recognise(spec: KernelSpec) -> RowLoop:
     end = " ".join(uncommented[end_at:end_at + len(bound["end"])].split())
     if masked[kernel.body_start:loop.start].rstrip()[-1:] not in (";", "{", "}", ""):
         raise NotRecognised("its row loop is the body of another statement, not a statement of a block")
-    inside = masked[loop.body.start:loop.body.end]
-    escape = re.search(r"\b(break|return|goto)\b", inside)
+    escape = re.search(r"\b(break|return|goto)\b", masked[loop.body.start:loop.body.end])
     if escape:
         raise NotRecognised(f"its loop body uses {escape[1]}, whose meaning changes when lanes split the loop")
-    accumulators = _accumulators(kernel, masked, loop, inside, c)
-    _check_effects(kernel, masked, loop)
-    r = kernel.axes[0].name
-    inside_loop = [a for a in kernel.accesses if loop.body.start <= a.start < loop.body.end and a.poly is not None]
-    row_start = r in re.findall(r"[A-Za-z_]\w*", start)  # the loop starts where the row does (CSR)
-    rows_apart = [a for a in inside_loop if affine.is_unit(affine.stride(a.poly, c))
-                  and (r in affine.names(a.poly) or row_start)]
-    if not rows_apart:
-        raise NotRecognised(f"its loop reads no array contiguously along {c} at an address that changes with the "
-                            f"row, so neighbouring threads do not read rows apart")
-    along_rows = [a for a in inside_loop if affine.is_unit(affine.stride(a.poly, r))]
-    if along_rows:
-        raise NotRecognised(f"{along_rows[0].array}[{along_rows[0].subscript}] is contiguous along the rows already: "
-                            f"a warp per row would scatter it")
-    return RowLoop(kernel, loop, c, " ".join(declared["type"].split()), start, end, accumulators)
+    return RowPass(loop, c, " ".join(declared["type"].split()), start, end,
+                   _accumulators(kernel, masked, loop, c))
 
 
-def _accumulators(kernel: PointKernel, masked: str, loop: Statement, inside: str, c: str) -> dict[str, str]:
+def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> tuple[Accumulator, ...]:
+    inside = masked[loop.body.start:loop.body.end]
     local = set(re.findall(r"(?:^|[;{(,]\s*)(?:const\s+)?[A-Za-z_][\w:<>]*(?:\s*\*)*\s+([A-Za-z_]\w*)\s*[=;,\[]",
                            inside))
     assigned: dict[str, set[str]] = {}
@@ -109,42 +143,72 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, inside: str
         assigned.setdefault(match.group(1), set()).add("++")
     if c in assigned:
         raise NotRecognised(f"its loop body changes the loop index {c}")
-    accumulators = {}
+    found = []
     for name, operators in assigned.items():
         if name in local:
             continue
-        if not operators <= {"+=", "="}:
+        type_, zero = _declaration(kernel, masked, loop, name)
+        uses = len(re.findall(rf"(?<![\w.])(?<!->)\b{name}\b", inside))
+        if not operators <= {"+=", "-=", "=", "++", "--"}:
             raise NotRecognised(f"its loop changes {name} by {', '.join(sorted(operators))}; a row loop only adds "
-                                f"into accumulators (+=) and assigns its own locals")
-        declaration = re.search(rf"\b({ACCUMULATOR_TYPES})\s+{name}\s*=\s*{ZERO}\s*[;,]",
-                                masked[kernel.body_start:loop.start])
-        if declaration is None:
-            raise NotRecognised(f"{name}, which the loop adds into, is not declared before it at zero as a float, "
-                                f"double or integer")
-        accumulators[name] = " ".join(declaration.group(1).split())
-    if not accumulators:
-        raise NotRecognised("its loop adds into no accumulator")
-    for name, type_ in accumulators.items():
-        uses = len(re.findall(rf"\b{name}\b", inside))
-        if uses != len(re.findall(rf"\b{name}\s*\+=", inside)) + 2 * _sums_assigned(masked, loop, name, type_):
-            raise NotRecognised(f"its loop reads the accumulator {name}, so the partial sums of lanes would differ "
-                                f"from the row's")
-    return accumulators
+                                f"into accumulators (+=), takes their maximum or minimum, and assigns its own locals")
+        try:
+            counted = len(re.findall(rf"\b{name}\s*[-+]=|\b{name}\s*(?:\+\+|--)|(?:\+\+|--)\s*{name}\b", inside))
+            counted += 2 * _sums_assigned(masked, loop, name, type_)
+            kind, function = "sum", None
+        except NotRecognised as not_a_sum:
+            if operators != {"="}:
+                raise
+            try:
+                kind, function, counted = _extreme(masked, loop, name)
+            except NotRecognised:
+                raise not_a_sum from None
+        if uses != counted:
+            raise NotRecognised(f"its loop reads the accumulator {name}, so the partial results of lanes would "
+                                f"differ from the row's")
+        found.append(Accumulator(name, type_, kind, function, zero))
+    return tuple(found)
+
+
+def _declaration(kernel: PointKernel, masked: str, loop: Statement, name: str) -> tuple[str, bool]:
+    """The accumulator's type, and whether it enters the loop at zero: declared so, and unchanged since."""
+    for statement, depth in walk(masked, list(kernel.statements)):
+        if statement.kind != "simple" or depth or statement.end > loop.start:
+            continue
+        declaration = re.fullmatch(rf"\s*(?P<type>{ACCUMULATOR_TYPES})\s+(?P<declarators>[^;]*);\s*",
+                                   masked[statement.start:statement.end], re.DOTALL)
+        for declarator in split_top_level(declaration["declarators"], ",") if declaration else ():
+            named = re.fullmatch(rf"\s*{name}\s*(?:=(?P<init>.*))?", declarator, re.DOTALL)
+            if named:
+                zero = named["init"] is not None and re.fullmatch(rf"\s*{ZERO}\s*", named["init"]) is not None
+                unchanged = not re.search(points.changing(name), masked[statement.end:loop.start])
+                return " ".join(declaration["type"].split()), zero and unchanged
+    raise NotRecognised(f"{name}, which the loop accumulates into, is not declared before it in the row's body as "
+                        f"a float, double or integer")
+
+
+def _assignments(masked: str, loop: Statement, name: str) -> list[str]:
+    """The right-hand sides of the loop's plain assignments to `name`, each a statement of its own;
+    NotRecognised where one is made within an expression."""
+    assigned = re.compile(rf"(?<![\w.\]>])\b{name}\s*=(?!=)")
+    texts = [masked[s.start:s.end] for s, _ in walk(masked, [loop.body]) if s.kind == "simple"]
+    expressions = [m["expression"] for text in texts
+                   if (m := re.fullmatch(rf"\s*{assigned.pattern}(?P<expression>.*);\s*", text, re.DOTALL))]
+    if len(expressions) != len(assigned.findall(masked, loop.body.start, loop.body.end)):
+        raise NotRecognised(f"its loop assigns {name} within an expression; a row loop only adds into "
+                            f"accumulators, takes their maximum or minimum, and assigns its own locals")
+    return expressions
 
 
 def _sums_assigned(masked: str, loop: Statement, name: str, type_: str) -> int:
     """How many plain assignments to the accumulator add into it, each a statement of its own mentioning it
-    twice: `name = name + E`, `name = E + name` (E's operators at its top level all binding tighter than +, so E
-    is added whole) and, for a float or double, `name = fmaf(X, Y, name)`; NotRecognised for any other. The loop
-    body stays as written, so each lane keeps the thread's arithmetic (an fmaf chain stays one)."""
+    twice: `name = name + E`, `name = E + name`, `name = name - E` (E's operators at its top level all binding
+    tighter than + and -, so E is added whole) and, for a float or double, `name = fmaf(X, Y, name)`;
+    NotRecognised for any other. The loop body stays as written, so each lane keeps the thread's arithmetic (an
+    fmaf chain stays one)."""
     why = (f"a row loop only adds into accumulators (+=, {name} = {name} + x, or for a float or double {name} = "
-           f"fmaf(x, y, {name})) and assigns its own locals")
-    assigned = re.compile(rf"(?<![\w.\]>])\b{name}\s*=(?!=)")
-    statements = [masked[s.start:s.end] for s, _ in walk(masked, [loop.body]) if s.kind == "simple"]
-    expressions = [m["expression"] for text in statements
-                   if (m := re.fullmatch(rf"\s*{assigned.pattern}(?P<expression>.*);\s*", text, re.DOTALL))]
-    if len(expressions) != len(assigned.findall(masked, loop.body.start, loop.body.end)):
-        raise NotRecognised(f"its loop assigns {name} within an expression; {why}")
+           f"fmaf(x, y, {name})), takes their maximum or minimum, and assigns its own locals")
+    expressions = _assignments(masked, loop, name)
     for expression in expressions:
         fused = re.match(rf"\s*{FUSED}\s*\(", expression)
         if fused and type_ in FLOATING:
@@ -152,30 +216,154 @@ def _sums_assigned(masked: str, loop: Statement, name: str, type_: str) -> int:
             arguments = split_top_level(expression[fused.end():close], ",")
             if len(arguments) == 3 and arguments[2].strip() == name and not expression[close + 1:].strip():
                 continue
-        added = (re.fullmatch(rf"\s*{name}\s*\+(?P<term>.+)", expression, re.DOTALL)
+        added = (re.fullmatch(rf"\s*{name}\s*[-+](?P<term>.+)", expression, re.DOTALL)
                  or re.fullmatch(rf"(?P<term>.+?)\+\s*{name}\s*", expression, re.DOTALL))
         if added and not re.search(r"[-+*/%]\s*$", added["term"]) and \
-                all(len(split_top_level(added["term"], operator)) == 1 for operator in "?:<>=&|^,"):
+                all(len(split_top_level(added["term"], operator)) == 1 for operator in "?:<>=&|^,+-"):
             continue
         raise NotRecognised(f"its loop assigns {name} `{' '.join(expression.split())}`; {why}")
     return len(expressions)
 
 
-def _check_effects(kernel: PointKernel, masked: str, loop: Statement) -> None:
-    """Outside the loop, the row's effects (stores, atomics) must come after it in the block around it: lane 0
-    alone gets there."""
+def _extreme(masked: str, loop: Statement, name: str) -> tuple[str, str | None, int]:
+    """(max | min, the function taken with or None, how often the updates mention `name`) when every assignment
+    to `name` in the loop keeps the larger (or smaller) of it and a value E that does not read it:
+    `name = fmaxf(name, E)` (either order; fmax, max, fminf, fmin, min), `name = E > name ? E : name` (any
+    comparison, either side), or `if (E > name) name = E;`."""
+    why = (f"its loop assigns {name} other than a sum, a maximum or a minimum of it and a value that does not read "
+           f"it")
+    kinds, functions, counted, inside_ifs = set(), set(), 0, set()
+    for statement, _ in walk(masked, [loop.body]):
+        if statement.kind == "if" and statement.orelse is None:
+            assignment = _lone_assignment(masked, statement.body, name)
+            if assignment is not None:
+                kinds.add(_compared(masked[statement.head[0]:statement.head[1]], name, assignment[1], name, why))
+                counted += len(re.findall(rf"\b{name}\b", masked[statement.start:statement.end]))
+                inside_ifs.add(assignment[0].start)
+    for statement, _ in walk(masked, [loop.body]):
+        text = masked[statement.start:statement.end]
+        assignment = re.fullmatch(rf"\s*{name}\s*=(?!=)(?P<value>.*);\s*", text, re.DOTALL)
+        if statement.kind != "simple" or assignment is None or statement.start in inside_ifs:
+            continue
+        value = assignment["value"].strip()
+        called = re.fullmatch(r"(?P<function>\w+)\s*\((?P<arguments>.*)\)", value, re.DOTALL)
+        if called and called["function"] in EXTREMES and closing(value, called.start("arguments") - 1) == len(value) - 1:
+            arguments = [a.strip() for a in split_top_level(called["arguments"], ",")]
+            if len(arguments) != 2 or sorted(a == name for a in arguments) != [False, True] or \
+                    re.search(rf"\b{name}\b", next(a for a in arguments if a != name)):
+                raise NotRecognised(why)
+            kinds.add(EXTREMES[called["function"]])
+            functions.add(called["function"])
+        else:
+            condition, *branches = split_top_level(value, "?")
+            chosen = split_top_level(branches[0], ":") if len(branches) == 1 else []
+            if len(chosen) != 2 or "::" in branches[0]:
+                raise NotRecognised(why)
+            kinds.add(_compared(condition, name, chosen[0].strip(), chosen[1].strip(), why))
+            functions.add(None)
+        counted += len(re.findall(rf"\b{name}\b", text))
+    if len(kinds) != 1:
+        raise NotRecognised(why)
+    return kinds.pop(), (functions.pop() if len(functions) == 1 else None), counted
+
+
+def _lone_assignment(masked: str, body: Statement, name: str) -> tuple[Statement, str] | None:
+    """(the statement, E) where the statement controlled is `name = E;` alone, braced or not; else None."""
+    inner = body.children(masked) if body.kind == "block" else [body]
+    if len(inner) != 1 or inner[0].kind != "simple":
+        return None
+    assignment = re.fullmatch(rf"\s*{name}\s*=(?!=)(?P<value>.*);\s*", masked[inner[0].start:inner[0].end],
+                              re.DOTALL)
+    return (inner[0], assignment["value"].strip()) if assignment else None
+
+
+def _compared(condition: str, name: str, chosen: str, otherwise: str, why: str) -> str:
+    """max or min: which of `name` and a value E the choice `condition ? chosen : otherwise` keeps, where the
+    condition compares the two and the branches are the two."""
+    condition = condition.strip()
+    while condition.startswith("(") and closing(condition, 0) == len(condition) - 1:
+        condition = condition[1:-1].strip()
+    operators = [m for m in _COMPARISON.finditer(condition) if _depth(condition, m.start()) == 0]
+    if len(operators) != 1:
+        raise NotRecognised(why)
+    operator = operators[0]
+    left, right = condition[:operator.start()].strip(), condition[operator.end():].strip()
+    value = right if left == name else left
+    if sorted((left == name, right == name)) != [False, True] or re.search(rf"\b{name}\b", value) or \
+            {" ".join(chosen.split()), " ".join(otherwise.split())} != {name, " ".join(value.split())} or \
+            " ".join(chosen.split()) == " ".join(otherwise.split()):
+        raise NotRecognised(why)
+    greater = operator[1] in (">", ">=")
+    left_wins = " ".join(chosen.split()) == " ".join(left.split())
+    return "max" if greater == left_wins else "min"
+
+
+def _depth(text: str, at: int) -> int:
+    depth = 0
+    for char in text[:at]:
+        depth += (char in "([{") - (char in ")]}")
+    return depth
+
+
+def _check_rows(kernel: PointKernel, passes: tuple[RowPass, ...]) -> None:
+    r = kernel.axes[0].name
+    apart = False
+    for p in passes:
+        inside = [a for a in kernel.accesses if p.loop.body.start <= a.start < p.loop.body.end and a.poly is not None]
+        row_start = r in re.findall(r"[A-Za-z_]\w*", p.start)  # the loop starts where the row does (CSR)
+        apart = apart or any(affine.is_unit(affine.stride(a.poly, p.variable))
+                             and (r in affine.names(a.poly) or row_start) for a in inside)
+        along_rows = [a for a in inside if affine.is_unit(affine.stride(a.poly, r))]
+        if along_rows:
+            raise NotRecognised(f"{along_rows[0].array}[{along_rows[0].subscript}] is contiguous along the rows "
+                                f"already: a warp per row would scatter it")
+    if not apart:
+        raise NotRecognised("no loop of it reads an array contiguously along its index at an address that changes "
+                            "with the row, so neighbouring threads do not read rows apart")
+
+
+def _check_effects(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]) -> None:
+    """A loop's stores go to an element that moves with its index alone; outside the loops, the row's effects
+    (stores, atomics) come after the last loop in the block around it: lane 0 alone gets there."""
+    last = passes[-1].loop
     enclosing = (kernel.body_start, kernel.body_end)
     for statement, _ in walk(masked, list(kernel.statements)):
-        if statement.kind == "block" and statement.inner[0] <= loop.start and loop.end <= statement.inner[1]:
+        if statement.kind == "block" and statement.inner[0] <= last.start and last.end <= statement.inner[1]:
             enclosing = statement.inner
     effects = [a.start for a in kernel.accesses if a.write]
     effects += [kernel.body_start + m.start() for m in re.finditer(r"\batomic\w+\s*\(",
                                                                     masked[kernel.body_start:kernel.body_end])]
     for at in effects:
-        if loop.start <= at < loop.end:
+        if not any(p.loop.start <= at < p.loop.end for p in passes) and not (last.end <= at < enclosing[1]):
+            raise NotRecognised("it writes memory before its row loop ends (the last, where there are several) or "
+                                "outside the block that holds it")
+    for access in kernel.accesses:
+        p = next((p for p in passes if p.loop.start <= access.start < p.loop.end), None)
+        if not access.write or p is None:
             continue
-        if not (loop.end <= at < enclosing[1]):
-            raise NotRecognised("it writes memory before its row loop or outside the block that holds it")
+        if access.array not in kernel.array_types:
+            raise NotRecognised(f"its loop writes {access.array}, not an array parameter: each lane would have "
+                                f"its own")
+        step = affine.stride(access.poly, p.variable) if access.poly is not None else None
+        if not step or affine.names(access.poly) & (kernel.loop_variables - {p.variable}):
+            raise NotRecognised(f"its loop writes {access.array}[{access.subscript}], an element that does not move "
+                                f"with {p.variable} alone, so lanes splitting the loop could write it out of order")
+
+
+def _check_arrays_read_back(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]) -> None:
+    """An array the kernel writes and reads is read only at the element written, in loops that start at the
+    same place: a lane then reads only what it wrote itself."""
+    written = {a.array for a in kernel.accesses if a.write}
+    written |= set(re.findall(r"\batomic\w+\s*\(\s*&?\s*([A-Za-z_]\w*)", masked[kernel.body_start:kernel.body_end]))
+    for array in sorted(written):
+        accesses = [a for a in kernel.accesses if a.array == array]
+        if all(a.plain_store for a in accesses):
+            continue
+        holding = {next((p.start for p in passes if p.loop.start <= a.start < p.loop.end), None) for a in accesses}
+        subscripts = {tuple(sorted(a.poly.items())) if a.poly is not None else None for a in accesses}
+        if None in holding or len(holding) != 1 or len(subscripts) != 1 or None in subscripts:
+            raise NotRecognised(f"it writes {array} and reads it elsewhere than the element written in the same "
+                                f"place of a loop, so a lane could read what another lane wrote")
 
 
 def _render(model: RowLoop, spec: KernelSpec) -> str:
@@ -185,23 +373,45 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
     taken = identifiers(kernel.source)
     offset = fresh_name("offset", taken)
     source = kernel.source
-    line_start = source.rfind("\n", 0, model.loop.start) + 1
-    indent = re.match(r"[ \t]*", source[line_start:]).group()
-    first = "threadIdx.x" if model.start == "0" else f"({model.start}) + threadIdx.x"
-    head = f"{model.type} {model.variable} = {first}; {model.variable} < {model.end}; {model.variable} += {lanes}"
-    after = [f"// The row's {lanes} lanes add their partial sums; lane 0 goes on with the row's result.",
-             "#pragma unroll",
-             f"for (int {offset} = 16; {offset} > 0; {offset} /= 2) {{",
-             *(f"{INDENT}{name} += __shfl_xor_sync(0xffffffffu, {name}, {offset});" for name in model.accumulators),
-             "}",
-             "if (threadIdx.x != 0) return;"]
-    tail = "".join(f"\n{indent}{line}" for line in after)
-    body = points.point_body(kernel, [(model.loop.head[0], model.loop.head[1], head),
-                                      (model.loop.end, model.loop.end, tail)])
-    lines = ["// A warp per row: the lanes split the row's loop, so each warp load reads consecutive elements.",
+    replacements = []
+    for number, p in enumerate(model.passes):
+        line_start = source.rfind("\n", 0, p.loop.start) + 1
+        indent = re.match(r"[ \t]*", source[line_start:]).group()
+        first = "threadIdx.x" if p.start == "0" else f"({p.start}) + threadIdx.x"
+        replacements.append((p.loop.head[0], p.loop.head[1],
+                             f"{p.type} {p.variable} = {first}; {p.variable} < {p.end}; {p.variable} += {lanes}"))
+        resets = [f"if (threadIdx.x != 0) {a.name} = 0;  // lane 0 alone carries what {a.name} holds into the loop"
+                  for a in p.accumulators if a.kind == "sum" and not a.zero_at_entry]
+        if resets:
+            replacements.append((p.loop.start, p.loop.start, "".join(f"{line}\n{indent}" for line in resets)))
+        after = []
+        if p.accumulators:
+            after += [f"// The row's {lanes} lanes combine their {', '.join(a.name for a in p.accumulators)}: each "
+                      f"lane then holds the row's.",
+                      "#pragma unroll",
+                      f"for (int {offset} = 16; {offset} > 0; {offset} /= 2) {{",
+                      *(INDENT + line for a in p.accumulators for line in _combined(a, offset, taken)),
+                      "}"]
+        if number == len(model.passes) - 1 and re.search(r"[^\s}]", mask(source)[p.loop.end:kernel.body_end]):
+            after += ["if (threadIdx.x != 0) return;  // lane 0 goes on with the row alone"]
+        replacements.append((p.loop.end, p.loop.end, "".join(f"\n{indent}{line}" for line in after)))
+    body = points.point_body(kernel, replacements)
+    lines = ["// A warp per row: the lanes split the row's loops, so each warp load reads consecutive elements.",
              f"const {axis.type} {axis.name} = ({axis.type})blockIdx.x * {rows} + threadIdx.y;",
              *body.split("\n")]
     return points.with_body(kernel, lines)
+
+
+def _combined(accumulator: Accumulator, offset: str, taken: set[str]) -> list[str]:
+    name = accumulator.name
+    other = f"__shfl_xor_sync({_FULL_MASK}, {name}, {offset})"
+    if accumulator.kind == "sum":
+        return [f"{name} += {other};"]
+    if accumulator.function is not None:
+        return [f"{name} = {accumulator.function}({name}, {other});"]
+    lane = fresh_name(f"{name}_of_lane", taken)
+    keeps = ">" if accumulator.kind == "max" else "<"
+    return [f"const {accumulator.type} {lane} = {other};", f"if ({lane} {keeps} {name}) {name} = {lane};"]
 
 
 class RowLoopShape:
