@@ -307,3 +307,25 @@ def test_a_function_with_statements_is_inlined_as_a_block_that_sets_the_result()
 def test_a_function_with_statements_that_inlined_would_mean_otherwise_stays(before, call):
     body = f"    int r = threadIdx.x;\n    {call}\n    out[r] = v;"
     assert squeezed(canon(body, before=before)) == squeezed(body)
+
+
+def test_a_do_while_loop_under_its_own_guard_is_a_while_loop():
+    body = canon("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= n) return;\n"
+                 "    const int step = blockDim.x * gridDim.x;\n    do {\n        out[i] = in[i];\n        i += step;\n"
+                 "    } while (i < n);")
+    assert squeezed(body) == squeezed("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+                                      "i += (int)(blockDim.x * gridDim.x)) {\n out[i] = in[i];\n }")
+    kept_guard = canon("    int i = threadIdx.x;\n    if (i < n) {\n        int j = i;\n        do {\n"
+                       "            out[j] = in[j];\n            j += 32;\n        } while (i < n && j < n);\n"
+                       "    }\n    out[0] = 1.0f;")
+    assert "do {" in kept_guard  # its test is not the guard's
+
+
+@pytest.mark.parametrize("body", [
+    "    int i = threadIdx.x;\n    if (i < n) {\n        i -= 64;\n        do {\n            out[i + 64] = in[i];\n"
+    "            i += 32;\n        } while (i < n);\n    }",  # what the test reads changes before the loop
+    "    int i = threadIdx.x;\n    if (i < n) {\n        out[i] = 0.0f;\n        do {\n            out[i] += in[i];\n"
+    "            i += 32;\n        } while (i < n);\n    }",  # a store between
+], ids=["changed before the loop", "a store between"])
+def test_a_do_while_loop_whose_first_test_may_fail_stays(body):
+    assert squeezed(canon(body)) == squeezed(body)

@@ -81,7 +81,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
-        _expand_macros, _deduce_auto, _guard_early_return, _while_as_for, _second_index_derived, _window_offsets) + (
+        _expand_macros, _deduce_auto, _guard_early_return, _do_as_while, _while_as_for, _second_index_derived,
+        _window_offsets) + (
         (_inline_functions, _inline_array_pointers) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -685,6 +686,44 @@ def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
         for statement in sorted(removed, key=lambda s: s.start, reverse=True):
             source = _without_statement(source, statement)
         return source
+    return source
+
+
+def _do_as_while(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """`if (C) { DECLARATIONS do { ... } while (C); }` is `if (C) { DECLARATIONS while (C) { ... } }`: the
+    loop's first test holds already where nothing between the guard and the loop changes what C reads. Where the
+    guard is the last statement of its block and holds only those, it is dropped, its statements moved out: the
+    while loop tests C first, and the declarations, plain arithmetic, do nothing where it fails."""
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    top = statements(masked, kernel.body_open + 1, kernel.body_close)
+    blocks = [top, *(s.children(masked) for s, _ in walk(masked, top) if s.kind == "block")]
+    for block in blocks:
+        for number, guard in enumerate(block):
+            if guard.kind != "if" or guard.orelse is not None or guard.body.kind != "block":
+                continue
+            condition = masked[guard.head[0]:guard.head[1]]
+            inside = guard.body.children(masked)
+            for at, loop in enumerate(inside):
+                if loop.kind != "do" or " ".join(masked[loop.head[0]:loop.head[1]].split()) != \
+                        " ".join(condition.split()):
+                    continue
+                declarations = [_ANY_DECLARATION.fullmatch(masked, s.start, s.end) for s in inside[:at]]
+                if not all(d and _is_plain_arithmetic(d.string[d.start() + d.group().index("=") + 1:d.end()]
+                                                      .strip().rstrip(";"))
+                           for d in declarations) or _calls(condition) or _SIDE_EFFECTS.search(condition) or \
+                        any(_changes(name, masked[guard.body.start:loop.start]) for name in _names(condition)):
+                    continue
+                header = f"while ({source[loop.head[0]:loop.head[1]].strip()}) "
+                loop_text = header + source[loop.body.start:loop.body.end]
+                if at + 1 == len(inside) and number + 1 == len(block):
+                    indent = _indent_of(source, guard.start)
+                    moved = textwrap.dedent(source[inside[0].start - len(_indent_of(source, inside[0].start)):
+                                                   loop.start] + loop_text).strip()
+                    moved = "\n".join(indent + line if line.strip() and n else line
+                                       for n, line in enumerate(moved.split("\n")))
+                    return source[:guard.start] + moved + source[guard.end:]
+                return source[:loop.start] + loop_text + source[loop.end:]
     return source
 
 

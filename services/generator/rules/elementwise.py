@@ -50,6 +50,7 @@ class Elementwise:
     bound: str  # the guard's bound, e.g. n
     body: str  # the guarded statements, comments removed, dedented
     arrays: dict[str, str | None]  # the names BODY subscripts -> their dtype (None: not an array argument)
+    grid_stride: bool = False  # submitted as a grid-stride loop: correct for any grid, the spec's included
 
 
 def model(spec: KernelSpec) -> Elementwise:
@@ -159,7 +160,7 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
     lines = [line.rstrip() for line in uncommented[inside[0]:inside[1]].split("\n") if line.strip()]
     return Elementwise(spec.source, kernel, index, " ".join(definition["type"].split()), block_x,
                        uncommented[bound_at:bound_at + len(bound["bound"])].strip(),
-                       textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
+                       textwrap.dedent("\n".join(lines)).strip("\n"), arrays, grid_stride=True)
 
 
 def _index_after_helpers(body: str, spec: KernelSpec) -> tuple[re.Match | None, dict[str, affine.Poly]]:
@@ -454,7 +455,9 @@ class ElementwiseShape:
         return model(spec)
 
     def reason(self, rule_id: str, kernel: Elementwise, spec: KernelSpec) -> str | None:
-        if (why := one_thread_per_point(spec, 0)) is not None:
+        """A kernel of one guarded point per thread must be launched as one (a grid divided by more leaves
+        points out, which the rewrite would then compute); a grid-stride loop covers its range on any grid."""
+        if not kernel.grid_stride and (why := one_thread_per_point(spec, 0)) is not None:
             return why
         return vectorize_reason(kernel) if rule_id == "vectorize" else None
 
