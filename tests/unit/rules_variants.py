@@ -1037,7 +1037,7 @@ NOT_OF_SHAPE = {
         ROW_RESCALE, "(in[(size_t)r * cols + c] - lo) / span;",
         "(in[(size_t)r * cols + c] - lo) / span;\n    for (int c = 0; c < cols; c++)\n"
         "        out[(size_t)r * cols + c] += out[(size_t)r * cols + cols - 1 - c];"),
-        "it writes out and reads it elsewhere than the element written"),
+        "it writes out and reads it, or writes it in several places"),
     "an_argmax_keeps_an_index_with_its_maximum": ("warp_per_row", _edited(
         ROW_RESCALE, "if (v > hi) { hi = v; }", "if (v > hi) { hi = v; lo = c; }"),
         "its loop assigns lo `"),
@@ -1051,6 +1051,25 @@ NOT_OF_SHAPE = {
     "a_second_pass_reading_the_first_passes_sum_partially": ("warp_per_row", _edited(
         ROW_NORMALISE_IN_PLACE, "x[r * cols + c] *= inv;", "{ x[r * cols + c] *= inv + ss; ss += 1.0; }"),
         "its loop reads the accumulator ss"),
+    # What a review found the row rewrite read wrongly, each now refused.
+    "a_bound_that_reads_the_row": ("warp_per_row", _edited(
+        MATVEC, "j < n_cols;", "j < n_cols && M[(size_t)row * n_cols + j] != 0.0f;"),
+        "a row loop's start and bound are plain arithmetic"),
+    "a_sum_read_as_it_grows": ("warp_per_row", _edited(
+        ROW_TOTALS, "            t += value;", "            const double seen = (t += value);"),
+        "its loop updates t within an expression"),
+    "an_accumulator_behind_a_reference": ("warp_per_row", _edited(
+        ROW_TOTALS, "double t = 0.0;", "double t = 0.0;\n        double &total = t;"),
+        "a reference to) its accumulator t"),
+    "an_integer_sum_of_floats": ("warp_per_row", _edited(MATVEC, "float acc = 0.f;", "int acc = 0;"),
+                                 "a floating-point term, into the integer acc"),
+    "stores_that_overlap_the_next_step": ("warp_per_row", _edited(
+        ROW_RESCALE, "out[(size_t)r * cols + c] = (in[(size_t)r * cols + c] - lo) / span;",
+        "{ out[(size_t)r * cols + c] = (in[(size_t)r * cols + c] - lo) / span; out[(size_t)r * cols + c + 1] = 0; }"),
+        "writes it in several places"),
+    "a_call_every_lane_would_repeat": ("warp_per_row", _edited(
+        ROW_TOTALS, "sums[r] = t * scale;", "sums[r] = t * scale;\n        printf(\"%f\\n\", t);"),
+        "it calls printf, which every lane would run whole"),
     "column_major_rows_are_already_coalesced": ("warp_per_row", _edited(
         MATVEC, "M[(size_t)row * n_cols + j]", "M[(size_t)j * n_rows + row]"),
         "is contiguous along the rows already"),

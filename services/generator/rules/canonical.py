@@ -716,10 +716,12 @@ def _do_as_while(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
                     continue
                 header = f"while ({source[loop.head[0]:loop.head[1]].strip()}) "
                 loop_text = header + source[loop.body.start:loop.body.end]
-                if at + 1 == len(inside) and number + 1 == len(block):
+                others = masked[kernel.body_open:guard.start] + masked[guard.end:kernel.body_close]
+                clash = any(re.search(rf"\b{d['name']}\b", others) for d in declarations)
+                if at + 1 == len(inside) and number + 1 == len(block) and not clash:
                     indent = _indent_of(source, guard.start)
-                    moved = textwrap.dedent(source[inside[0].start - len(_indent_of(source, inside[0].start)):
-                                                   loop.start] + loop_text).strip()
+                    moved = textwrap.dedent(source[guard.body.start + 1:loop.start].lstrip(" \t").lstrip("\n")
+                                            + loop_text).strip()
                     moved = "\n".join(indent + line if line.strip() and n else line
                                        for n, line in enumerate(moved.split("\n")))
                     return source[:guard.start] + moved + source[guard.end:]
@@ -791,10 +793,10 @@ def _second_index_derived(source: str, kernel_name: str, pinned: frozenset[str])
             if declared["a"] != a:
                 first_of_a, first_of_b = first_of_b, first_of_a
             body = masked[loop.body.start:loop.body.end]
-            read = set(_names(first_of_b)) | set(_names(by))
-            if not (_is_plain_arithmetic(first_of_b) and _is_plain_arithmetic(by)) or \
+            read = set(_names(first_of_b)) | set(_names(by)) | set(_names(first_of_a))
+            if not all(_is_plain_arithmetic(t) for t in (first_of_a, first_of_b, by)) or {a, b} & read or \
                     any(_changes(name, body + condition) for name in {a, b, *read}):
-                continue
+                continue  # k's start, step and c's start are read at every step: nothing may change them
             return _derived(source, loop, declared, a, b, first_of_a, first_of_b, by, init)
     return source
 
@@ -1016,7 +1018,8 @@ def _inline_bodies(source: str, kernel_name: str, pinned: frozenset[str]) -> str
                      if name not in declared and not (_free_names(function) & declared)}
         taken = set(_names(masked[kernel.params_open:kernel.body_close]))
         for statement, _ in walk(masked, statements(masked, kernel.body_open + 1, kernel.body_close)):
-            call = _CALLED_INTO.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" else None
+            simple = statement.kind == "simple"
+            call = _CALLED_INTO.fullmatch(masked, statement.start, statement.end) if simple else None
             if call is None or call["name"] not in functions or \
                     closing(masked, call.start("arguments") - 1) != call.end("arguments"):
                 continue
@@ -1038,6 +1041,7 @@ def _functions_with_bodies(source: str, masked: str, before: int, pinned: frozen
     module does not expand as the compiler would there."""
     found: dict[str, list[Body | None]] = {}
     defined = _defined_names(masked) - pinned
+    functions = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*\{", masked[:before])}
     for match in _BODY_FUNCTION.finditer(masked, 0, before):
         close = closing(masked, match.end() - 1)
         inner = masked[match.end():close]
@@ -1050,7 +1054,7 @@ def _functions_with_bodies(source: str, masked: str, before: int, pinned: frozen
         ended = len(parts) > 1 and last.kind == "simple" and re.match(r"\s*return\b", masked[last.start:last.end])
         if params is None or not ended or len(re.findall(r"\breturn\b", inner)) != 1 or \
                 _NOT_INLINED.search(inner) or _conditional_depth(masked, match.start()) or \
-                re.search(rf"\b{match['name']}\s*\(", inner):
+                masked[:match.start()].rstrip().endswith(">") or _writes_outside(inner, params, functions):
             found.setdefault(match["name"], []).append(None)
             continue
         text = mask(source, literals=False)
@@ -1068,6 +1072,22 @@ def _functions_with_bodies(source: str, masked: str, before: int, pinned: frozen
         found.setdefault(match["name"], []).append(
             Body(" ".join(match["type"].split()), params, statements_, expression.strip(), locals_))
     return _defined_once(found, masked, before)
+
+
+def _writes_outside(inner: str, params: tuple | None, functions: set[str]) -> bool:
+    """Whether a function body may change anything but its own locals (a store, an atomic, an assignment to a
+    name it does not declare, a call of a function of the source), or declares a parameter's name again: inlined,
+    its arguments are read after its statements run, and its locals share the kernel's scopes."""
+    declared = set(_DECLARES.findall(inner))
+    if params is None or declared & {name for name, _, _ in params}:
+        return True
+    if re.search(r"[\]).]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|->|\batomic\w*\s*\(|(?:^|[;{}])\s*\*", inner):
+        return True
+    if any(m.group(1) in functions for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", inner)):
+        return True
+    assigned = {m.group(1) for m in re.finditer(rf"(?<![\w.])([A-Za-z_]\w*)\s*{_CHANGED}", inner)}
+    assigned |= {m.group(1) for m in re.finditer(r"(?:\+\+|--)\s*([A-Za-z_]\w*)", inner)}
+    return not assigned <= declared
 
 
 def _free_names(function: Body) -> set[str]:

@@ -162,7 +162,8 @@ def _index_definitions(statement: Statement, masked: str, uncommented: str, spec
         known = {**helpers, **declared}
         axis = _thread_index_axis(named.group(2), spec, known)
         if axis is not None:
-            if affine.names(affine.parse(named.group(2))) & set(known):
+            if affine.names(affine.parse(named.group(2))) & set(known) or axis[1] == "blockDim." + AXES[axis[0]] \
+                    and "threadIdx" not in named.group(2):
                 wide = re.fullmatch(WIDE_INTEGER_TYPE, kind)
                 letter = AXES[axis[0]]
                 expression = f"{f'({kind})' if wide else ''}blockIdx.{letter} * {axis[1]} + threadIdx.{letter}"
@@ -195,7 +196,16 @@ def _thread_index_axis(expression: str, spec: KernelSpec,
         for width in widths:
             if poly == {tuple(sorted((f"blockIdx.{letter}", width))): 1, (f"threadIdx.{letter}",): 1}:
                 return axis, width
+        if axis and poly == {(f"blockIdx.{letter}",): 1} and one_thread_along(spec, axis):
+            return axis, f"blockDim.{letter}"  # blockIdx.z alone, as written for a batch: blocks one thread deep
     return None
+
+
+def one_thread_along(spec: KernelSpec, axis: int) -> bool:
+    """Whether the spec launches blocks one thread deep along the y or z axis (its block size 1, not tuned):
+    there blockIdx.z is blockIdx.z * blockDim.z + threadIdx.z."""
+    name = spec.block_size_names[axis] if axis < len(spec.block_size_names) else None
+    return name is not None and name not in spec.tune_params and spec.params.get(name, 1) == 1
 
 
 def _parameters(source: str, kernel: Kernel) -> dict[str, str]:

@@ -42,6 +42,11 @@ FLOATING = ("float", "double")
 EXTREMES = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
 _COMPARISON = re.compile(r"(?<![<>=!-])(>=|<=|>|<)(?![<>=])")
 _FULL_MASK = "0xffffffffu"
+_CASTS = {"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"}
+_NOT_TYPES = r"(?!(?:else|return|case|goto|do|new|delete|throw|sizeof)\b)"
+_DECLARED = (rf"\b(?:{ACCUMULATOR_TYPES}|[A-Za-z_]\w*_t|bool|char|short|long|size_t|float\d|int\d)[\s*&]+"
+             r"{}\s*[=;,\[)]")  # a declaration of the name formatted in (a parameter's included)
+_FLOATING_TYPES = ("float", "double", "half", "__half", "__nv_bfloat16", "float2", "float4", "double2")
 
 
 @dataclass(frozen=True)
@@ -82,27 +87,65 @@ def recognise(spec: KernelSpec) -> RowLoop:
         raise NotRecognised(why)
     masked = mask(spec.source)
     uncommented = mask(spec.source, literals=False)
-    called = next((name for name in _looping_functions(masked, kernel.kernel.name_at)
-                   if re.search(rf"(?<![\w.])\b{name}\s*\(", masked[kernel.body_start:kernel.body_end])), None)
-    if called is not None:
-        raise NotRecognised(f"it calls {called}, a function with a loop that every lane would run whole")
+    _check_whole_lanes(kernel, masked)
     loops = [s for s, depth in walk(masked, list(kernel.statements)) if s.kind in ("for", "while", "do") and depth == 0]
     if not loops:
         raise NotRecognised("its row body has no loop over the row")
     passes = tuple(_pass(kernel, masked, uncommented, loop) for loop in loops)
+    _check_bounds(kernel, masked, passes)
+    _check_accumulators_unaliased(kernel, masked, passes)
     _check_rows(kernel, passes)
     _check_effects(kernel, masked, passes)
     _check_arrays_read_back(kernel, masked, passes)
     return RowLoop(kernel, passes)
 
 
-def _looping_functions(masked: str, before: int) -> set[str]:
-    """The functions defined before the kernel whose body has a loop."""
-    found = set()
-    for match in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*\{", masked[:before]):
-        if re.search(r"\b(?:for|while|do)\b", masked[match.end():closing(masked, match.end() - 1)]):
-            found.add(match.group(1))
-    return found - {"if", "for", "while", "switch"}
+def _check_whole_lanes(kernel: PointKernel, masked: str) -> None:
+    """What every lane runs whole must change nothing a lane does not own: no call of a function of the source
+    (what canonical.py could not inline; its effects, or its loop, would run in every lane), no lambda, no printf,
+    and no write the recogniser cannot place (through a pointer, into a member, or into a parenthesised name)."""
+    body = masked[kernel.body_start:kernel.body_end]
+    functions = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*\{", masked[:kernel.kernel.name_at])}
+    called = next((m.group(1) for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", body)
+                   if m.group(1) in functions - {"if", "for", "while", "switch"} or m.group(1) == "printf"), None)
+    if called is not None:
+        raise NotRecognised(f"it calls {called}, which every lane would run whole")
+    if re.search(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{", body):
+        raise NotRecognised("it defines a lambda, whose effects this rule does not follow")
+    hidden = (r"(?:\.|->)\s*[A-Za-z_]\w*\s*(?:{0}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*(?:\.|->)"
+              r"|(?:^|[;{{}}])\s*(?:\+\+|--)?\s*\*|\)\s*\*\s*[A-Za-z_]\w*\s*{0}|\)\s*{0}"
+              r"|\)\s*(?:\+\+|--)\s*(?![\w(])").format(ASSIGNMENT)
+    if re.search(hidden, body):
+        raise NotRecognised("it writes through a pointer, into a member or into a parenthesised name, which this "
+                            "rule does not follow")
+
+
+def _check_bounds(kernel: PointKernel, masked: str, passes: tuple["RowPass", ...]) -> None:
+    """A loop's start and bound are plain arithmetic (loads allowed: a CSR row's start), which its body does
+    not change, and loops written to start at the same place do: lanes then own the same elements in each."""
+    for p in passes:
+        for text in (p.start, p.end):
+            if re.search(r"&&|\|\||[?<>=!]|\+\+|--", text) or \
+                    any(m.group(1) not in _CASTS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", text)):
+                raise NotRecognised(f"its loop over {p.variable} runs from `{p.start}` while below `{p.end}`; a row "
+                                    f"loop's start and bound are plain arithmetic")
+        inside = masked[p.loop.body.start:p.loop.body.end]
+        changed = next((n for n in re.findall(r"[A-Za-z_]\w*", p.end) if re.search(points.changing(n), inside)), None)
+        if changed is not None:
+            raise NotRecognised(f"its loop's bound reads {changed}, which the loop changes")
+    span = masked[passes[0].loop.start:passes[-1].loop.end]
+    for p in passes:
+        changed = next((n for n in re.findall(r"[A-Za-z_]\w*", p.start) if n != p.variable and
+                        re.search(points.changing(n), span)), None)
+        if changed is not None:
+            raise NotRecognised(f"its loop starts at `{p.start}`, and {changed} changes between its loops")
+
+
+def _check_accumulators_unaliased(kernel: PointKernel, masked: str, passes: tuple["RowPass", ...]) -> None:
+    body = masked[kernel.body_start:kernel.body_end]
+    for name in {a.name for p in passes for a in p.accumulators}:
+        if points.address_taken(body, name) or re.search(rf"&\s*[A-Za-z_]\w*\s*=\s*{name}\b", body):
+            raise NotRecognised(f"it takes the address of (or a reference to) its accumulator {name}")
 
 
 def _pass(kernel: PointKernel, masked: str, uncommented: str, loop: Statement) -> RowPass:
@@ -134,8 +177,12 @@ def _pass(kernel: PointKernel, masked: str, uncommented: str, loop: Statement) -
 
 def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> tuple[Accumulator, ...]:
     inside = masked[loop.body.start:loop.body.end]
-    local = set(re.findall(r"(?:^|[;{(,]\s*)(?:const\s+)?[A-Za-z_][\w:<>]*(?:\s*\*)*\s+([A-Za-z_]\w*)\s*[=;,\[]",
-                           inside))
+    local = set(re.findall(rf"(?:^|[;{{(,]\s*)(?:const\s+)?{_NOT_TYPES}[A-Za-z_][\w:<>]*(?:\s*\*)*\s+"
+                           rf"([A-Za-z_]\w*)\s*[=;,\[]", inside))
+    outside = masked[:loop.body.start] + masked[loop.body.end:]
+    shadowing = next((name for name in sorted(local) if re.search(_DECLARED.format(re.escape(name)), outside)), None)
+    if shadowing is not None:
+        raise NotRecognised(f"its loop declares {shadowing}, a name also declared outside it")
     assigned: dict[str, set[str]] = {}
     for match in re.finditer(rf"(?<![\w.\]>])\s*\b([A-Za-z_]\w*)\s*({ASSIGNMENT}|\+\+|--)", inside):
         assigned.setdefault(match.group(1), set()).add(match.group(2))
@@ -153,8 +200,8 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
             raise NotRecognised(f"its loop changes {name} by {', '.join(sorted(operators))}; a row loop only adds "
                                 f"into accumulators (+=), takes their maximum or minimum, and assigns its own locals")
         try:
-            counted = len(re.findall(rf"\b{name}\s*[-+]=|\b{name}\s*(?:\+\+|--)|(?:\+\+|--)\s*{name}\b", inside))
-            counted += 2 * _sums_assigned(masked, loop, name, type_)
+            counted = _updates(masked, loop, name, type_, kernel)
+            counted += 2 * _sums_assigned(masked, loop, name, type_, kernel)
             kind, function = "sum", None
         except NotRecognised as not_a_sum:
             if operators != {"="}:
@@ -170,8 +217,48 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
     return tuple(found)
 
 
+def _updates(masked: str, loop: Statement, name: str, type_: str, kernel: PointKernel) -> int:
+    """How many statements of the loop are `name += E;`, `name -= E;`, `name++;` or `++name;` (or --), each
+    mentioning it once; NotRecognised where such an update is made within an expression, whose value is then
+    the lane's partial one, or where an integer takes a floating-point term, truncated at each step in the
+    thread's order."""
+    operators = re.findall(rf"(?<![\w.])\b{name}\s*(?:[-+]=|\+\+|--)|(?:\+\+|--)\s*{name}\b",
+                           masked[loop.body.start:loop.body.end])
+    count = 0
+    for statement, _ in walk(masked, [loop.body]):
+        text = masked[statement.start:statement.end]
+        added = re.fullmatch(rf"\s*{name}\s*[-+]=(?P<term>.*);\s*", text, re.DOTALL)
+        if statement.kind == "simple" and (added or re.fullmatch(
+                rf"\s*(?:{name}\s*(?:\+\+|--)|(?:\+\+|--)\s*{name})\s*;\s*", text)):
+            if added and type_ not in FLOATING and _floating(added["term"], kernel, masked):
+                raise NotRecognised(f"its loop adds `{' '.join(added['term'].split())}`, a floating-point term, "
+                                    f"into the integer {name}, truncating at each step")
+            count += 1
+    if count != len(operators):
+        raise NotRecognised(f"its loop updates {name} within an expression, which would read the lane's partial "
+                            f"value")
+    return count
+
+
+def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
+    """Whether a term may be a floating-point value: a float literal, a call, or a floating-point array or
+    local."""
+    if re.search(r"\d\.|\.\d|\d[eE][-+]?\d|\b\d+[fF]\b", term) or \
+            any(m.group(1) not in _CASTS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", term)):
+        return True
+    for word in set(re.findall(r"[A-Za-z_]\w*", term)):
+        element = kernel.array_types.get(word, "")
+        declared = re.search(rf"\b(?:{'|'.join(_FLOATING_TYPES)})\s+(?:const\s+)?{word}\b", masked)
+        if any(t in element for t in _FLOATING_TYPES) or declared:
+            return True
+    return False
+
+
 def _declaration(kernel: PointKernel, masked: str, loop: Statement, name: str) -> tuple[str, bool]:
-    """The accumulator's type, and whether it enters the loop at zero: declared so, and unchanged since."""
+    """The accumulator's type, and whether it enters the loop at zero: declared so, and unchanged since. A name
+    declared twice (one hiding the other) is refused: which one the loop adds into is not read here."""
+    if len(re.findall(_DECLARED.format(name), masked[kernel.kernel.params_open:kernel.body_end])) > 1:
+        raise NotRecognised(f"it declares {name} more than once")
     for statement, depth in walk(masked, list(kernel.statements)):
         if statement.kind != "simple" or depth or statement.end > loop.start:
             continue
@@ -200,7 +287,7 @@ def _assignments(masked: str, loop: Statement, name: str) -> list[str]:
     return expressions
 
 
-def _sums_assigned(masked: str, loop: Statement, name: str, type_: str) -> int:
+def _sums_assigned(masked: str, loop: Statement, name: str, type_: str, kernel: PointKernel) -> int:
     """How many plain assignments to the accumulator add into it, each a statement of its own mentioning it
     twice: `name = name + E`, `name = E + name`, `name = name - E` (E's operators at its top level all binding
     tighter than + and -, so E is added whole) and, for a float or double, `name = fmaf(X, Y, name)`;
@@ -219,7 +306,8 @@ def _sums_assigned(masked: str, loop: Statement, name: str, type_: str) -> int:
         added = (re.fullmatch(rf"\s*{name}\s*[-+](?P<term>.+)", expression, re.DOTALL)
                  or re.fullmatch(rf"(?P<term>.+?)\+\s*{name}\s*", expression, re.DOTALL))
         if added and not re.search(r"[-+*/%]\s*$", added["term"]) and \
-                all(len(split_top_level(added["term"], operator)) == 1 for operator in "?:<>=&|^,+-"):
+                all(len(split_top_level(added["term"], operator)) == 1 for operator in "?:<>=&|^,+-") and \
+                (type_ in FLOATING or not _floating(added["term"], kernel, masked)):
             continue
         raise NotRecognised(f"its loop assigns {name} `{' '.join(expression.split())}`; {why}")
     return len(expressions)
@@ -247,7 +335,8 @@ def _extreme(masked: str, loop: Statement, name: str) -> tuple[str, str | None, 
             continue
         value = assignment["value"].strip()
         called = re.fullmatch(r"(?P<function>\w+)\s*\((?P<arguments>.*)\)", value, re.DOTALL)
-        if called and called["function"] in EXTREMES and closing(value, called.start("arguments") - 1) == len(value) - 1:
+        whole = called and closing(value, called.start("arguments") - 1) == len(value) - 1
+        if whole and called["function"] in EXTREMES:
             arguments = [a.strip() for a in split_top_level(called["arguments"], ",")]
             if len(arguments) != 2 or sorted(a == name for a in arguments) != [False, True] or \
                     re.search(rf"\b{name}\b", next(a for a in arguments if a != name)):
@@ -351,19 +440,25 @@ def _check_effects(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]
 
 
 def _check_arrays_read_back(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]) -> None:
-    """An array the kernel writes and reads is read only at the element written, in loops that start at the
-    same place: a lane then reads only what it wrote itself."""
+    """An array the kernel writes (other than by atomics alone, which commute) is stored to at one element, in
+    one loop or after the loops (by lane 0 alone), and read nowhere; else every access to it is the same
+    element, in loops that start at the same place: a lane then reads and writes only elements it owns."""
     written = {a.array for a in kernel.accesses if a.write}
     written |= set(re.findall(r"\batomic\w+\s*\(\s*&?\s*([A-Za-z_]\w*)", masked[kernel.body_start:kernel.body_end]))
     for array in sorted(written):
         accesses = [a for a in kernel.accesses if a.array == array]
-        if all(a.plain_store for a in accesses):
+        if all(re.search(r"\batomic\w+\s*\(\s*&\s*$", masked[:a.start]) for a in accesses):
             continue
-        holding = {next((p.start for p in passes if p.loop.start <= a.start < p.loop.end), None) for a in accesses}
+        places = {next((number for number, p in enumerate(passes) if p.loop.start <= a.start < p.loop.end), None)
+                  for a in accesses}
         subscripts = {tuple(sorted(a.poly.items())) if a.poly is not None else None for a in accesses}
-        if None in holding or len(holding) != 1 or len(subscripts) != 1 or None in subscripts:
-            raise NotRecognised(f"it writes {array} and reads it elsewhere than the element written in the same "
-                                f"place of a loop, so a lane could read what another lane wrote")
+        if all(a.plain_store for a in accesses) and len(places) == 1 and len(subscripts) == 1:
+            continue
+        if None in places or len({passes[n].start for n in places}) != 1 or len(subscripts) != 1 or \
+                None in subscripts:
+            raise NotRecognised(f"it writes {array} and reads it, or writes it in several places, other than at "
+                                f"the element of each step of loops that start at the same place, so a lane could "
+                                f"meet what another lane wrote")
 
 
 def _render(model: RowLoop, spec: KernelSpec) -> str:
@@ -377,7 +472,7 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
     for number, p in enumerate(model.passes):
         line_start = source.rfind("\n", 0, p.loop.start) + 1
         indent = re.match(r"[ \t]*", source[line_start:]).group()
-        first = "threadIdx.x" if p.start == "0" else f"({p.start}) + threadIdx.x"
+        first = "threadIdx.x" if p.start == "0" else f"({p.start}) + ({p.type})threadIdx.x"  # not in unsigned
         replacements.append((p.loop.head[0], p.loop.head[1],
                              f"{p.type} {p.variable} = {first}; {p.variable} < {p.end}; {p.variable} += {lanes}"))
         resets = [f"if (threadIdx.x != 0) {a.name} = 0;  // lane 0 alone carries what {a.name} holds into the loop"
@@ -394,7 +489,9 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
                       "}"]
         if number == len(model.passes) - 1 and re.search(r"[^\s}]", mask(source)[p.loop.end:kernel.body_end]):
             after += ["if (threadIdx.x != 0) return;  // lane 0 goes on with the row alone"]
-        replacements.append((p.loop.end, p.loop.end, "".join(f"\n{indent}{line}" for line in after)))
+        rest_of_line = re.match(r"[ \t]*(?:\n|$)", source[p.loop.end:]) is None  # a line comment must not take it
+        replacements.append((p.loop.end, p.loop.end, "".join(f"\n{indent}{line}" for line in after) +
+                             (f"\n{indent}" if after and rest_of_line else "")))
     body = points.point_body(kernel, replacements)
     lines = ["// A warp per row: the lanes split the row's loops, so each warp load reads consecutive elements.",
              f"const {axis.type} {axis.name} = ({axis.type})blockIdx.x * {rows} + threadIdx.y;",

@@ -1,6 +1,7 @@
 """Transpose-like kernels, restructured around a shared-memory tile.
 
-Recognised: a 2D (or 3D) kernel of one point per thread (services/generator/rules/points.py) whose point body
+Recognised: a 2D (or 3D, launched one thread deep along z) kernel of one point per thread
+(services/generator/rules/points.py) whose point body
 stores one value, `OUT[W] = VALUE;`, where W moves by 1 along y but by more along x (neighbouring threads write
 a row apart), while every load in VALUE moves by 1 (or 0) along x (neighbouring threads read neighbours). The
 loads are coalesced, the store is not.
@@ -43,6 +44,9 @@ def recognise(spec: KernelSpec) -> Transposed:
     for axis in (0, 1):
         if (why := one_thread_per_point(spec, axis)) is not None:
             raise NotRecognised(why)
+    if len(kernel.axes) == 3 and not points.one_thread_along(spec, 2):
+        raise NotRecognised("its blocks may be more than one thread deep along z, and those threads would share "
+                            "one tile")
     masked = mask(spec.source)
     if re.search(r"\batomic\w*\s*\(", masked[kernel.body_start:kernel.body_end]):
         raise NotRecognised("it uses atomics")
