@@ -38,3 +38,12 @@ def test_each_style_is_admitted_read_as_its_shape_and_rewritten(name):
         for params in sample(candidate, spec, 4):  # the default, the smallest, the largest and a seeded pick
             compile_kernel(candidate.source, spec.kernel_name,
                            {**spec.baseline_params(), **candidate.params, **params}, spec.compiler_options, "sm_90")
+
+
+def test_a_define_of_the_block_width_counts_only_where_a_restriction_makes_it_the_block_size():
+    spec = load_spec(STYLES / "dequant_int8.cu", STYLES / "dequant_int8.yaml")
+    assert recognise(spec)[0].name == "elementwise"
+    looser = spec.model_validate({**spec.model_dump(), "restrictions": ["block_size_x >= BLOCK_SIZE"]})
+    shape, _, reasons = recognise(looser)
+    assert shape is None or shape.name != "elementwise"
+    assert "not blockIdx.x * blockDim.x + threadIdx.x" in reasons["elementwise"]

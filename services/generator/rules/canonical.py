@@ -14,11 +14,19 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
 - an early return (`if (i >= n) return;`) becomes the guard it means: the statements after it run inside
   `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons of integers
   (a float comparison stays `!(v >= t)`: flipped, it would differ on NaN); none for an init-statement;
+- a do-while loop under a guard of its own test (`if (i < n) { const int step = ...; do { ... } while (i < n); }`,
+  the guard usually an early return) is the while loop it means, its first test holding already where nothing
+  between changes what the test reads; the guard is dropped where it is the last statement of its block and holds
+  only plain declarations whose names appear nowhere else, and the loop;
 - a loop over an index declared before it, stepped at the end of its body (`long long i = START; const long long
-  stride = ...; while (i < n) { ...; i += stride; }`), is the for loop it means, `for (long long i = START; i < n;
-  i += stride) { ... }`: taken only where the declarations between have no side effect and do not read the index,
-  nothing after the loop reads it, the body has no `continue` (which would skip the step) and changes it nowhere
-  else; a stride local of the launch geometry alone, read nowhere else, is written into the step in its type;
+  stride = ...; while (i < n) { ...; i += stride; }`), in any block, is the for loop it means, `for (long long i =
+  START; i < n; i += stride) { ... }`: taken only where the declarations between have no side effect and do not
+  read the index, nothing after the loop reads it, the body has no `continue` (which would skip the step) and
+  changes it nowhere else; a stride local of the launch geometry alone, read nowhere else, is written into the
+  step in its type;
+- a second index stepped with a for loop's own (`for (int c = 0, k = r * n; c < n; ++c, ++k)`) is derived from it
+  at each step (`const int k = r * n + c;`), where neither start nor step reads either index or anything the loop
+  changes, and the loop's test reads only its own;
 - a loop walking a window around the thread's point in absolute coordinates (`for (int r = row - R; r <= row + R;
   r++)`, row a local of the launch geometry of the loop variable's type) walks it by offset instead:
   `for (int dr = -(R); (row + dr) <= row + R; dr++)`, `(row + dr)` standing for r (not for a member `.r`), which
@@ -33,8 +41,16 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   block, nor are the names its offset reads, the offset plain arithmetic (no call, load or side effect), is
   replaced where it is used by the parameter indexed from the offset: `a[j]`, `*(a + j)` and a call's argument
   `a + j` (`__ldg(a + j)`) become `A[(long long)((size_t)row * n) + (j)]` (`&A[...]` for the argument), the
-  same address: pointer arithmetic adds each term of the offset as a signed 64-bit count too.
-The last two are tried only where they let a more specific shape read the kernel (shapes.reading). A kernel whose
+  same address: pointer arithmetic adds each term of the offset as a signed 64-bit count too;
+- a call of a `__device__` function with statements, the whole initialiser of a declaration or assignment (`float
+  m = row_max(x, r, cols);`), is its body in a block that then sets the target (`float m; { ...; m = ((float)(
+  best)); }`), the arguments converted to their parameters' types as above, the source's macros expanded in it as
+  they stood at the function: taken only for a function defined once outside conditional groups, no template,
+  with one return that ends it, that changes nothing but its own locals (no store, atomic, call of a function of
+  the source, or assignment to a parameter or to a name it does not declare: inlined, its arguments are read after
+  its statements run), and whose locals are renamed where they would hide a name its arguments or the target read.
+The last three are tried only where they let a more specific shape read the kernel (shapes.reading), and each
+step is repeated until it changes nothing (it respells one construct at a time). A kernel whose
 body holds a preprocessor directive other than a pragma is left as written, and one none of this changes comes
 back as it came. The rules render from this text, so their rewrites show the macros expanded and the guard as an
 if; the verifier proves them against the kernel as submitted.

@@ -21,7 +21,7 @@ from services.generator.rules import affine
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
                                                  find_kernel, fresh_name, identifiers, mask, split_top_level)
 from services.generator.rules.statements import Statement, body_of
-from services.generator.rules.shape import Layout, one_thread_per_point
+from services.generator.rules.shape import Layout, block_widths, one_thread_per_point
 from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = INTEGER_TYPE
@@ -77,7 +77,7 @@ def model(spec: KernelSpec) -> Elementwise:
         raise NotElementwise("the kernel does not start with an index definition like "
                              "`int i = blockIdx.x * blockDim.x + threadIdx.x;`")
     index = definition["index"]
-    block_x = _block_width(definition["expr"], x_name, helpers)
+    block_x = _block_width(definition["expr"], spec, helpers)
     if block_x is None:
         raise NotElementwise(f"the index {index} is `{' '.join(definition['expr'].split())}`, not "
                              f"blockIdx.x * blockDim.x + threadIdx.x (or with {x_name})")
@@ -132,7 +132,7 @@ def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommente
         condition_at = loop.head[0] + len(init) + 1
         inside = (loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end))
     index, x_name = definition["index"], spec.block_size_names[0]
-    block_x = _block_width(definition["expr"], x_name, known)
+    block_x = _block_width(definition["expr"], spec, known)
     if block_x is None:
         raise NotElementwise(f"the loop starts {index} at `{' '.join(definition['expr'].split())}`, not at "
                              f"blockIdx.x * blockDim.x + threadIdx.x (or with {x_name})")
@@ -169,11 +169,11 @@ def _index_after_helpers(body: str, spec: KernelSpec) -> tuple[re.Match | None, 
     and no locals."""
     declaration = re.compile(rf"\s*(?:const\s+)?(?P<type>{INDEX_TYPES})\s+(?P<index>[A-Za-z_]\w*)\s*=\s*"
                              rf"(?P<expr>[^;]*);")
-    launch = {"blockIdx.x", "blockDim.x", "threadIdx.x", spec.block_size_names[0]}
+    launch = {"blockIdx.x", "blockDim.x", "threadIdx.x", *block_widths(spec, 0)}
     helpers: dict[str, affine.Poly] = {}
     first = definition = declaration.match(body)
     while definition is not None:
-        if _block_width(definition["expr"], spec.block_size_names[0], helpers) is not None:
+        if _block_width(definition["expr"], spec, helpers) is not None:
             return definition, helpers
         poly = affine.reading_only(definition["expr"], helpers, launch)
         if not poly:
@@ -215,15 +215,16 @@ def _launch_locals(setup: list[Statement], masked: str, spec: KernelSpec) -> dic
     return known
 
 
-def _block_width(expression: str, x_name: str, known: dict[str, affine.Poly] | None = None) -> str | None:
-    """blockDim.x or x_name, whichever the index expression multiplies blockIdx.x by; None if it is not one
+def _block_width(expression: str, spec: KernelSpec, known: dict[str, affine.Poly] | None = None) -> str | None:
+    """blockDim.x or a name of the x block size (block_widths), whichever the index expression multiplies
+    blockIdx.x by; None if it is not one
     of the usual spellings of the global thread index (casts such as `(size_t)blockIdx.x * blockDim.x` are looked
     through, and the `known` locals replaced by their polynomials)."""
     try:
         poly = affine.parse(expression, known)
     except affine.NotAffine:
         return None
-    for width in ("blockDim.x", x_name):
+    for width in ("blockDim.x", *block_widths(spec, 0)):
         if poly == {tuple(sorted(("blockIdx.x", width))): 1, ("threadIdx.x",): 1}:
             return width
     return None

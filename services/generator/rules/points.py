@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
                                                 find_kernel, mask, split_top_level)
+from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
 
@@ -180,7 +181,8 @@ def _index_definitions(statement: Statement, masked: str, uncommented: str, spec
 def _launch_names(spec: KernelSpec) -> set[str]:
     """The names of the launch geometry a thread index is defined from: threadIdx, blockIdx, blockDim, and the
     block-size defines."""
-    return {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim") for a in AXES} | set(spec.block_size_names)
+    return {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim") for a in AXES} | \
+        {name for axis in range(len(AXES)) for name in block_widths(spec, axis)}
 
 
 def _thread_index_axis(expression: str, spec: KernelSpec,
@@ -192,7 +194,7 @@ def _thread_index_axis(expression: str, spec: KernelSpec,
     except affine.NotAffine:
         return None
     for axis, letter in enumerate(AXES):
-        widths = [f"blockDim.{letter}", *spec.block_size_names[axis:axis + 1]]
+        widths = [f"blockDim.{letter}", *block_widths(spec, axis)]
         for width in widths:
             if poly == {tuple(sorted((f"blockIdx.{letter}", width))): 1, (f"threadIdx.{letter}",): 1}:
                 return axis, width

@@ -8,8 +8,11 @@ an accumulator declared in the point body before it, which the loop reads nowher
 extreme (`m = fmaxf(m, E)` and fmax, max, fminf, fmin, min; `m = E > m ? E : m`, `if (E > m) m = E;` and their
 mirrors). A loop's stores go to an element that moves with its index; an array the kernel both writes and
 reads is read only at the element written, in loops that start at the same place. Outside the loops, the row
-writes memory (`y[r] = sum`) only after the last loop, in the block that holds it. Neighbouring threads read
-addresses a row apart, so no load is coalesced.
+writes memory (`y[r] = sum`) only after the last loop, in the block that holds it. A loop's start and bound are
+plain arithmetic its body does not change; what every lane would run whole changes nothing a lane does not own
+(no call of a function of the source, lambda, printf, or write through a pointer or into a member), and no
+accumulator is aliased, declared twice, updated within an expression or, if an integer, given floating-point
+terms. Neighbouring threads read addresses a row apart, so no load is coalesced.
 
 Rendered: a block of block_size_x (32) x block_size_y threads takes block_size_y rows, one per warp
 (row = blockIdx.x * block_size_y + threadIdx.y). The lanes split each loop (c = START + lane, stepping 32), so a
@@ -19,7 +22,8 @@ every lane the row's values, so what runs between the loops runs in every lane a
 that does not enter its loop at zero (a bias, or a second pass into it) enters it at zero in every lane but
 lane 0. After the last loop lane 0 goes on with the rest of the row alone. The loop bodies stay as written, so
 each lane accumulates as the thread did (an fmaf chain stays one): partial sums are added in another order
-(within float rounding), and a maximum or minimum of numbers is the same in any order. The lane loops are ones
+(within float rounding), and a maximum or minimum of numbers is the same in any order (a NaN aside, which
+the comparison forms keep or drop by where it stands). The lane loops are ones
 the vectorize_loops rule can widen to 128-bit loads.
 """
 import re

@@ -7,6 +7,7 @@ features that the current kernel carries, and says what the launch needs: the tu
 or narrows (with a default each), restrictions, the grid divisors of the axes it changes, and the dynamic
 shared memory it needs.
 """
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,6 +54,22 @@ def block_values(spec: KernelSpec, axis: int, allowed, fallback: list[int]) -> l
 
 def default_in(values: list[ParamValue], *choices: ParamValue | None) -> ParamValue:
     return next((c for c in choices if c in values), values[0])
+
+
+def block_widths(spec: KernelSpec, axis: int) -> list[str]:
+    """The names that stand for the axis's block size in a kernel: its block-size define, and each tune
+    parameter a restriction holds equal to it (`block_size_x == BLOCK_SIZE`, a kernel's own define of its width)."""
+    if axis >= len(spec.block_size_names):
+        return []
+    name = spec.block_size_names[axis]
+    aliases = []
+    for restriction in spec.restrictions:
+        equal = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*==\s*([A-Za-z_]\w*)\s*", restriction)
+        if equal and name in equal.groups():
+            other = equal[2] if equal[1] == name else equal[1]
+            if other in spec.tune_params and other not in spec.block_size_names:
+                aliases.append(other)
+    return [name, *aliases]
 
 
 def one_thread_per_point(spec: KernelSpec, axis: int) -> str | None:

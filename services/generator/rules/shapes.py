@@ -8,7 +8,8 @@
   hierarchical_reduction;
 - binned atomics (binning.py): a grid-stride loop of atomicAdds into a small array's data-dependent bins (a
   histogram): hierarchical_reduction;
-- row loop (rows.py): one row per thread, a loop over the row accumulating with += (or fmaf): warp_per_row;
+- row loop (rows.py): one row per thread, loops over the row adding into sums or taking maxima or minima, and
+  storing along it (GEMV, row sums, softmax or layer normalisation a thread per row): warp_per_row;
 - row passes (row_passes.py): a block (or a warp) passing over an input row in several loops: row_in_registers
   (row_registers.py) or row_in_shared (row_cache.py);
 - transposed (tile.py): 2D, one store strided along x and contiguous along y, loads contiguous along x:
