@@ -349,3 +349,23 @@ def test_a_do_while_loop_whose_first_test_may_fail_stays(body):
         "writes a global", "template", "parameter declared again"])
 def test_what_was_respelled_wrongly_this_time_is_left_as_written(before, body):
     assert squeezed(canon(body, before=before)) == squeezed(body)
+
+
+BUCKET = "__device__ int bucket_of(float v)\n{\n    int b = (int)((v + 1.0f) * 4.0f);\n    return b < 0 ? 0 : b;\n}\n"
+
+
+def test_a_function_declaring_locals_before_its_return_is_its_expression():
+    body = canon("    int i = threadIdx.x;\n    if (i < n) atomicAdd(&out[bucket_of(in[i])], 1.0f);", before=BUCKET)
+    assert squeezed(body) == squeezed(
+        "int i = threadIdx.x;\n if (i < n) atomicAdd(&out[((int)(((int)((int)((((float)(in[i])) + 1.0f) * 4.0f))) "
+        "< 0 ? 0 : ((int)((int)((((float)(in[i])) + 1.0f) * 4.0f)))))], 1.0f);")
+
+
+@pytest.mark.parametrize("before", [
+    BUCKET.replace("(int)((v + 1.0f) * 4.0f)", "__float2int_rd((v + 1.0f) * 4.0f)"),  # a call, run at each use
+    BUCKET.replace("int b = (int)((v + 1.0f) * 4.0f);", "int v2 = 0;\n    int b = v2++;"),  # a side effect
+    BUCKET.replace("int b = (int)((v + 1.0f) * 4.0f);", "float2 p = make_float2(v, v);\n    int b = (int)p.x;"),
+], ids=["call", "side effect", "not arithmetic"])
+def test_a_function_whose_locals_cannot_be_written_in_stays_a_call(before):
+    body = "    int i = threadIdx.x;\n    if (i < n) atomicAdd(&out[bucket_of(in[i])], 1.0f);"
+    assert squeezed(canon(body, before=before)) == squeezed(body)

@@ -32,8 +32,10 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   `for (int dr = -(R); (row + dr) <= row + R; dr++)`, `(row + dr)` standing for r (not for a member `.r`), which
   the body must not change;
 - a call of a `__device__` function whose body is one return without side effects (`at(img, x + 1, y, w)` of
-  `float at(const float *p, int x, int y, int w) { return p[y * w + x]; }`) is its expression, each argument
-  converted to its parameter's type (`((float)(img[((int)(y)) * ((int)(w)) + ((int)(x + 1))]))`): taken only for
+  `float at(const float *p, int x, int y, int w) { return p[y * w + x]; }`), after declarations of arithmetic
+  locals at most (written into it as their converted initialisers, which may call nothing), is its expression,
+  each argument converted to its parameter's type (`((float)(img[((int)(y)) * ((int)(w)) + ((int)(x + 1))]))`),
+  taken only for
   a function defined once outside conditional groups, named by no local, whose expression names no macro of the
   source and nothing the kernel declares, and arguments that call nothing and have no side effect, a pointer
   argument being a name;
@@ -603,6 +605,8 @@ def _is_plain_arithmetic(masked: str) -> bool:
     return not re.search(r"(?:^|[-+*/%(])\s*\*", masked)  # a unary * is a load
 
 
+_KEYWORDS = {"int", "unsigned", "signed", "long", "short", "char", "float", "double", "bool", "const", "void", "true",
+             "false", "sizeof", "size_t"}  # names no kernel declares as a variable
 _CAST_WORDS = {"int", "unsigned", "long", "short", "char", "signed", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
                "int32_t", "uint32_t"}
 
@@ -891,7 +895,10 @@ def _renamed(text: str, name: str, replacement: str) -> str:
 # --- one-return device functions -------------------------------------------------------------------------
 _FUNCTION = re.compile(r"__device__\s+(?:(?:__forceinline__|__noinline__|inline|static)\s+)*(?P<type>(?:const\s+)?"
                        r"(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|size_t|bool|char|short))"
-                       r"\s+(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{\s*return\b(?P<expr>[^;{}]*);\s*\}")
+                       r"\s+(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{(?P<locals>(?:\s*(?:const\s+)?[A-Za-z_][\w\s]*?"
+                       r"\s+[A-Za-z_]\w*\s*=[^;{}]*;)*)\s*return\b(?P<expr>[^;{}]*);\s*\}")
+_LOCAL = re.compile(r"\s*(?:const\s+)?(?P<type>(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|size_t|"
+                    r"bool|char|short))\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;]*);")
 _PARAMETER = re.compile(r"\s*(?P<type>(?:const\s+)?[A-Za-z_][\w\s]*?)\s*(?P<pointer>\*\s*(?:const\s+)?"
                         r"(?:__restrict__\s+)?)?(?P<name>[A-Za-z_]\w*)\s*")
 _SIDE_EFFECTS = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)|[-+*/%&|^]=|<<=|>>=")
@@ -932,15 +939,38 @@ def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Fu
     macros = _defined_names(masked)
     for match in _FUNCTION.finditer(masked, 0, before):
         expression = masked[match.start("expr"):match.end("expr")]
-        if _conditional_depth(masked, match.start()) or _SIDE_EFFECTS.search(expression) or \
-                set(_names(expression)) & macros:
-            found.setdefault(match["name"], []).append(None)
-            continue
+        initialised = masked[match.start("locals"):match.end("locals")]
         params = _parameters_of(match["params"])
+        if _conditional_depth(masked, match.start()) or _SIDE_EFFECTS.search(expression) or \
+                set(_names(expression + initialised)) & macros or masked[:match.start()].rstrip().endswith(">"):
+            params = None
         expression = source[match.start("expr"):match.end("expr")].strip()
+        if params is not None and initialised.strip():
+            expression = _with_locals(source[match.start("locals"):match.end("locals")], expression, params)
         found.setdefault(match["name"], []).append(
-            Function(" ".join(match["type"].split()), params, expression) if params is not None else None)
+            Function(" ".join(match["type"].split()), params, expression)
+            if params is not None and expression is not None else None)
     return _defined_once(found, masked, before)
+
+
+def _with_locals(initialised: str, expression: str, params: tuple[tuple[str, str, bool], ...]) -> str | None:
+    """A function's return expression with the locals it declares first (`int b = (int)(v * 4.0f);`) written
+    into it as their converted initialisers; None where one is not a plain declaration of an arithmetic type, has
+    a side effect or a call (written in at each use, it would run as often), or takes a parameter's name."""
+    values: dict[str, str] = {}
+    taken = {name for name, _, _ in params}
+    masked = mask(initialised)
+    at = 0
+    while masked[at:].strip():
+        local = _LOCAL.match(masked, at)
+        if local is None or local["name"] in taken or _SIDE_EFFECTS.search(local["init"]) or _calls(local["init"]):
+            return None
+        init = _substitute(initialised[local.start("init"):local.end("init")].strip(), values, spaced=True,
+                           members=False)
+        values[local["name"]] = f"(({' '.join(local['type'].split())})({init}))"
+        taken.add(local["name"])
+        at = local.end()
+    return _substitute(expression, values, spaced=True, members=False)
 
 
 def _parameters_of(text: str) -> tuple[tuple[str, str, bool], ...] | None:
@@ -990,7 +1020,7 @@ def _inlined_calls(body: str, masked: str, functions: dict[str, Function], decla
 def _expression_of(function: Function, arguments: list[str], masked_arguments: list[str],
                    declared: set[str]) -> str | None:
     names = {name for name, _, _ in function.params}
-    if (set(_names(mask(function.expression))) - names) & declared:
+    if (set(_names(mask(function.expression))) - names - _KEYWORDS) & declared:
         return None  # the expression names something the kernel declares too: inlined, it would read that
     values = {}
     for (name, type_, pointer), argument, masked in zip(function.params, arguments, masked_arguments):
