@@ -986,6 +986,10 @@ def _edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
     return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
 
 
+# An address that depends on the data is a histogram's bin, not a sum's (here the spec's one bin): per-block bins.
+VARIANTS["squares_into_a_bin_of_the_data"] = ("hierarchical_reduction", _edited(
+    SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"))
+
 # BLOCK_MAX with the block width read at run time through a local, and no block size in the spec's space.
 BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**_edited(BLOCK_MAX, """    __shared__ float buf[block_size_x];
     const int t = threadIdx.x;
@@ -1009,9 +1013,6 @@ NOT_OF_SHAPE = {
         SMOOTH, "    const size_t at = (size_t)row * w + col;",
         "    dst += (size_t)row * w;\n    const size_t at = col;"),
         "its point body changes its parameter dst, which a thread's next point would see changed"),
-    "histogram_is_not_a_sum": ("hierarchical_reduction", _edited(
-        SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"),
-        "which depends on v: a different address per point (a histogram), not a sum"),
     "already_one_atomic_per_block": ("hierarchical_reduction", WEIGHTED_SUM,
                                      "already shares values through shared memory: one atomic per block"),
     "a_sum_that_starts_elsewhere": ("hierarchical_reduction", _edited(
@@ -1021,9 +1022,9 @@ NOT_OF_SHAPE = {
         "depends on mine, not only on the lane"),
     "bins_the_code_cannot_count": ("hierarchical_reduction", BUCKET_COUNTS.model_validate({
         **BUCKET_COUNTS.model_dump(),
-        "args": [{**a.model_dump(), "shape": [1000]} if a.name == "freq" else a.model_dump()
+        "args": [{**a.model_dump(), "shape": ["2 * buckets"]} if a.name == "freq" else a.model_dump()
                  for a in BUCKET_COUNTS.args]}),
-        "no parameter of the kernel holds the length of freq (1000)"),
+        "no parameter of the kernel holds the length of freq (2 * buckets)"),
     "a_2d_copy_is_not_a_transpose": ("shared_tile", _edited(
         TRANSPOSE_SCALED, "dst[col * h + row]", "dst[row * w + col]"),
         "does not move by one along row and by more along col"),

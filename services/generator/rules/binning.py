@@ -1,24 +1,26 @@
 """Histograms: atomics into a small array at data-dependent bins, restructured as per-block bins.
 
-Recognised, whatever the names: the kernel is one grid-stride loop whose body adds into elements of one array
-parameter, `atomicAdd(&hist[data[i]], 1u)` or `atomicAdd(counts + key[i], w[i])`, and uses that array no
-other way; its length (its shape in args) is the value of one of the kernel's scalar parameters, so the code
-knows it, and it fits in shared memory. Thousands of threads then hit the same few hundred addresses in global
-memory, each atomic a round trip to L2.
+Recognised, whatever the names: the kernel is one grid-stride loop, or one point per thread of a 1D grid, whose
+body adds into elements of one array parameter, `atomicAdd(&hist[data[i]], 1u)` or `atomicAdd(counts + key[i],
+w[i])`, and uses that array no other way; its length (its shape in args) is a number or the value of one of the
+kernel's scalar parameters, so the code knows it, and it fits in shared memory. Thousands of threads then hit
+the same few hundred addresses in global memory, each atomic a round trip to L2.
 
 Rendered: each block keeps its own bins in dynamic shared memory (the candidate's smem_args: the array's length
 times its element size), zeroed first; the loop adds into them with shared-memory atomics; after a barrier the
 block adds each non-empty bin into the array with one global atomic per bin. The same additions are made,
 grouped by block (for float weights, rounded in another order). When the launch divides the grid by the block
-size, elements_per_thread becomes tunable, so each block covers more data per flush of its bins.
+size, elements_per_thread becomes tunable, so each block covers more data per flush of its bins; a kernel of one
+point per thread then runs its point body for that many points a block width apart (points.march).
 """
 import re
 from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, fresh_name, identifiers, mask
 from services.generator.rules.loops import strided_loop
+from services.generator.rules import points
 from services.generator.rules.points import INDENT
-from services.generator.rules.shape import Layout, NotRecognised, default_in
+from services.generator.rules.shape import Layout, NotRecognised, default_in, one_thread_per_point
 from services.generator.rules.statements import body_of
 from shared.domain.dtypes import host_dtype
 from shared.domain.expressions import evaluate
@@ -36,10 +38,11 @@ class Binned:
     source: str
     array: str  # the histogram
     element: str  # its element type
-    length_parameter: str  # the kernel parameter that holds its length
+    length_parameter: str  # the kernel parameter that holds its length, or that length where it is a number
     length: str  # that length as the spec writes it (an expression of sizes)
     itemsize: int
     sites: tuple[tuple[int, int], ...]  # the spans of the array's name in each atomic's address
+    point: points.PointKernel | None = None  # a kernel of one point per thread, not a grid-stride loop
 
 
 def recognise(spec: KernelSpec) -> Binned:
@@ -47,15 +50,29 @@ def recognise(spec: KernelSpec) -> Binned:
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
     body = body_of(kernel, masked, NotRecognised)
-    if len(body) != 1 or body[0].kind != "for":
-        raise NotRecognised("its body is not one grid-stride loop")
-    loop = body[0]
-    header = strided_loop(masked, uncommented, loop, {"blockDim.x", spec.block_size_names[0]}, {})
-    if header is None or "blockIdx" not in header[2]:
-        raise NotRecognised("its loop is not a grid-stride loop over the global thread index")
-    inside = masked[loop.body.start:loop.body.end]
     if re.search(r"\b(__syncthreads|__shared__)\b", masked[kernel.body_open:kernel.body_close]) or spec.smem_args:
         raise NotRecognised("it uses shared memory already")
+    if len(body) == 1 and body[0].kind == "for":
+        loop = body[0]
+        header = strided_loop(masked, uncommented, loop, {"blockDim.x", spec.block_size_names[0]}, {})
+        if header is None or "blockIdx" not in header[2]:
+            raise NotRecognised("its loop is not a grid-stride loop over the global thread index")
+        return _binned(spec, kernel, masked, (loop.body.start, loop.body.end), None)
+    try:
+        point = points.recognise(spec)
+    except points.NotPointKernel:
+        raise NotRecognised("its body is not one grid-stride loop, nor one point per thread") from None
+    if len(point.axes) != 1 or one_thread_per_point(spec, 0) is not None:
+        raise NotRecognised("its body is not one grid-stride loop, nor one point per thread of a 1D grid launched "
+                            "one thread per point")
+    return _binned(spec, kernel, masked, (point.body_start, point.body_end), point)
+
+
+def _binned(spec: KernelSpec, kernel: Kernel, masked: str, span: tuple[int, int],
+            point: points.PointKernel | None) -> Binned:
+    """The model, where the loop body or the point body (`span`) adds into one array's elements and nothing else."""
+    source = spec.source
+    inside = masked[span[0]:span[1]]
     calls = list(re.finditer(r"\b(atomic\w+)\s*\(\s*(&\s*)?([A-Za-z_]\w*)\s*(\[|\+)", inside))
     if not calls or len(calls) != len(re.findall(r"\batomic\w+\s*\(", inside)):
         raise NotRecognised("its loop makes no atomicAdd into an element of an array (`&hist[bin]`, `hist + bin`)")
@@ -77,13 +94,15 @@ def recognise(spec: KernelSpec) -> Binned:
     length = arg.shape[0]
     holder = next((name for name, (i, _) in parameters.items() if i < len(spec.parameters)
                    and not spec.parameters[i].is_array and str(spec.parameters[i].value) == str(length)), None)
+    if holder is None and re.fullmatch(r"\d+", str(length)):
+        holder = str(length)  # a fixed number of bins is its own length
     if holder is None:
         raise NotRecognised(f"no parameter of the kernel holds the length of {array} ({length})")
     itemsize = host_dtype(arg.dtype).itemsize
     if evaluate(length, spec.sizes) * itemsize > MAX_SHARED_BYTES:
         raise NotRecognised(f"{array} is larger than the {MAX_SHARED_BYTES} bytes of bins a block keeps")
-    sites = tuple((loop.body.start + m.start(3), loop.body.start + m.end(3)) for m in calls)
-    return Binned(kernel, source, array, element, holder, str(length), itemsize, sites)
+    sites = tuple((span[0] + m.start(3), span[0] + m.end(3)) for m in calls)
+    return Binned(kernel, source, array, element, holder, str(length), itemsize, sites, point)
 
 
 def _parameters(source: str, kernel: Kernel) -> dict[str, tuple[int, str]]:
@@ -102,6 +121,8 @@ def _render(model: Binned) -> str:
     taken = identifiers(model.source)
     bins, b = fresh_name("block_bins", taken), fresh_name("b", taken)
     length = model.length_parameter
+    if model.point is not None:
+        return _render_points(model, bins, b, taken)
     edited = model.source
     for start, end in sorted(model.sites, reverse=True):
         edited = edited[:start] + bins + edited[end:]
@@ -124,6 +145,25 @@ def _render(model: Binned) -> str:
     return edited[:opening] + lines + loop + ending + "\n" + edited[close:]
 
 
+def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
+    """A kernel of one point per thread as elements_per_thread points a block width apart per thread
+    (points.march), adding into the block's bins, flushed as in a grid-stride loop's rendering."""
+    length = model.length_parameter
+    body = points.point_body(model.point, [(start, end, bins) for start, end in model.sites])
+    names = {name: fresh_name(name, taken) for name in ("first", "k", "point")}
+    prologue = ["// Per-block bins in shared memory: each thread adds its elements_per_thread points into them, then",
+                f"// each block adds its non-empty bins into {model.array} with one atomic per bin.",
+                f"extern __shared__ {model.element} {bins}[];",
+                f"for (int {b} = threadIdx.x; {b} < {length}; {b} += blockDim.x) {bins}[{b}] = 0;",
+                "__syncthreads();"]
+    epilogue = ["__syncthreads();",
+                f"for (int {b} = threadIdx.x; {b} < {length}; {b} += blockDim.x) {{",
+                f"{INDENT}if ({bins}[{b}] != 0) atomicAdd(&{model.array}[{b}], {bins}[{b}]);",
+                "}"]
+    return points.with_body(model.point, points.march(model.point, 0, "elements_per_thread", names, body,
+                                                      prologue, epilogue))
+
+
 class BinnedAtomicsShape:
     name = "binned_atomics"
     kind = "a histogram (atomics into a small array at data-dependent bins)"
@@ -138,7 +178,7 @@ class BinnedAtomicsShape:
     def render(self, model: Binned, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         x = spec.block_size_names[0]
         space, defaults, divisors = {}, {}, {}
-        if x in (spec.grid_div_x or [x]):  # the grid follows the problem size: choose how much a block covers
+        if model.point is not None or x in (spec.grid_div_x or [x]):  # the grid follows the problem size
             space["elements_per_thread"] = EPT_VALUES
             defaults["elements_per_thread"] = default_in(EPT_VALUES, 64)
             divisors = {"x": [x, "elements_per_thread"]}
