@@ -1071,6 +1071,20 @@ NOT_OF_SHAPE = {
     "a_call_every_lane_would_repeat": ("warp_per_row", _edited(
         ROW_TOTALS, "sums[r] = t * scale;", "sums[r] = t * scale;\n        printf(\"%f\\n\", t);"),
         "it calls printf, which every lane would run whole"),
+    # What a second review found, each now refused.
+    "a_row_loop_dividing_by_its_block_size": ("warp_per_row", _edited(
+        ROW_TOTALS, "sums[r] = t * scale;", "sums[r] = t * scale / block_size_x;"), "it reads its block size"),
+    "a_row_loop_writing_through_an_address": ("warp_per_row", _edited(
+        ROW_TOTALS, "            t += value;", "            double whole;\n            t += modf(value, &whole) + whole;"),
+        "it takes the address of whole"),
+    "a_row_loop_indexing_an_expression": ("warp_per_row", _edited(
+        ROW_TOTALS, "            t += value;", "            t += value;\n            (sums + r)[0] += value;"),
+        "indexes a member or an expression"),
+    "an_integer_sum_of_a_typedef_float": ("warp_per_row", _edited(_edited(_edited(
+        MATVEC, "float acc = 0.f;", "int acc = 0;"), "const float *M", "const real *M"),
+        "// out = M v", "typedef float real;\n// out = M v"), "a floating-point term, into the integer acc"),
+    "a_grid_stride_body_reading_the_grid": ("elements_per_thread", _edited(
+        GRID_STRIDE_ADD, "y[i] = x[i] + y[i];", "y[i] = x[i] + y[i] + gridDim.z;"), "its body uses gridDim"),
     "column_major_rows_are_already_coalesced": ("warp_per_row", _edited(
         MATVEC, "M[(size_t)row * n_cols + j]", "M[(size_t)j * n_rows + row]"),
         "is contiguous along the rows already"),

@@ -369,3 +369,9 @@ def test_a_function_declaring_locals_before_its_return_is_its_expression():
 def test_a_function_whose_locals_cannot_be_written_in_stays_a_call(before):
     body = "    int i = threadIdx.x;\n    if (i < n) atomicAdd(&out[bucket_of(in[i])], 1.0f);"
     assert squeezed(canon(body, before=before)) == squeezed(body)
+
+
+def test_a_function_that_increments_an_element_stays_a_call():
+    body = "    int i = threadIdx.x;\n    float t = take(out, i, out[i]);\n    out[i] = t;"
+    before = "__device__ float take(float *seen, int j, float v) { seen[j]++; return v * 2.0f; }"
+    assert squeezed(canon(body, before=before)) == squeezed(body)

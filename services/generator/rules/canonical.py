@@ -895,10 +895,11 @@ def _renamed(text: str, name: str, replacement: str) -> str:
 # --- one-return device functions -------------------------------------------------------------------------
 _FUNCTION = re.compile(r"__device__\s+(?:(?:__forceinline__|__noinline__|inline|static)\s+)*(?P<type>(?:const\s+)?"
                        r"(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|size_t|bool|char|short))"
-                       r"\s+(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{(?P<locals>(?:\s*(?:const\s+)?[A-Za-z_][\w\s]*?"
-                       r"\s+[A-Za-z_]\w*\s*=[^;{}]*;)*)\s*return\b(?P<expr>[^;{}]*);\s*\}")
-_LOCAL = re.compile(r"\s*(?:const\s+)?(?P<type>(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|size_t|"
-                    r"bool|char|short))\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;]*);")
+                       r"\s+(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{"
+                       r"(?P<locals>(?:\s*(?:const\s+)?[A-Za-z_][\w\s]*?\s+[A-Za-z_]\w*\s*=[^;{}]*;)*)"
+                       r"\s*return\b(?P<expr>[^;{}]*);\s*\}")
+_LOCAL = re.compile(r"\s*(?:const\s+)?(?P<type>(?:unsigned\s+|signed\s+|long\s+)*(?:float|double|int|unsigned|long|"
+                    r"size_t|bool|char|short))\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;]*);")
 _PARAMETER = re.compile(r"\s*(?P<type>(?:const\s+)?[A-Za-z_][\w\s]*?)\s*(?P<pointer>\*\s*(?:const\s+)?"
                         r"(?:__restrict__\s+)?)?(?P<name>[A-Za-z_]\w*)\s*")
 _SIDE_EFFECTS = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)|[-+*/%&|^]=|<<=|>>=")
@@ -1127,7 +1128,8 @@ def _writes_outside(inner: str, params: tuple | None, functions: set[str]) -> bo
     declared = set(_DECLARES.findall(inner))
     if params is None or declared & {name for name, _, _ in params}:
         return True
-    if re.search(r"[\]).]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|->|\batomic\w*\s*\(|(?:^|[;{}])\s*\*", inner):
+    if re.search(r"[\]).]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|->|\batomic\w*\s*\(|\b__st\w*\s*\(|(?:^|[;{}])\s*\*"
+                 r"|\]\s*(?:\+\+|--)|(?:\+\+|--)\s*[\w.]+\s*\[", inner):
         return True
     if any(m.group(1) in functions for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", inner)):
         return True

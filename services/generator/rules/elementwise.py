@@ -447,6 +447,21 @@ def _overwritten_before_read(kernel: Elementwise, name: str) -> bool:
     return False
 
 
+def _depends_on_the_thread(kernel: Elementwise) -> str | None:
+    """Why BODY's result depends on which thread runs an element, or on how many it runs, else None: it reads
+    the launch geometry, keeps a static, or changes something it does not declare (a parameter used as
+    per-thread state, `seed = seed * a + c`), which a thread's next element would see changed."""
+    body = mask(kernel.body)
+    geometry = re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim|static)\b", body)
+    if geometry:
+        return f"its body uses {geometry[1]}, so its elements depend on the thread that runs them"
+    declared = set(re.findall(r"\b[A-Za-z_][\w:<>]*[\s*&]+([A-Za-z_]\w*)\s*(?:=|;|\[|,)", body))
+    changed = {m.group(1) for m in re.finditer(rf"(?<![\w.\]>])\b([A-Za-z_]\w*)\s*(?:{ASSIGNMENT}|\+\+|--)", body)}
+    changed |= set(re.findall(r"(?:\+\+|--)\s*([A-Za-z_]\w*)\b(?!\s*\[)", body))
+    outer = sorted(changed - declared - {kernel.index})
+    return f"its body changes {outer[0]}, which a thread's next element would see changed" if outer else None
+
+
 class ElementwiseShape:
     name = "elementwise"
     kind = "an elementwise kernel"
@@ -459,6 +474,8 @@ class ElementwiseShape:
         """A kernel of one guarded point per thread must be launched as one (a grid divided by more leaves
         points out, which the rewrite would then compute); a grid-stride loop covers its range on any grid."""
         if not kernel.grid_stride and (why := one_thread_per_point(spec, 0)) is not None:
+            return why
+        if (why := _depends_on_the_thread(kernel)) is not None:
             return why
         return vectorize_reason(kernel) if rule_id == "vectorize" else None
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
-from services.generator.rules.shape import Layout, NotRecognised, default_in, one_thread_per_point
+from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
 from shared.domain.spec import KernelSpec
 
@@ -91,7 +91,7 @@ def recognise(spec: KernelSpec) -> RowLoop:
         raise NotRecognised(why)
     masked = mask(spec.source)
     uncommented = mask(spec.source, literals=False)
-    _check_whole_lanes(kernel, masked)
+    _check_whole_lanes(kernel, masked, spec)
     loops = [s for s, depth in walk(masked, list(kernel.statements)) if s.kind in ("for", "while", "do") and depth == 0]
     if not loops:
         raise NotRecognised("its row body has no loop over the row")
@@ -104,16 +104,28 @@ def recognise(spec: KernelSpec) -> RowLoop:
     return RowLoop(kernel, passes)
 
 
-def _check_whole_lanes(kernel: PointKernel, masked: str) -> None:
+def _check_whole_lanes(kernel: PointKernel, masked: str, spec: KernelSpec) -> None:
     """What every lane runs whole must change nothing a lane does not own: no call of a function of the source
     (what canonical.py could not inline; its effects, or its loop, would run in every lane), no lambda, no printf,
     and no write the recogniser cannot place (through a pointer, into a member, or into a parenthesised name)."""
     body = masked[kernel.body_start:kernel.body_end]
-    functions = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*\{", masked[:kernel.kernel.name_at])}
+    source_text = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]  # defined before or after the kernel
+    functions = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", source_text)}
     called = next((m.group(1) for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", body)
                    if m.group(1) in functions - {"if", "for", "while", "switch"} or m.group(1) == "printf"), None)
     if called is not None:
         raise NotRecognised(f"it calls {called}, which every lane would run whole")
+    if re.search(r"(?:\.|->)\s*[A-Za-z_]\w*\s*[(\[]|\)\s*\[", body):
+        raise NotRecognised("it calls a member function or indexes a member or an expression, which this rule does "
+                            "not follow")
+    taken = next((m.group(1) for m in re.finditer(r"&\s*([A-Za-z_]\w*)\b(?!\s*[\[.(]|\s*->)", body)
+                  if points.address_taken(body, m.group(1))), None)
+    if taken is not None:
+        raise NotRecognised(f"it takes the address of {taken}, through which a call may change it unseen")
+    sizes = {name for axis in (0, 1) for name in block_widths(spec, axis)}
+    if len(block_widths(spec, 0)) > 1 or any(re.search(rf"\b{name}\b", body) for name in sizes):
+        raise NotRecognised("it reads its block size, or ties another parameter to it, which a warp per row sets "
+                            "to 32 lanes")
     if re.search(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{", body):
         raise NotRecognised("it defines a lambda, whose effects this rule does not follow")
     hidden = (r"(?:\.|->)\s*[A-Za-z_]\w*\s*(?:{0}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*(?:\.|->)"
@@ -183,7 +195,16 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
     inside = masked[loop.body.start:loop.body.end]
     local = set(re.findall(rf"(?:^|[;{{(,]\s*)(?:const\s+)?{_NOT_TYPES}[A-Za-z_][\w:<>]*(?:\s*\*)*\s+"
                            rf"([A-Za-z_]\w*)\s*[=;,\[]", inside))
-    outside = masked[:loop.body.start] + masked[loop.body.end:]
+    declaring = re.compile(rf"\s*(?:const\s+)?{_NOT_TYPES}[A-Za-z_][\w:<>]*(?:\s+[A-Za-z_][\w:<>]*)*\s+"
+                           rf"(?P<declarators>[A-Za-z_*][^;]*);\s*", re.DOTALL)
+    for statement, _ in walk(masked, [loop.body]):
+        simple = statement.kind == "simple"
+        declaration = declaring.fullmatch(masked, statement.start, statement.end) if simple else None
+        for declarator in split_top_level(declaration["declarators"], ",") if declaration else ():
+            named = re.match(r"\s*\**\s*([A-Za-z_]\w*)\s*(?:=|\[|$)", declarator)
+            if named:
+                local.add(named.group(1))
+    outside = masked[kernel.kernel.params_open:loop.body.start] + masked[loop.body.end:kernel.body_end]
     shadowing = next((name for name in sorted(local) if re.search(_DECLARED.format(re.escape(name)), outside)), None)
     if shadowing is not None:
         raise NotRecognised(f"its loop declares {shadowing}, a name also declared outside it")
@@ -251,10 +272,14 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
             any(m.group(1) not in _CASTS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", term)):
         return True
     for word in set(re.findall(r"[A-Za-z_]\w*", term)):
-        element = kernel.array_types.get(word, "")
-        declared = re.search(rf"\b(?:{'|'.join(_FLOATING_TYPES)})\s+(?:const\s+)?{word}\b", masked)
-        if any(t in element for t in _FLOATING_TYPES) or declared:
-            return True
+        if word in kernel.array_types:
+            element = re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", kernel.array_types[word])
+            if not re.fullmatch(rf"\s*{INTEGER_TYPE}\s*", element):
+                return True  # a float, or a typedef this rule cannot see through
+        for declared in re.finditer(rf"\b([A-Za-z_]\w*)\s+(?:const\s+)?{word}\s*[=;,)\[]", masked):
+            if declared.group(1) not in ("return", "case", "else") and \
+                    not re.fullmatch(INTEGER_TYPE, declared.group(1)) and declared.group(1) not in _CASTS:
+                return True
     return False
 
 
@@ -458,6 +483,8 @@ def _check_arrays_read_back(kernel: PointKernel, masked: str, passes: tuple[RowP
         subscripts = {tuple(sorted(a.poly.items())) if a.poly is not None else None for a in accesses}
         if all(a.plain_store for a in accesses) and len(places) == 1 and len(subscripts) == 1:
             continue
+        if all(a.start >= passes[-1].loop.end for a in accesses):
+            continue  # lane 0 alone touches it, after every loop
         if None in places or len({passes[n].start for n in places}) != 1 or len(subscripts) != 1 or \
                 None in subscripts:
             raise NotRecognised(f"it writes {array} and reads it, or writes it in several places, other than at "

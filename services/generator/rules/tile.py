@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import Access, PointKernel
-from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
+from services.generator.rules.shape import Layout, NotRecognised, block_widths, one_thread_per_point
 from services.generator.rules.statements import walk
 from shared.domain.spec import KernelSpec
 
@@ -44,6 +44,8 @@ def recognise(spec: KernelSpec) -> Transposed:
     for axis in (0, 1):
         if (why := one_thread_per_point(spec, axis)) is not None:
             raise NotRecognised(why)
+    if any(len(block_widths(spec, axis)) > 1 for axis in (0, 1)):
+        raise NotRecognised("a restriction ties another parameter to its block size, which the tile sets")
     if len(kernel.axes) == 3 and not points.one_thread_along(spec, 2):
         raise NotRecognised("its blocks may be more than one thread deep along z, and those threads would share "
                             "one tile")
