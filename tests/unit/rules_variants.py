@@ -920,6 +920,92 @@ extern "C" __global__ void normalise_rows(double *x, int *nonzeros, int rows, in
 
 
 # case -> (rule, spec): each must be recognised; at least two per shape.
+CAUSAL_MASK = spec(r"""
+// Scores above the diagonal masked (causal attention), in place, by 2D grid-stride loops: any grid covers them.
+extern "C" __global__ void causal_mask(float *scores, int n, float fill)
+{
+    for (int q = blockIdx.y * blockDim.y + threadIdx.y; q < n; q += blockDim.y * gridDim.y) {
+        for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += blockDim.x * gridDim.x) {
+            if (k > q) scores[(size_t)q * n + k] = fill;
+        }
+    }
+}
+""", "causal_mask", [array("scores", ["n", "n"], role="inout"), scalar("n", "n"), scalar("fill", -1.0e4, "float32")],
+    {"n": 300}, ["n", "n"], BLOCK_2D, TUNE_2D, grid_div_y=["block_size_y", 4])
+
+TRANSPOSE_GRID_STRIDE = spec(r"""
+// A double transpose by 2D grid-stride loops, the column loop outermost, 64-bit indices and bounds.
+extern "C" __global__ void transpose_gs(double *out, const double *in, size_t rows, size_t cols)
+{
+    for (size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x; c < cols; c += (size_t)blockDim.x * gridDim.x)
+        for (size_t r = blockIdx.y * (size_t)blockDim.y + threadIdx.y; r < rows; r += (size_t)gridDim.y * blockDim.y)
+            out[c * rows + r] = in[r * cols + c];
+}
+""", "transpose_gs", [array("out", ["cols", "rows"], "float64", "out"), array("in", ["rows", "cols"], "float64"),
+                      scalar("rows", "rows", "uint64"), scalar("cols", "cols", "uint64")], {"rows": 130, "cols": 270},
+    ["cols", "rows"], BLOCK_2D, TUNE_2D, grid_div_x=["block_size_x", 2], grid_div_y=["block_size_y", 2])
+
+ROW_SUMS_GRID_STRIDE = spec(r"""
+// Row sums, one row per thread, the rows walked by a grid-stride loop of a fixed grid.
+extern "C" __global__ void row_sums_gs(const float *a, float *sums, int rows, int cols)
+{
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += blockDim.x * gridDim.x) {
+        float s = 0.0f;
+        for (int c = 0; c < cols; ++c)
+            s += a[(size_t)r * cols + c];
+        sums[r] = s;
+    }
+}
+""", "row_sums_gs", [array("a", ["rows", "cols"]), array("sums", ["rows"], role="out"), scalar("rows", "rows"),
+                     scalar("cols", "cols")], {"rows": 333, "cols": 200}, ["rows"], {"block_size_x": 128},
+    {"block_size_x": [64, 128]}, grid_div_x=["block_size_x", 8])
+
+SCALE_3D_GRID_STRIDE = spec(r"""
+// A volume scaled in place by three nested grid-stride loops, z outermost.
+extern "C" __global__ void scale_vol(float *v, float s, int nx, int ny, int nz)
+{
+    for (int z = blockIdx.z * blockDim.z + threadIdx.z; z < nz; z += blockDim.z * gridDim.z)
+        for (int y = blockIdx.y * blockDim.y + threadIdx.y; y < ny; y += blockDim.y * gridDim.y)
+            for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < nx; x += blockDim.x * gridDim.x)
+                v[((size_t)z * ny + y) * nx + x] *= s;
+}
+""", "scale_vol", [array("v", ["nz", "ny", "nx"], role="inout"), scalar("s", 0.5, "float32"), scalar("nx", "nx"),
+                   scalar("ny", "ny"), scalar("nz", "nz")], {"nx": 70, "ny": 33, "nz": 17}, ["nx", "ny", "nz"],
+    {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+    {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]}, grid_div_z=["block_size_z", 4])
+
+GEMV_LDG = spec(r"""
+// y = A x, a thread per row, the matrix and vector read by pointer arithmetic through __ldg, the loop unrolled.
+extern "C" __global__ void gemv_ldg(float *__restrict__ y, const float *__restrict__ A, const float *__restrict__ x,
+                                    int rows, int cols)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float acc = 0.0f;
+    #pragma unroll 4
+    for (int k = 0; k < cols; ++k)
+        acc += __ldg(A + (size_t)row * cols + k) * __ldg(x + k);
+    y[row] = acc;
+}
+""", "gemv_ldg", [array("y", ["rows"], role="out"), array("A", ["rows", "cols"]), array("x", ["cols"]),
+                  scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 777, "cols": 301}, ["rows"],
+                 {"block_size_x": 128}, {"block_size_x": [64, 128, 256]})
+
+POSITIVES_PER_ROW = spec(r"""
+// How many entries of each row are positive, an int count per row, entries reached by dereferencing.
+extern "C" __global__ void positives_per_row(int *counts, const float *m, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        int count = 0;
+        for (int c = 0; c < cols; c++)
+            count += (*(m + (size_t)r * cols + c) > 0.0f);
+        counts[r] = count;
+    }
+}
+""", "positives_per_row", [array("counts", ["rows"], "int32", "out"), array("m", ["rows", "cols"], range=[-1, 1]),
+                           scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 500, "cols": 257}, ["rows"])
+
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
     "moments": ("hierarchical_reduction", MOMENTS),
@@ -978,20 +1064,26 @@ VARIANTS = {
     "key_range": ("hierarchical_reduction", EXTREMES_U64),
     "row_rescale": ("warp_per_row", ROW_RESCALE),
     "normalise_rows": ("warp_per_row", ROW_NORMALISE_IN_PLACE),
+    "causal_mask_grid_stride": ("elements_per_thread", CAUSAL_MASK),
+    "transpose_grid_stride": ("shared_tile", TRANSPOSE_GRID_STRIDE),
+    "row_sums_grid_stride": ("warp_per_row", ROW_SUMS_GRID_STRIDE),
+    "scale_3d_grid_stride": ("elements_per_thread", SCALE_3D_GRID_STRIDE),
+    "gemv_ldg_unrolled": ("warp_per_row", GEMV_LDG),
+    "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
 }
 
 
-def _edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
+def edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
     assert old in base.source, old
     return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
 
 
 # An address that depends on the data is a histogram's bin, not a sum's (here the spec's one bin): per-block bins.
-VARIANTS["squares_into_a_bin_of_the_data"] = ("hierarchical_reduction", _edited(
+VARIANTS["squares_into_a_bin_of_the_data"] = ("hierarchical_reduction", edited(
     SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"))
 
 # BLOCK_MAX with the block width read at run time through a local, and no block size in the spec's space.
-BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**_edited(BLOCK_MAX, """    __shared__ float buf[block_size_x];
+BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**edited(BLOCK_MAX, """    __shared__ float buf[block_size_x];
     const int t = threadIdx.x;
     float m = -3.0e38f;
     for (int i = blockIdx.x * block_size_x + t; i < n; i += gridDim.x * block_size_x) m = fmaxf(m, in[i]);""",
@@ -1003,21 +1095,21 @@ BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**_edited(BLOCK_MAX, """    __sha
 
 # case -> (rule, spec, part of the reason it is refused with)
 NOT_OF_SHAPE = {
-    "a local thread index read beyond the index": ("elements_per_thread", _edited(
+    "a local thread index read beyond the index": ("elements_per_thread", edited(
         CLAMP_TID, "y[gid] = fminf(fmaxf(x[gid], lo), hi);", "y[gid] = fminf(fmaxf(x[gid], lo), hi) + tid;"),
         "after its index definitions it reads tid, a local of the launch geometry"),
-    "a local thread index read beyond the index, vectorised": ("vectorize", _edited(
+    "a local thread index read beyond the index, vectorised": ("vectorize", edited(
         CLAMP_TID, "y[gid] = fminf(fmaxf(x[gid], lo), hi);", "y[gid] = fminf(fmaxf(x[gid], lo), hi) + tid;"),
         "the kernel reads tid, a local its index is defined from, beyond defining it"),
-    "a stencil that moves its output pointer": ("register_blocking", _edited(
+    "a stencil that moves its output pointer": ("register_blocking", edited(
         SMOOTH, "    const size_t at = (size_t)row * w + col;",
         "    dst += (size_t)row * w;\n    const size_t at = col;"),
         "its point body changes its parameter dst, which a thread's next point would see changed"),
     "already_one_atomic_per_block": ("hierarchical_reduction", WEIGHTED_SUM,
                                      "already shares values through shared memory: one atomic per block"),
-    "a_sum_that_starts_elsewhere": ("hierarchical_reduction", _edited(
+    "a_sum_that_starts_elsewhere": ("hierarchical_reduction", edited(
         COUNT_POSITIVE, "unsigned int mine = 0u;", "unsigned int mine = 1u;"), "starts at 1u, not 0"),
-    "an_atomic_chosen_by_its_value": ("hierarchical_reduction", _edited(
+    "an_atomic_chosen_by_its_value": ("hierarchical_reduction", edited(
         COUNT_POSITIVE, "if ((threadIdx.x & 31) == 0)", "if ((threadIdx.x & 31) == 0 && mine > 0)"),
         "depends on mine, not only on the lane"),
     "bins_the_code_cannot_count": ("hierarchical_reduction", BUCKET_COUNTS.model_validate({
@@ -1025,70 +1117,73 @@ NOT_OF_SHAPE = {
         "args": [{**a.model_dump(), "shape": ["2 * buckets"]} if a.name == "freq" else a.model_dump()
                  for a in BUCKET_COUNTS.args]}),
         "no parameter of the kernel holds the length of freq (2 * buckets)"),
-    "a_2d_copy_is_not_a_transpose": ("shared_tile", _edited(
+    "a_2d_copy_is_not_a_transpose": ("shared_tile", edited(
         TRANSPOSE_SCALED, "dst[col * h + row]", "dst[row * w + col]"),
         "does not move by one along row and by more along col"),
     "elementwise_is_not_a_stencil": ("register_blocking", ADD_BIAS_2D, "it reads no input around the point"),
-    "a_row_written_before_its_loop": ("warp_per_row", _edited(
+    "a_row_written_before_its_loop": ("warp_per_row", edited(
         ROW_TOTALS, "double t = 0.0;", "sums[r] = 0.0;\n        double t = 0.0;"),
         "it writes memory before its row loop"),
-    "a_row_loop_reading_its_sum": ("warp_per_row", _edited(
+    "a_row_loop_reading_its_sum": ("warp_per_row", edited(
         ROW_TOTALS, "t += value;", "t += value * t;"), "its loop reads the accumulator t"),
-    "a_row_read_back_from_another_lanes_element": ("warp_per_row", _edited(
+    "a_row_read_back_from_another_lanes_element": ("warp_per_row", edited(
         ROW_RESCALE, "(in[(size_t)r * cols + c] - lo) / span;",
         "(in[(size_t)r * cols + c] - lo) / span;\n    for (int c = 0; c < cols; c++)\n"
         "        out[(size_t)r * cols + c] += out[(size_t)r * cols + cols - 1 - c];"),
         "it writes out and reads it, or writes it in several places"),
-    "an_argmax_keeps_an_index_with_its_maximum": ("warp_per_row", _edited(
+    "an_argmax_keeps_an_index_with_its_maximum": ("warp_per_row", edited(
         ROW_RESCALE, "if (v > hi) { hi = v; }", "if (v > hi) { hi = v; lo = c; }"),
         "its loop assigns lo `"),
-    "a_local_array_accumulated_per_lane": ("warp_per_row", _edited(_edited(
+    "a_local_array_accumulated_per_lane": ("warp_per_row", edited(edited(
         ROW_TOTALS, "double t = 0.0;", "double parts[2];\n        double t = 0.0;"),
         "            t += value;", "            parts[k & 1] = value;\n            t += value;"),
         "its loop writes parts, not an array parameter"),
-    "a_store_that_does_not_move_with_the_row_loop": ("warp_per_row", _edited(
+    "a_store_that_does_not_move_with_the_row_loop": ("warp_per_row", edited(
         ROW_TOTALS, "            t += value;", "            t += value;\n            sums[0] = value;"),
         "an element that does not move with k alone"),
-    "a_second_pass_reading_the_first_passes_sum_partially": ("warp_per_row", _edited(
+    "a_second_pass_reading_the_first_passes_sum_partially": ("warp_per_row", edited(
         ROW_NORMALISE_IN_PLACE, "x[r * cols + c] *= inv;", "{ x[r * cols + c] *= inv + ss; ss += 1.0; }"),
         "its loop reads the accumulator ss"),
     # What a review found the row rewrite read wrongly, each now refused.
-    "a_bound_that_reads_the_row": ("warp_per_row", _edited(
+    "a_bound_that_reads_the_row": ("warp_per_row", edited(
         MATVEC, "j < n_cols;", "j < n_cols && M[(size_t)row * n_cols + j] != 0.0f;"),
         "a row loop's start and bound are plain arithmetic"),
-    "a_sum_read_as_it_grows": ("warp_per_row", _edited(
+    "a_sum_read_as_it_grows": ("warp_per_row", edited(
         ROW_TOTALS, "            t += value;", "            const double seen = (t += value);"),
         "its loop updates t within an expression"),
-    "an_accumulator_behind_a_reference": ("warp_per_row", _edited(
+    "an_accumulator_behind_a_reference": ("warp_per_row", edited(
         ROW_TOTALS, "double t = 0.0;", "double t = 0.0;\n        double &total = t;"),
         "a reference to) its accumulator t"),
-    "an_integer_sum_of_floats": ("warp_per_row", _edited(MATVEC, "float acc = 0.f;", "int acc = 0;"),
+    "an_integer_sum_of_floats": ("warp_per_row", edited(MATVEC, "float acc = 0.f;", "int acc = 0;"),
                                  "a floating-point term, into the integer acc"),
-    "stores_that_overlap_the_next_step": ("warp_per_row", _edited(
+    "an_integer_sum_of_a_cast": ("warp_per_row", edited(edited(
+        MATVEC, "float acc = 0.f;", "int acc = 0;"), "M[(size_t)row * n_cols + j] * v[j]",
+        "static_cast<float>(M[(size_t)row * n_cols + j] > v[j])"), "a floating-point term, into the integer acc"),
+    "stores_that_overlap_the_next_step": ("warp_per_row", edited(
         ROW_RESCALE, "out[(size_t)r * cols + c] = (in[(size_t)r * cols + c] - lo) / span;",
         "{ out[(size_t)r * cols + c] = (in[(size_t)r * cols + c] - lo) / span; out[(size_t)r * cols + c + 1] = 0; }"),
         "writes it in several places"),
-    "a_call_every_lane_would_repeat": ("warp_per_row", _edited(
+    "a_call_every_lane_would_repeat": ("warp_per_row", edited(
         ROW_TOTALS, "sums[r] = t * scale;", "sums[r] = t * scale;\n        printf(\"%f\\n\", t);"),
         "it calls printf, which every lane would run whole"),
     # What a second review found, each now refused.
-    "a_row_loop_dividing_by_its_block_size": ("warp_per_row", _edited(
+    "a_row_loop_dividing_by_its_block_size": ("warp_per_row", edited(
         ROW_TOTALS, "sums[r] = t * scale;", "sums[r] = t * scale / block_size_x;"), "it reads its block size"),
-    "a_row_loop_writing_through_an_address": ("warp_per_row", _edited(
+    "a_row_loop_writing_through_an_address": ("warp_per_row", edited(
         ROW_TOTALS, "            t += value;", "            double whole;\n            t += modf(value, &whole) + whole;"),
         "it takes the address of whole"),
-    "a_row_loop_indexing_an_expression": ("warp_per_row", _edited(
+    "a_row_loop_indexing_an_expression": ("warp_per_row", edited(
         ROW_TOTALS, "            t += value;", "            t += value;\n            (sums + r)[0] += value;"),
         "indexes a member or an expression"),
-    "an_integer_sum_of_a_typedef_float": ("warp_per_row", _edited(_edited(_edited(
+    "an_integer_sum_of_a_typedef_float": ("warp_per_row", edited(edited(edited(
         MATVEC, "float acc = 0.f;", "int acc = 0;"), "const float *M", "const real *M"),
         "// out = M v", "typedef float real;\n// out = M v"), "a floating-point term, into the integer acc"),
-    "a_grid_stride_body_reading_the_grid": ("elements_per_thread", _edited(
+    "a_grid_stride_body_reading_the_grid": ("elements_per_thread", edited(
         GRID_STRIDE_ADD, "y[i] = x[i] + y[i];", "y[i] = x[i] + y[i] + gridDim.z;"), "its body uses gridDim"),
-    "column_major_rows_are_already_coalesced": ("warp_per_row", _edited(
+    "column_major_rows_are_already_coalesced": ("warp_per_row", edited(
         MATVEC, "M[(size_t)row * n_cols + j]", "M[(size_t)j * n_rows + row]"),
         "is contiguous along the rows already"),
-    "no_tree_in_a_scan": ("shuffle_reduction", _edited(
+    "no_tree_in_a_scan": ("shuffle_reduction", edited(
         BLOCK_MAX, "if (t < s) {", "if (t >= s) {"), "no shared-memory tree reduction"),
     # One result per block from a grid-stride share: vectors would move elements between blocks, and another
     # block size would too (services/generator/rules/partition.py).
@@ -1096,7 +1191,7 @@ NOT_OF_SHAPE = {
                                                      "the kernel writes one result per block (`out[blockIdx.x]`)"),
     "a_grid_stride_share_per_block_keeps_its_block_size": ("block_size", BLOCK_MAX_BY_WIDTH,
                                                            "another block_size_x gives each result other elements"),
-    "strided_loads_are_not_vectorised": ("vectorize_loops", _edited(
+    "strided_loads_are_not_vectorised": ("vectorize_loops", edited(
         WEIGHTED_SUM, "acc += w[idx] * v[idx];", "acc += w[2 * idx] * v[2 * idx];"),
         "indexes no array by idx"),
     "a_single_pass_row_is_read_once_already": ("row_in_shared", PARTIAL_SUMS,
@@ -1104,35 +1199,35 @@ NOT_OF_SHAPE = {
     "a_row_too_long_for_shared_memory": ("row_in_shared", L2_NORMALISE.with_sizes({"n": 8192}),
                                          "the row of src takes 65536 bytes of shared memory at the spec's sizes"),
     "a_row_the_kernel_writes_in_place": ("row_in_shared", L2_NORMALISE.model_validate({
-        **_edited(L2_NORMALISE, "dst[base + i] = src[base + i] * inv;", "src[base + i] = src[base + i] * inv;")
+        **edited(L2_NORMALISE, "dst[base + i] = src[base + i] * inv;", "src[base + i] = src[base + i] * inv;")
         .model_dump(), "args": [a.model_dump() | ({"role": "inout"} if a.name == "src" else {})
                                 for a in L2_NORMALISE.args]}), "the kernel writes src (role inout)"),
     "rows_of_several_warps_without_a_barrier": ("row_in_shared", RMS_NORM.model_validate({
-        **_edited(RMS_NORM, "j += 32)", "j += blockDim.x)").model_dump(),
+        **edited(RMS_NORM, "j += 32)", "j += blockDim.x)").model_dump(),
         "tune_params": {"block_size_x": [64], "block_size_y": [1, 2]}, "params": {"block_size_x": 64,
                                                                                  "block_size_y": 2}}),
         "no barrier comes between its first pass over the row and the later ones"),
     "a_transpose_is_not_elementwise": ("elements_per_thread", TRANSPOSE_SCALED, "it is a transpose-like kernel"),
-    "a_grid_stride_body_reading_its_stride": ("elements_per_thread", _edited(
+    "a_grid_stride_body_reading_its_stride": ("elements_per_thread", edited(
         GRID_STRIDE_ADD, "y[i] = x[i] + y[i];", "y[i] = x[i] + stride;"),
         "the loop reads stride, a local defined before it"),
     "interleaved_addressing_is_not_a_halving_tree": ("shuffle_reduction", REDUCE_INTERLEAVED,
                                                      "no shared-memory tree reduction"),
     "a_tree_that_stops_at_the_last_warp": ("shuffle_reduction", REDUCE_LAST_WARP, "no shared-memory tree reduction"),
     # An integer sum through fmaf truncates the float result at each step, which the lanes' partial sums would not.
-    "an_fmaf_into_an_integer_sum": ("warp_per_row", _edited(
+    "an_fmaf_into_an_integer_sum": ("warp_per_row", edited(
         GEMV_FMAF, "float acc = 0.0f;", "int acc = 0;"), "its loop assigns acc `fmaf("),
-    "a_row_sum_scaled_at_each_step": ("warp_per_row", _edited(
+    "a_row_sum_scaled_at_each_step": ("warp_per_row", edited(
         WEIGHTED_ROWS, "s = s + w[k] * m[(size_t)r * cols + k];", "s = 0.5 * s + w[k] * m[(size_t)r * cols + k];"),
         "its loop assigns s `0.5 * s + w[k]"),
-    "a_sum_assigned_within_an_expression": ("warp_per_row", _edited(
+    "a_sum_assigned_within_an_expression": ("warp_per_row", edited(
         WEIGHTED_ROWS, "s = s + w[k] * m[(size_t)r * cols + k];", "out[r] = (s = s + w[k] * m[(size_t)r * cols + k]);"),
         "its loop assigns s within an expression"),
     # The lanes of a vector have no global address: an atomic on one would not reach memory.
-    "an_atomic_on_a_vectorised_element": ("vectorize_loops", _edited(
+    "an_atomic_on_a_vectorised_element": ("vectorize_loops", edited(
         GRID_STRIDE_ADD_FIXED, "y[i] = x[i] + y[i];", "atomicAdd(&y[i], x[i]);"), "takes the address of y[i]"),
     # A while loop stepping its index before the body: the body's elements are not at the index's own.
-    "a_while_loop_stepping_its_index_first": ("elements_per_thread", _edited(
+    "a_while_loop_stepping_its_index_first": ("elements_per_thread", edited(
         SCALE_WHILE, "out[i] = s * in[i];\n        i += stride;",
         "i += stride;\n        out[i - stride] = s * in[i - stride];"),
         "the loop steps by `out[i - stride] = s * in[i - stride]`"),

@@ -145,6 +145,38 @@ def test_a_pointer_used_otherwise_or_that_may_change_stays(body):
     assert squeezed(canon(body)) == squeezed(body)
 
 
+def test_a_parameters_array_reached_by_pointer_arithmetic_is_indexed():
+    body = canon("    unsigned i = threadIdx.x;\n"
+                 "    out[i] = *(in + i - 1) * 2.0f + __ldg(in + (size_t)i * 4) + fmaxf(*(in + i), 0.0f);")
+    assert squeezed(body) == squeezed(
+        "unsigned i = threadIdx.x;\n out[i] = in[(long long)(i) - (long long)(1)] * 2.0f"
+        " + __ldg(&in[(long long)((size_t)i * 4)]) + fmaxf(in[(long long)(i)], 0.0f);")
+
+
+def test_pointer_arithmetic_is_indexed_only_where_it_is_an_address_alone():
+    kept = ["out[0] = 2.0f * (in + 1)[0];",  # a multiplication, then a subscript of the parenthesised pointer
+            "out[0] = (in + 2 < in + n) ? 1.0f : 0.0f;",  # compared: the offset ends at <
+            "const float *base = in;\n    out[0] = (float)(in + 4 - base);"]  # a distance, not an element
+    for body in kept:
+        assert squeezed(canon("    " + body)) == squeezed("    " + body)
+    nested = canon("    int i = threadIdx.x;\n    out[i] = __ldg(in + __ldg(in + i)) + *(in + (int)-1 + i)"
+                   " + *(in + out[(i + 1) * 2]);")
+    assert squeezed(nested) == squeezed(
+        "int i = threadIdx.x;\n    out[i] = __ldg(&in[(long long)(__ldg(&in[(long long)(i)]))])"
+        " + in[(long long)((int)-1) + (long long)(i)] + in[(long long)(out[(i + 1) * 2])];")
+    commented = canon("    int i = threadIdx.x;\n    out[i] = __ldg(in + i  // the element\n + 1);")
+    assert squeezed(commented) == squeezed("int i = threadIdx.x;\n out[i] = __ldg(&in[(long long)(i) + (long long)(1)]);")
+
+
+@pytest.mark.parametrize("body", [
+    "    in += 4;\n    out[0] = *(in + 1);",  # the parameter moves
+    "    { const float *in = out;\n    out[1] = *(in + 1); }",  # another pointer of the same name
+    "    const float *p = in + 4;\n    out[0] = p[0] + *p;",  # a local pointer's initialiser
+])
+def test_pointer_arithmetic_on_a_parameter_that_may_change_stays(body):
+    assert squeezed(canon(body)) == squeezed(body)
+
+
 def test_a_while_loop_stepped_at_its_end_is_the_for_loop_it_means():
     body = canon("    float s = 0.0f;\n    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
                  "    const long long stride = (long long)blockDim.x * gridDim.x;\n"
@@ -205,7 +237,8 @@ def test_a_one_return_function_called_by_the_kernel_is_its_expression():
 def test_a_call_that_inlined_would_mean_otherwise_stays(call, before):
     body = f"    int x = threadIdx.x;\n    float scale = 1.0f;\n    float v = {call};\n"
     body += "    if (x < n) out[x] = v * scale;"
-    assert squeezed(canon(body, before=before)) == squeezed(body)
+    expected = body.replace("in + 1", "&in[(long long)(1)]")  # the pointer indexed, the call kept
+    assert squeezed(canon(body, before=before)) == squeezed(expected)
 
 
 # What a review found respelled wrongly, each now respelled exactly or left as written.

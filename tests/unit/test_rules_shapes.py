@@ -17,7 +17,8 @@ from services.generator.rules.shapes import recognise
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE, VARIANTS, sample
+from tests.unit.rules_variants import (ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE, POSITIVES_PER_ROW,
+                                     VARIANTS, edited, sample)
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -494,3 +495,18 @@ def test_the_rewrite_survives_the_generators_reading_of_an_answer(case):
     assert (arrived.tune_params, arrived.params) == (candidate.tune_params, candidate.params)
     assert (arrived.grid_div_x, arrived.grid_div_y, arrived.grid_div_z, arrived.smem_args) == \
         (candidate.grid_div_x, candidate.grid_div_y, candidate.grid_div_z, candidate.smem_args)
+
+
+@pytest.mark.parametrize("term, taken", [
+    ("(*(m + (size_t)r * cols + c) > 0.0f)", True),  # a comparison is an int
+    ("(int)(m[(size_t)r * cols + c] * 2.5f)", True),  # so is a cast of the whole term
+    ("m[(size_t)r * cols + c] > 0.0f ? 1 : 0", True),  # and a choice of integer literals
+    ("(int)m[(size_t)r * cols + c] * 2.5f", False),  # the product is a float, truncated at each step
+    ("m[(size_t)r * cols + c] > 0.0f ? 1.0f : 0", False),
+    ("static_cast<float>(m[(size_t)r * cols + c] > 0.0f)", False),
+])
+def test_an_integer_count_takes_int_terms_however_spelled(term, taken):
+    spec = edited(POSITIVES_PER_ROW, "(*(m + (size_t)r * cols + c) > 0.0f)", term)
+    reason = rules.check("warp_per_row", spec, spec.as_candidate())
+    assert (reason is None) == taken, reason
+    assert taken or "a floating-point term, into the integer count" in reason

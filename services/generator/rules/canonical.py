@@ -44,6 +44,9 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   replaced where it is used by the parameter indexed from the offset: `a[j]`, `*(a + j)` and a call's argument
   `a + j` (`__ldg(a + j)`) become `A[(long long)((size_t)row * n) + (j)]` (`&A[...]` for the argument), the
   same address: pointer arithmetic adds each term of the offset as a signed 64-bit count too;
+- a pointer parameter's array reached by pointer arithmetic, `*(A + E)` or a call's argument `A + E` (`__ldg(A +
+  k)`), is indexed, `A[E']` or `&A[E']`, E' the offset's terms as above, where the body never changes A nor
+  declares the name again;
 - a call of a `__device__` function with statements, the whole initialiser of a declaration or assignment (`float
   m = row_max(x, r, cols);`), is its body in a block that then sets the target (`float m; { ...; m = ((float)(
   best)); }`), the arguments converted to their parameters' types as above, the source's macros expanded in it as
@@ -51,7 +54,7 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   with one return that ends it, that changes nothing but its own locals (no store, atomic, call of a function of
   the source, or assignment to a parameter or to a name it does not declare: inlined, its arguments are read after
   its statements run), and whose locals are renamed where they would hide a name its arguments or the target read.
-The last three are tried only where they let a more specific shape read the kernel (shapes.reading), and each
+The last four are tried only where they let a more specific shape read the kernel (shapes.reading), and each
 step is repeated until it changes nothing (it respells one construct at a time). A kernel whose
 body holds a preprocessor directive other than a pragma is left as written, and one none of this changes comes
 back as it came. The rules render from this text, so their rewrites show the macros expanded and the guard as an
@@ -60,9 +63,11 @@ if; the verifier proves them against the kernel as submitted.
 import functools
 import re
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import (CAST_WORDS, calls, closing, find_kernel, fresh_name, functions_named,
+                                                identifiers, mask, split_top_level)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -101,7 +106,7 @@ def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inl
     steps = ((_inline_bodies,) if inline else ()) + (
         _expand_macros, _deduce_auto, _guard_early_return, _do_as_while, _while_as_for, _second_index_derived,
         _window_offsets) + (
-        (_inline_functions, _inline_array_pointers) if inline else ())
+        (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
     except ValueError:
@@ -531,7 +536,7 @@ def _changes(name: str, masked: str) -> bool:
 
 def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     kernel = find_kernel(source, kernel_name)
-    masked = mask(source)
+    masked, uncommented = mask(source), mask(source, literals=False)
     arrays = _pointer_parameters(source, kernel)
     for statement, _ in walk(masked, statements(masked, kernel.body_open + 1, kernel.body_close)):
         match = _POINTER_LOCAL.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" else None
@@ -542,11 +547,79 @@ def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]
         if arrays.get(base) != " ".join(match["type"].split()):
             continue
         rewritten = _with_pointer_inlined(source, masked, statement, match["name"], base,
-                                          source[offset_span[0]:offset_span[1]].strip(), kernel.body_close,
+                                          uncommented[offset_span[0]:offset_span[1]].strip(), kernel.body_close,
                                           indexed=match["base"] is None)
         if rewritten is not None:
             return _inline_array_pointers(rewritten, kernel_name, pinned)
     return source
+
+
+def _parameter_offsets(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """`*(A + E)` and an operand `A + E` ending where its parentheses or argument do (`__ldg(A + E)`), A a
+    pointer parameter the body never changes nor declares again, become `A[E']` and `&A[E']`: the same address,
+    E' adding the offset's terms as pointer arithmetic does (_offset_terms), each evaluated once as before. Uses
+    nested in another's offset are respelled when the step repeats."""
+    kernel = find_kernel(source, kernel_name)
+    masked, uncommented = mask(source), mask(source, literals=False)
+    body = masked[kernel.body_open:kernel.body_close]
+    pointers = _pointer_names(masked[kernel.params_open:kernel.body_close])
+    replacements: list[tuple[int, int, str]] = []
+    for name in _pointer_parameters(source, kernel):
+        if _changes(name, body) or re.search(rf"[\w*&]\s+{name}\s*[=;,\[(]", body):
+            continue
+        for kind, start, stop, (left, right) in _pointer_uses(masked, name, kernel.body_open, kernel.body_close,
+                                                                pointers):
+            offset = _offset_terms(uncommented[left:right].strip())
+            if kind in ("deref", "operand") and not any(a < stop and start < b for a, b, _ in replacements):
+                replacements.append((start, stop, f"{'&' if kind == 'operand' else ''}{name}[{offset}]"))
+    for start, stop, text in sorted(replacements, reverse=True):
+        source = source[:start] + text + source[stop:]
+    return source
+
+
+_GROUP = r"(?:\((?:[^()]|\([^()]*\))*\)|\[(?:[^\[\]]|\[[^\[\]]*\])*\])"  # brackets, two deep at most
+_LOOSER = re.compile(r"[<>=&|^?:!]")  # operators binding looser than + and -: an offset ends before them
+
+
+def _pointer_uses(masked: str, name: str, start: int, end: int,
+                  pointers: set[str]) -> Iterator[tuple[str, int, int, tuple[int, int]]]:
+    """Each use of the pointer `name` in masked[start:end], as (kind, start, end, the span of its index or
+    offset): `subscript` (`p[i]`), `deref` (`*(p + j)`, the * unary and nothing after the parenthesis binding
+    tighter), `operand` (`p + j` alone in its parentheses or argument: `__ldg(p + j)`), else `other`. An offset
+    of a looser operator, or that subtracts a pointer, is `other`."""
+    uses = re.compile(rf"(?P<deref>\*\s*\(\s*)?(?<![\w.]){re.escape(name)}\b\s*(?:(?P<subscript>\[)|"
+                      rf"\+(?P<plus>[^,;()\[\]]*(?:{_GROUP}[^,;()\[\]]*)*)(?P<close>\))?)?")
+    for use in uses.finditer(masked, start, end):
+        if use["subscript"]:
+            close = closing(masked, use.end() - 1)
+            yield "subscript", use.start(), close + 1, (use.end(), close)
+            continue
+        plus, span = use["plus"], use.span("plus")
+        outside = _outside_brackets(plus or "")
+        if plus is None or _LOOSER.search(outside) or \
+                any(word in pointers for word in re.findall(r"-\s*([A-Za-z_]\w*)", outside)):
+            yield "other", use.start(), use.end(), span
+        elif use["deref"] and use["close"] and not re.search(r"[\w)\]]\s*$", masked[:use.start()]) and \
+                not re.match(r"\s*(?:[\[(.]|->|\+\+|--)", masked[use.end():]):
+            yield "deref", use.start(), use.end(), span
+        elif not use["deref"] and masked[span[1]:span[1] + 1] in ",)" and masked[:use.start()].rstrip()[-1:] in "(,":
+            yield "operand", use.start(), span[1], span
+        else:
+            yield "other", use.start(), use.end(), span
+
+
+def _outside_brackets(text: str) -> str:
+    """The text with what its brackets enclose blanked, innermost first."""
+    while text != (text := re.sub(r"\([^()\[\]]*\)|\[[^()\[\]]*\]", " ", text)):
+        pass
+    return text
+
+
+def _pointer_names(masked: str) -> set[str]:
+    """The names the text declares as pointers or arrays (a parameter's included), which an offset may not
+    subtract: `A + i - base` is a distance, not an element."""
+    return set(re.findall(r"\*\s*(?:(?:const|volatile|__restrict__)\s+)*([A-Za-z_]\w*)\s*[=;,)\[]", masked)) | \
+        set(re.findall(r"\b[A-Za-z_]\w*\s+([A-Za-z_]\w*)\s*\[", masked))
 
 
 def _pointer_parameters(source: str, kernel) -> dict[str, str]:
@@ -574,19 +647,15 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
         return None
     # `&A[i - 1]` computes its index in the index's type first; `A + i - 1` steps by each term in turn
     element = f"(long long)({offset})" if indexed else _offset_terms(offset)
-    uses = re.compile(rf"(?P<deref>\*\s*\(\s*)?(?<![\w.]){re.escape(name)}\b\s*(?:(?P<subscript>\[)|"
-                      rf"\+(?P<plus>[^,;()\[\]]*(?:\([^()]*\)[^,;()\[\]]*)*)(?P<close>\))?)?")
+    uncommented = mask(source, literals=False)
     replacements = []
-    for use in uses.finditer(masked, declaration.end, end):
-        if use["subscript"]:
-            close = closing(masked, use.end() - 1)
-            index = source[use.end():close].strip()
-            replacements.append((use.start(), close + 1, f"{base}[{element} + ({index})]"))
-        elif use["plus"] is not None and use["deref"] and use["close"]:  # *(a + j)
-            replacements.append((use.start(), use.end(), f"{base}[{element} + ({_text(source, use, 'plus')})]"))
-        elif use["plus"] is not None and not use["deref"] and masked[use.end("plus"):use.end("plus") + 1] in ",)" \
-                and masked[:use.start()].rstrip()[-1:] in "(,":  # an argument: __ldg(a + j)
-            replacements.append((use.start(), use.end("plus"), f"&{base}[{element} + ({_text(source, use, 'plus')})]"))
+    for kind, start, stop, (left, right) in _pointer_uses(masked, name, declaration.end, end,
+                                                          _pointer_names(masked[:end])):
+        operand = uncommented[left:right].strip()
+        if kind == "subscript":
+            replacements.append((start, stop, f"{base}[{element} + ({operand})]"))
+        elif kind in ("deref", "operand"):
+            replacements.append((start, stop, f"{'&' if kind == 'operand' else ''}{base}[{element} + ({operand})]"))
         else:
             return None
     if not replacements:
@@ -600,20 +669,18 @@ def _is_plain_arithmetic(masked: str) -> bool:
     """Names, numbers, casts, + - * / % and parentheses: no call, load, dereference or side effect."""
     if not _PURE.fullmatch(masked) or re.search(r"\+\+|--", masked):
         return False
-    if _calls(masked):
+    if calls(masked, _CAST_WORDS):
         return False
     return not re.search(r"(?:^|[-+*/%(])\s*\*", masked)  # a unary * is a load
 
 
 _KEYWORDS = {"int", "unsigned", "signed", "long", "short", "char", "float", "double", "bool", "const", "void", "true",
              "false", "sizeof", "size_t"}  # names no kernel declares as a variable
-_CAST_WORDS = {"int", "unsigned", "long", "short", "char", "signed", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
-               "int32_t", "uint32_t"}
+_CAST_WORDS = CAST_WORDS | {"short", "char", "signed"}  # the casts a pure expression may spell
 
 
-def _calls(masked: str) -> bool:
-    """Whether the text calls a function (a functional cast, `int(x)`, is none)."""
-    return any(m.group(1) not in _CAST_WORDS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked))
+_CAST_BEFORE = re.compile(r"\(\s*(?:const\s+)?(?:(?:unsigned|signed|long|short|int|char|float|double|bool|size_t|"
+                          r"ptrdiff_t|u?int(?:8|16|32|64)_t)\s*)+\)\s*$")  # `(int)` before a sign: unary, not a term
 
 
 def _offset_terms(offset: str) -> str:
@@ -624,7 +691,8 @@ def _offset_terms(offset: str) -> str:
         depth += char in "(["
         depth -= char in ")]"
         if depth == 0 and char in "+-" and at > start and masked[:at].rstrip()[-1:] not in ("", "*", "/", "%", "+",
-                                                                                              "-", "("):
+                                                                                              "-", "(") and \
+                not _CAST_BEFORE.search(masked[:at]):
             terms.append(offset[start:at])
             start = at
     terms.append(offset[start:])
@@ -647,10 +715,6 @@ def _block_end(masked: str, at: int, limit: int) -> int:
                 return min(limit, closing(masked, i))
             depth -= 1
     return limit
-
-
-def _text(source: str, match: re.Match, group: str) -> str:
-    return source[match.start(group):match.end(group)].strip()
 
 
 # --- while loops that are for loops ----------------------------------------------------------------------
@@ -731,7 +795,8 @@ def _do_as_while(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
                 declarations = [_ANY_DECLARATION.fullmatch(masked, s.start, s.end) for s in inside[:at]]
                 if not all(d and _is_plain_arithmetic(d.string[d.start() + d.group().index("=") + 1:d.end()]
                                                       .strip().rstrip(";"))
-                           for d in declarations) or _calls(condition) or _SIDE_EFFECTS.search(condition) or \
+                           for d in declarations) or calls(condition, _CAST_WORDS) or \
+                        _SIDE_EFFECTS.search(condition) or \
                         any(_changes(name, masked[guard.body.start:loop.start]) for name in _names(condition)):
                     continue
                 header = f"while ({source[loop.head[0]:loop.head[1]].strip()}) "
@@ -964,7 +1029,8 @@ def _with_locals(initialised: str, expression: str, params: tuple[tuple[str, str
     at = 0
     while masked[at:].strip():
         local = _LOCAL.match(masked, at)
-        if local is None or local["name"] in taken or _SIDE_EFFECTS.search(local["init"]) or _calls(local["init"]):
+        if local is None or local["name"] in taken or _SIDE_EFFECTS.search(local["init"]) or \
+                calls(local["init"], _CAST_WORDS):
             return None
         init = _substitute(initialised[local.start("init"):local.end("init")].strip(), values, spaced=True,
                            members=False)
@@ -1025,7 +1091,7 @@ def _expression_of(function: Function, arguments: list[str], masked_arguments: l
         return None  # the expression names something the kernel declares too: inlined, it would read that
     values = {}
     for (name, type_, pointer), argument, masked in zip(function.params, arguments, masked_arguments):
-        if _SIDE_EFFECTS.search(masked) or _calls(masked):
+        if _SIDE_EFFECTS.search(masked) or calls(masked, _CAST_WORDS):
             return None  # a call or a side effect might be evaluated twice, or not at all, inlined
         if pointer:
             if not re.fullmatch(r"[A-Za-z_]\w*", argument):
@@ -1088,7 +1154,7 @@ def _functions_with_bodies(source: str, masked: str, before: int, pinned: frozen
     module does not expand as the compiler would there."""
     found: dict[str, list[Body | None]] = {}
     defined = _defined_names(masked) - pinned
-    functions = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*\{", masked[:before])}
+    functions = functions_named(masked[:before])
     for match in _BODY_FUNCTION.finditer(masked, 0, before):
         close = closing(masked, match.end() - 1)
         inner = masked[match.end():close]
@@ -1158,7 +1224,7 @@ def _body_inlined(source: str, masked: str, statement: Statement, call: re.Match
     for (name, type_, pointer), argument in zip(function.params, arguments):
         spelled = source[offset:offset + len(argument)].strip()
         offset += len(argument) + 1
-        if _SIDE_EFFECTS.search(argument) or _calls(argument) or _changes(name, mask(function.statements)):
+        if _SIDE_EFFECTS.search(argument) or calls(argument, _CAST_WORDS) or _changes(name, mask(function.statements)):
             return None  # evaluated at each use, or not at all: a call or a side effect would not run once
         if pointer and not re.fullmatch(r"[A-Za-z_]\w*", spelled):
             return None

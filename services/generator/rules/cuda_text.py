@@ -108,6 +108,21 @@ def find_kernel(source: str, kernel_name: str) -> Kernel:
     raise ValueError(f"no __global__ definition of {name} in the source")
 
 
+# Words that, called, are functional casts (`int(x)`) rather than functions.
+CAST_WORDS = frozenset({"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"})
+
+
+def calls(masked: str, casts: frozenset[str] = CAST_WORDS) -> bool:
+    """Whether the text calls a function; a functional cast to one of `casts` is none."""
+    return any(m.group(1) not in casts for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked))
+
+
+def functions_named(masked: str) -> set[str]:
+    """The names the text defines or declares as functions (a prototype counts: its body may follow the kernel);
+    a call statement of the same form counts too, which only makes the readers of this set more careful."""
+    return {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", masked)}
+
+
 def identifiers(source: str) -> set[str]:
     return set(IDENTIFIER.findall(mask(source)))
 

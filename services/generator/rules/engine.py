@@ -9,6 +9,7 @@ rewritten twice the same way is the same text. Of alternatives (catalog.py) a ke
 applied, or, where the caller asks for `replacing`, the one asked for in place of those it carries (the kernel
 rebuilt without them, then rewritten), so that a planner can try each alternative from the same parent.
 """
+import dataclasses
 import itertools
 
 from services.generator.rules import loops, scan, scan_vectors, textual, tree
@@ -185,7 +186,13 @@ def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:
     source, layout = spec.source, Layout()
     if features:
         shape, model, _ = recognise(spec)
-        source, layout = shape.render(model, features, reading(spec))
+        read = reading(spec)
+        source, layout = shape.render(model, features, read)
+        # A reading launched otherwise than submitted (a grid-stride nest read as one point per thread) is
+        # rendered for its own grid along the axes the rendering leaves alone.
+        regridded = {axis: getattr(read, f"grid_div_{axis}") for axis in "xyz"
+                     if getattr(read, f"grid_div_{axis}") != getattr(spec, f"grid_div_{axis}")}
+        layout = dataclasses.replace(layout, grid_div={**regridded, **layout.grid_div})
     for rule_id in rules:
         if rule_id in TEXTUAL:
             reason, edit = TEXTUAL[rule_id]

@@ -161,7 +161,7 @@ def _index_definitions(statement: Statement, masked: str, uncommented: str, spec
         expression_at = at + named.start(2)
         expression = uncommented[expression_at:expression_at + len(named.group(2))].strip()
         known = {**helpers, **declared}
-        axis = _thread_index_axis(named.group(2), spec, known)
+        axis = thread_index_axis(named.group(2), spec, known)
         if axis is not None:
             if affine.names(affine.parse(named.group(2))) & set(known) or axis[1] == "blockDim." + AXES[axis[0]] \
                     and "threadIdx" not in named.group(2):
@@ -185,7 +185,7 @@ def _launch_names(spec: KernelSpec) -> set[str]:
         {name for axis in range(len(AXES)) for name in block_widths(spec, axis)}
 
 
-def _thread_index_axis(expression: str, spec: KernelSpec,
+def thread_index_axis(expression: str, spec: KernelSpec,
                        known: dict[str, affine.Poly] | None = None) -> tuple[int, str] | None:
     """(axis, block width) when the expression is blockIdx.a * width + threadIdx.a, width being blockDim.a or
     the axis's block-size define, the names in `known` read as their polynomials."""

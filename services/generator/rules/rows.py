@@ -1,18 +1,19 @@
 """Row-wise loops of one thread per row (GEMV, row sums and maxima, softmax or layer normalisation written a
 thread per row), restructured as a warp per row.
 
-Recognised: a kernel of one point per thread along x (the row) whose point body walks the row in one or more
-loops, `for (int c = START; c < END; c++)`, each a statement of a block. What a loop assigns outside itself is
-an accumulator declared in the point body before it, which the loop reads nowhere else: a sum (`sum += E`,
-`sum -= E`, `sum++`, `sum = sum + E`, `sum = E + sum`, or for a float or double `sum = fmaf(X, Y, sum)`), or an
-extreme (`m = fmaxf(m, E)` and fmax, max, fminf, fmin, min; `m = E > m ? E : m`, `if (E > m) m = E;` and their
-mirrors). A loop's stores go to an element that moves with its index; an array the kernel both writes and
-reads is read only at the element written, in loops that start at the same place. Outside the loops, the row
-writes memory (`y[r] = sum`) only after the last loop, in the block that holds it. A loop's start and bound are
-plain arithmetic its body does not change; what every lane would run whole changes nothing a lane does not own
-(no call of a function of the source, lambda, printf, or write through a pointer or into a member), and no
-accumulator is aliased, declared twice, updated within an expression or, if an integer, given floating-point
-terms. Neighbouring threads read addresses a row apart, so no load is coalesced.
+Recognised: a kernel of one point per thread along x (the row) whose point body walks the row in one or more loops,
+`for (int c = START; c < END; c++)`, each a statement of a block (a `#pragma unroll` may stand above it). What a
+loop assigns outside itself is an accumulator declared in the point body before it, which the loop reads nowhere
+else: a sum (`sum += E`, `sum -= E`, `sum++`, `sum = sum + E`, `sum = E + sum`, or for a float or double `sum =
+fmaf(X, Y, sum)`), or an extreme (`m = fmaxf(m, E)` and fmax, max, fminf, fmin, min; `m = E > m ? E : m`, `if (E >
+m) m = E;` and their mirrors). A loop's stores go to an element that moves with its index; an array the kernel both
+writes and reads is read only at the element written, in loops that start at the same place. Outside the loops, the
+row writes memory (`y[r] = sum`) only after the last loop, in the block that holds it. A loop's start and bound are
+plain arithmetic its body does not change; what every lane would run whole changes nothing a lane does not own (no
+call of a function of the source, lambda, printf, or write through a pointer or into a member), and no accumulator
+is aliased, declared twice, updated within an expression or, if an integer, given floating-point terms (a
+comparison, `count += (v > 0.0f)`, is an int term). Neighbouring threads read addresses a row apart, so no load is
+coalesced.
 
 Rendered: a block of block_size_x (32) x block_size_y threads takes block_size_y rows, one per warp
 (row = blockIdx.x * block_size_y + threadIdx.y). The lanes split each loop (c = START + lane, stepping 32), so a
@@ -30,7 +31,8 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import closing, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import (CAST_WORDS, calls, closing, fresh_name, functions_named, identifiers,
+                                                mask, split_top_level)
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
@@ -46,7 +48,6 @@ FLOATING = ("float", "double")
 EXTREMES = {"fmaxf": "max", "fmax": "max", "max": "max", "fminf": "min", "fmin": "min", "min": "min"}
 _COMPARISON = re.compile(r"(?<![<>=!-])(>=|<=|>|<)(?![<>=])")
 _FULL_MASK = "0xffffffffu"
-_CASTS = {"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"}
 _NOT_TYPES = r"(?!(?:else|return|case|goto|do|new|delete|throw|sizeof)\b)"
 _DECLARED = (rf"\b(?:{ACCUMULATOR_TYPES}|[A-Za-z_]\w*_t|bool|char|short|long|size_t|float\d|int\d)[\s*&]+"
              r"{}\s*[=;,\[)]")  # a declaration of the name formatted in (a parameter's included)
@@ -110,7 +111,7 @@ def _check_whole_lanes(kernel: PointKernel, masked: str, spec: KernelSpec) -> No
     and no write the recogniser cannot place (through a pointer, into a member, or into a parenthesised name)."""
     body = masked[kernel.body_start:kernel.body_end]
     source_text = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]  # defined before or after the kernel
-    functions = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", source_text)}
+    functions = functions_named(source_text)
     called = next((m.group(1) for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", body)
                    if m.group(1) in functions - {"if", "for", "while", "switch"} or m.group(1) == "printf"), None)
     if called is not None:
@@ -141,8 +142,7 @@ def _check_bounds(kernel: PointKernel, masked: str, passes: tuple["RowPass", ...
     not change, and loops written to start at the same place do: lanes then own the same elements in each."""
     for p in passes:
         for text in (p.start, p.end):
-            if re.search(r"&&|\|\||[?<>=!]|\+\+|--", text) or \
-                    any(m.group(1) not in _CASTS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", text)):
+            if re.search(r"&&|\|\||[?<>=!]|\+\+|--", text) or calls(text):
                 raise NotRecognised(f"its loop over {p.variable} runs from `{p.start}` while below `{p.end}`; a row "
                                     f"loop's start and bound are plain arithmetic")
         inside = masked[p.loop.body.start:p.loop.body.end]
@@ -182,7 +182,8 @@ def _pass(kernel: PointKernel, masked: str, uncommented: str, loop: Statement) -
     end_at = loop.head[0] + len(init) + 1 + bound.start("end")
     start = " ".join(uncommented[start_at:start_at + len(declared["start"])].split())
     end = " ".join(uncommented[end_at:end_at + len(bound["end"])].split())
-    if masked[kernel.body_start:loop.start].rstrip()[-1:] not in (";", "{", "}", ""):
+    before = re.sub(r"(?m)^[ \t]*#.*$", "", masked[kernel.body_start:loop.start])  # a `#pragma unroll` above it
+    if before.rstrip()[-1:] not in (";", "{", "}", ""):
         raise NotRecognised("its row loop is the body of another statement, not a statement of a block")
     escape = re.search(r"\b(break|return|goto)\b", masked[loop.body.start:loop.body.end])
     if escape:
@@ -267,9 +268,10 @@ def _updates(masked: str, loop: Statement, name: str, type_: str, kernel: PointK
 
 def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
     """Whether a term may be a floating-point value: a float literal, a call, or a floating-point array or
-    local."""
-    if re.search(r"\d\.|\.\d|\d[eE][-+]?\d|\b\d+[fF]\b", term) or \
-            any(m.group(1) not in _CASTS for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", term)):
+    local; a comparison or a logical operation (`v > 0.0f`, a count's term) is an int whatever it compares."""
+    if _truth_value(term):
+        return False
+    if re.search(r"\d\.|\.\d|\d[eE][-+]?\d|\b\d+[fF]\b", term) or calls(term):
         return True
     for word in set(re.findall(r"[A-Za-z_]\w*", term)):
         if word in kernel.array_types:
@@ -278,9 +280,32 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
                 return True  # a float, or a typedef this rule cannot see through
         for declared in re.finditer(rf"\b([A-Za-z_]\w*)\s+(?:const\s+)?{word}\s*[=;,)\[]", masked):
             if declared.group(1) not in ("return", "case", "else") and \
-                    not re.fullmatch(INTEGER_TYPE, declared.group(1)) and declared.group(1) not in _CASTS:
+                    not re.fullmatch(INTEGER_TYPE, declared.group(1)) and declared.group(1) not in CAST_WORDS:
                 return True
     return False
+
+
+def _truth_value(term: str) -> bool:
+    """Whether the term is an int whatever it reads: outside its brackets, a comparison or logical operation
+    (every arithmetic operator binds tighter, so its value is a bool, or under a bitwise operator an integer); a
+    cast of the whole term to an integer type; or a choice between integer literals (`v > 0.0f ? 1 : 0`)."""
+    text = term.strip()
+    while text.startswith("(") and closing(text, 0) == len(text) - 1:
+        text = text[1:-1].strip()
+    cast = re.match(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)\s*|static_cast\s*<\s*{INTEGER_TYPE}\s*>\s*(?=\()", text)
+    if cast and text[cast.end():].startswith("(") and closing(text, cast.end()) == len(text) - 1:
+        return True
+    outside = text
+    while outside != (outside := re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", outside)):
+        pass
+    if re.search(r"\w\s*<[\w\s:*&,]*>\s*(?:\(|::|\{)", text):
+        return False  # a template's arguments (static_cast<float>(v)), not a comparison
+    choice = re.fullmatch(r"[^?:]*\?\s*(?P<a>\d+[uUlL]*)\s*:\s*(?P<b>\d+[uUlL]*)\s*", outside)
+    if choice and not re.search(r"[,=]", outside.replace("==", "").replace("!=", "").replace("<=", "")
+                                .replace(">=", "")):
+        return True
+    return bool(re.search(r"[<>]=?|==|!=|&&|\|\|", outside)) and \
+        not re.search(r"[?,]|(?<![<>=!])=(?!=)|<<|>>", outside)
 
 
 def _declaration(kernel: PointKernel, masked: str, loop: Statement, name: str) -> tuple[str, bool]:

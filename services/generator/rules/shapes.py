@@ -28,6 +28,7 @@ from typing import Any
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
 from services.generator.rules.elementwise import ElementwiseShape
+from services.generator.rules.grid_stride import point_form
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
 from services.generator.rules.row_cache import RowPassesShape
@@ -53,7 +54,9 @@ def reading(spec: KernelSpec) -> KernelSpec:
     """The spelling of the submitted kernel the shapes read (canonical.py), its pointers into arrays and calls of
     one-return functions inlined only where that lets a more specific shape read it: a row loop's `const float *a
     = A + row * n` hides its rows from the recognisers, and an accessor `at(img, x - 1, y, w)` a stencil's
-    neighbours, while a block's pointer to its row is what row_in_registers caches the row through."""
+    neighbours, while a block's pointer to its row is what row_in_registers caches the row through. Likewise a nest
+    of grid-stride loops is read as the one point per thread it stands for (grid_stride.py), launched so, only
+    where that lets a more specific shape read it."""
     return _read(spec)[0]
 
 
@@ -62,10 +65,12 @@ Found = tuple[int, Shape | None, Any, dict[str, str]]  # the shape's place in SH
 
 def _read(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     kept, inlined = canonical(spec, inline=False), canonical(spec)
-    found = _first(kept)
-    if inlined.source != kept.source and (other := _first(inlined))[0] < found[0]:
-        return inlined, other
-    return kept, found
+    spellings = [inlined, *(pointed for s in (kept, inlined) if (pointed := point_form(s)) is not None)]
+    best = kept, _first(kept)
+    for spelling in spellings:
+        if spelling.source != best[0].source and (other := _first(spelling))[0] < best[1][0]:
+            best = spelling, other
+    return best
 
 
 def _first(spec: KernelSpec) -> Found:

@@ -1,0 +1,234 @@
+"""A nest of grid-stride loops, read as the kernel of one point per thread it stands for.
+
+    for (int y = blockIdx.y * blockDim.y + threadIdx.y; y < rows; y += blockDim.y * gridDim.y)
+        for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < cols; x += blockDim.x * gridDim.x)
+            BODY
+
+runs BODY once for each point of the box below (cols, rows), on whatever grid launches it. Where BODY depends on
+the thread only through its indices (points.py checks that of the respelling), that is the kernel
+
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (y >= rows || x >= cols) return;
+    BODY
+
+launched one thread per point along those axes, a `continue` of the innermost loop becoming `return`. The shapes
+read that spelling, with that grid; a rewrite then launches the grid it chooses (engine.py gives the axes a
+rendering leaves alone the reading's grid).
+
+The respelling is exact or not made. It is made only where:
+- the kernel's body is the nest alone, after integer locals of the launch geometry at most (`const int stride =
+  blockDim.x * gridDim.x;`, or declared after the index in a loop's head), which only the loops' starts and steps
+  read; each loop starts at the thread's index
+  along its own axis (the axes x, then y, then z, in any order of nesting), steps by the grid's width along it,
+  and runs while the index is below a bound;
+- each bound is arithmetic of scalar arguments of given values, which the nest does not change, and the problem
+  size along its axis covers it at the spec's sizes and at sizes around them (each size one less or one more,
+  as verification trials take them): the new grid must reach every point the loops reach. Along y and z that
+  grid must also stay within CUDA's 65535 blocks at the smallest block size the spec tunes;
+- BODY leaves the nest no other way (no return, which ends the whole nest, and no break of a grid-stride loop),
+  and holds no preprocessor directive but a pragma, nor a macro of the source, whose text is not read here.
+"""
+import math
+import re
+import textwrap
+from dataclasses import dataclass
+
+from services.generator.rules import affine, points
+from services.generator.rules.cuda_text import INTEGER_TYPE, WIDE_INTEGER_TYPE, find_kernel, mask, split_top_level
+from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from shared.domain.expressions import ExpressionError, evaluate
+from shared.domain.spec import KernelSpec
+
+_INIT = re.compile(rf"\s*(?P<type>(?:const\s+)?{INTEGER_TYPE})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<start>.*)", re.DOTALL)
+_LOCALS = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<declarators>[^;]*);\s*")
+_CAST = re.compile(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)")
+_GRID_LIMIT = 65535  # blocks along y and along z
+_LAUNCH = {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim", "gridDim") for a in "xyz"}
+
+
+@dataclass(frozen=True)
+class _Loop:
+    statement: Statement
+    axis: int
+    type: str  # the index's declared type, const kept
+    index: str
+    start: str  # the thread's first index, without the locals before the nest
+    bound: str  # as written, comments removed
+
+
+def point_form(spec: KernelSpec) -> KernelSpec | None:
+    """The spec with its grid-stride nest respelt as one point per thread, launched so; None where the kernel is
+    not such a nest or the respelling could differ."""
+    try:
+        kernel = find_kernel(spec.source, spec.kernel_name)
+        masked = mask(spec.source)
+        *setup, nest = statements(masked, kernel.body_open + 1, kernel.body_close)
+        known = _launch_locals(setup, masked)
+        if nest.kind != "for" or known is None or _unread_text(masked, kernel.body_open, kernel.body_close):
+            return None
+        loops, inner = _nest(spec, masked, nest, known)
+    except (Unparsed, ValueError):
+        return None
+    text = masked[nest.start:nest.end]
+    if not loops or sorted(loop.axis for loop in loops) != list(range(len(loops))) or \
+            any(re.search(rf"\b{name}\b", masked[inner.start:inner.end] + " ".join(loop.bound for loop in loops))
+                for name in known) or \
+            (jumps := _continues(masked, inner)) is None or not _bounds_covered(spec, loops, text):
+        return None
+    guard = " || ".join(f"{loop.index} >= {_operand(loop.bound)}" for loop in loops)
+    span = inner.inner if inner.kind == "block" else (inner.start, inner.end)
+    body = spec.source
+    for at in reversed(jumps):
+        body = body[:at] + "return" + body[at + len("continue"):]
+    body = body[span[0]:span[1] - (len(spec.source) - len(body))]
+    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), f"if ({guard}) return;",
+             textwrap.dedent(body.strip("\n").rstrip())]
+    first = setup[0].start if setup else nest.start
+    source = spec.source[:first] + textwrap.indent("\n".join(lines), points.INDENT).lstrip() + \
+        spec.source[nest.end:]
+    grid = {f"grid_div_{'xyz'[loop.axis]}": [spec.block_size_names[loop.axis]] for loop in loops}
+    return spec.model_copy(update={"source": source, **grid})
+
+
+def _unread_text(masked: str, start: int, end: int) -> bool:
+    """Whether the body holds what this module does not read: a directive other than a pragma, or a macro of the
+    source (whose text, a `return` say, is not seen here)."""
+    body = masked[start:end]
+    macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.M))
+    return bool(re.search(r"^[ \t]*#[ \t]*(?!pragma\b)\w", body, re.M)) or \
+        any(re.search(rf"\b{name}\b", body) for name in macros)
+
+
+def _launch_locals(setup: list[Statement], masked: str) -> dict[str, affine.Poly] | None:
+    """The integer locals declared before the nest, each of the launch geometry alone, as polynomials; None when a
+    statement is anything else."""
+    known: dict[str, affine.Poly] = {}
+    for statement in setup:
+        declared = _LOCALS.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" else None
+        if declared is None:
+            return None
+        for declarator in split_top_level(declared["declarators"], ","):
+            local = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(.*)", declarator, re.DOTALL)
+            poly = None if local is None else affine.reading_only(local[2], known, _LAUNCH)
+            if poly is None:
+                return None
+            known[local[1]] = poly
+    return known
+
+
+def _nest(spec: KernelSpec, masked: str, loop: Statement,
+          known: dict[str, affine.Poly]) -> tuple[list[_Loop], Statement]:
+    """The grid-stride loops nested from `loop`, outermost first, and the statement the innermost runs."""
+    found: list[_Loop] = []
+    statement = loop
+    while statement.kind == "for" and (read := _grid_stride(spec, masked, statement, known)) is not None:
+        found.append(read)
+        statement = statement.body
+        if statement.kind == "block" and len(children := statement.children(masked)) == 1 and \
+                children[0].kind == "for":
+            statement = children[0]
+    return found, statement
+
+
+def _grid_stride(spec: KernelSpec, masked: str, loop: Statement, known: dict[str, affine.Poly]) -> _Loop | None:
+    """`for (T i = <thread index along an axis>; i < BOUND; i += <the grid's width along it>)`, read; else None."""
+    parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
+    if len(parts) != 3:
+        return None
+    init, condition, step = parts
+    declared = _INIT.fullmatch(init)
+    if declared is None:
+        return None
+    first, *more = split_top_level(declared["start"], ",")
+    for declarator in more:  # `int i = ..., stride = blockDim.x * gridDim.x`: locals of the launch geometry
+        local = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(.*)", declarator, re.DOTALL)
+        poly = None if local is None else affine.reading_only(local[2], known, _LAUNCH)
+        if poly is None:
+            return None
+        known[local[1]] = poly
+    index = declared["index"]
+    found = points.thread_index_axis(first, spec, known)
+    bound = re.fullmatch(rf"\s*{index}\s*<(?P<bound>[^<>=!&|?,]+)", condition)
+    increment = re.fullmatch(rf"\s*{index}\s*\+=(?P<step>[^,]+)", step)
+    if found is None or bound is None or increment is None:
+        return None
+    axis, width = found
+    letter = "xyz"[axis]
+    widths = {tuple(sorted((width, f"gridDim.{letter}")))}
+    alone = affine.parse(first, known) == {(f"blockIdx.{letter}",): 1}
+    if alone:
+        widths.add((f"gridDim.{letter}",))  # blockIdx.z alone, over blocks one thread deep, steps by gridDim.z
+    try:
+        stride = affine.parse(increment["step"], known)
+    except affine.NotAffine:
+        return None
+    if list(stride.values()) != [1] or next(iter(stride)) not in widths:
+        return None
+    kind = " ".join(declared["type"].split())
+    wide = f"({kind.removeprefix('const ')})" if re.fullmatch(WIDE_INTEGER_TYPE, kind.removeprefix("const ")) else ""
+    start = f"{wide}blockIdx.{letter}" + ("" if alone else f" * {width} + threadIdx.{letter}")
+    bound_at = loop.head[0] + len(init) + 1 + bound.start("bound")
+    return _Loop(loop, axis, kind, index, start,
+                 " ".join(mask(spec.source, literals=False)[bound_at:bound_at + len(bound["bound"])].split()))
+
+
+def _continues(masked: str, inner: Statement) -> list[int] | None:
+    """Where the innermost body continues its grid-stride loop (each becomes a return: the point is done); None
+    where it leaves the nest otherwise: a return, goto or throw, or a break of a grid-stride loop."""
+    if re.search(r"\b(?:return|goto|throw|longjmp)\b", masked[inner.start:inner.end]):
+        return None
+    nested = [s for s, _ in walk(masked, [inner]) if s.kind in ("for", "while", "do", "switch")]
+    found = []
+    for jump in re.finditer(r"\b(break|continue)\b", masked[inner.start:inner.end]):
+        at, kinds = inner.start + jump.start(), ("for", "while", "do", "switch")[:3 + (jump[1] == "break")]
+        if not any(s.kind in kinds and s.body.start <= at < s.body.end for s in nested):
+            if jump[1] == "break":
+                return None
+            found.append(at)
+    return found
+
+
+def _bounds_covered(spec: KernelSpec, loops: list[_Loop], nest: str) -> bool:
+    """Whether each loop's bound is arithmetic of scalar arguments of given values that the nest does not change,
+    covered by the problem size along its axis at the spec's sizes and around them, with a grid along y and z
+    within CUDA's limit."""
+    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    scalars = {arg.name: arg.value for arg in spec.args if not arg.is_array and arg.value is not None}
+    for loop in loops:
+        plain = _CAST.sub(" ", loop.bound)
+        names = set(re.findall(r"[A-Za-z_]\w*", plain))
+        if loop.axis >= len(dims) or loop.axis >= len(spec.block_size_names) or \
+                not re.fullmatch(r"[\w\s+\-*/%()]*", plain) or re.search(r"\w\s*\(", plain) or \
+                not names <= set(scalars) or any(re.search(points.changing(name), nest) for name in names):
+            return False
+        expression = re.sub(r"[A-Za-z_]\w*", lambda m: f"({scalars[m[0]]})", plain.replace("/", "//"))
+        variables = spec.variables(spec.baseline_params())
+        try:
+            if any(evaluate(expression, {**variables, **sizes}) > evaluate(dims[loop.axis], {**variables, **sizes})
+                   for sizes in _around(spec.sizes)):
+                return False
+            if loop.axis and math.ceil(evaluate(dims[loop.axis], variables) / _smallest_block(spec, loop.axis)) > \
+                    _GRID_LIMIT:
+                return False
+        except ExpressionError:
+            return False
+    return True
+
+
+def _around(sizes: dict[str, int]) -> list[dict[str, int]]:
+    """The spec's sizes, each size one less and one more alone, and all of them doubled and more."""
+    found = [sizes, {k: 2 * v + 3 for k, v in sizes.items()}]
+    for name, value in sizes.items():
+        found += [{**sizes, name: value + 1}] + ([{**sizes, name: value - 1}] if value > 1 else [])
+    return found
+
+
+def _smallest_block(spec: KernelSpec, axis: int) -> int:
+    name = spec.block_size_names[axis]
+    values = [v for v in spec.tune_params.get(name, []) if isinstance(v, int)]
+    return max(1, min(values or [int(spec.baseline_params().get(name, 1))]))
+
+
+def _operand(bound: str) -> str:
+    return bound if re.fullmatch(r"[A-Za-z_]\w*|\d+", bound) else f"({bound})"

@@ -1,0 +1,122 @@
+"""A nest of grid-stride loops read as the kernel of one point per thread it stands for
+(services/generator/rules/grid_stride.py): respelt exactly, launched one thread per point along its axes, or left
+alone where the respelling could differ."""
+import pytest
+
+from services.generator import rules
+from services.generator.rules.grid_stride import point_form
+from services.generator.rules.shapes import reading, recognise
+from tests.unit.rules_variants import (CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, SCALE_3D_GRID_STRIDE, TRANSPOSE_GRID_STRIDE,
+                                     edited)
+
+
+def masked(old: str, new: str, **spec):
+    """CAUSAL_MASK with `old` replaced by `new` in its source, and `spec`'s fields."""
+    changed = edited(CAUSAL_MASK, old, new)
+    return changed.model_validate({**changed.model_dump(), **spec})
+
+
+def prefixed(spec, before_kernel: str = "", before_nest: str = ""):
+    """The spec with text before its kernel, and statements before its nest."""
+    source = before_kernel + spec.source.replace("    for (int q", before_nest + "    for (int q", 1)
+    return spec.model_validate({**spec.model_dump(), "source": source})
+
+
+def test_a_2d_nest_is_respelt_as_one_point_per_thread_and_launched_so():
+    read = point_form(CAUSAL_MASK)
+    body = read.source[read.source.index("{") + 1:read.source.rindex("}")].split()
+    assert " ".join(body) == ("int q = blockIdx.y * blockDim.y + threadIdx.y; "
+                              "int k = blockIdx.x * blockDim.x + threadIdx.x; "
+                              "if (q >= n || k >= n) return; "
+                              "if (k > q) scores[(size_t)q * n + k] = fill;")
+    assert (read.grid_div_x, read.grid_div_y) == (["block_size_x"], ["block_size_y"])
+    assert CAUSAL_MASK.grid_div_y == ["block_size_y", 4]  # the submitted spec is unchanged
+
+
+def test_the_nesting_order_and_64_bit_bounds_are_kept():
+    read = point_form(TRANSPOSE_GRID_STRIDE)
+    assert "size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;" in read.source
+    assert "if (c >= cols || r >= rows) return;" in read.source
+
+
+@pytest.mark.parametrize("spec, shape, rule", [(CAUSAL_MASK, "points", "elements_per_thread"),
+                                               (TRANSPOSE_GRID_STRIDE, "transposed", "shared_tile"),
+                                               (ROW_SUMS_GRID_STRIDE, "row_loop", "warp_per_row"),
+                                               (SCALE_3D_GRID_STRIDE, "points", "elements_per_thread")])
+def test_the_shapes_read_the_point_form_and_its_rewrites_launch_their_own_grid(spec, shape, rule):
+    assert recognise(spec)[0].name == shape
+    assert reading(spec).source == point_form(spec).source
+    candidate = rules.apply(rule, spec, spec.as_candidate())
+    submitted = {axis: getattr(spec, f"grid_div_{axis}") for axis in "xyz"}
+    launched = {axis: getattr(candidate, f"grid_div_{axis}") for axis in "xyz"}
+    strided = [axis for axis, divisors in submitted.items() if divisors is not None]
+    assert all(launched[axis] != submitted[axis] for axis in strided), launched
+    assert "gridDim" not in candidate.source
+
+
+def test_textual_rules_keep_the_submitted_loops_and_grid():
+    candidate = rules.apply("restrict", CAUSAL_MASK, CAUSAL_MASK.as_candidate())
+    assert "q += blockDim.y * gridDim.y" in candidate.source
+    assert candidate.grid_div_y == ["block_size_y", 4]
+
+
+def test_a_continue_of_the_innermost_loop_ends_the_point():
+    inner = "if (k > q) scores[(size_t)q * n + k] = fill;"
+    skips = "if (k <= q) continue;\n            switch (k & 3) { case 0: continue; }\n            "
+    skipped = masked(inner, skips + inner)
+    read = point_form(skipped)
+    assert "if (k <= q) return;" in read.source and "case 0: return; }" in read.source
+    assert "continue" not in read.source
+
+
+def test_locals_of_the_launch_geometry_before_the_nest_and_bounds_of_arithmetic_are_read():
+    strided = masked("    for (int q = blockIdx.y * blockDim.y + threadIdx.y; q < n; q += blockDim.y * gridDim.y) {",
+                     "    const int rows_step = blockDim.y * gridDim.y, first_row = blockIdx.y * blockDim.y;\n"
+                     "    for (int q = first_row + threadIdx.y; q < n - 1; q += rows_step) {")
+    read = point_form(strided)
+    assert "int q = blockIdx.y * blockDim.y + threadIdx.y;" in read.source
+    assert "if (q >= (n - 1) || k >= n) return;" in read.source
+    assert "rows_step" not in read.source
+    head = "int r = blockIdx.x * blockDim.x + threadIdx.x{}; r < rows; r += {}"
+    in_head = edited(ROW_SUMS_GRID_STRIDE, head.format("", "blockDim.x * gridDim.x"),
+                     head.format(", step = blockDim.x * gridDim.x", "step"))
+    assert recognise(in_head)[0].name == "row_loop"
+    assert "step" not in point_form(in_head).source
+
+
+def test_a_break_or_continue_of_a_loop_of_the_body_is_its_own():
+    inner = "if (k > q) scores[(size_t)q * n + k] = fill;"
+    looped = masked(inner, "for (int t = 0; t < 4; ++t) { if (t == 2) break; if (t == 1) continue; }\n" + inner)
+    switched = masked(inner, "switch (k & 1) { case 0: break; default: break; }\n" + inner)
+    assert point_form(looped) is not None and point_form(switched) is not None
+
+
+COLUMNS = "int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += blockDim.x * gridDim.x"
+REFUSED = {
+    "a return ends the thread's whole nest": masked("if (k > q)", "if (k <= q) return;\n            if (k > q)"),
+    "a return hidden in a macro of a body with a directive": prefixed(masked(
+        "            if (k > q) scores[(size_t)q * n + k] = fill;",
+        "            SKIP(k)\n#ifndef NO_FILL\n            if (k > q) scores[(size_t)q * n + k] = fill;\n#endif"),
+        before_kernel="#define SKIP(k) if (k == 3) return;\n"),
+    "a local of the launch geometry read in the body": prefixed(
+        masked("= fill;", "= fill + lanes;"), before_nest="    const int lanes = blockDim.x * gridDim.x;\n"),
+    "more rows than a grid reaches along y": masked("", "", sizes={"n": 1 << 20}),
+    "a bound of another size than the problem's": masked("", "", args=[
+        *CAUSAL_MASK.model_dump()["args"][:1], {"name": "n", "dtype": "int32", "value": "m"},
+        CAUSAL_MASK.model_dump()["args"][2]], sizes={"n": 300, "m": 300}),
+    "a break of the grid-stride loop": masked("if (k > q)", "if (k == 7) break;\n            if (k > q)"),
+    "a block-stride step": masked("k += blockDim.x * gridDim.x", "k += blockDim.x"),
+    "a thread-stride start": masked("int k = blockIdx.x * blockDim.x + threadIdx.x", "int k = threadIdx.x"),
+    "code after the nest": masked("    }\n}", "    }\n    scores[0] = fill;\n}"),
+    "a bound the body changes": masked("if (k > q) scores", "if (k > q) n = k, scores"),
+    "a bound that calls": masked("k < n;", "k < min(n, 256);"),
+    "a bound that reads an array": masked("k < n;", "k < (int)scores[0];"),
+    "the same axis twice": masked(COLUMNS, COLUMNS.replace(".x", ".y")),
+    "a nest without x": masked(f"for ({COLUMNS})", "for (int k = 0; k < n; ++k)"),
+    "a problem smaller than the bound": masked("", "", problem_size=["n", "n // 2"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_what_is_not_respelt(case):
+    assert point_form(REFUSED[case]) is None
