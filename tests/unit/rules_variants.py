@@ -1006,6 +1006,20 @@ extern "C" __global__ void positives_per_row(int *counts, const float *m, int ro
 """, "positives_per_row", [array("counts", ["rows"], "int32", "out"), array("m", ["rows", "cols"], range=[-1, 1]),
                            scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 500, "cols": 257}, ["rows"])
 
+TRANSPOSE_GATHERED = spec(r"""
+// A transpose written from the output's side: each thread writes its own element, reading it across the input.
+extern "C" __global__ void transpose_gather(float *__restrict__ odata, const float *__restrict__ idata,
+                                           int width, int height)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;  // a column of the output
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < height && y < width)
+        odata[y * height + x] = 2.0f * idata[x * width + y];
+}
+""", "transpose_gather", [array("odata", ["width", "height"], role="out"), array("idata", ["height", "width"]),
+                          scalar("width", "width"), scalar("height", "height")], {"width": 300, "height": 170},
+    ["height", "width"], BLOCK_2D, TUNE_2D)
+
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
     "moments": ("hierarchical_reduction", MOMENTS),
@@ -1069,6 +1083,7 @@ VARIANTS = {
     "row_sums_grid_stride": ("warp_per_row", ROW_SUMS_GRID_STRIDE),
     "scale_3d_grid_stride": ("elements_per_thread", SCALE_3D_GRID_STRIDE),
     "gemv_ldg_unrolled": ("warp_per_row", GEMV_LDG),
+    "transpose_gathered": ("shared_tile", TRANSPOSE_GATHERED),
     "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
 }
 
@@ -1120,6 +1135,8 @@ NOT_OF_SHAPE = {
     "a_2d_copy_is_not_a_transpose": ("shared_tile", edited(
         TRANSPOSE_SCALED, "dst[col * h + row]", "dst[row * w + col]"),
         "does not move by one along row and by more along col"),
+    "a_row_broadcast_is_not_a_transpose": ("shared_tile", edited(
+        TRANSPOSE_GATHERED, "2.0f * idata[x * width + y]", "2.0f * idata[y]"), "nor along x against loads"),
     "elementwise_is_not_a_stencil": ("register_blocking", ADD_BIAS_2D, "it reads no input around the point"),
     "a_row_written_before_its_loop": ("warp_per_row", edited(
         ROW_TOTALS, "double t = 0.0;", "sums[r] = 0.0;\n        double t = 0.0;"),
@@ -1156,6 +1173,10 @@ NOT_OF_SHAPE = {
         "a reference to) its accumulator t"),
     "an_integer_sum_of_floats": ("warp_per_row", edited(MATVEC, "float acc = 0.f;", "int acc = 0;"),
                                  "a floating-point term, into the integer acc"),
+    "a_template_function_every_lane_would_run": ("warp_per_row", edited(edited(
+        MATVEC, 'extern "C"', 'template <int K>\n__device__ float counted(float *seen, float v) { seen[0] += 1.0f; '
+        'return v * K; }\nextern "C"'), "acc += M[(size_t)row * n_cols + j] * v[j];",
+        "acc += counted<2>(out, M[(size_t)row * n_cols + j] * v[j]);"), "it calls counted"),
     "an_integer_sum_of_a_cast": ("warp_per_row", edited(edited(
         MATVEC, "float acc = 0.f;", "int acc = 0;"), "M[(size_t)row * n_cols + j] * v[j]",
         "static_cast<float>(M[(size_t)row * n_cols + j] > v[j])"), "a floating-point term, into the integer acc"),

@@ -156,7 +156,8 @@ def test_a_parameters_array_reached_by_pointer_arithmetic_is_indexed():
 def test_pointer_arithmetic_is_indexed_only_where_it_is_an_address_alone():
     kept = ["out[0] = 2.0f * (in + 1)[0];",  # a multiplication, then a subscript of the parenthesised pointer
             "out[0] = (in + 2 < in + n) ? 1.0f : 0.0f;",  # compared: the offset ends at <
-            "const float *base = in;\n    out[0] = (float)(in + 4 - base);"]  # a distance, not an element
+            "const float *base = in;\n    out[0] = (float)(in + 4 - base);",  # a distance, not an element
+            "auto base = in;\n    out[0] = (float)(in + 4 - base);"]
     for body in kept:
         assert squeezed(canon("    " + body)) == squeezed("    " + body)
     nested = canon("    int i = threadIdx.x;\n    out[i] = __ldg(in + __ldg(in + i)) + *(in + (int)-1 + i)"
@@ -164,6 +165,12 @@ def test_pointer_arithmetic_is_indexed_only_where_it_is_an_address_alone():
     assert squeezed(nested) == squeezed(
         "int i = threadIdx.x;\n    out[i] = __ldg(&in[(long long)(__ldg(&in[(long long)(i)]))])"
         " + in[(long long)((int)-1) + (long long)(i)] + in[(long long)(out[(i + 1) * 2])];")
+    cast = canon("    int i = threadIdx.x;\n    const float *row = in + (size_t)i * 4;\n"
+                 "    out[i] = (float)((double)*(row + 1) + (double)*(in + i));")
+    assert squeezed(cast) == squeezed("int i = threadIdx.x;\n out[i] = (float)((double)in[(long long)((size_t)i * 4) + (1)]"
+                                      " + (double)in[(long long)(i)]);")
+    stencil = canon("    int x = threadIdx.x, w = n;\n    const float *p = in + x * w;\n    out[x] = __ldg(p + x - w);")
+    assert "__ldg(&in[(long long)(x * w) + (x - w)])" in squeezed(stencil)  # w an int: an element, not a distance
     commented = canon("    int i = threadIdx.x;\n    out[i] = __ldg(in + i  // the element\n + 1);")
     assert squeezed(commented) == squeezed("int i = threadIdx.x;\n out[i] = __ldg(&in[(long long)(i) + (long long)(1)]);")
 

@@ -91,6 +91,7 @@ def test_a_break_or_continue_of_a_loop_of_the_body_is_its_own():
     assert point_form(looped) is not None and point_form(switched) is not None
 
 
+STORE = "if (k > q) scores[(size_t)q * n + k] = fill;"
 COLUMNS = "int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += blockDim.x * gridDim.x"
 REFUSED = {
     "a return ends the thread's whole nest": masked("if (k > q)", "if (k <= q) return;\n            if (k > q)"),
@@ -104,6 +105,11 @@ REFUSED = {
     "a bound of another size than the problem's": masked("", "", args=[
         *CAUSAL_MASK.model_dump()["args"][:1], {"name": "n", "dtype": "int32", "value": "m"},
         CAUSAL_MASK.model_dump()["args"][2]], sizes={"n": 300, "m": 300}),
+    "a sum into a column, one thread's in order": masked(STORE, "scores[k] += fill;"),
+    "a recurrence down the rows": masked(
+        STORE, "if (q > 0) scores[(size_t)q * n + k] += scores[(size_t)q * n - n + k];"),
+    "a total through a pointer": masked(STORE, "*scores += fill;"),
+    "a parameter carried to the next point": masked(STORE, "fill *= 0.5f;\n            " + STORE),
     "a break of the grid-stride loop": masked("if (k > q)", "if (k == 7) break;\n            if (k > q)"),
     "a block-stride step": masked("k += blockDim.x * gridDim.x", "k += blockDim.x"),
     "a thread-stride start": masked("int k = blockIdx.x * blockDim.x + threadIdx.x", "int k = threadIdx.x"),

@@ -501,6 +501,7 @@ def test_the_rewrite_survives_the_generators_reading_of_an_answer(case):
     ("(*(m + (size_t)r * cols + c) > 0.0f)", True),  # a comparison is an int
     ("(int)(m[(size_t)r * cols + c] * 2.5f)", True),  # so is a cast of the whole term
     ("m[(size_t)r * cols + c] > 0.0f ? 1 : 0", True),  # and a choice of integer literals
+    ("!m[(size_t)r * cols + c]", True),  # and a negation
     ("(int)m[(size_t)r * cols + c] * 2.5f", False),  # the product is a float, truncated at each step
     ("m[(size_t)r * cols + c] > 0.0f ? 1.0f : 0", False),
     ("static_cast<float>(m[(size_t)r * cols + c] > 0.0f)", False),

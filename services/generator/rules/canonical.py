@@ -66,8 +66,8 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import (CAST_WORDS, calls, closing, find_kernel, fresh_name, functions_named,
-                                                identifiers, mask, split_top_level)
+from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, calls, closing, find_kernel, fresh_name,
+                                                functions_named, identifiers, mask, split_top_level)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -562,13 +562,13 @@ def _parameter_offsets(source: str, kernel_name: str, pinned: frozenset[str]) ->
     kernel = find_kernel(source, kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
     body = masked[kernel.body_open:kernel.body_close]
-    pointers = _pointer_names(masked[kernel.params_open:kernel.body_close])
+    integers = _integer_names(masked[kernel.params_open:kernel.body_close])
     replacements: list[tuple[int, int, str]] = []
     for name in _pointer_parameters(source, kernel):
         if _changes(name, body) or re.search(rf"[\w*&]\s+{name}\s*[=;,\[(]", body):
             continue
         for kind, start, stop, (left, right) in _pointer_uses(masked, name, kernel.body_open, kernel.body_close,
-                                                                pointers):
+                                                                integers):
             offset = _offset_terms(uncommented[left:right].strip())
             if kind in ("deref", "operand") and not any(a < stop and start < b for a, b, _ in replacements):
                 replacements.append((start, stop, f"{'&' if kind == 'operand' else ''}{name}[{offset}]"))
@@ -582,11 +582,11 @@ _LOOSER = re.compile(r"[<>=&|^?:!]")  # operators binding looser than + and -: a
 
 
 def _pointer_uses(masked: str, name: str, start: int, end: int,
-                  pointers: set[str]) -> Iterator[tuple[str, int, int, tuple[int, int]]]:
+                  integers: set[str]) -> Iterator[tuple[str, int, int, tuple[int, int]]]:
     """Each use of the pointer `name` in masked[start:end], as (kind, start, end, the span of its index or
-    offset): `subscript` (`p[i]`), `deref` (`*(p + j)`, the * unary and nothing after the parenthesis binding
-    tighter), `operand` (`p + j` alone in its parentheses or argument: `__ldg(p + j)`), else `other`. An offset
-    of a looser operator, or that subtracts a pointer, is `other`."""
+    offset): `subscript` (`p[i]`), `deref` (`*(p + j)`, the * unary, after a cast at most, and nothing after the
+    parenthesis binding tighter), `operand` (`p + j` alone in its parentheses or argument: `__ldg(p + j)`), else
+    `other`. An offset of a looser operator, or that subtracts a name not of the `integers`, is `other`."""
     uses = re.compile(rf"(?P<deref>\*\s*\(\s*)?(?<![\w.]){re.escape(name)}\b\s*(?:(?P<subscript>\[)|"
                       rf"\+(?P<plus>[^,;()\[\]]*(?:{_GROUP}[^,;()\[\]]*)*)(?P<close>\))?)?")
     for use in uses.finditer(masked, start, end):
@@ -596,10 +596,12 @@ def _pointer_uses(masked: str, name: str, start: int, end: int,
             continue
         plus, span = use["plus"], use.span("plus")
         outside = _outside_brackets(plus or "")
+        before = masked[max(0, use.start() - 80):use.start()]
         if plus is None or _LOOSER.search(outside) or \
-                any(word in pointers for word in re.findall(r"-\s*([A-Za-z_]\w*)", outside)):
+                any(word not in integers for word in re.findall(r"-\s*([A-Za-z_]\w*)\b(?!\s*\.)", outside)):
             yield "other", use.start(), use.end(), span
-        elif use["deref"] and use["close"] and not re.search(r"[\w)\]]\s*$", masked[:use.start()]) and \
+        elif use["deref"] and use["close"] and (not re.search(r"[\w)\]]\s*$", before) or
+                                                _CAST_BEFORE.search(before)) and \
                 not re.match(r"\s*(?:[\[(.]|->|\+\+|--)", masked[use.end():]):
             yield "deref", use.start(), use.end(), span
         elif not use["deref"] and masked[span[1]:span[1] + 1] in ",)" and masked[:use.start()].rstrip()[-1:] in "(,":
@@ -615,11 +617,16 @@ def _outside_brackets(text: str) -> str:
     return text
 
 
-def _pointer_names(masked: str) -> set[str]:
-    """The names the text declares as pointers or arrays (a parameter's included), which an offset may not
-    subtract: `A + i - base` is a distance, not an element."""
-    return set(re.findall(r"\*\s*(?:(?:const|volatile|__restrict__)\s+)*([A-Za-z_]\w*)\s*[=;,)\[]", masked)) | \
-        set(re.findall(r"\b[A-Za-z_]\w*\s+([A-Za-z_]\w*)\s*\[", masked))
+def _integer_names(masked: str) -> set[str]:
+    """The names the text declares with an integer type (a parameter's included, and each declarator after the
+    first): what an offset may subtract, where another name may be a pointer (`A + i - base`, a distance)."""
+    found = set()
+    for declared in re.finditer(rf"\b(?:const\s+)?{INTEGER_TYPE}\s+(?!{INTEGER_TYPE}\b)([^;(){{}}]*)", masked):
+        for declarator in split_top_level(declared[1], ","):
+            name = re.match(rf"\s*(?:(?:const\s+)?{INTEGER_TYPE}\s+)?([A-Za-z_]\w*)\s*(?:=|$|\[)", declarator)
+            if name:
+                found.add(name[1])
+    return found
 
 
 def _pointer_parameters(source: str, kernel) -> dict[str, str]:
@@ -650,7 +657,7 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
     uncommented = mask(source, literals=False)
     replacements = []
     for kind, start, stop, (left, right) in _pointer_uses(masked, name, declaration.end, end,
-                                                          _pointer_names(masked[:end])):
+                                                          _integer_names(masked[:end])):
         operand = uncommented[left:right].strip()
         if kind == "subscript":
             replacements.append((start, stop, f"{base}[{element} + ({operand})]"))

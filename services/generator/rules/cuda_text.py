@@ -112,9 +112,13 @@ def find_kernel(source: str, kernel_name: str) -> Kernel:
 CAST_WORDS = frozenset({"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"})
 
 
+# A called name, template arguments included (`f<2>(v)`).
+CALLED = re.compile(r"(?<!\w)([A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?\(")
+
+
 def calls(masked: str, casts: frozenset[str] = CAST_WORDS) -> bool:
     """Whether the text calls a function; a functional cast to one of `casts` is none."""
-    return any(m.group(1) not in casts for m in re.finditer(r"([A-Za-z_]\w*)\s*\(", masked))
+    return any(m.group(1) not in casts for m in CALLED.finditer(masked))
 
 
 def functions_named(masked: str) -> set[str]:

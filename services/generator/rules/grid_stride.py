@@ -27,7 +27,11 @@ The respelling is exact or not made. It is made only where:
   as verification trials take them): the new grid must reach every point the loops reach. Along y and z that
   grid must also stay within CUDA's 65535 blocks at the smallest block size the spec tunes;
 - BODY leaves the nest no other way (no return, which ends the whole nest, and no break of a grid-stride loop),
-  and holds no preprocessor directive but a pragma, nor a macro of the source, whose text is not read here.
+  and holds no preprocessor directive but a pragma, nor a macro of the source, whose text is not read here;
+- the points are independent, as one point per thread runs them: a thread runs its grid-stride points one after
+  another, and a small grid can make a kernel rely on that order (a column summed by one thread), so each array
+  BODY writes is written at an element of its own point and read only there, and BODY changes nothing else it
+  does not declare.
 """
 import math
 import re
@@ -88,7 +92,35 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
     source = spec.source[:first] + textwrap.indent("\n".join(lines), points.INDENT).lstrip() + \
         spec.source[nest.end:]
     grid = {f"grid_div_{'xyz'[loop.axis]}": [spec.block_size_names[loop.axis]] for loop in loops}
-    return spec.model_copy(update={"source": source, **grid})
+    pointed = spec.model_copy(update={"source": source, **grid})
+    return pointed if _independent(pointed, {loop.index for loop in loops}) else None
+
+
+def _independent(spec: KernelSpec, indices: set[str]) -> bool:
+    """Whether the points may run in any order, at once: the point body is one points.py reads, each array it
+    writes is written at a subscript that reads every loop index and read only where written, and it changes no
+    other name it does not declare, nor anything through a pointer or a member. A thread runs its grid-stride
+    points one after another, which a small grid can make a kernel rely on (a column summed by one thread)."""
+    try:
+        kernel = points.recognise(spec)
+    except points.NotPointKernel:
+        return False
+    body = mask(spec.source)[kernel.body_start:kernel.body_end]
+    written: dict[str, list[affine.Poly]] = {}
+    for access in kernel.accesses:
+        if access.write:
+            if access.poly is None or not indices <= affine.names(access.poly):
+                return False
+            written.setdefault(access.array, []).append(access.poly)
+    if any(a.array in written and a.poly not in written[a.array] for a in kernel.accesses if not a.write):
+        return False
+    if re.search(rf"(?:^|[;{{}}(,])\s*(?:\+\+|--)?\s*\*|->|\.\s*[A-Za-z_]\w*\s*(?:{points.ASSIGNMENT}|\+\+|--)",
+                 body):
+        return False
+    declared = set(re.findall(r"[\w*&>]\s+\**\s*([A-Za-z_]\w*)\s*(?:=(?!=)|;|,|\[|\))", body))
+    changed = {m.group(1) or m.group(2) for m in re.finditer(
+        rf"(?<![\w.\]])([A-Za-z_]\w*)\s*(?:{points.ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*([A-Za-z_]\w*)", body)}
+    return changed <= declared | set(written)
 
 
 def _unread_text(masked: str, start: int, end: int) -> bool:

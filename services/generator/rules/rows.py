@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import (CAST_WORDS, calls, closing, fresh_name, functions_named, identifiers,
-                                                mask, split_top_level)
+from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, calls, closing, fresh_name, functions_named,
+                                                identifiers, mask, split_top_level)
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
@@ -112,7 +112,7 @@ def _check_whole_lanes(kernel: PointKernel, masked: str, spec: KernelSpec) -> No
     body = masked[kernel.body_start:kernel.body_end]
     source_text = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]  # defined before or after the kernel
     functions = functions_named(source_text)
-    called = next((m.group(1) for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)\s*\(", body)
+    called = next((m.group(1) for m in CALLED.finditer(body)
                    if m.group(1) in functions - {"if", "for", "while", "switch"} or m.group(1) == "printf"), None)
     if called is not None:
         raise NotRecognised(f"it calls {called}, which every lane would run whole")
@@ -288,14 +288,18 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
 def _truth_value(term: str) -> bool:
     """Whether the term is an int whatever it reads: outside its brackets, a comparison or logical operation
     (every arithmetic operator binds tighter, so its value is a bool, or under a bitwise operator an integer); a
-    cast of the whole term to an integer type; or a choice between integer literals (`v > 0.0f ? 1 : 0`)."""
+    negation (`!v`) or a cast to an integer type of the whole term; or a choice between integer literals
+    (`v > 0.0f ? 1 : 0`)."""
     text = term.strip()
     while text.startswith("(") and closing(text, 0) == len(text) - 1:
         text = text[1:-1].strip()
     cast = re.match(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)\s*|static_cast\s*<\s*{INTEGER_TYPE}\s*>\s*(?=\()", text)
     if cast and text[cast.end():].startswith("(") and closing(text, cast.end()) == len(text) - 1:
         return True
-    outside = text
+    if re.fullmatch(r"!\s*(?:[A-Za-z_]\w*(?:\s*\[[^\[\]]*\])*|\(.*\))", text) and \
+            (text.rstrip()[-1] != ")" or closing(text, text.index("(")) == len(text) - 1):
+        return True  # a negation of a whole operand
+    outside = text.replace("->", " . ")  # a member through a pointer, no comparison
     while outside != (outside := re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", outside)):
         pass
     if re.search(r"\w\s*<[\w\s:*&,]*>\s*(?:\(|::|\{)", text):

@@ -4,14 +4,17 @@ Recognised: a 2D (or 3D, launched one thread deep along z) kernel of one point p
 (services/generator/rules/points.py) whose point body
 stores one value, `OUT[W] = VALUE;`, where W moves by 1 along y but by more along x (neighbouring threads write
 a row apart), while every load in VALUE moves by 1 (or 0) along x (neighbouring threads read neighbours). The
-loads are coalesced, the store is not.
+loads are coalesced, the store is not. Or the reverse, as a transpose is as often written (`out[y * w + x] =
+in[x * h + y]`): W moves by 1 along x and by more along y, and the loads by 1 (or 0) along y, one by more along x.
 
 Rendered: a block of block_size_x x block_size_y threads handles a block_size_x x block_size_x tile. First
 each thread runs the point body for the points (x0 + threadIdx.x, y0 + j), j stepping by block_size_y, with the
 store replaced by one into tile[y - y0][x - x0]: threads along x load along x. After a barrier it runs the
 point body for the points (x0 + j, y0 + threadIdx.x) with VALUE replaced by tile[y - y0][x - x0]: threads along
 x now store along y, where W is contiguous. Each point is still computed once, by the same point body with the
-same guard, so the results are identical; the tile's extra column keeps both passes free of bank conflicts.
+same guard, so the results are identical; the tile's extra column keeps both passes free of bank conflicts. For
+the reverse, the passes swap: threads along x load the points (x0 + j, y0 + threadIdx.x), reading along y, and
+store the points (x0 + threadIdx.x, y0 + j), writing along x.
 """
 import re
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ class Transposed:
     store: Access  # OUT[W]
     value: tuple[int, int]  # the span of VALUE in the source
     element: str  # OUT's element type
+    load_side: bool = False  # the loads strided along x and the store contiguous along it: the tile's passes swap
 
 
 def recognise(spec: KernelSpec) -> Transposed:
@@ -63,22 +67,40 @@ def recognise(spec: KernelSpec) -> Transposed:
     equals = masked.index("=", store.end)
     value = (equals + 1, masked.rindex(";", 0, statement.end))
     x, y = kernel.axes[0].name, kernel.axes[1].name
-    along_x = affine.stride(store.poly, x) if store.poly is not None else None
-    along_y = affine.stride(store.poly, y) if store.poly is not None else None
-    if not affine.is_unit(along_y) or along_x is None or affine.is_unit(along_x) or not along_x:
-        raise NotRecognised(f"its store {store.array}[{store.subscript}] does not move by one along {y} and by more "
-                            f"along {x}")
     reads = [a for a in kernel.accesses if not a.write and not (store.start <= a.start < store.end)]
     outside = [a for a in reads if not value[0] <= a.start < value[1]]
     if outside:
         raise NotRecognised(f"it reads {outside[0].array}[{outside[0].subscript}] outside the value it stores")
-    strides = [affine.stride(a.poly, x) if a.poly is not None else None for a in reads]
-    if any(s is None or (s and not affine.is_unit(s)) for s in strides) or not any(affine.is_unit(s) for s in strides):
-        raise NotRecognised(f"its loads do not move by one along {x}, so a tile would not make them coalesced")
+    if _strided_along(store, x, y):
+        if not _coalesced_along(reads, x):
+            raise NotRecognised(f"its loads do not move by one along {x}, so a tile would not make them coalesced")
+        load_side = False
+    elif _strided_along(store, y, x) and _coalesced_along(reads, y) and \
+            any(_strided_along(a, x, y) for a in reads):
+        load_side = True  # out[y * w + x] = in[x * h + y]: the tile makes the loads coalesced
+    else:
+        raise NotRecognised(f"its store {store.array}[{store.subscript}] does not move by one along {y} and by more "
+                            f"along {x}, nor along {x} against loads moving by one along {y}")
     element = kernel.array_types.get(store.array)
     if element is None:
         raise NotRecognised(f"it stores into {store.array}, which is not a pointer parameter")
-    return Transposed(kernel, store, value, element)
+    return Transposed(kernel, store, value, element, load_side)
+
+
+def _strided_along(access: Access, strided: str, unit: str) -> bool:
+    """Whether the access moves by one along `unit` and by more along `strided`."""
+    if access.poly is None:
+        return False
+    along = affine.stride(access.poly, strided)
+    return affine.is_unit(affine.stride(access.poly, unit)) and along is not None and bool(along) and \
+        not affine.is_unit(along)
+
+
+def _coalesced_along(reads: list[Access], axis: str) -> bool:
+    """Whether every load moves by one or not at all along the axis, and one moves by one."""
+    strides = [affine.stride(a.poly, axis) if a.poly is not None else None for a in reads]
+    return all(s is not None and (not s or affine.is_unit(s)) for s in strides) and \
+        any(affine.is_unit(s) for s in strides)
 
 
 def _render(model: Transposed, spec: KernelSpec) -> str:
@@ -88,10 +110,14 @@ def _render(model: Transposed, spec: KernelSpec) -> str:
     taken = identifiers(kernel.source)
     tile, x0, y0, j, load, store = (fresh_name(n, taken) for n in ("tile", "x0", "y0", "j", "load", "store"))
     at = f"{tile}[{ay.name} - {y0}][{ax.name} - {x0}]"
+    along_x, along_y = f"{x0} + threadIdx.x, {y0} + {j}", f"{x0} + {j}, {y0} + threadIdx.x"  # threads along x, y
     loading = points.point_body(kernel, [(model.store.start, model.store.end, at)])
     storing = points.point_body(kernel, [(model.value[0], model.value[1], f" {at}")])
-    lines = ["// A shared-memory tile: the block first loads a tile with threads along x reading along x, then",
-             "// stores it with threads along x writing along y, where the output is contiguous. One column of",
+    first, then = ("y", "x") if model.load_side else ("x", "y")
+    lines = [f"// A shared-memory tile: the block first loads a tile with threads along x reading along {first}, "
+             f"where the input",
+             f"// is contiguous, then stores it with threads along x writing along {then}, where the output is. "
+             f"One column of",
              "// padding keeps both passes free of shared-memory bank conflicts.",
              f"__shared__ {model.element} {tile}[{side}][{side} + 1];",
              *(points.definition(a) for a in kernel.axes[2:]),
@@ -100,18 +126,18 @@ def _render(model: Transposed, spec: KernelSpec) -> str:
              *points.lambda_of(load, [ax, ay], loading),
              *points.lambda_of(store, [ax, ay], storing),
              f"for (int {j} = threadIdx.y; {j} < {side}; {j} += {rows}) {{",
-             f"    {load}({x0} + threadIdx.x, {y0} + {j});",
+             f"    {load}({along_y if model.load_side else along_x});",
              "}",
              "__syncthreads();",
              f"for (int {j} = threadIdx.y; {j} < {side}; {j} += {rows}) {{",
-             f"    {store}({x0} + {j}, {y0} + threadIdx.x);",
+             f"    {store}({along_x if model.load_side else along_y});",
              "}"]
     return points.with_body(kernel, lines)
 
 
 class TransposedShape:
     name = "transposed"
-    kind = "a transpose-like kernel (a strided store of coalesced loads)"
+    kind = "a transpose-like kernel (a strided store of coalesced loads, or strided loads of a coalesced store)"
     rules = ("shared_tile",)
 
     def recognise(self, spec: KernelSpec) -> Transposed:
