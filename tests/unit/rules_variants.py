@@ -1020,6 +1020,25 @@ extern "C" __global__ void transpose_gather(float *__restrict__ odata, const flo
                           scalar("width", "width"), scalar("height", "height")], {"width": 300, "height": 170},
     ["height", "width"], BLOCK_2D, TUNE_2D)
 
+SPMV_BOUNDS = spec(r"""
+// Scalar CSR SpMV with the row's extent read into locals first, the product accumulated in double.
+extern "C" __global__ void spmv_bounds(float *y, const int *row_ptr, const int *col_idx, const float *vals,
+                                       const float *x, int rows)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const int begin = row_ptr[row], end = row_ptr[row + 1];
+    double dot = 0.0;
+    for (int k = begin; k < end; ++k)
+        dot += (double)vals[k] * x[col_idx[k]];
+    y[row] = (float)dot;
+}
+""", "spmv_bounds", [array("y", ["rows"], role="out"),
+                     array("row_ptr", ["rows + 1"], "int32", range=[0, "nnz + 1"], sorted=True),
+                     array("col_idx", ["nnz"], "int32", range=[0, "cols"]), array("vals", ["nnz"]),
+                     array("x", ["cols"]), scalar("rows", "rows")], {"rows": 3001, "cols": 2000, "nnz": 48000},
+    ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
     "moments": ("hierarchical_reduction", MOMENTS),
@@ -1084,6 +1103,7 @@ VARIANTS = {
     "scale_3d_grid_stride": ("elements_per_thread", SCALE_3D_GRID_STRIDE),
     "gemv_ldg_unrolled": ("warp_per_row", GEMV_LDG),
     "transpose_gathered": ("shared_tile", TRANSPOSE_GATHERED),
+    "spmv_row_extent_in_locals": ("warp_per_row", SPMV_BOUNDS),
     "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
 }
 
@@ -1135,6 +1155,16 @@ NOT_OF_SHAPE = {
     "a_2d_copy_is_not_a_transpose": ("shared_tile", edited(
         TRANSPOSE_SCALED, "dst[col * h + row]", "dst[row * w + col]"),
         "does not move by one along row and by more along col"),
+    "a_transpose_storing_in_a_loop": ("shared_tile", edited(
+        TRANSPOSE_GATHERED, "        odata[y * height + x] = 2.0f * idata[x * width + y];",
+        "        for (int k = 0; k < 1; k++) odata[y * height + x] = 2.0f * idata[x * width + y] + k;"),
+        "its store is made in a loop"),
+    "a_transpose_changing_its_parameter": ("shared_tile", edited(
+        TRANSPOSE_GATHERED, "    if (x < height", "    width += 0;\n    if (x < height"), "changes its parameter width"),
+    "a_transpose_reading_through_a_pointer": ("shared_tile", edited(
+        TRANSPOSE_GATHERED, "        odata[y * height + x] = 2.0f * idata[x * width + y];",
+        "        odata[y * height + x] = 2.0f * idata[x * width + y] + 0.0f * *idata;"),
+        "through a pointer or a member"),
     "a_row_broadcast_is_not_a_transpose": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "2.0f * idata[x * width + y]", "2.0f * idata[y]"), "nor along x against loads"),
     "elementwise_is_not_a_stencil": ("register_blocking", ADD_BIAS_2D, "it reads no input around the point"),

@@ -110,6 +110,19 @@ REFUSED = {
         STORE, "if (q > 0) scores[(size_t)q * n + k] += scores[(size_t)q * n - n + k];"),
     "a total through a pointer": masked(STORE, "*scores += fill;"),
     "a parameter carried to the next point": masked(STORE, "fill *= 0.5f;\n            " + STORE),
+    "an atomic whose result is read": masked(STORE, "scores[(size_t)q * n + k] = atomicAdd(&scores[k], fill);"),
+    "an exchange": masked(STORE, "atomicExch(&scores[(size_t)q * n + k], fill);"),
+    "the written array read through an alias": masked(
+        STORE, "const float *above = scores;\n            scores[(size_t)q * n + k] = above[k] + fill;"),
+    "the written array read through a dereference": masked(
+        STORE, "scores[(size_t)q * n + k] = fill + *(scores + k);"),
+    "a parameter changed in parentheses": masked(STORE, "(fill) *= 0.5f;\n            " + STORE),
+    "a static carried between points": masked(
+        STORE, "static float seen = 0.0f;\n            seen += fill;\n            scores[(size_t)q * n + k] = seen;"),
+    "a write a function of the source makes": prefixed(masked(
+        STORE, "scores[(size_t)q * n + k] = bump(scores, k);"),
+        before_kernel="__device__ float bump(float *p, int i) { p[i] += 1.0f; return p[i]; }\n"),
+    "a stride given as zero": masked(STORE, "scores[(size_t)q * n * 0 + k] = fill;"),
     "a break of the grid-stride loop": masked("if (k > q)", "if (k == 7) break;\n            if (k > q)"),
     "a block-stride step": masked("k += blockDim.x * gridDim.x", "k += blockDim.x"),
     "a thread-stride start": masked("int k = blockIdx.x * blockDim.x + threadIdx.x", "int k = threadIdx.x"),

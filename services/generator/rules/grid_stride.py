@@ -30,8 +30,9 @@ The respelling is exact or not made. It is made only where:
   and holds no preprocessor directive but a pragma, nor a macro of the source, whose text is not read here;
 - the points are independent, as one point per thread runs them: a thread runs its grid-stride points one after
   another, and a small grid can make a kernel rely on that order (a column summed by one thread), so each array
-  BODY writes is written at an element of its own point and read only there, and BODY changes nothing else it
-  does not declare.
+  BODY writes is written at an element of its own point (its subscript moves with every index, at the spec's
+  values too) and read only there, and BODY changes nothing else but its own locals (points.hidden_effects: no
+  alias, dereference, static, call of a function of the source, or atomic whose result it reads).
 """
 import math
 import re
@@ -98,29 +99,43 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
 
 def _independent(spec: KernelSpec, indices: set[str]) -> bool:
     """Whether the points may run in any order, at once: the point body is one points.py reads, each array it
-    writes is written at a subscript that reads every loop index and read only where written, and it changes no
-    other name it does not declare, nor anything through a pointer or a member. A thread runs its grid-stride
-    points one after another, which a small grid can make a kernel rely on (a column summed by one thread)."""
+    writes is written at a subscript that reads every loop index and read only where written, and it changes
+    nothing else but its own locals (points.hidden_effects). A thread runs its grid-stride points one after
+    another, which a small grid can make a kernel rely on (a column summed by one thread)."""
     try:
         kernel = points.recognise(spec)
     except points.NotPointKernel:
         return False
-    body = mask(spec.source)[kernel.body_start:kernel.body_end]
     written: dict[str, list[affine.Poly]] = {}
+    values = _scalar_values(spec)
     for access in kernel.accesses:
         if access.write:
-            if access.poly is None or not indices <= affine.names(access.poly):
-                return False
+            if access.poly is None or not indices <= affine.names(access.poly) or \
+                    any(_value(affine.stride(access.poly, index), values) == 0 for index in indices):
+                return False  # a subscript that may not move with a point (`a[r * incx + c]`, incx given as 0)
             written.setdefault(access.array, []).append(access.poly)
     if any(a.array in written and a.poly not in written[a.array] for a in kernel.accesses if not a.write):
         return False
-    if re.search(rf"(?:^|[;{{}}(,])\s*(?:\+\+|--)?\s*\*|->|\.\s*[A-Za-z_]\w*\s*(?:{points.ASSIGNMENT}|\+\+|--)",
-                 body):
-        return False
-    declared = set(re.findall(r"[\w*&>]\s+\**\s*([A-Za-z_]\w*)\s*(?:=(?!=)|;|,|\[|\))", body))
-    changed = {m.group(1) or m.group(2) for m in re.finditer(
-        rf"(?<![\w.\]])([A-Za-z_]\w*)\s*(?:{points.ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*([A-Za-z_]\w*)", body)}
-    return changed <= declared | set(written)
+    return points.changed_parameter(kernel) is None and points.hidden_effects(kernel) is None
+
+
+def _scalar_values(spec: KernelSpec) -> dict[str, float]:
+    """The value of each scalar argument at the spec's sizes, where it evaluates."""
+    variables, found = spec.variables(spec.baseline_params()), {}
+    for arg in spec.args:
+        if not arg.is_array and arg.value is not None:
+            try:
+                found[arg.name] = evaluate(arg.value, variables)
+            except ExpressionError:
+                continue
+    return found
+
+
+def _value(poly: affine.Poly | None, values: dict[str, float]) -> float | None:
+    """The polynomial's value with `values` for its names; None where one is not known."""
+    if poly is None or any(name not in values for term in poly for name in term):
+        return None
+    return sum(coefficient * math.prod(values[name] for name in term) for term, coefficient in poly.items())
 
 
 def _unread_text(masked: str, start: int, end: int) -> bool:

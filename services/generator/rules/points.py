@@ -14,8 +14,8 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                find_kernel, mask, split_top_level)
+from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
+                                                find_kernel, functions_named, mask, split_top_level)
 from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
@@ -308,8 +308,45 @@ def lambda_of(name: str, parameters: list[Axis], body: str, returns: str | None 
 
 
 def changing(name: str) -> str:
-    """The pattern of `name` assigned, incremented or decremented."""
-    return rf"\b{name}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}\b"
+    """The pattern of `name` assigned, incremented or decremented, parenthesised too (`(n) *= 2`)."""
+    return rf"\b{name}\s*(?:\)\s*)*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*(?:\(\s*)*{name}\b"
+
+
+_DEREFERENCE = re.compile(r"(?:^|[=(,?:+\-*/%&|^!<>~{};\[])\s*\*|->|\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?"
+                          r"(?:int|float|double|long|short|char|bool|half|__half|size_t|[A-Za-z_]\w*_t)\s*\)\s*\*")
+_ALIAS = re.compile(r"(?:^|[;{}(])\s*(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]+\s*(?:(?:const|volatile|__restrict__|"
+                    r"__restrict)\s+)*[A-Za-z_]\w*\s*(?:=(?!=)|;)")  # a pointer or reference declared
+_MEMBER_WRITE = re.compile(rf"\.\s*[A-Za-z_]\w*\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*\.")
+_ADDING_ATOMIC = re.compile(r"(?:^|[;{}]|\)|\belse)\s*atomic(?:Add|Sub|Max|Min|And|Or|Xor)\w*\s*\(")
+_DECLARED = re.compile(r"(?<![\w.])(?!(?:else|return|case|goto|do|throw|delete|new|sizeof)\b)[A-Za-z_][\w:<>]*"
+                       r"[\s*&]+([A-Za-z_]\w*)\s*(?:=(?!=)|;|,|\[|\))")
+
+
+def hidden_effects(kernel: PointKernel) -> str | None:
+    """Why the point body may change more than the array elements it indexes and its own locals, which a rewrite
+    running it elsewhere, twice or in another order would change too; else None. Such changes: through a pointer,
+    a dereference or a member; into a pointer or reference it declares (an alias); in a function of the source
+    it calls; by an atomic whose result it reads or that does not add up (atomicExch, atomicCAS); in a static;
+    or to a name it does not declare (a parameter, parenthesised too)."""
+    masked = mask(kernel.source)
+    body = masked[kernel.body_start:kernel.body_end]
+    outside = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]
+    if _DEREFERENCE.search(body) or _MEMBER_WRITE.search(body):
+        return "its point body reads or writes through a pointer or a member"
+    if _ALIAS.search(body) or re.search(r"\bstatic\b", body):
+        return "its point body declares a pointer, a reference or a static"
+    called = next((m[1] for m in CALLED.finditer(body) if m[1] in functions_named(outside)), None)
+    if called is not None:
+        return f"its point body calls {called}, a function of the source"
+    atomics = len(re.findall(r"\batomic\w*\s*\(", body))
+    if atomics != len(_ADDING_ATOMIC.findall(body)):
+        return "its point body reads an atomic's result, or makes an atomic that does not add up"
+    declared = set(_DECLARED.findall(body))
+    changed = {m[1] or m[2] for m in re.finditer(
+        rf"(?<![\w.\]])([A-Za-z_]\w*)\s*(?:\)\s*)*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*(?:\(\s*)*([A-Za-z_]\w*)",
+        body)}
+    foreign = sorted(changed - declared - {a.array for a in kernel.accesses if a.write})
+    return f"its point body changes {foreign[0]}, which it does not declare" if foreign else None
 
 
 def changed_parameter(kernel: PointKernel) -> str | None:

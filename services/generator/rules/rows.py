@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, calls, closing, fresh_name, functions_named,
-                                                identifiers, mask, split_top_level)
+from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, IDENTIFIER, calls, closing, fresh_name,
+                                                functions_named, identifiers, mask, split_top_level)
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
@@ -99,7 +99,7 @@ def recognise(spec: KernelSpec) -> RowLoop:
     passes = tuple(_pass(kernel, masked, uncommented, loop) for loop in loops)
     _check_bounds(kernel, masked, passes)
     _check_accumulators_unaliased(kernel, masked, passes)
-    _check_rows(kernel, passes)
+    _check_rows(kernel, masked, passes)
     _check_effects(kernel, masked, passes)
     _check_arrays_read_back(kernel, masked, passes)
     return RowLoop(kernel, passes)
@@ -445,6 +445,19 @@ def _compared(condition: str, name: str, chosen: str, otherwise: str, why: str) 
     return "max" if greater == left_wins else "min"
 
 
+def _reads(before: str, text: str, name: str) -> bool:
+    """Whether `text` reads `name`, itself or through the locals `before` assigns (`int start = row_ptr[r];`)."""
+    names, seen = set(IDENTIFIER.findall(text)), set()
+    while names - seen:
+        word = (names - seen).pop()
+        seen.add(word)
+        if word == name:
+            return True
+        for assigned in re.finditer(rf"(?<![\w.]){word}\s*=(?!=)([^;]*)", before):
+            names |= set(IDENTIFIER.findall(split_top_level(assigned[1], ",")[0]))
+    return False
+
+
 def _depth(text: str, at: int) -> int:
     depth = 0
     for char in text[:at]:
@@ -452,12 +465,12 @@ def _depth(text: str, at: int) -> int:
     return depth
 
 
-def _check_rows(kernel: PointKernel, passes: tuple[RowPass, ...]) -> None:
+def _check_rows(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]) -> None:
     r = kernel.axes[0].name
     apart = False
     for p in passes:
         inside = [a for a in kernel.accesses if p.loop.body.start <= a.start < p.loop.body.end and a.poly is not None]
-        row_start = r in re.findall(r"[A-Za-z_]\w*", p.start)  # the loop starts where the row does (CSR)
+        row_start = _reads(masked[kernel.body_start:p.loop.start], p.start, r)  # it starts where the row does (CSR)
         apart = apart or any(affine.is_unit(affine.stride(a.poly, p.variable))
                              and (r in affine.names(a.poly) or row_start) for a in inside)
         along_rows = [a for a in inside if affine.is_unit(affine.stride(a.poly, r))]

@@ -6,6 +6,8 @@ stores one value, `OUT[W] = VALUE;`, where W moves by 1 along y but by more alon
 a row apart), while every load in VALUE moves by 1 (or 0) along x (neighbouring threads read neighbours). The
 loads are coalesced, the store is not. Or the reverse, as a transpose is as often written (`out[y * w + x] =
 in[x * h + y]`): W moves by 1 along x and by more along y, and the loads by 1 (or 0) along y, one by more along x.
+The rewrite runs the point body twice per point, so the store is made outside any loop of it, and the body changes
+no parameter and nothing but its own locals besides (points.hidden_effects).
 
 Rendered: a block of block_size_x x block_size_y threads handles a block_size_x x block_size_x tile. First
 each thread runs the point body for the points (x0 + threadIdx.x, y0 + j), j stepping by block_size_y, with the
@@ -60,10 +62,14 @@ def recognise(spec: KernelSpec) -> Transposed:
     if len(stores) != 1 or not stores[0].plain_store:
         raise NotRecognised(f"it makes {len(stores)} stores; a transpose makes one plain store (`out[w] = value;`)")
     store = stores[0]
-    statement = next((s for s, _ in walk(masked, list(kernel.statements))
-                      if s.kind == "simple" and s.start <= store.start < s.end), None)
+    statement, loops = next(((s, depth) for s, depth in walk(masked, list(kernel.statements))
+                             if s.kind == "simple" and s.start <= store.start < s.end), (None, 0))
     if statement is None or masked[statement.start:store.start].strip():
         raise NotRecognised("its store is not a statement of its own")
+    if loops:
+        raise NotRecognised("its store is made in a loop, which the tile would run whole in each of its passes")
+    if (why := points.changed_parameter(kernel) or points.hidden_effects(kernel)) is not None:
+        raise NotRecognised(f"{why}; the tile runs the point body twice, in its two passes")
     equals = masked.index("=", store.end)
     value = (equals + 1, masked.rindex(";", 0, statement.end))
     x, y = kernel.axes[0].name, kernel.axes[1].name
