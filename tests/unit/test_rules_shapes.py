@@ -502,6 +502,8 @@ def test_the_rewrite_survives_the_generators_reading_of_an_answer(case):
     ("(int)(m[(size_t)r * cols + c] * 2.5f)", True),  # so is a cast of the whole term
     ("m[(size_t)r * cols + c] > 0.0f ? 1 : 0", True),  # and a choice of integer literals
     ("!m[(size_t)r * cols + c]", True),  # and a negation
+    ("(m[(size_t)r * cols + c] > 0.5f) - (m[(size_t)r * cols + c] < -0.5f)", True),  # and a sum of them
+    ("(m[(size_t)r * cols + c] > 0.5f) - m[(size_t)r * cols + c]", False),
     ("(int)m[(size_t)r * cols + c] * 2.5f", False),  # the product is a float, truncated at each step
     ("m[(size_t)r * cols + c] > 0.0f ? 1.0f : 0", False),
     ("static_cast<float>(m[(size_t)r * cols + c] > 0.0f)", False),

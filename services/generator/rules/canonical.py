@@ -67,7 +67,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, calls, closing, find_kernel, fresh_name,
-                                                functions_named, identifiers, mask, split_top_level)
+                                                functions_named, identifiers, mask, outside_brackets,
+                                                split_top_level)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -595,7 +596,7 @@ def _pointer_uses(masked: str, name: str, start: int, end: int,
             yield "subscript", use.start(), close + 1, (use.end(), close)
             continue
         plus, span = use["plus"], use.span("plus")
-        outside = _outside_brackets(plus or "")
+        outside = outside_brackets(plus or "")
         before = masked[max(0, use.start() - 80):use.start()]
         if plus is None or _LOOSER.search(outside) or \
                 any(word not in integers for word in re.findall(r"-\s*([A-Za-z_]\w*)\b(?!\s*\.)", outside)):
@@ -608,13 +609,6 @@ def _pointer_uses(masked: str, name: str, start: int, end: int,
             yield "operand", use.start(), span[1], span
         else:
             yield "other", use.start(), use.end(), span
-
-
-def _outside_brackets(text: str) -> str:
-    """The text with what its brackets enclose blanked, innermost first."""
-    while text != (text := re.sub(r"\([^()\[\]]*\)|\[[^()\[\]]*\]", " ", text)):
-        pass
-    return text
 
 
 def _integer_names(masked: str) -> set[str]:

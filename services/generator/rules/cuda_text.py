@@ -127,6 +127,13 @@ def functions_named(masked: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", masked)}
 
 
+def outside_brackets(text: str) -> str:
+    """The text with what its brackets enclose blanked, innermost first: what stands at its top level."""
+    while text != (text := re.sub(r"\([^()\[\]]*\)|\[[^()\[\]]*\]", " ", text)):
+        pass
+    return text
+
+
 def identifiers(source: str) -> set[str]:
     return set(IDENTIFIER.findall(mask(source)))
 

@@ -186,7 +186,7 @@ def _launch_names(spec: KernelSpec) -> set[str]:
 
 
 def thread_index_axis(expression: str, spec: KernelSpec,
-                       known: dict[str, affine.Poly] | None = None) -> tuple[int, str] | None:
+                      known: dict[str, affine.Poly] | None = None) -> tuple[int, str] | None:
     """(axis, block width) when the expression is blockIdx.a * width + threadIdx.a, width being blockDim.a or
     the axis's block-size define, the names in `known` read as their polynomials."""
     try:
@@ -335,7 +335,8 @@ def hidden_effects(kernel: PointKernel) -> str | None:
         return "its point body reads or writes through a pointer or a member"
     if _ALIAS.search(body) or re.search(r"\bstatic\b", body):
         return "its point body declares a pointer, a reference or a static"
-    called = next((m[1] for m in CALLED.finditer(body) if m[1] in functions_named(outside)), None)
+    functions = functions_named(outside)
+    called = next((m[1] for m in CALLED.finditer(body) if m[1] in functions), None)
     if called is not None:
         return f"its point body calls {called}, a function of the source"
     atomics = len(re.findall(r"\batomic\w*\s*\(", body))

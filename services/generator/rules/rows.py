@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, IDENTIFIER, calls, closing, fresh_name,
-                                                functions_named, identifiers, mask, split_top_level)
+                                                functions_named, identifiers, mask, outside_brackets, split_top_level)
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
@@ -299,12 +299,13 @@ def _truth_value(term: str) -> bool:
     if re.fullmatch(r"!\s*(?:[A-Za-z_]\w*(?:\s*\[[^\[\]]*\])*|\(.*\))", text) and \
             (text.rstrip()[-1] != ")" or closing(text, text.index("(")) == len(text) - 1):
         return True  # a negation of a whole operand
-    outside = text.replace("->", " . ")  # a member through a pointer, no comparison
-    while outside != (outside := re.sub(r"\([^()]*\)|\[[^\[\]]*\]", " ", outside)):
-        pass
+    terms = _top_level_terms(text)
+    if len(terms) > 1:
+        return all(_truth_value(term) for term in terms)  # a sum of truth values: `(v > t) - (v < -t)`
+    outside = outside_brackets(text.replace("->", " . "))  # a member through a pointer is no comparison
     if re.search(r"\w\s*<[\w\s:*&,]*>\s*(?:\(|::|\{)", text):
         return False  # a template's arguments (static_cast<float>(v)), not a comparison
-    choice = re.fullmatch(r"[^?:]*\?\s*(?P<a>\d+[uUlL]*)\s*:\s*(?P<b>\d+[uUlL]*)\s*", outside)
+    choice = re.fullmatch(r"[^?:]*\?\s*\d+[uUlL]*\s*:\s*\d+[uUlL]*\s*", outside)
     if choice and not re.search(r"[,=]", outside.replace("==", "").replace("!=", "").replace("<=", "")
                                 .replace(">=", "")):
         return True
@@ -443,6 +444,22 @@ def _compared(condition: str, name: str, chosen: str, otherwise: str, why: str) 
     greater = operator[1] in (">", ">=")
     left_wins = " ".join(chosen.split()) == " ".join(left.split())
     return "max" if greater == left_wins else "min"
+
+
+def _top_level_terms(text: str) -> list[str]:
+    """The terms a binary + or - outside brackets separates (a leading sign kept with its term); one term, the
+    text, where an operator binding looser than them (a comparison, `?`, `,`) stands at the top level too."""
+    terms, depth, start = [], 0, 0
+    for at, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if depth == 0 and char in "+-" and text[:at].strip() and text[:at].rstrip()[-1] not in "+-*/%(<>=!&|^?:," \
+                and text[at + 1:at + 2] not in "+-=>" and text[at - 1:at] not in "+-":
+            terms.append(text[start:at])
+            start = at + 1
+    terms.append(text[start:])
+    if len(terms) > 1 and re.search(r"[<>=!&|?,]", outside_brackets(text.replace("->", " . "))):
+        return [text]
+    return terms
 
 
 def _reads(before: str, text: str, name: str) -> bool:
