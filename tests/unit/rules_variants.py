@@ -1039,6 +1039,21 @@ extern "C" __global__ void spmv_bounds(float *y, const int *row_ptr, const int *
                      array("x", ["cols"]), scalar("rows", "rows")], {"rows": 3001, "cols": 2000, "nnz": 48000},
     ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
 
+THRESHOLD_U8 = spec(r"""
+// 8-bit pixels scaled by a float gain per pixel and clamped; zero pixels are left as the output held them.
+extern "C" __global__ void threshold_u8(unsigned char *out, const unsigned char *in, const float *gain, int w, int h)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= w || y >= h) return;
+    const int i = y * w + x;
+    if (in[i] == 0) return;
+    out[i] = (unsigned char)min(255, (int)(in[i] * gain[i]));
+}
+""", "threshold_u8", [array("out", ["h", "w"], "uint8", "inout"), array("in", ["h", "w"], "uint8", range=[0, 8]),
+                      array("gain", ["h", "w"], range=[0, 40]), scalar("w", "w"), scalar("h", "h")],
+    {"w": 400, "h": 37}, ["w", "h"], BLOCK_2D, TUNE_2D)
+
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
     "moments": ("hierarchical_reduction", MOMENTS),
@@ -1104,6 +1119,11 @@ VARIANTS = {
     "gemv_ldg_unrolled": ("warp_per_row", GEMV_LDG),
     "transpose_gathered": ("shared_tile", TRANSPOSE_GATHERED),
     "spmv_row_extent_in_locals": ("warp_per_row", SPMV_BOUNDS),
+    "shade_2d_vectors": ("vectorize", SHADE_2D),
+    "scale_3d_vectors": ("vectorize", SCALE_3D),
+    "causal_mask_vectors": ("vectorize", CAUSAL_MASK),
+    "threshold_u8_vectors": ("vectorize", THRESHOLD_U8),
+    "scale_3d_grid_stride_vectors": ("vectorize", SCALE_3D_GRID_STRIDE),
     "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
 }
 
@@ -1160,11 +1180,17 @@ NOT_OF_SHAPE = {
         "        for (int k = 0; k < 1; k++) odata[y * height + x] = 2.0f * idata[x * width + y] + k;"),
         "its store is made in a loop"),
     "a_transpose_changing_its_parameter": ("shared_tile", edited(
-        TRANSPOSE_GATHERED, "    if (x < height", "    width += 0;\n    if (x < height"), "changes its parameter width"),
+        TRANSPOSE_GATHERED, "    if (x < height", "    width += 0;\n    if (x < height"),
+        "changes its parameter width"),
     "a_transpose_reading_through_a_pointer": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "        odata[y * height + x] = 2.0f * idata[x * width + y];",
         "        odata[y * height + x] = 2.0f * idata[x * width + y] + 0.0f * *idata;"),
         "through a pointer or a member"),
+    "vectors_of_a_bias_per_row": ("vectorize", ADD_BIAS_2D, "bias[row] does not move by exactly 1 along col"),
+    "vectors_of_an_address_passed_on": ("vectorize", edited(SHADE_2D, "* gain[col]", "* __ldg(gain + col)"),
+                                        "it uses gain otherwise than indexed"),
+    "vectors_under_a_lower_bound": ("vectorize", edited(
+        SHADE_2D, "if (row < h && col < w)", "if (row < h && col < w && col > 0)"), "as `col < width` alone"),
     "a_row_broadcast_is_not_a_transpose": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "2.0f * idata[x * width + y]", "2.0f * idata[y]"), "nor along x against loads"),
     "elementwise_is_not_a_stencil": ("register_blocking", ADD_BIAS_2D, "it reads no input around the point"),

@@ -27,8 +27,8 @@ def test_a_2d_nest_is_respelt_as_one_point_per_thread_and_launched_so():
     body = read.source[read.source.index("{") + 1:read.source.rindex("}")].split()
     assert " ".join(body) == ("int q = blockIdx.y * blockDim.y + threadIdx.y; "
                               "int k = blockIdx.x * blockDim.x + threadIdx.x; "
-                              "if (q >= n || k >= n) return; "
-                              "if (k > q) scores[(size_t)q * n + k] = fill;")
+                              "if (q < n && k < n) { "
+                              "if (k > q) scores[(size_t)q * n + k] = fill; }")
     assert (read.grid_div_x, read.grid_div_y) == (["block_size_x"], ["block_size_y"])
     assert CAUSAL_MASK.grid_div_y == ["block_size_y", 4]  # the submitted spec is unchanged
 
@@ -36,7 +36,7 @@ def test_a_2d_nest_is_respelt_as_one_point_per_thread_and_launched_so():
 def test_the_nesting_order_and_64_bit_bounds_are_kept():
     read = point_form(TRANSPOSE_GRID_STRIDE)
     assert "size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;" in read.source
-    assert "if (c >= cols || r >= rows) return;" in read.source
+    assert "if (c < cols && r < rows) {" in read.source
 
 
 @pytest.mark.parametrize("spec, shape, rule", [(CAUSAL_MASK, "points", "elements_per_thread"),
@@ -75,7 +75,7 @@ def test_locals_of_the_launch_geometry_before_the_nest_and_bounds_of_arithmetic_
                      "    for (int q = first_row + threadIdx.y; q < n - 1; q += rows_step) {")
     read = point_form(strided)
     assert "int q = blockIdx.y * blockDim.y + threadIdx.y;" in read.source
-    assert "if (q >= (n - 1) || k >= n) return;" in read.source
+    assert "if (q < (n - 1) && k < n) {" in read.source
     assert "rows_step" not in read.source
     head = "int r = blockIdx.x * blockDim.x + threadIdx.x{}; r < rows; r += {}"
     in_head = edited(ROW_SUMS_GRID_STRIDE, head.format("", "blockDim.x * gridDim.x"),

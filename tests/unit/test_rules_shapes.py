@@ -27,7 +27,7 @@ NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_window", "regist
              "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan",
              "vectorize_loops")
 FIRES = {
-    "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread"},
+    "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread", "vectorize"},
     "conv2d": {"register_window"}, "dot": {"vectorize_loops"},
     "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread", "vectorize"},
     "histogram": {"hierarchical_reduction", "vectorize_loops"}, "horner": {"elements_per_thread"},

@@ -9,8 +9,9 @@ the thread only through its indices (points.py checks that of the respelling), t
 
     int y = blockIdx.y * blockDim.y + threadIdx.y;
     int x = blockIdx.x * blockDim.x + threadIdx.x;
-    if (y >= rows || x >= cols) return;
-    BODY
+    if (y < rows && x < cols) {
+        BODY
+    }
 
 launched one thread per point along those axes, a `continue` of the innermost loop becoming `return`. The shapes
 read that spelling, with that grid; a rewrite then launches the grid it chooses (engine.py gives the axes a
@@ -81,14 +82,14 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
                 for name in known) or \
             (jumps := _continues(masked, inner)) is None or not _bounds_covered(spec, loops, text):
         return None
-    guard = " || ".join(f"{loop.index} >= {_operand(loop.bound)}" for loop in loops)
+    guard = " && ".join(f"{loop.index} < {_operand(loop.bound)}" for loop in loops)
     span = inner.inner if inner.kind == "block" else (inner.start, inner.end)
     body = spec.source
     for at in reversed(jumps):
         body = body[:at] + "return" + body[at + len("continue"):]
     body = body[span[0]:span[1] - (len(spec.source) - len(body))]
-    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), f"if ({guard}) return;",
-             textwrap.dedent(body.strip("\n").rstrip())]
+    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), f"if ({guard}) {{",
+             textwrap.indent(textwrap.dedent(body.strip("\n").rstrip()), points.INDENT), "}"]
     first = setup[0].start if setup else nest.start
     source = spec.source[:first] + textwrap.indent("\n".join(lines), points.INDENT).lstrip() + \
         spec.source[nest.end:]

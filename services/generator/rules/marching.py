@@ -9,7 +9,7 @@ through a window that a loop of its own walks (`image[(y + i) * width + x + j]`)
 consecutive rows (planes in 3D), so the rows a point shares with the next are loaded by the same thread, where
 the unrolled loop can keep them in registers (with __restrict__ pointers, which the restrict rule gives).
 """
-from services.generator.rules import affine, points
+from services.generator.rules import affine, point_vectors, points
 from services.generator.rules.cuda_text import fresh_name, identifiers
 from services.generator.rules.points import PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
@@ -82,15 +82,28 @@ def _render(kernel: PointKernel, factor: str, spec: KernelSpec, note: list[str])
 class PointsShape:
     name = "points"
     kind = "a kernel of one point per thread"
-    rules = ("elements_per_thread",)
+    rules = ("elements_per_thread", "vectorize")
 
     def recognise(self, spec: KernelSpec) -> PointKernel:
         return _marchable(spec)
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
+        if rule_id == "vectorize":
+            try:
+                point_vectors.model(kernel, spec)
+            except NotRecognised as exc:
+                return str(exc)
         return None
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        if "vectorize" in features:
+            rows = point_vectors.model(kernel, spec)
+            marched = "elements_per_thread" in features
+            lines = point_vectors.render(rows, "elements_per_thread" if marched else None, spec)
+            grid = {"x": [spec.block_size_names[0], rows.lanes]}
+            if marched:
+                grid["xyz"[len(kernel.axes) - 1]] = [spec.block_size_names[len(kernel.axes) - 1], "elements_per_thread"]
+            return points.with_body(kernel, lines), Layout(grid_div=grid)
         axis = "xyz"[len(kernel.axes) - 1]
         spacing = "a block width apart" if axis == "x" else "consecutive"
         note = [f"// Each thread runs the point body for elements_per_thread points along {axis}, {spacing};",

@@ -371,14 +371,15 @@ def with_body(kernel: PointKernel, lines: list[str]) -> str:
 
 
 def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], body: str | None = None,
-          prologue: list[str] = (), epilogue: list[str] = ()) -> list[str]:
+          prologue: list[str] = (), epilogue: list[str] = (), undefined: tuple[int, ...] = ()) -> list[str]:
     """The kernel body as lines: each thread runs the point body for `factor` points along `axis` (a
     compile-time constant), in a `#pragma unroll` loop. Along x the points are a block width apart, so a warp's
     accesses stay as coalesced as before; along y or z they are consecutive, so neighbouring points (a
     stencil's rows or planes) are loaded by the same thread, where the unrolled code can keep them in
-    registers. The grid along `axis` must be `factor` times smaller: its candidate divides it by that too."""
+    registers. The grid along `axis` must be `factor` times smaller: its candidate divides it by that too. The
+    `undefined` axes' indices are left to `body` (vectors along x define their own)."""
     marched = next(a for a in kernel.axes if a.axis == axis)
-    others = [definition(a) for a in kernel.axes if a.axis != axis]
+    others = [definition(a) for a in kernel.axes if a.axis != axis and a.axis not in undefined]
     first, k, point = names["first"], names["k"], names["point"]
     if axis == 0:
         start = f"({marched.type})blockIdx.x * ({marched.block} * {factor}) + threadIdx.x"

@@ -1,0 +1,204 @@
+"""128-bit vectors along the rows of 2D and 3D kernels of one point per thread (vectorize, as elementwise.py gives
+1D kernels).
+
+Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard,
+`if (x < W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears
+in the condition only as `x < W`, and BODY reads and writes the kernel's array parameters (of 1-, 2- or 4-byte
+elements, declared as plain pointers) each at one subscript moving by exactly 1 along x, of the indices and
+scalar parameters alone, and uses them no other way (no pointer passed on or offset, no address taken), changes
+no parameter and makes no atomic. Each point is then computed once, by one lane, as by one thread.
+
+Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
+V the lanes of 16 bytes of the narrowest array (4 floats, 8 halves, 16 bytes), the grid along x V times smaller.
+Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
+x) and every array's first element is 16-byte aligned (a row pitch or a slice may leave it otherwise), each array
+is loaded as a struct of V elements aligned to 16 bytes, BODY runs once per lane on the lane's elements (a lambda,
+so a `return` ends the lane), and the written arrays are stored whole. A written array BODY may leave unwritten
+in a lane is loaded first, so that lane stores back what it read. Otherwise the thread runs the point body as
+written, guard included, for each of its V points. Every point is thus computed as the kernel wrote it.
+"""
+import re
+import textwrap
+from dataclasses import dataclass
+
+from services.generator.rules import affine, points
+from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
+from services.generator.rules.points import INDENT, PointKernel
+from services.generator.rules.shape import NotRecognised, one_thread_per_point
+from services.generator.rules.statements import statements
+from shared.domain.spec import KernelSpec
+
+
+@dataclass(frozen=True)
+class Rows:
+    kernel: PointKernel
+    condition: tuple[int, int]  # the guard's condition, in the source
+    body: tuple[int, int]  # what the guard guards: a block's inside or the one statement
+    arrays: dict[str, str]  # each array BODY indexes -> its element type as declared
+    subscripts: dict[str, str]  # each array -> its subscript as C arithmetic of the indices and parameters
+    loaded: tuple[str, ...]  # the arrays loaded as vectors before the lanes run (read, or maybe left unwritten)
+    stored: tuple[str, ...]  # the arrays stored as vectors after
+    lanes: int
+
+
+def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
+    """The kernel read for vectors along its rows; NotRecognised saying what did not match."""
+    masked = mask(kernel.source)
+    x = kernel.axes[0].name
+    if len(kernel.axes) < 2:
+        raise NotRecognised("vectors along rows take a 2D or 3D kernel; a 1D one is elementwise's")
+    if (why := one_thread_per_point(spec, 0)) is not None:
+        raise NotRecognised(why)
+    if len(kernel.statements) != 1 or kernel.statements[0].kind != "if" or kernel.statements[0].orelse is not None:
+        raise NotRecognised("its point body is not one guard, `if (x < width && ...) { ... }`")
+    guard = kernel.statements[0]
+    condition = masked[guard.head[0]:guard.head[1]]
+    conjuncts = split_top_level(condition.replace("&&", "\0"), "\0")
+    bounds = [c for c in conjuncts if re.search(rf"\b{x}\b", c)]
+    if len(bounds) != 1 or not re.fullmatch(rf"\s*{x}\s*<\s*[^<>=!&|?,]+|\s*[^<>=!&|?,]+>\s*{x}\s*", bounds[0]) or \
+            len(re.findall(rf"\b{x}\b", bounds[0])) != 1:
+        raise NotRecognised(f"its guard `{' '.join(condition.split())}` does not bound {x} as `{x} < width` alone")
+    if any(guard.head[0] <= a.start < guard.head[1] for a in kernel.accesses):
+        raise NotRecognised("its guard reads an array")
+    text = masked[kernel.body_start:kernel.body_end]
+    if (why := points.changed_parameter(kernel)) is not None or re.search(r"\batomic\w*\s*\(", text):
+        raise NotRecognised(why or "its point body makes atomics")
+    other = next((name for name in kernel.array_types if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
+                  sum(a.array == name for a in kernel.accesses)), None)
+    if other is not None:
+        raise NotRecognised(f"it uses {other} otherwise than indexed (a pointer passed on, or offset), which the "
+                            f"lanes' registers would not see")
+    body = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
+    arrays, subscripts = _arrays(kernel, spec, masked, x)
+    lanes = VECTOR_BYTES // min(ELEMENT_BYTES[_dtype(spec, name)] for name in arrays)
+    written = {a.array for a in kernel.accesses if a.write}
+    loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
+                                                                                         name))
+    return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes)
+
+
+def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Each array the point body indexes -> its element type, and -> its one subscript as C arithmetic."""
+    arrays, subscripts = {}, {}
+    names = kernel.index_names | set(kernel.parameters)
+    for access in kernel.accesses:
+        poly = access.poly
+        if poly is None or affine.stride(poly, x) != {(): 1} or not affine.names(poly) <= names:
+            raise NotRecognised(f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of "
+                                f"the indices and parameters")
+        if access.array in subscripts and _spelled(poly) != subscripts[access.array]:
+            raise NotRecognised(f"it indexes {access.array} at more than one subscript")
+        if re.search(r"&\s*$", masked[:access.start]):
+            raise NotRecognised(f"it takes the address of {access.array}[{access.subscript}], which a lane has not")
+        element = _pointee(kernel.parameters.get(access.array, ""), access.array)
+        dtype = _dtype(spec, access.array)
+        if element is None or dtype not in ELEMENT_BYTES:
+            raise NotRecognised(f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements")
+        arrays[access.array], subscripts[access.array] = element, _spelled(poly)
+    if not arrays:
+        raise NotRecognised("its point body indexes no array")
+    return arrays, subscripts
+
+
+def _dtype(spec: KernelSpec, name: str) -> str | None:
+    return next((arg.dtype for arg in spec.args if arg.name == name and arg.is_array), None)
+
+
+def _pointee(declaration: str, name: str) -> str | None:
+    """The element type of a parameter declared `const T *__restrict__ name`; None for any other declaration."""
+    declared = re.fullmatch(rf"\s*(?P<type>[\w\s:]+?)\s*\*\s*(?:(?:const|__restrict__|__restrict)\s+)*{name}\s*",
+                            mask(declaration))
+    words = [] if declared is None else [w for w in declared["type"].split() if w != "const"]
+    return " ".join(words) if words and "volatile" not in words else None
+
+
+def _spelled(poly: affine.Poly) -> str:
+    """The polynomial as C arithmetic in 64 bits (the kernel's own may be narrower; an index that fits its array
+    is the same in both)."""
+    terms = []
+    for term, coefficient in sorted(poly.items()):
+        factors = [*([] if coefficient == 1 and term else [f"{coefficient}LL"]), *(f"(long long){n}" for n in term)]
+        terms.append(" * ".join(factors))
+    return " + ".join(terms).replace("+ -", "- ") or "0"
+
+
+def _overwritten_first(kernel: PointKernel, masked: str, body: tuple[int, int], name: str) -> bool:
+    """Whether BODY's first statement that names the array is a plain store into it, at BODY's top level, its value
+    not reading the array, and BODY has no return: every lane then writes it before anything reads it."""
+    if re.search(r"\breturn\b", masked[body[0]:body[1]]):
+        return False
+    for statement in statements(masked, *body):
+        text = masked[statement.start:statement.end]
+        if not re.search(rf"\b{name}\b", text):
+            continue
+        store = next((a for a in kernel.accesses if a.array == name and statement.start <= a.start < statement.end),
+                     None)
+        return statement.kind == "simple" and store is not None and store.plain_store and \
+            not masked[statement.start:store.start].strip() and \
+            not re.search(rf"\b{name}\b", masked[store.end:statement.end])
+    return False
+
+
+def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
+    """The kernel body as lines: V points of a row per thread as above, and, with `factor`, that many rows (planes
+    in 3D) per thread along the slowest axis, as elements_per_thread marches."""
+    kernel = model_.kernel
+    source = kernel.source
+    ax = kernel.axes[0]
+    width = model_.lanes
+    taken = identifiers(source)
+    names = {key: fresh_name(key, taken) for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j")}
+    structs = {element: fresh_name(f"{re.sub(r'[^A-Za-z0-9]+', '_', element).strip('_')}_x{width}", taken)
+               for element in dict.fromkeys(model_.arrays.values())}
+    registers = {name: fresh_name(f"{name}_x{width}", taken) for name in model_.arrays}
+    x0, k, lane = names["x0"], names["k"], names["lane"]
+    lanes_body = points.replace_spans(source[:model_.body[1]], [
+        (a.start, a.end, f"{registers[a.array]}.{lane}[{k}]") for a in kernel.accesses
+        if model_.body[0] <= a.start < model_.body[1]])[model_.body[0]:]
+    address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
+    aligned = " | ".join(f"reinterpret_cast<unsigned long long>({address[name]})" for name in model_.arrays)
+    loads = []
+    for name in model_.arrays:
+        struct = structs[model_.arrays[name]]
+        if name in model_.loaded:
+            qualifier = "" if name in model_.stored else "const "
+            loads.append(f"{qualifier}{struct} {registers[name]} = *reinterpret_cast<const {struct} *>"
+                         f"({address[name]});")
+        else:
+            loads.append(f"{struct} {registers[name]};")
+    stores = [f"*reinterpret_cast<{structs[model_.arrays[name]]} *>({address[name]}) = {registers[name]};"
+              for name in model_.stored]
+    condition = " ".join(mask(source, literals=False)[model_.condition[0]:model_.condition[1]].split())
+    row = [
+        *points.lambda_of(names["point"], [ax], points.point_body(kernel)),
+        f"bool {names['whole']};",
+        f"{{ const {ax.type} {ax.name} = {x0} + ({width} - 1); {names['whole']} = {condition}; }}",
+        f"const {ax.type} {ax.name} = {x0};",
+        f"if ({names['whole']} && (({aligned}) & 15) == 0) {{",
+        *(INDENT + line for line in [
+            *loads,
+            "#pragma unroll",
+            f"for (int {k} = 0; {k} < {width}; {k}++) {{",
+            f"{INDENT}const {ax.type} {ax.name} = {x0} + {k};",
+            f"{INDENT}[&]() {{",
+            *textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT * 2).split("\n"),
+            f"{INDENT}}}();",
+            "}",
+            *stores]),
+        "} else {",
+        f"{INDENT}for (int {k} = 0; {k} < {width}; {k}++) {names['point']}({x0} + {k});",
+        "}"]
+    start = f"(({ax.type})blockIdx.x * {ax.block} + threadIdx.x) * {width}"
+    head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, each array's {width} "
+            f"elements as one",
+            f"// 16-byte-aligned struct, each lane computed as the kernel wrote it, where the guard holds for all "
+            f"{width} and",
+            "// every array is aligned there; else the points one by one.",
+            *(f"struct __align__({VECTOR_BYTES}) {struct} {{ {element} {lane}[{width}]; }};"
+              for element, struct in structs.items()),
+            f"const {ax.type} {x0} = {start};"]
+    if factor is None:
+        return [*head, *(points.definition(a) for a in kernel.axes[1:]), *row]
+    marching = {"first": names["first"], "k": names["j"], "point": names["row"]}
+    return [*head, *points.march(kernel, kernel.axes[-1].axis, factor, marching, body="\n".join(row), undefined=(0,))]
