@@ -1040,19 +1040,19 @@ extern "C" __global__ void spmv_bounds(float *y, const int *row_ptr, const int *
     ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
 
 THRESHOLD_U8 = spec(r"""
-// 8-bit pixels scaled by a float gain per pixel and clamped; zero pixels are left as the output held them.
+// 8-bit pixels scaled by a float gain per pixel and clamped, the rows' width no multiple of 16.
 extern "C" __global__ void threshold_u8(unsigned char *out, const unsigned char *in, const float *gain, int w, int h)
 {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= w || y >= h) return;
     const int i = y * w + x;
-    if (in[i] == 0) return;
-    out[i] = (unsigned char)min(255, (int)(in[i] * gain[i]));
+    const float scaled = in[i] * gain[i];
+    out[i] = (unsigned char)min(255, (int)scaled);
 }
 """, "threshold_u8", [array("out", ["h", "w"], "uint8", "inout"), array("in", ["h", "w"], "uint8", range=[0, 8]),
                       array("gain", ["h", "w"], range=[0, 40]), scalar("w", "w"), scalar("h", "h")],
-    {"w": 400, "h": 37}, ["w", "h"], BLOCK_2D, TUNE_2D)
+    {"w": 408, "h": 37}, ["w", "h"], BLOCK_2D, TUNE_2D)
 
 VARIANTS = {
     "sum_of_squares": ("hierarchical_reduction", SUM_OF_SQUARES),
@@ -1121,7 +1121,6 @@ VARIANTS = {
     "spmv_row_extent_in_locals": ("warp_per_row", SPMV_BOUNDS),
     "shade_2d_vectors": ("vectorize", SHADE_2D),
     "scale_3d_vectors": ("vectorize", SCALE_3D),
-    "causal_mask_vectors": ("vectorize", CAUSAL_MASK),
     "threshold_u8_vectors": ("vectorize", THRESHOLD_U8),
     "scale_3d_grid_stride_vectors": ("vectorize", SCALE_3D_GRID_STRIDE),
     "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
@@ -1186,6 +1185,25 @@ NOT_OF_SHAPE = {
         TRANSPOSE_GATHERED, "        odata[y * height + x] = 2.0f * idata[x * width + y];",
         "        odata[y * height + x] = 2.0f * idata[x * width + y] + 0.0f * *idata;"),
         "through a pointer or a member"),
+    "vectors_of_a_crop": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "{ if (col < h) out[row * h + col] = in[row * w + col] * gain[col]; }"), "not plain statements"),
+    "vectors_of_a_pad": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "out[row * w + col] = col < h ? in[row * h + col] : gain[col];"), "only under a condition"),
+    "vectors_under_an_exclusive_or": ("vectorize", edited(SHADE_2D, "if (row < h && col < w)",
+                                                          "if (row < h && col < w ^ 1)"), "as `col < width` alone"),
+    "vectors_of_half_rows": ("vectorize", edited(
+        SHADE_2D, "in[row * w + col] * gain[col]", "in[(row / 2) * w + col] * gain[col]"), "in terms of the indices"),
+    "vectors_through_a_reference": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "{ out[row * w + col] = in[row * w + col]; const float &g = gain[col]; out[row * w + col] *= g; }"),
+        "declares a reference"),
+    "vectors_of_a_narrow_index": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "{ const unsigned short i = row * w + col; out[i] = in[i] * gain[col]; }"), "narrower integer"),
+    "vectors_past_the_problem": ("vectorize", edited(
+        SHADE_2D, "if (row < h && col < w)", "if (row < h && col < w + 3)"), "not a scalar argument the problem"),
     "vectors_of_a_bias_per_row": ("vectorize", ADD_BIAS_2D, "bias[row] does not move by exactly 1 along col"),
     "vectors_of_an_address_passed_on": ("vectorize", edited(SHADE_2D, "* gain[col]", "* __ldg(gain + col)"),
                                         "it uses gain otherwise than indexed"),

@@ -238,30 +238,40 @@ def _continues(masked: str, inner: Statement) -> list[int] | None:
 
 
 def _bounds_covered(spec: KernelSpec, loops: list[_Loop], nest: str) -> bool:
-    """Whether each loop's bound is arithmetic of scalar arguments of given values that the nest does not change,
-    covered by the problem size along its axis at the spec's sizes and around them, with a grid along y and z
+    """Whether each loop's bound is covered (bound_covered) and unchanged by the nest, with a grid along y and z
     within CUDA's limit."""
     dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
-    scalars = {arg.name: arg.value for arg in spec.args if not arg.is_array and arg.value is not None}
     for loop in loops:
-        plain = _CAST.sub(" ", loop.bound)
-        names = set(re.findall(r"[A-Za-z_]\w*", plain))
-        if loop.axis >= len(dims) or loop.axis >= len(spec.block_size_names) or \
-                not re.fullmatch(r"[\w\s+\-*/%()]*", plain) or re.search(r"\w\s*\(", plain) or \
-                not names <= set(scalars) or any(re.search(points.changing(name), nest) for name in names):
+        if not bound_covered(spec, loop.axis, loop.bound) or \
+                any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)):
             return False
-        expression = re.sub(r"[A-Za-z_]\w*", lambda m: f"({scalars[m[0]]})", plain.replace("/", "//"))
-        variables = spec.variables(spec.baseline_params())
         try:
-            if any(evaluate(expression, {**variables, **sizes}) > evaluate(dims[loop.axis], {**variables, **sizes})
-                   for sizes in _around(spec.sizes)):
-                return False
-            if loop.axis and math.ceil(evaluate(dims[loop.axis], variables) / _smallest_block(spec, loop.axis)) > \
-                    _GRID_LIMIT:
+            if loop.axis and math.ceil(evaluate(dims[loop.axis], spec.variables(spec.baseline_params())) /
+                                       _smallest_block(spec, loop.axis)) > _GRID_LIMIT:
                 return False
         except ExpressionError:
             return False
     return True
+
+
+def bound_covered(spec: KernelSpec, axis: int, bound: str) -> bool:
+    """Whether `bound` (C text) is arithmetic of scalar arguments of given values, at most the problem size along
+    the axis at the spec's sizes and around them: a grid launched for the problem size then reaches every index
+    below the bound."""
+    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    scalars = {arg.name: arg.value for arg in spec.args if not arg.is_array and arg.value is not None}
+    plain = _CAST.sub(" ", bound)
+    names = set(re.findall(r"[A-Za-z_]\w*", plain))
+    if axis >= len(dims) or axis >= len(spec.block_size_names) or not re.fullmatch(r"[\w\s+\-*/%()]*", plain) or \
+            re.search(r"\w\s*\(", plain) or not names <= set(scalars):
+        return False
+    expression = re.sub(r"[A-Za-z_]\w*", lambda m: f"({scalars[m[0]]})", plain.replace("/", "//"))
+    variables = spec.variables(spec.baseline_params())
+    try:
+        return all(evaluate(expression, {**variables, **sizes}) <= evaluate(dims[axis], {**variables, **sizes})
+                   for sizes in _around(spec.sizes))
+    except ExpressionError:
+        return False
 
 
 def _around(sizes: dict[str, int]) -> list[dict[str, int]]:

@@ -3,25 +3,27 @@
 
 Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard,
 `if (x < W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears
-in the condition only as `x < W`, and BODY reads and writes the kernel's array parameters (of 1-, 2- or 4-byte
-elements, declared as plain pointers) each at one subscript moving by exactly 1 along x, of the indices and
-scalar parameters alone, and uses them no other way (no pointer passed on or offset, no address taken), changes
-no parameter and makes no atomic. Each point is then computed once, by one lane, as by one thread.
+in the condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is plain statements
+that read and write the kernel's array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers),
+each at one subscript moving by exactly 1 along x, of the indices and scalar parameters alone, every access made
+whenever BODY runs (none under `?:`, `&&` or `||`); it uses the arrays no other way (no pointer passed on or
+offset, no address taken, no reference, no lambda), casts no index narrower, changes no parameter and makes no
+atomic. Each point is then computed once, by one lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
 V the lanes of 16 bytes of the narrowest array (4 floats, 8 halves, 16 bytes), the grid along x V times smaller.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
 x) and every array's first element is 16-byte aligned (a row pitch or a slice may leave it otherwise), each array
-is loaded as a struct of V elements aligned to 16 bytes, BODY runs once per lane on the lane's elements (a lambda,
-so a `return` ends the lane), and the written arrays are stored whole. A written array BODY may leave unwritten
-in a lane is loaded first, so that lane stores back what it read. Otherwise the thread runs the point body as
-written, guard included, for each of its V points. Every point is thus computed as the kernel wrote it.
+is loaded as a struct of V elements aligned to 16 bytes (unless BODY writes it before reading it), BODY runs once
+per lane on the lane's elements, and the written arrays, written by every lane, are stored whole. Otherwise the
+thread runs the point body as written, guard included, for each of its V points. Every point is thus computed as
+the kernel wrote it.
 """
 import re
 import textwrap
 from dataclasses import dataclass
 
-from services.generator.rules import affine, points
+from services.generator.rules import affine, grid_stride, points
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
@@ -56,9 +58,13 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     condition = masked[guard.head[0]:guard.head[1]]
     conjuncts = split_top_level(condition.replace("&&", "\0"), "\0")
     bounds = [c for c in conjuncts if re.search(rf"\b{x}\b", c)]
-    if len(bounds) != 1 or not re.fullmatch(rf"\s*{x}\s*<\s*[^<>=!&|?,]+|\s*[^<>=!&|?,]+>\s*{x}\s*", bounds[0]) or \
-            len(re.findall(rf"\b{x}\b", bounds[0])) != 1:
+    bound = re.fullmatch(rf"\s*{x}\s*<\s*(?P<w>[^<>=!&|?,^]+)|\s*(?P<v>[^<>=!&|?,^]+)>\s*{x}\s*", bounds[0]) \
+        if len(bounds) == 1 else None
+    if bound is None or len(re.findall(rf"\b{x}\b", bounds[0])) != 1:
         raise NotRecognised(f"its guard `{' '.join(condition.split())}` does not bound {x} as `{x} < width` alone")
+    if not grid_stride.bound_covered(spec, 0, bound["w"] or bound["v"]):
+        raise NotRecognised(f"its bound on {x}, `{' '.join((bound['w'] or bound['v']).split())}`, is not a scalar "
+                            f"argument the problem size covers, so its grid would reach other points")
     if any(guard.head[0] <= a.start < guard.head[1] for a in kernel.accesses):
         raise NotRecognised("its guard reads an array")
     text = masked[kernel.body_start:kernel.body_end]
@@ -70,6 +76,8 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
         raise NotRecognised(f"it uses {other} otherwise than indexed (a pointer passed on, or offset), which the "
                             f"lanes' registers would not see")
     body = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
+    if (why := _unconditional(kernel, masked, body)) is not None:
+        raise NotRecognised(why)
     arrays, subscripts = _arrays(kernel, spec, masked, x)
     lanes = VECTOR_BYTES // min(ELEMENT_BYTES[_dtype(spec, name)] for name in arrays)
     written = {a.array for a in kernel.accesses if a.write}
@@ -78,13 +86,50 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes)
 
 
+def _unconditional(kernel: PointKernel, masked: str, body: tuple[int, int]) -> str | None:
+    """Why a lane may touch an element its point would not, or touch it otherwise than through its registers;
+    else None. Every array access must run whenever BODY does: BODY is plain statements (no if, loop or return),
+    and no access stands in a branch of `?:` or after `&&` or `||`. The stores then rewrite only elements the
+    kernel writes, and the loads read only elements it reads (an inner condition may be what keeps an index in
+    bounds: a crop, a pad). BODY declares no reference or pointer, nor a lambda, which would reach an element
+    past its lane's register, and casts no index to a narrower integer, which would wrap it."""
+    text = masked[body[0]:body[1]]
+    if any(s.kind != "simple" for s in statements(masked, *body)) or re.search(r"\b(?:return|goto)\b", text):
+        return "its guarded body is not plain statements (an if, a loop or a return decides what a lane touches)"
+    for access in kernel.accesses:
+        statement = next(s for s in statements(masked, *body) if s.start <= access.start < s.end)
+        before = masked[statement.start:access.start]
+        if re.search(r"\?|&&|\|\|", before):
+            return f"{access.array}[{access.subscript}] is read or written only under a condition"
+    if points.ALIAS.search(text) or re.search(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{",
+                                              text):
+        return "its guarded body declares a reference, a pointer or a lambda"
+    indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses]))
+    if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
+        return "an index is computed in a narrower integer, which may wrap it"
+    return None
+
+
+def _index_texts(masked: str, body: tuple[int, int], subscripts: list[str]) -> list[str]:
+    """The subscripts, with the declarations in BODY of the locals they read, theirs in turn."""
+    found, names, seen = list(subscripts), set(re.findall(r"[A-Za-z_]\w*", " ".join(subscripts))), set()
+    while names - seen:
+        name = (names - seen).pop()
+        seen.add(name)
+        for declared in re.finditer(rf"[^;{{}}]*\b{name}\s*=(?!=)[^;]*", masked[body[0]:body[1]]):
+            found.append(declared[0])
+            names |= set(re.findall(r"[A-Za-z_]\w*", declared[0]))
+    return found
+
+
 def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple[dict[str, str], dict[str, str]]:
     """Each array the point body indexes -> its element type, and -> its one subscript as C arithmetic."""
     arrays, subscripts = {}, {}
     names = kernel.index_names | set(kernel.parameters)
     for access in kernel.accesses:
         poly = access.poly
-        if poly is None or affine.stride(poly, x) != {(): 1} or not affine.names(poly) <= names:
+        if poly is None or affine.stride(poly, x) != {(): 1} or not affine.names(poly) <= names or \
+                any(not re.fullmatch(r"[A-Za-z_]\w*", name) for term in poly for name in term):
             raise NotRecognised(f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of "
                                 f"the indices and parameters")
         if access.array in subscripts and _spelled(poly) != subscripts[access.array]:
@@ -124,10 +169,8 @@ def _spelled(poly: affine.Poly) -> str:
 
 
 def _overwritten_first(kernel: PointKernel, masked: str, body: tuple[int, int], name: str) -> bool:
-    """Whether BODY's first statement that names the array is a plain store into it, at BODY's top level, its value
-    not reading the array, and BODY has no return: every lane then writes it before anything reads it."""
-    if re.search(r"\breturn\b", masked[body[0]:body[1]]):
-        return False
+    """Whether BODY's first statement that names the array is a plain store into it, its value not reading the
+    array: every lane then writes it before anything reads it."""
     for statement in statements(masked, *body):
         text = masked[statement.start:statement.end]
         if not re.search(rf"\b{name}\b", text):
@@ -181,9 +224,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
             "#pragma unroll",
             f"for (int {k} = 0; {k} < {width}; {k}++) {{",
             f"{INDENT}const {ax.type} {ax.name} = {x0} + {k};",
-            f"{INDENT}[&]() {{",
-            *textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT * 2).split("\n"),
-            f"{INDENT}}}();",
+            *textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT).split("\n"),
             "}",
             *stores]),
         "} else {",

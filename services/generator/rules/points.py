@@ -314,7 +314,7 @@ def changing(name: str) -> str:
 
 _DEREFERENCE = re.compile(r"(?:^|[=(,?:+\-*/%&|^!<>~{};\[])\s*\*|->|\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?"
                           r"(?:int|float|double|long|short|char|bool|half|__half|size_t|[A-Za-z_]\w*_t)\s*\)\s*\*")
-_ALIAS = re.compile(r"(?:^|[;{}(])\s*(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]+\s*(?:(?:const|volatile|__restrict__|"
+ALIAS = re.compile(r"(?:^|[;{}(])\s*(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]+\s*(?:(?:const|volatile|__restrict__|"
                     r"__restrict)\s+)*[A-Za-z_]\w*\s*(?:=(?!=)|;)")  # a pointer or reference declared
 _MEMBER_WRITE = re.compile(rf"\.\s*[A-Za-z_]\w*\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*\.")
 _ADDING_ATOMIC = re.compile(r"(?:^|[;{}]|\)|\belse)\s*atomic(?:Add|Sub|Max|Min|And|Or|Xor)\w*\s*\(")
@@ -333,7 +333,7 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     outside = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]
     if _DEREFERENCE.search(body) or _MEMBER_WRITE.search(body):
         return "its point body reads or writes through a pointer or a member"
-    if _ALIAS.search(body) or re.search(r"\bstatic\b", body):
+    if ALIAS.search(body) or re.search(r"\bstatic\b", body):
         return "its point body declares a pointer, a reference or a static"
     functions = functions_named(outside)
     called = next((m[1] for m in CALLED.finditer(body) if m[1] in functions), None)
