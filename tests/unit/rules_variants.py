@@ -1136,6 +1136,10 @@ def edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
 VARIANTS["squares_into_a_bin_of_the_data"] = ("hierarchical_reduction", edited(
     SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"))
 
+# SHADE_2D reading through the read-only cache: the lanes take the elements the __ldg reads.
+VARIANTS["shade_2d_ldg_vectors"] = ("vectorize", edited(SHADE_2D, "in[row * w + col] * gain[col]",
+                                                        "__ldg(&in[row * w + col]) * __ldg(&gain[col])"))
+
 # BLOCK_MAX with the block width read at run time through a local, and no block size in the spec's space.
 BLOCK_MAX_BY_WIDTH = BLOCK_MAX.model_validate({**edited(BLOCK_MAX, """    __shared__ float buf[block_size_x];
     const int t = threadIdx.x;
@@ -1204,6 +1208,9 @@ NOT_OF_SHAPE = {
         "{ const unsigned short i = row * w + col; out[i] = in[i] * gain[col]; }"), "narrower integer"),
     "vectors_past_the_problem": ("vectorize", edited(
         SHADE_2D, "if (row < h && col < w)", "if (row < h && col < w + 3)"), "not a scalar argument the problem"),
+    "vectors_of_an_address_passed_to_a_function": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "out[row * w + col] = __ldg(&in[row * w + col]) * gain[col] + __ldg(&gain[col] + 0);"), "address of gain"),
     "vectors_of_a_bias_per_row": ("vectorize", ADD_BIAS_2D, "bias[row] does not move by exactly 1 along col"),
     "vectors_of_an_address_passed_on": ("vectorize", edited(SHADE_2D, "* gain[col]", "* __ldg(gain + col)"),
                                         "it uses gain otherwise than indexed"),

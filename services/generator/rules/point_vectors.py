@@ -1,14 +1,15 @@
 """128-bit vectors along the rows of 2D and 3D kernels of one point per thread (vectorize, as elementwise.py gives
 1D kernels).
 
-Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard,
-`if (x < W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears
-in the condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is plain statements
-that read and write the kernel's array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers),
-each at one subscript moving by exactly 1 along x, of the indices and scalar parameters alone, every access made
-whenever BODY runs (none under `?:`, `&&` or `||`); it uses the arrays no other way (no pointer passed on or
-offset, no address taken, no reference, no lambda), casts no index narrower, changes no parameter and makes no
-atomic. Each point is then computed once, by one lane, as by one thread, and touches the elements it touched.
+Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard, `if (x <
+W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears in the
+condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is plain statements that read
+and write the kernel's array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers), each at one
+subscript moving by exactly 1 along x, of the indices and scalar parameters alone, every access made whenever BODY
+runs (none under `?:`, `&&` or `||`); it uses the arrays no other way (no pointer passed on or offset, no address
+taken but a read's through `__ldg(&a[i])`, no reference, no lambda), casts no index narrower, changes no parameter
+and makes no atomic. Each point is then computed once, by one lane, as by one thread, and touches the elements it
+touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
 V the lanes of 16 bytes of the narrowest array (4 floats, 8 halves, 16 bytes), the grid along x V times smaller.
@@ -39,9 +40,10 @@ class Rows:
     body: tuple[int, int]  # what the guard guards: a block's inside or the one statement
     arrays: dict[str, str]  # each array BODY indexes -> its element type as declared
     subscripts: dict[str, str]  # each array -> its subscript as C arithmetic of the indices and parameters
-    loaded: tuple[str, ...]  # the arrays loaded as vectors before the lanes run (read, or maybe left unwritten)
+    loaded: tuple[str, ...]  # the arrays loaded as vectors before the lanes run (read before written)
     stored: tuple[str, ...]  # the arrays stored as vectors after
     lanes: int
+    reads: dict[int, tuple[int, int]]  # each access (by its start) -> the span its lane's element replaces
 
 
 def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
@@ -83,7 +85,8 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     written = {a.array for a in kernel.accesses if a.write}
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
-    return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes)
+    return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes,
+                {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses})
 
 
 def _unconditional(kernel: PointKernel, masked: str, body: tuple[int, int]) -> str | None:
@@ -134,7 +137,7 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple
                                 f"the indices and parameters")
         if access.array in subscripts and _spelled(poly) != subscripts[access.array]:
             raise NotRecognised(f"it indexes {access.array} at more than one subscript")
-        if re.search(r"&\s*$", masked[:access.start]):
+        if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
             raise NotRecognised(f"it takes the address of {access.array}[{access.subscript}], which a lane has not")
         element = _pointee(kernel.parameters.get(access.array, ""), access.array)
         dtype = _dtype(spec, access.array)
@@ -144,6 +147,14 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple
     if not arrays:
         raise NotRecognised("its point body indexes no array")
     return arrays, subscripts
+
+
+def _ldg_span(masked: str, access) -> tuple[int, int] | None:
+    """The span of `__ldg(&a[i])` around the access, a read through the read-only cache that the lane's element
+    stands for; None where the access is not so read."""
+    call = re.search(r"\b__ldg\s*\(\s*&\s*$", masked[:access.start])
+    close = re.match(r"\s*\)", masked[access.end:])
+    return (call.start(), access.end + close.end()) if call and close else None
 
 
 def _dtype(spec: KernelSpec, name: str) -> str | None:
@@ -197,7 +208,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     registers = {name: fresh_name(f"{name}_x{width}", taken) for name in model_.arrays}
     x0, k, lane = names["x0"], names["k"], names["lane"]
     lanes_body = points.replace_spans(source[:model_.body[1]], [
-        (a.start, a.end, f"{registers[a.array]}.{lane}[{k}]") for a in kernel.accesses
+        (*model_.reads[a.start], f"{registers[a.array]}.{lane}[{k}]") for a in kernel.accesses
         if model_.body[0] <= a.start < model_.body[1]])[model_.body[0]:]
     address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
     aligned = " | ".join(f"reinterpret_cast<unsigned long long>({address[name]})" for name in model_.arrays)
