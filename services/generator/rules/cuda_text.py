@@ -127,6 +127,19 @@ def functions_named(masked: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", masked)}
 
 
+# A lambda's definition: captures, parameters, `mutable`, a return type, then its body's brace.
+LAMBDA = re.compile(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{")
+
+
+def pointee(declaration: str) -> tuple[str, str] | None:
+    """(name, element type) of a parameter declared as a plain pointer to a non-volatile type (`const __half
+    *__restrict__ x`: x, __half); None for any other declaration."""
+    declared = re.fullmatch(r"\s*(?P<type>[\w\s:]+?)\s*\*\s*(?:(?:const|__restrict__|__restrict)\s+)*"
+                            r"(?P<name>[A-Za-z_]\w*)\s*", mask(declaration))
+    words = [] if declared is None else [word for word in declared["type"].split() if word != "const"]
+    return (declared["name"], " ".join(words)) if words and "volatile" not in words else None
+
+
 def outside_brackets(text: str) -> str:
     """The text with what its brackets enclose blanked, innermost first: what stands at its top level."""
     while text != (text := re.sub(r"\([^()\[\]]*\)|\[[^()\[\]]*\]", " ", text)):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                 find_kernel, fresh_name, identifiers, mask, split_top_level)
+                                                 find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
 from services.generator.rules.statements import Statement, body_of
 from services.generator.rules.shape import Layout, block_widths, one_thread_per_point
 from shared.domain.spec import KernelSpec
@@ -315,19 +315,10 @@ def lanes(kernel: Elementwise) -> int:
 def _pointees(kernel: Elementwise) -> dict[str, str]:
     """The element type each array parameter is declared with (`const __half *__restrict__ x`: __half), for
     the arrays declared as plain pointers to a non-volatile type."""
-    found = {}
-    for start, end in kernel.kernel.parameters(kernel.source):
-        declared = re.fullmatch(r"\s*(?P<type>[\w\s:]+?)\s*\*\s*(?:(?:const|__restrict__|__restrict)\s+)*"
-                                r"(?P<name>[A-Za-z_]\w*)\s*", mask(kernel.source[start:end]))
-        if declared is None or declared["name"] not in kernel.arrays:
-            continue
-        words = [word for word in declared["type"].split() if word != "const"]
-        if words and "volatile" not in words:
-            found[declared["name"]] = " ".join(words)
-    return found
+    declared = (pointee(kernel.source[start:end]) for start, end in kernel.kernel.parameters(kernel.source))
+    return {name: element for name, element in filter(None, declared) if name in kernel.arrays}
 
 
-# --- rendering ----------------------------------------------------------------------------------------
 def render(kernel: Elementwise, elements_per_thread: bool, vectorize: bool) -> str:
     """The submitted source with the kernel's body re-shaped: a grid-stride loop (several elements per
     thread when `elements_per_thread`), over 128-bit vectors plus a scalar tail when `vectorize` (and every

@@ -25,7 +25,7 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, grid_stride, points
-from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import LAMBDA, fresh_name, identifiers, mask, pointee, split_top_level
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
@@ -97,15 +97,15 @@ def _unconditional(kernel: PointKernel, masked: str, body: tuple[int, int]) -> s
     bounds: a crop, a pad). BODY declares no reference or pointer, nor a lambda, which would reach an element
     past its lane's register, and casts no index to a narrower integer, which would wrap it."""
     text = masked[body[0]:body[1]]
-    if any(s.kind != "simple" for s in statements(masked, *body)) or re.search(r"\b(?:return|goto)\b", text):
+    parts = statements(masked, *body)
+    if any(s.kind != "simple" for s in parts) or re.search(r"\b(?:return|goto)\b", text):
         return "its guarded body is not plain statements (an if, a loop or a return decides what a lane touches)"
     for access in kernel.accesses:
-        statement = next(s for s in statements(masked, *body) if s.start <= access.start < s.end)
+        statement = next(s for s in parts if s.start <= access.start < s.end)
         before = masked[statement.start:access.start]
         if re.search(r"\?|&&|\|\|", before):
             return f"{access.array}[{access.subscript}] is read or written only under a condition"
-    if points.ALIAS.search(text) or re.search(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{",
-                                              text):
+    if points.ALIAS.search(text) or LAMBDA.search(text):
         return "its guarded body declares a reference, a pointer or a lambda"
     indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses]))
     if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
@@ -135,15 +135,15 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple
                 any(not re.fullmatch(r"[A-Za-z_]\w*", name) for term in poly for name in term):
             raise NotRecognised(f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of "
                                 f"the indices and parameters")
-        if access.array in subscripts and _spelled(poly) != subscripts[access.array]:
+        spelled = _spelled(poly)
+        if subscripts.get(access.array, spelled) != spelled:
             raise NotRecognised(f"it indexes {access.array} at more than one subscript")
         if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
             raise NotRecognised(f"it takes the address of {access.array}[{access.subscript}], which a lane has not")
-        element = _pointee(kernel.parameters.get(access.array, ""), access.array)
-        dtype = _dtype(spec, access.array)
-        if element is None or dtype not in ELEMENT_BYTES:
+        declared = pointee(kernel.parameters.get(access.array, ""))
+        if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
             raise NotRecognised(f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements")
-        arrays[access.array], subscripts[access.array] = element, _spelled(poly)
+        arrays[access.array], subscripts[access.array] = declared[1], spelled
     if not arrays:
         raise NotRecognised("its point body indexes no array")
     return arrays, subscripts
@@ -159,14 +159,6 @@ def _ldg_span(masked: str, access) -> tuple[int, int] | None:
 
 def _dtype(spec: KernelSpec, name: str) -> str | None:
     return next((arg.dtype for arg in spec.args if arg.name == name and arg.is_array), None)
-
-
-def _pointee(declaration: str, name: str) -> str | None:
-    """The element type of a parameter declared `const T *__restrict__ name`; None for any other declaration."""
-    declared = re.fullmatch(rf"\s*(?P<type>[\w\s:]+?)\s*\*\s*(?:(?:const|__restrict__|__restrict)\s+)*{name}\s*",
-                            mask(declaration))
-    words = [] if declared is None else [w for w in declared["type"].split() if w != "const"]
-    return " ".join(words) if words and "volatile" not in words else None
 
 
 def _spelled(poly: affine.Poly) -> str:

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, IDENTIFIER, calls, closing, fresh_name,
+from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, IDENTIFIER, LAMBDA, calls, closing, fresh_name,
                                                 functions_named, identifiers, mask, outside_brackets, split_top_level)
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
@@ -127,7 +127,7 @@ def _check_whole_lanes(kernel: PointKernel, masked: str, spec: KernelSpec) -> No
     if len(block_widths(spec, 0)) > 1 or any(re.search(rf"\b{name}\b", body) for name in sizes):
         raise NotRecognised("it reads its block size, or ties another parameter to it, which a warp per row sets "
                             "to 32 lanes")
-    if re.search(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{", body):
+    if LAMBDA.search(body):
         raise NotRecognised("it defines a lambda, whose effects this rule does not follow")
     hidden = (r"(?:\.|->)\s*[A-Za-z_]\w*\s*(?:{0}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*(?:\.|->)"
               r"|(?:^|[;{{}}])\s*(?:\+\+|--)?\s*\*|\)\s*\*\s*[A-Za-z_]\w*\s*{0}|\)\s*{0}"
