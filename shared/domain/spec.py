@@ -386,6 +386,9 @@ class CandidateSpec(_Strict):
     params: Defines = Field(default_factory=dict, description="defines for the candidate, over the spec's params")
     tune_params: TuneSpace | None = Field(None, description="the candidate's tuning space; default: the spec's")
     restrictions: list[Restriction] | None = Field(None, description="default: the spec's")
+    problem_size: list[Expression] | None = Field(
+        None, description="default: the spec's; a rewrite that launches its points on other axes (a flat index read "
+                          "as its coordinates) gives its own, of the size variables")
     grid_div_x: list[Expression] | None = Field(None, description="default: the spec's")
     grid_div_y: list[Expression] | None = None
     grid_div_z: list[Expression] | None = None

@@ -1006,6 +1006,41 @@ extern "C" __global__ void positives_per_row(int *counts, const float *m, int ro
 """, "positives_per_row", [array("counts", ["rows"], "int32", "out"), array("m", ["rows", "cols"], range=[-1, 1]),
                            scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 500, "cols": 257}, ["rows"])
 
+# A permute to channels-last written over the flat index, its coordinates recovered through a quotient local.
+TO_CHANNELS_LAST = spec(r"""
+extern "C" __global__ void to_channels_last(float *dst, const float *src, int batch, int channels, int height,
+                                            int width)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int plane = height * width;
+    if (t >= batch * channels * plane) return;
+    const int p = t % plane;
+    const int rest = t / plane;
+    const int c = rest % channels;
+    const int b = rest / channels;
+    dst[((size_t)b * plane + p) * channels + c] = src[t];
+}
+""", "to_channels_last", [array("dst", ["b", "h", "w", "c"], role="out"), array("src", ["b", "c", "h", "w"]),
+                          scalar("batch", "b"), scalar("channels", "c"), scalar("height", "h"), scalar("width", "w")],
+    {"b": 3, "c": 67, "h": 33, "w": 29}, ["b * c * h * w"], tune_params={"block_size_x": [128, 256]})
+
+# A 5-point diffusion step over the flat index of a 2D grid, its borders copied.
+FLAT_DIFFUSION = spec(r"""
+extern "C" __global__ void diffuse(float *out, const float *in, int nx, int ny, float k)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < nx * ny) {
+        int x = i % nx, y = i / nx;
+        if (x > 0 && x < nx - 1 && y > 0 && y < ny - 1)
+            out[i] = in[i] + k * (in[i - 1] + in[i + 1] + in[i - nx] + in[i + nx] - 4.0f * in[i]);
+        else
+            out[i] = in[i];
+    }
+}
+""", "diffuse", [array("out", ["ny", "nx"], role="out"), array("in", ["ny", "nx"]), scalar("nx", "nx"),
+                 scalar("ny", "ny"), scalar("k", 0.2, "float32")], {"nx": 301, "ny": 203}, ["nx * ny"],
+    tune_params={"block_size_x": [128, 256]})
+
 TRANSPOSE_GATHERED = spec(r"""
 // A transpose written from the output's side: each thread writes its own element, reading it across the input.
 extern "C" __global__ void transpose_gather(float *__restrict__ odata, const float *__restrict__ idata,
@@ -1124,6 +1159,8 @@ VARIANTS = {
     "threshold_u8_vectors": ("vectorize", THRESHOLD_U8),
     "scale_3d_grid_stride_vectors": ("vectorize", SCALE_3D_GRID_STRIDE),
     "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
+    "to_channels_last_flat": ("shared_tile", TO_CHANNELS_LAST),
+    "diffusion_flat": ("register_blocking", FLAT_DIFFUSION),
 }
 
 

@@ -6,6 +6,7 @@ substituted by their definitions (`int i = y * nx + x;` makes in[i + nx] {(x,): 
 What is not a sum of products (a division, a call, a load) becomes one opaque atom, `?(text)`, that keeps the
 names it holds, so a stride along a variable inside one is unknown rather than wrong.
 """
+import math
 import re
 from dataclasses import dataclass
 
@@ -79,8 +80,60 @@ def without(poly: Poly, variables: set[str]) -> Poly:
     return {term: c for term, c in poly.items() if not any(names({(a,): 1}) & variables for a in term)}
 
 
+def value(poly: Poly | None, values: dict[str, float]) -> float | None:
+    """The polynomial's value with `values` for its names; None where one is not known."""
+    if poly is None or any(name not in values for term in poly for name in term):
+        return None
+    return sum(coefficient * math.prod(values[name] for name in term) for term, coefficient in poly.items())
+
+
+def quotient(poly: Poly, divisor: Poly) -> Poly | None:
+    """poly / divisor where the divisor is one term (an integer times names) that divides every term of poly
+    exactly; else None."""
+    if len(divisor) != 1 or any(atom.startswith("?") for atom in next(iter(divisor))):
+        return None
+    (names_, coefficient), = divisor.items()
+    result: Poly = {}
+    for term, c in poly.items():
+        rest = list(term)
+        for name in names_:
+            if name not in rest:
+                return None
+            rest.remove(name)
+        if c % coefficient:
+            return None
+        result[tuple(rest)] = c // coefficient
+    return result
+
+
+def substitute(poly: Poly, name: str, value: Poly) -> Poly | None:
+    """poly with `value` for the name; None where the name stands inside an opaque atom."""
+    result: Poly = {}
+    for term, c in poly.items():
+        if any(name in _atom_names(atom) for atom in term if atom.startswith("?")):
+            return None
+        rest = [atom for atom in term if atom != name]
+        replaced = {tuple(rest): c}
+        for _ in range(len(term) - len(rest)):
+            replaced = product(replaced, value)
+        result = add(result, replaced)
+    return result
+
+
+def spelled(poly: Poly) -> str:
+    """The polynomial as C arithmetic in 64 bits (the source's own may be narrower; an index that fits its array
+    is the same in both); "" where it holds an opaque atom."""
+    terms = []
+    for term, coefficient in sorted(poly.items()):
+        if any(atom.startswith("?") for atom in term):
+            return ""
+        factors = [*([] if coefficient == 1 and term else [f"{coefficient}LL"]), *(f"(long long){n}" for n in term)]
+        terms.append(" * ".join(factors))
+    return " + ".join(terms).replace("+ -", "- ") or "0"
+
+
 def minus(a: Poly, b: Poly) -> Poly:
-    return _add(a, {term: -c for term, c in b.items()})
+    return add(a, {term: -c for term, c in b.items()})
 
 
 def is_unit(poly: Poly | None) -> bool:
@@ -138,7 +191,7 @@ class _Parser:
         while (token := self.peek()) and token.text in "+-" and token.kind == "op":
             self.take()
             right = self.term()
-            poly = _add(poly, right if token.text == "+" else {t: -c for t, c in right.items()})
+            poly = add(poly, right if token.text == "+" else {t: -c for t, c in right.items()})
         if (token := self.peek()) and token.kind == "op" and token.text in ("<<", ">>", "&", "|", "^", "?", "<", ">"):
             return self._opaque_from(start)
         return poly
@@ -150,7 +203,7 @@ class _Parser:
             self.take()
             right = self.unary()
             if token.text == "*":
-                poly = _multiply(poly, right)
+                poly = product(poly, right)
             elif is_constant(poly) and is_constant(right) and right.get((), 0):
                 a, b = poly.get((), 0), right[()]
                 value = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1) if token.text == "/" else \
@@ -239,14 +292,14 @@ class _Parser:
         return {("?" + " ".join(t.text for t in self.tokens[start:end]),): 1}
 
 
-def _add(a: Poly, b: Poly) -> Poly:
+def add(a: Poly, b: Poly) -> Poly:
     result = dict(a)
     for term, coefficient in b.items():
         result[term] = result.get(term, 0) + coefficient
     return {t: c for t, c in result.items() if c}
 
 
-def _multiply(a: Poly, b: Poly) -> Poly:
+def product(a: Poly, b: Poly) -> Poly:
     result: Poly = {}
     for ta, ca in a.items():
         for tb, cb in b.items():

@@ -120,6 +120,7 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     shared = {"size": layout.smem} if layout.smem else current.smem_args
     candidate = CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name, params={},
                               tune_params=space, restrictions=restrictions, smem_args=shared,
+                              problem_size=layout.problem_size or current.problem_size,
                               **{f"grid_div_{axis}": divisors[axis] for axis in "xyz"})
     params = _default_configuration(spec, current, candidate, rule, layout)
     return candidate.model_copy(update={"params": params})
@@ -188,11 +189,13 @@ def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:
         shape, model, _ = recognise(spec)
         read = reading(spec)
         source, layout = shape.render(model, features, read)
-        # A reading launched otherwise than submitted (a grid-stride nest read as one point per thread) is
-        # rendered for its own grid along the axes the rendering leaves alone.
+        # A reading launched otherwise than submitted (a grid-stride nest read as one point per thread, a flat
+        # index as its coordinates) is rendered for its own points and grid, along the axes the rendering leaves
+        # alone.
         regridded = {axis: getattr(read, f"grid_div_{axis}") for axis in "xyz"
                      if getattr(read, f"grid_div_{axis}") != getattr(spec, f"grid_div_{axis}")}
-        layout = dataclasses.replace(layout, grid_div={**regridded, **layout.grid_div})
+        layout = dataclasses.replace(layout, grid_div={**regridded, **layout.grid_div},
+                                     problem_size=read.problem_size if read.problem_size != spec.problem_size else None)
     for rule_id in rules:
         if rule_id in TEXTUAL:
             reason, edit = TEXTUAL[rule_id]

@@ -112,7 +112,7 @@ def _independent(spec: KernelSpec, indices: set[str]) -> bool:
     for access in kernel.accesses:
         if access.write:
             if access.poly is None or not indices <= affine.names(access.poly) or \
-                    any(_value(affine.stride(access.poly, index), values) == 0 for index in indices):
+                    any(affine.value(affine.stride(access.poly, index), values) == 0 for index in indices):
                 return False  # a subscript that may not move with a point (`a[r * incx + c]`, incx given as 0)
             written.setdefault(access.array, []).append(access.poly)
     if any(a.array in written and a.poly not in written[a.array] for a in kernel.accesses if not a.write):
@@ -130,13 +130,6 @@ def _scalar_values(spec: KernelSpec) -> dict[str, float]:
             except ExpressionError:
                 continue
     return found
-
-
-def _value(poly: affine.Poly | None, values: dict[str, float]) -> float | None:
-    """The polynomial's value with `values` for its names; None where one is not known."""
-    if poly is None or any(name not in values for term in poly for name in term):
-        return None
-    return sum(coefficient * math.prod(values[name] for name in term) for term, coefficient in poly.items())
 
 
 def _unread_text(masked: str, start: int, end: int) -> bool:
@@ -269,12 +262,12 @@ def bound_covered(spec: KernelSpec, axis: int, bound: str) -> bool:
     variables = spec.variables(spec.baseline_params())
     try:
         return all(evaluate(expression, {**variables, **sizes}) <= evaluate(dims[axis], {**variables, **sizes})
-                   for sizes in _around(spec.sizes))
+                   for sizes in sizes_around(spec.sizes))
     except ExpressionError:
         return False
 
 
-def _around(sizes: dict[str, int]) -> list[dict[str, int]]:
+def sizes_around(sizes: dict[str, int]) -> list[dict[str, int]]:
     """The spec's sizes, each size one less and one more alone, and all of them doubled and more."""
     found = [sizes, {k: 2 * v + 3 for k, v in sizes.items()}]
     for name, value in sizes.items():

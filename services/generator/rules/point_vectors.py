@@ -135,7 +135,7 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple
                 any(not re.fullmatch(r"[A-Za-z_]\w*", name) for term in poly for name in term):
             raise NotRecognised(f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of "
                                 f"the indices and parameters")
-        spelled = _spelled(poly)
+        spelled = affine.spelled(poly)
         if subscripts.get(access.array, spelled) != spelled:
             raise NotRecognised(f"it indexes {access.array} at more than one subscript")
         if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
@@ -159,16 +159,6 @@ def _ldg_span(masked: str, access) -> tuple[int, int] | None:
 
 def _dtype(spec: KernelSpec, name: str) -> str | None:
     return next((arg.dtype for arg in spec.args if arg.name == name and arg.is_array), None)
-
-
-def _spelled(poly: affine.Poly) -> str:
-    """The polynomial as C arithmetic in 64 bits (the kernel's own may be narrower; an index that fits its array
-    is the same in both)."""
-    terms = []
-    for term, coefficient in sorted(poly.items()):
-        factors = [*([] if coefficient == 1 and term else [f"{coefficient}LL"]), *(f"(long long){n}" for n in term)]
-        terms.append(" * ".join(factors))
-    return " + ".join(terms).replace("+ -", "- ") or "0"
 
 
 def _overwritten_first(kernel: PointKernel, masked: str, body: tuple[int, int], name: str) -> bool:

@@ -24,6 +24,7 @@ class Layout:
     defaults: dict[str, ParamValue] = field(default_factory=dict)
     restrictions: tuple[str, ...] = ()
     grid_div: dict[str, list[str | int]] = field(default_factory=dict)  # "x" | "y" | "z" -> divisors
+    problem_size: list[str] | None = None  # the points it launches, where they are not the spec's
     smem: str | None = None  # the dynamic shared memory per block it needs (smem_args.size), if any
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
 from services.generator.rules.elementwise import ElementwiseShape
-from services.generator.rules.grid_stride import point_form
+from services.generator.rules import flat_index, grid_stride
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
 from services.generator.rules.row_cache import RowPassesShape
@@ -56,7 +56,8 @@ def reading(spec: KernelSpec) -> KernelSpec:
     = A + row * n` hides its rows from the recognisers, and an accessor `at(img, x - 1, y, w)` a stencil's
     neighbours, while a block's pointer to its row is what row_in_registers caches the row through. Likewise a nest
     of grid-stride loops is read as the one point per thread it stands for (grid_stride.py), launched so, only
-    where that lets a more specific shape read it."""
+    where that lets a more specific shape read it, and a flat index split by / and % as its coordinates
+    (flat_index.py)."""
     return _read(spec)[0]
 
 
@@ -65,7 +66,8 @@ Found = tuple[int, Shape | None, Any, dict[str, str]]  # the shape's place in SH
 
 def _read(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     kept, inlined = canonical(spec, inline=False), canonical(spec)
-    spellings = [inlined, *(pointed for s in (kept, inlined) if (pointed := point_form(s)) is not None)]
+    spellings = [inlined, *(pointed for s in (kept, inlined) for form in (grid_stride.point_form, flat_index.point_form)
+                            if (pointed := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling in spellings:
         if spelling.source != best[0].source and (other := _first(spelling))[0] < best[1][0]:

@@ -1,0 +1,123 @@
+"""A flat thread index split by / and % read as its coordinates (services/generator/rules/flat_index.py): the box
+it stands for, the locals that are exactly one coordinate initialised from it, the rest as written, and every
+spelling where the box could differ from the flat range refused."""
+import pytest
+
+from services.generator import rules
+from services.generator.rules.canonical import canonical
+from services.generator.rules.flat_index import point_form
+from services.generator.rules.shapes import reading, recognise
+from shared.adapters.device.compiler import compile_kernel
+from tests.unit.rules_variants import FLAT_DIFFUSION, TO_CHANNELS_LAST, array, edited, scalar, spec
+
+CHANNEL_BIAS = spec(r"""
+extern "C" __global__ void channel_bias(float *y, const float *x, const float *bias, int n, int channels, int plane)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int c = (i / plane) % channels;
+        y[i] = x[i] + bias[c];
+    }
+}
+""", "channel_bias", [array("y", ["b", "c", "p"], role="out"), array("x", ["b", "c", "p"]), array("bias", ["c"]),
+                      scalar("n", "b * c * p"), scalar("channels", "c"), scalar("plane", "p")],
+    {"b": 4, "c": 16, "p": 1000}, ["b * c * p"])
+
+NCHW = spec(r"""
+extern "C" __global__ void nchw_to_nhwc(float *out, const float *in, int N, int C, int H, int W)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    int total = N * C * H * W;
+    if (idx >= total) return;
+    int w = idx % W;
+    int h = (idx / W) % H;
+    int c = (idx / (W * H)) % C;
+    int n = idx / (W * H * C);
+    out[((n * H + h) * W + w) * C + c] = in[idx];
+}
+""", "nchw_to_nhwc", [array("out", ["N", "H", "W", "C"], role="out"), array("in", ["N", "C", "H", "W"]),
+                      *(scalar(name, name) for name in "NCHW")], {"N": 2, "C": 40, "H": 9, "W": 11}, ["N * C * H * W"])
+
+
+def test_a_flat_index_is_read_as_the_box_of_its_coordinates():
+    pointed = point_form(canonical(CHANNEL_BIAS))
+    assert pointed.problem_size == ["p", "c", "b"]
+    source = pointed.source
+    assert "int i_x = blockIdx.x * blockDim.x + threadIdx.x;" in source
+    assert "int i_z = blockIdx.z * blockDim.z + threadIdx.z;" in source
+    assert "if (i_x < plane && i_y < channels && i_z < (n) / (channels * plane)) {" in source
+    assert "const int i = i_x + i_y * plane + i_z * (channels * plane);" in source
+    assert "int c = i_y;" in source and "y[i] = x[i] + bias[c];" in source
+
+
+def test_it_is_taken_only_where_a_more_specific_shape_reads_it():
+    assert recognise(CHANNEL_BIAS)[0].name == "points"
+    assert reading(CHANNEL_BIAS).problem_size == CHANNEL_BIAS.problem_size  # points either way: kept flat
+
+
+def test_four_coordinates_fuse_the_two_every_subscript_moves_along_as_one():
+    read = reading(NCHW)
+    assert recognise(NCHW)[0].name == "transposed" and read.problem_size == ["H * W", "C", "N"]
+    assert "int w = idx_x % W;" in read.source and "int h = (idx_x / W);" in read.source
+    assert "out[(long long)idx_y + (long long)idx_z * (long long)C * (long long)H * (long long)W + (long long)C * " \
+           "(long long)idx_x]" in read.source
+    candidate = rules.apply("shared_tile", NCHW, NCHW.as_candidate())
+    assert candidate.problem_size == ["H * W", "C", "N"]
+    launched = NCHW.for_candidate(candidate)
+    grid, block = launched.launch_geometry({**NCHW.baseline_params(), **candidate.params})
+    assert grid == (-(-99 // candidate.params["block_size_x"]), 40 // candidate.params["block_size_x"] + 1, 2)
+    assert rules.apply("restrict", NCHW, candidate).problem_size == candidate.problem_size
+
+
+@pytest.mark.parametrize("variant", [TO_CHANNELS_LAST, FLAT_DIFFUSION], ids=["quotient_local", "stencil"])
+def test_quotient_locals_and_neighbours_read_through_it(variant):
+    shape, _, _ = recognise(variant)
+    assert shape.name in ("transposed", "stencil")
+    for rule in shape.rules:
+        candidate = rules.apply(rule, variant, variant.as_candidate())
+        assert candidate.problem_size == reading(variant).problem_size
+        compile_kernel(candidate.source, variant.kernel_name, {**variant.baseline_params(), **candidate.params},
+                       variant.compiler_options, "sm_90")
+
+
+REFUSED = {
+    # the count is a size of its own: the last row may be partial, which no box holds
+    "total_not_a_product": edited(FLAT_DIFFUSION, "if (i < nx * ny)", "if (i < count)").model_validate({
+        **edited(FLAT_DIFFUSION, "if (i < nx * ny)", "if (i < count)").model_dump(),
+        "source": FLAT_DIFFUSION.source.replace("if (i < nx * ny)", "if (i < count)").replace(
+            "float k)", "float k, int count)"),
+        "args": [*FLAT_DIFFUSION.model_dump()["args"], scalar("count", "nx * ny - 7")]}),
+    # the divisors do not divide one another: not a mixed-radix number
+    "divisors_apart": edited(FLAT_DIFFUSION, "int x = i % nx, y = i / nx;", "int x = i % nx, y = i / ny;"),
+    # a load before the guard would run for threads the box does not launch
+    "load_before_the_guard": edited(CHANNEL_BIAS, "    if (i < n) {", "    float b0 = x[0];\n    if (i < n) {"),
+    # fewer points along x than a warp: the box would leave most threads idle
+    "few_points_along_x": TO_CHANNELS_LAST.model_validate({**TO_CHANNELS_LAST.model_dump(),
+                                                           "sizes": {"b": 3, "c": 67, "h": 3, "w": 5}}),
+    # the launch stops short of the total: the box would run points the kernel never ran
+    "launch_short_of_the_total": FLAT_DIFFUSION.model_validate({**FLAT_DIFFUSION.model_dump(),
+                                                                "problem_size": ["nx * ny - 1"]}),
+    # a guard with more than the flat bound
+    "guard_with_more": edited(CHANNEL_BIAS, "if (i < n) {", "if (i < n && plane > 1) {"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_flat_index_is_not_read_where_the_box_could_differ(name):
+    assert point_form(canonical(REFUSED[name])) is None
+
+
+def test_a_quotient_that_changes_divides_nothing():
+    changing = edited(TO_CHANNELS_LAST, "const int rest = t / plane;\n    const int c = rest % channels;",
+                      "int rest = t / plane;\n    rest += 0;\n    const int c = rest % channels;")
+    pointed = point_form(canonical(changing))
+    assert pointed.problem_size == ["h * w", "b * c"]  # p, then the rest of t: c and b not read as coordinates
+    assert "const int c = rest % channels;" in pointed.source and "const int p = t_x;" in pointed.source
+
+
+def test_five_coordinates_are_not_read():
+    five = edited(NCHW, "int n = idx / (W * H * C);", "int n = (idx / (W * H * C)) % N;\n    int g = idx / (W * H * C * N);")
+    five = five.model_validate({**five.model_dump(), "source": five.source.replace(
+        "if (idx >= total) return;", "if (idx >= total * G) return;").replace("int W)", "int W, int G)"),
+        "args": [*five.model_dump()["args"], scalar("G", 2)], "problem_size": ["N * C * H * W * 2"]})
+    assert point_form(canonical(five)) is None
