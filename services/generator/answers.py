@@ -5,7 +5,8 @@ an answer says and every way it can be wrong is a recorded reason rather than a 
 - plan, replan, breakdown: a ```json block {"steps": [{"id", "description", "tune_params"}...]};
 - validate: a ```json block {"valid": true|false, "reason": "..."};
 - rewrite: a ```cuda block holding the whole kernel, then a ```json block with the kernel's "tune_params"
-  and, when it changes them, "params" (its default configuration), "restrictions", "grid_div_x/y/z" and "smem_args".
+  and, when it changes them, "params" (its default configuration), "restrictions", "problem_size",
+  "grid_div_x/y/z" and "smem_args".
 """
 import json
 import re
@@ -17,7 +18,8 @@ from shared.domain.spec import CandidateSpec, TuningStep
 
 BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n(.*?)```", re.DOTALL)
 CODE_LANGUAGES = ("cuda", "cu", "c++", "cpp", "c", "")
-REWRITE_FIELDS = ("tune_params", "params", "restrictions", "grid_div_x", "grid_div_y", "grid_div_z", "smem_args")
+REWRITE_FIELDS = ("tune_params", "params", "restrictions", "problem_size", "grid_div_x", "grid_div_y", "grid_div_z",
+                  "smem_args")
 
 
 class MalformedAnswer(ValueError):

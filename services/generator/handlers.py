@@ -84,7 +84,8 @@ def _candidate(rewrite: answers.Rewrite, step: TuningStep, spec: KernelSpec,
     current, given = opt.best.candidate, rewrite.settings
     space = given.get("tune_params") or {**(current.tune_params or spec.tune_params), **step.tune_params}
     shared = given.get("smem_args", current.smem_args) or spec.smem_args
-    geometry = [*(current.problem_size or spec.problem_size or []), *(d for k in ("grid_div_x", "grid_div_y", "grid_div_z")
+    launched = given.get("problem_size", current.problem_size)
+    geometry = [*(launched or spec.problem_size or []), *(d for k in ("grid_div_x", "grid_div_y", "grid_div_z")
                                               for d in given.get(k, getattr(current, k)) or []),
                 *([] if shared is None else [SharedMemorySpec.model_validate(shared).size])]
     launch_reads = {name for expression in geometry for name in names_in(expression)}
@@ -97,7 +98,7 @@ def _candidate(rewrite: answers.Rewrite, step: TuningStep, spec: KernelSpec,
     try:
         candidate = CandidateSpec(source=fixed.source, params=params, tune_params=fixed.tune_params,
                                   restrictions=given.get("restrictions", current.restrictions),
-                                  smem_args=shared, problem_size=current.problem_size,
+                                  smem_args=shared, problem_size=launched,
                                   **{k: given.get(k, getattr(current, k))
                                                        for k in ("grid_div_x", "grid_div_y", "grid_div_z")})
         spec.for_candidate(candidate)  # its names, expressions and kernel must make sense as a submission

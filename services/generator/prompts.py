@@ -25,7 +25,9 @@ FORMATS = {
                "the same order and types), then a ```json block with its \"tune_params\" (every parameter the "
                "code reads as a define, with the values to try), \"params\" (a good default value for each) and, "
                "if each thread no longer handles one element, \"grid_div_x\" (the list of factors dividing the "
-               "problem size into blocks, e.g. [\"block_size_x\", \"elements_per_thread\"]); if the dynamic "
+               "problem size into blocks, e.g. [\"block_size_x\", \"elements_per_thread\"]) or, if its threads "
+               "span other axes than the problem size's, \"problem_size\" (up to three expressions of the sizes); "
+               "if the dynamic "
                "shared memory (extern __shared__) a block needs changes, \"smem_args\" ({\"size\": its bytes, "
                "e.g. \"block_size_x * 4\"}, or {\"size\": 0} for none).",
 }

@@ -3,7 +3,7 @@ it stands for, the locals that are exactly one coordinate initialised from it, t
 spelling where the box could differ from the flat range refused."""
 import pytest
 
-from services.generator import rules
+from services.generator import answers, rules
 from services.generator.rules.canonical import canonical
 from services.generator.rules.flat_index import point_form
 from services.generator.rules.shapes import reading, recognise
@@ -67,6 +67,8 @@ def test_four_coordinates_fuse_the_two_every_subscript_moves_along_as_one():
     grid, block = launched.launch_geometry({**NCHW.baseline_params(), **candidate.params})
     assert grid == (-(-99 // candidate.params["block_size_x"]), 40 // candidate.params["block_size_x"] + 1, 2)
     assert rules.apply("restrict", NCHW, candidate).problem_size == candidate.problem_size
+    # the rules answer in the providers' text, which carries the box to the job's candidate
+    assert answers.parse("rewrite", answers.rewrite_text(candidate)).settings["problem_size"] == ["H * W", "C", "N"]
 
 
 @pytest.mark.parametrize("variant", [TO_CHANNELS_LAST, FLAT_DIFFUSION], ids=["quotient_local", "stencil"])
