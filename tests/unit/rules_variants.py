@@ -1024,6 +1024,23 @@ extern "C" __global__ void to_channels_last(float *dst, const float *src, int ba
                           scalar("batch", "b"), scalar("channels", "c"), scalar("height", "h"), scalar("width", "w")],
     {"b": 3, "c": 67, "h": 33, "w": 29}, ["b * c * h * w"], tune_params={"block_size_x": [128, 256]})
 
+# Planar to interleaved for a multi-channel image, one grid layer per channel: a transpose across x and z.
+PLANAR_TO_PACKED = spec(r"""
+extern "C" __global__ void pack_channels(float *packed, const float *planes, unsigned width, unsigned height,
+                                         unsigned channels, float gain)
+{
+    unsigned px = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned py = blockIdx.y * blockDim.y + threadIdx.y;
+    unsigned ch = blockIdx.z;
+    if (px >= width || py >= height || ch >= channels) return;
+    packed[((size_t)py * width + px) * channels + ch] = gain * planes[((size_t)ch * height + py) * width + px];
+}
+""", "pack_channels", [array("packed", ["h", "w", "c"], role="out"), array("planes", ["c", "h", "w"]),
+                       scalar("width", "w", "uint32"), scalar("height", "h", "uint32"),
+                       scalar("channels", "c", "uint32"), scalar("gain", 1.5, "float32")],
+    {"w": 173, "h": 61, "c": 37}, ["w", "h", "c"], params={"block_size_x": 32, "block_size_y": 4},
+    tune_params={"block_size_x": [32, 64], "block_size_y": [2, 4]})
+
 # A 5-point diffusion step over the flat index of a 2D grid, its borders copied.
 FLAT_DIFFUSION = spec(r"""
 extern "C" __global__ void diffuse(float *out, const float *in, int nx, int ny, float k)
@@ -1161,6 +1178,7 @@ VARIANTS = {
     "positives_per_row": ("warp_per_row", POSITIVES_PER_ROW),
     "to_channels_last_flat": ("shared_tile", TO_CHANNELS_LAST),
     "diffusion_flat": ("register_blocking", FLAT_DIFFUSION),
+    "pack_channels_across_z": ("shared_tile", PLANAR_TO_PACKED),
 }
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import INTEGER_TYPE, WIDE_INTEGER_TYPE, fresh_name, identifiers, mask, split_top_level
-from services.generator.rules.grid_stride import sizes_around
+from services.generator.rules.grid_stride import GRID_LIMIT, sizes_around
 from services.generator.rules.shape import one_thread_per_point
 from services.generator.rules.statements import Statement, statements
 from shared.domain.expressions import ExpressionError, evaluate
@@ -54,7 +54,7 @@ from shared.domain.spec import KernelSpec
 
 _DECLARATION = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<rest>[^;]*);\s*", re.DOTALL)
 _CAST = re.compile(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)")
-_GRID_LIMIT, _WARP = 65535, 32
+_WARP = 32
 
 
 @dataclass(frozen=True)
@@ -353,7 +353,7 @@ def _respelt(spec: KernelSpec, kernel: points.PointKernel, masked: str, guard: S
     variables = spec.variables(spec.baseline_params())
     blocks = [variables.get(name, 1) for name in spec.block_size_names] + [1, 1]
     if any(v is None for v in sized) or sized[0] < _WARP or \
-            any(math.ceil(v / blocks[n]) > _GRID_LIMIT for n, v in enumerate(sized) if n) or \
+            any(math.ceil(v / blocks[n]) > GRID_LIMIT for n, v in enumerate(sized) if n) or \
             not _covered(spec, _in_sizes(_parameter_poly(kernel, bound, scalars), scalars)):
         return None
     wide = f"({index.type})" if re.fullmatch(WIDE_INTEGER_TYPE, index.type) else ""
@@ -377,7 +377,9 @@ def _respelt(spec: KernelSpec, kernel: points.PointKernel, masked: str, guard: S
                     opening = access.start + masked[access.start:access.end].index("[")
                     edits.append((opening + 1, access.end - 1, respelt))
     conditions = [f"{axes[n]} < {_c(_radix(digits, group))}" for n, group in enumerate(groups[:-1])]
-    conditions.append(f"{axes[-1]} < ({bound.strip()}) / {_c(digits[groups[-1][0]].low)}")
+    low = digits[groups[-1][0]].low
+    within = affine.quotient(_parameter_poly(kernel, bound, scalars), low)  # N of N * C * H * W, where it divides
+    conditions.append(f"{axes[-1]} < {_c(within) if within else f'({bound.strip()}) / {_c(low)}'}")
     flat = f"const {index.type} {index.name} = {' + '.join(number)};"
     edits.append((*guard.head, " && ".join(conditions)))
     leading_reads = re.search(rf"\b{index.name}\b", masked[kernel.body_start:guard.start])

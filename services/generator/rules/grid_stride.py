@@ -49,7 +49,7 @@ from shared.domain.spec import KernelSpec
 _INIT = re.compile(rf"\s*(?P<type>(?:const\s+)?{INTEGER_TYPE})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<start>.*)", re.DOTALL)
 _LOCALS = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<declarators>[^;]*);\s*")
 _CAST = re.compile(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)")
-_GRID_LIMIT = 65535  # blocks along y and along z
+GRID_LIMIT = 65535  # blocks along y and along z
 _LAUNCH = {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim", "gridDim") for a in "xyz"}
 
 
@@ -240,7 +240,7 @@ def _bounds_covered(spec: KernelSpec, loops: list[_Loop], nest: str) -> bool:
             return False
         try:
             if loop.axis and math.ceil(evaluate(dims[loop.axis], spec.variables(spec.baseline_params())) /
-                                       _smallest_block(spec, loop.axis)) > _GRID_LIMIT:
+                                       _smallest_block(spec, loop.axis)) > GRID_LIMIT:
                 return False
         except ExpressionError:
             return False

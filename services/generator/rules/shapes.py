@@ -28,7 +28,7 @@ from typing import Any
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
 from services.generator.rules.elementwise import ElementwiseShape
-from services.generator.rules import flat_index, grid_stride
+from services.generator.rules import axis_order, flat_index, grid_stride
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
 from services.generator.rules.row_cache import RowPassesShape
@@ -57,17 +57,30 @@ def reading(spec: KernelSpec) -> KernelSpec:
     neighbours, while a block's pointer to its row is what row_in_registers caches the row through. Likewise a nest
     of grid-stride loops is read as the one point per thread it stands for (grid_stride.py), launched so, only
     where that lets a more specific shape read it, and a flat index split by / and % as its coordinates
-    (flat_index.py)."""
+    (flat_index.py), and a 3D kernel with its y and z axes swapped (axis_order.py)."""
     return _read(spec)[0]
 
 
 Found = tuple[int, Shape | None, Any, dict[str, str]]  # the shape's place in SHAPES (len(SHAPES): none), ...
 
 
+_READINGS: dict[str, tuple[KernelSpec, Found]] = {}  # the last specs read, by their JSON: checking and applying
+_KEPT_READINGS = 64  # each rule reads the same spec again
+
+
 def _read(spec: KernelSpec) -> tuple[KernelSpec, Found]:
+    key = spec.model_dump_json()
+    if key not in _READINGS:
+        if len(_READINGS) >= _KEPT_READINGS:
+            del _READINGS[next(iter(_READINGS))]
+        _READINGS[key] = _reading(spec)
+    return _READINGS[key]
+
+
+def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     kept, inlined = canonical(spec, inline=False), canonical(spec)
-    spellings = [inlined, *(pointed for s in (kept, inlined) for form in (grid_stride.point_form, flat_index.point_form)
-                            if (pointed := form(s)) is not None)]
+    respellings = (grid_stride.point_form, flat_index.point_form, axis_order.swapped)
+    spellings = [inlined, *(pointed for s in (kept, inlined) for form in respellings if (pointed := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling in spellings:
         if spelling.source != best[0].source and (other := _first(spelling))[0] < best[1][0]:

@@ -1,0 +1,61 @@
+"""A 3D kernel of one point per thread read with its y and z axes swapped.
+
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    const int c = blockIdx.z;                            // blocks one thread deep along z
+    if (x < W && y < H && c < C)
+        chw[(c * H + y) * W + x] = hwc[(y * W + x) * C + c];
+
+is a transpose across x and z (the channels), where the shapes look for one across x and y. Each thread runs one
+point, which depends on nothing but its indices (points.py), so the same points may be launched with c along y
+and y along z, one thread deep:
+
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = blockIdx.y * blockDim.y + threadIdx.y;
+    const int y = blockIdx.z * blockDim.z + threadIdx.z;
+
+over the problem size with its y and z swapped. Made only where the spec launches blocks one thread deep along z,
+divides the grid by the block sizes alone, and the point body is one guard bounding y and z each below a scalar
+argument its problem size covers (grid_stride.bound_covered): both launches then run every point of that box,
+and the guard skips the rest. Along z the new grid must stay within CUDA's 65535 blocks.
+"""
+import re
+
+from services.generator.rules import points
+from services.generator.rules.cuda_text import mask, split_top_level
+from services.generator.rules.grid_stride import GRID_LIMIT, bound_covered
+from shared.domain.expressions import ExpressionError, evaluate
+from shared.domain.spec import KernelSpec
+
+
+def swapped(spec: KernelSpec) -> KernelSpec | None:
+    """The spec with its y and z axes swapped, launched so; None where the kernel is not one point per thread on
+    a 3D grid one thread deep along z, guarded as above."""
+    try:
+        kernel = points.recognise(spec)
+    except points.NotPointKernel:
+        return None
+    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    if len(kernel.axes) != 3 or len(dims) != 3 or len(spec.block_size_names) < 3 or \
+            not points.one_thread_along(spec, 2) or spec.grid_div_y or spec.grid_div_z or \
+            len(kernel.statements) != 1 or kernel.statements[0].kind != "if":
+        return None
+    masked = mask(spec.source)
+    guard = kernel.statements[0]
+    conjuncts = split_top_level(masked[guard.head[0]:guard.head[1]].replace("&&", "\0"), "\0")
+    for axis in kernel.axes[1:]:
+        bounds = [re.fullmatch(rf"\s*{axis.name}\s*<(?P<b>[^<>=!&|?,]+)", c) for c in conjuncts]
+        if not any(b and bound_covered(spec, axis.axis, b["b"]) for b in bounds):
+            return None
+    try:
+        extent = evaluate(dims[1], spec.variables(spec.baseline_params()))
+    except ExpressionError:
+        return None
+    if extent > GRID_LIMIT:
+        return None
+    x, y, z = kernel.axes
+    definitions = [points.definition(x), f"{z.type} {z.name} = blockIdx.y * blockDim.y + threadIdx.y;",
+                   f"{y.type} {y.name} = blockIdx.z * blockDim.z + threadIdx.z;"]
+    source = points.replace_spans(spec.source, [(kernel.kernel.body_open + 1, kernel.body_start, "".join(
+        f"\n{points.INDENT}{line}" for line in definitions))])
+    return spec.model_copy(update={"source": source, "problem_size": [dims[0], dims[2], dims[1]]})

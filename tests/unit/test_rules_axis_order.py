@@ -1,0 +1,50 @@
+"""A 3D kernel of one point per thread read with its y and z axes swapped (services/generator/rules/axis_order.py):
+a transpose across x and z then reads as one across x and y, and nothing is swapped where the two launches could
+run other points."""
+import pytest
+
+from services.generator import rules
+from services.generator.rules.axis_order import swapped
+from services.generator.rules.canonical import canonical
+from services.generator.rules.shapes import reading, recognise
+from tests.unit.rules_variants import PLANAR_TO_PACKED, edited
+
+
+def test_the_channels_of_blockIdx_z_are_launched_along_y():
+    read = reading(PLANAR_TO_PACKED)
+    assert recognise(PLANAR_TO_PACKED)[0].name == "transposed"
+    assert read.problem_size == ["w", "c", "h"]
+    assert "unsigned ch = blockIdx.y * blockDim.y + threadIdx.y;" in read.source
+    assert "unsigned py = blockIdx.z * blockDim.z + threadIdx.z;" in read.source
+    candidate = rules.apply("shared_tile", PLANAR_TO_PACKED, PLANAR_TO_PACKED.as_candidate())
+    grid, block = PLANAR_TO_PACKED.for_candidate(candidate).launch_geometry(
+        {**PLANAR_TO_PACKED.baseline_params(), **candidate.params})
+    assert grid[2] == 61 and block[2] == 1  # a plane of rows per block layer, as py was a row per block row
+
+
+def _with(spec, **changes):
+    return spec.model_validate({**spec.model_dump(), **changes})
+
+
+REFUSED = {
+    # blocks deeper than one thread along z: their threads would take the y axis's block sizes
+    "deep_blocks_along_z": _with(PLANAR_TO_PACKED, tune_params={"block_size_x": [32], "block_size_z": [1, 2]}),
+    # a guard that leaves the channel unbounded: the new launch could run channels the old one never did
+    "unbounded_z": edited(PLANAR_TO_PACKED, " || ch >= channels", ""),
+    # more rows than CUDA's grid holds along z
+    "too_many_rows": _with(PLANAR_TO_PACKED, sizes={"w": 173, "h": 70000, "c": 3}),
+    # a grid divided otherwise than by the block sizes
+    "own_divisors": _with(PLANAR_TO_PACKED, grid_div_z=["1"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_the_axes_are_not_swapped_where_the_launches_could_differ(name):
+    assert swapped(canonical(REFUSED[name])) is None
+
+
+def test_a_kernel_no_more_specific_shape_reads_swapped_keeps_its_axes():
+    planar = edited(PLANAR_TO_PACKED, "packed[((size_t)py * width + px) * channels + ch]",
+                    "packed[((size_t)ch * height + py) * width + px]")
+    assert swapped(canonical(planar)) is not None  # exact, but points either way
+    assert recognise(planar)[0].name == "points" and reading(planar).problem_size == ["w", "h", "c"]
