@@ -1024,6 +1024,54 @@ extern "C" __global__ void to_channels_last(float *dst, const float *src, int ba
                           scalar("batch", "b"), scalar("channels", "c"), scalar("height", "h"), scalar("width", "w")],
     {"b": 3, "c": 67, "h": 33, "w": 29}, ["b * c * h * w"], tune_params={"block_size_x": [128, 256]})
 
+# Channels-last to channels-first, PyTorch's way: a 64-bit flat index split by a running quotient.
+TO_CHANNELS_FIRST = spec(r"""
+extern "C" __global__ void to_channels_first(float *dst, const float *src, long long total, int C, int H, int W)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    long long t = i;
+    const int c = t % C; t /= C;
+    const int x = t % W; t /= W;
+    const int y = t % H; t /= H;
+    const int n = t;
+    dst[((n * C + c) * H + y) * W + x] = src[i];
+}
+""", "to_channels_first", [array("dst", ["n", "c", "h", "w"], role="out"), array("src", ["n", "h", "w", "c"]),
+                           scalar("total", "n * c * h * w", "int64"), scalar("C", "c"), scalar("H", "h"),
+                           scalar("W", "w")], {"n": 2, "c": 48, "h": 13, "w": 21}, ["n * c * h * w"],
+    tune_params={"block_size_x": [128, 256]})
+
+# Each image's rows and columns swapped, the batch and channel coordinates apart: the top two fuse.
+SWAP_ROWS_COLUMNS = spec(r"""
+extern "C" __global__ void swap_hw(float *out, const float *in, int N, int C, int H, int W)
+{
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * C * H * W) return;
+    int w = idx % W;
+    int h = (idx / W) % H;
+    int c = (idx / (W * H)) % C;
+    int n = idx / (W * H * C);
+    out[((n * C + c) * W + w) * H + h] = in[idx];
+}
+""", "swap_hw", [array("out", ["N", "C", "W", "H"], role="out"), array("in", ["N", "C", "H", "W"]),
+                 *(scalar(name, name) for name in "NCHW")], {"N": 2, "C": 3, "H": 40, "W": 48}, ["N * C * H * W"])
+
+# A batch of matrices transposed by a grid-stride loop over the flat index, on a grid a quarter of the elements.
+PERMUTE_GRID_STRIDE = spec(r"""
+extern "C" __global__ void permute_gs(double *out, const double *in, int N, int C, int HW)
+{
+    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < N * C * HW; idx += blockDim.x * gridDim.x) {
+        int p = idx % HW;
+        int c = (idx / HW) % C;
+        int n = idx / (HW * C);
+        out[((size_t)n * HW + p) * C + c] = in[idx];
+    }
+}
+""", "permute_gs", [array("out", ["N", "HW", "C"], "float64", "out"), array("in", ["N", "C", "HW"], "float64"),
+                    scalar("N", "N"), scalar("C", "C"), scalar("HW", "HW")], {"N": 3, "C": 35, "HW": 1001},
+    ["N * C * HW"], grid_div_x=["block_size_x", "4"])
+
 # Planar to interleaved for a multi-channel image, one grid layer per channel: a transpose across x and z.
 PLANAR_TO_PACKED = spec(r"""
 extern "C" __global__ void pack_channels(float *packed, const float *planes, unsigned width, unsigned height,
@@ -1179,6 +1227,9 @@ VARIANTS = {
     "to_channels_last_flat": ("shared_tile", TO_CHANNELS_LAST),
     "diffusion_flat": ("register_blocking", FLAT_DIFFUSION),
     "pack_channels_across_z": ("shared_tile", PLANAR_TO_PACKED),
+    "to_channels_first_running_quotient": ("shared_tile", TO_CHANNELS_FIRST),
+    "swap_rows_columns_top_fused": ("shared_tile", SWAP_ROWS_COLUMNS),
+    "permute_grid_stride_flat": ("shared_tile", PERMUTE_GRID_STRIDE),
 }
 
 

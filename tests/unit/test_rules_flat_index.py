@@ -8,7 +8,8 @@ from services.generator.rules.canonical import canonical
 from services.generator.rules.flat_index import point_form
 from services.generator.rules.shapes import reading, recognise
 from shared.adapters.device.compiler import compile_kernel
-from tests.unit.rules_variants import FLAT_DIFFUSION, TO_CHANNELS_LAST, array, edited, scalar, spec
+from tests.unit.rules_variants import (FLAT_DIFFUSION, PERMUTE_GRID_STRIDE, SWAP_ROWS_COLUMNS, TO_CHANNELS_FIRST, TO_CHANNELS_LAST, array,
+                                      edited, scalar, spec)
 
 CHANNEL_BIAS = spec(r"""
 extern "C" __global__ void channel_bias(float *y, const float *x, const float *bias, int n, int channels, int plane)
@@ -59,8 +60,8 @@ def test_four_coordinates_fuse_the_two_every_subscript_moves_along_as_one():
     read = reading(NCHW)
     assert recognise(NCHW)[0].name == "transposed" and read.problem_size == ["H * W", "C", "N"]
     assert "int w = idx_x % W;" in read.source and "int h = (idx_x / W);" in read.source
-    assert "out[(long long)idx_y + (long long)idx_z * (long long)C * (long long)H * (long long)W + (long long)C * " \
-           "(long long)idx_x]" in read.source
+    assert "out[(long long)C * (long long)H * (long long)W * (long long)idx_z + (long long)C * (long long)idx_x + " \
+           "(long long)idx_y]" in read.source
     candidate = rules.apply("shared_tile", NCHW, NCHW.as_candidate())
     assert candidate.problem_size == ["H * W", "C", "N"]
     launched = NCHW.for_candidate(candidate)
@@ -71,7 +72,28 @@ def test_four_coordinates_fuse_the_two_every_subscript_moves_along_as_one():
     assert answers.parse("rewrite", answers.rewrite_text(candidate)).settings["problem_size"] == ["H * W", "C", "N"]
 
 
-@pytest.mark.parametrize("variant", [TO_CHANNELS_LAST, FLAT_DIFFUSION], ids=["quotient_local", "stencil"])
+def test_the_top_two_fused_are_launched_over_both():
+    read = reading(SWAP_ROWS_COLUMNS)
+    assert recognise(SWAP_ROWS_COLUMNS)[0].name == "transposed" and read.problem_size == ["W", "H", "C * N"]
+    assert "idx_z < (C * N)" in read.source and "int c = idx_z % C;" in read.source
+
+
+def test_a_running_quotient_splits_the_index_as_it_goes():
+    read = reading(TO_CHANNELS_FIRST)
+    assert recognise(TO_CHANNELS_FIRST)[0].name == "transposed" and read.problem_size == ["c", "h * w", "n"]
+    assert "const int c = i_x; t /= C;" in read.source and "const int n = i_z;" in read.source
+    assert "if (i_x < C && i_y < (H * W) && i_z < (total) / (C * H * W)) {" in read.source
+
+
+def test_a_grid_stride_loop_over_the_flat_index_is_read_through_its_point_form():
+    read = reading(PERMUTE_GRID_STRIDE)
+    assert recognise(PERMUTE_GRID_STRIDE)[0].name == "transposed" and read.problem_size == ["HW", "C", "N"]
+    assert read.grid_div_x == ["block_size_x"]  # one thread a point, no longer a quarter of them
+    candidate = rules.apply("shared_tile", PERMUTE_GRID_STRIDE, PERMUTE_GRID_STRIDE.as_candidate())
+    assert candidate.problem_size == ["HW", "C", "N"] and candidate.grid_div_x == ["block_size_x"]
+
+
+@pytest.mark.parametrize("variant", [TO_CHANNELS_LAST, FLAT_DIFFUSION, TO_CHANNELS_FIRST, SWAP_ROWS_COLUMNS], ids=["quotient_local", "stencil", "running_quotient", "top_fused"])
 def test_quotient_locals_and_neighbours_read_through_it(variant):
     shape, _, _ = recognise(variant)
     assert shape.name in ("transposed", "stencil")
@@ -101,6 +123,15 @@ REFUSED = {
                                                                 "problem_size": ["nx * ny - 1"]}),
     # a guard with more than the flat bound
     "guard_with_more": edited(CHANNEL_BIAS, "if (i < n) {", "if (i < n && plane > 1) {"),
+    # a cast that wraps the index, which a fused subscript respelt in 64 bits would not
+    "narrowing_cast": edited(NCHW, "= in[idx];", "= in[(unsigned short)(idx)];"),
+    # a local whose initialiser reads a name that changes before the subscript reads the local
+    "changed_since_initialised": edited(NCHW, "    out[((n * H + h) * W + w) * C + c] = in[idx];",
+                                        "    int k = 0;\n    int o = ((n * H + h) * W + w) * C + c + k;\n    k = 1;\n"
+                                        "    out[o] = in[idx];"),
+    # as many rows as CUDA's grid holds along y: one more, as a trial takes, would not fit
+    "grid_full_along_y": FLAT_DIFFUSION.model_validate({**FLAT_DIFFUSION.model_dump(),
+                                                        "sizes": {"nx": 64, "ny": 65535}}),
 }
 
 

@@ -22,23 +22,28 @@ the shapes see how each subscript moves along each coordinate (a transpose's til
 the flat spelling hides it behind the division. The rewrite then launches the box's grid (engine.py gives the
 candidate the reading's problem size).
 
-The coordinates are the locals the body declares as `(i / D) % R`, `i % R` or `i / D` (divisions chained, through
-another such local of i never changed, `(i % M) / D` where D divides M), D and R products of scalar parameters:
-their divisors and moduli cut i's range into digits, one coordinate each (one the body does not name gets a fresh
-one). Each local that is exactly one digit is initialised from its coordinate; the others keep their initialisers,
-reading i, which the guard's body declares as the coordinates' number, in its own type. Every point is thus run
-once, by the body as written, with the values it had.
+The coordinates are the integer locals the body declares as `(i / D) % R`, `i % R` or `i / D`, divisions chained
+(`i / W % H`), `(i % M) / D` where D divides M, or through a local quotient of i (`q = i / W; h = q % H`), which
+may divide again as it goes (`t /= W;`, a running quotient; a local changed any other way divides nothing after),
+D and R products of scalar parameters (locals of them substituted). Their divisors and moduli cut i's range into
+digits, one coordinate each (one the body does not name gets a fresh one). Each local that is exactly one digit
+is initialised from its coordinate; the others keep their initialisers, reading i, which the guard's body
+declares as the coordinates' number, in its own type. Every point is thus run once, by the body as written,
+with the values it had.
 
 Made only where:
-- the kernel is 1D, one point per thread (points.py), its point body after integer locals (of scalar arithmetic,
-  or such coordinates) one guard `if (i < T)` with no else, T a product of scalar parameters that the digits'
-  divisors divide, in the size variables the parameters' values give (`n`, given as N * C * HW, is divided by HW
-  * C): the top digit's bound T / (HW * C) is then exact at every size;
-- the digits are at most 3, or adjacent digits fuse: where every subscript that reads them moves along the lower
-  one R times less than along the upper (`((n * H + h) * W + w) * C + c` and `in[i]` for w and h), the two are one
-  coordinate f, the locals h and w are initialised as `f / W` and `f % W`, and those subscripts are respelt from
-  their polynomials in f (unchanged values);
-- the coordinate along x has at least a warp's points and those along y and z fit CUDA's 65535 blocks.
+- the kernel is 1D, one point per thread (points.py), launched over at least T threads at the spec's sizes and
+  around them, its point body after integer locals of arithmetic one guard `if (i < T)` with no else, T a
+  product of scalar parameters that the digits' divisors divide in the size variables the parameters' values give
+  (`n`, given as N * C * HW, is divided by HW * C): the top digit's bound T / (HW * C) is then exact at every size;
+- the digits are at most 3, or two adjacent ones fuse into one coordinate f: their locals are initialised as `f
+  / W` and `f % W`, and every subscript that reads f is respelt as its polynomial in the coordinates and
+  parameters, where it moves along the lower digit W times less than along the upper (`((n * H + h) * W + w) * C
+  + c` and `in[i]` for w and h). Not where a subscript reads them otherwise or through a local whose value may
+  have changed since its initialiser, nor where the body casts to an integer narrower than 64 bits (the
+  polynomial, in 64 bits, would not wrap where the cast does);
+- the coordinate along x has at least a warp's points and those along y and z fit CUDA's 65535 blocks, at the
+  spec's sizes and around them.
 """
 import math
 import re
@@ -55,6 +60,8 @@ from shared.domain.spec import KernelSpec
 _DECLARATION = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<rest>[^;]*);\s*", re.DOTALL)
 _CAST = re.compile(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)")
 _WARP = 32
+_CASTS = re.compile(r"\(\s*(?:const\s+)?([A-Za-z_][\w\s:]*?)\s*\)\s*[\w(]")
+_INTEGER_WORDS = re.compile(r"\b(?:short|char|int|long|unsigned|signed|bool|size_t|u?int\d+_t|ptrdiff_t)\b")
 
 
 @dataclass(frozen=True)
@@ -96,12 +103,21 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
     digits = None if total is None else _digits(found, scalars, spec.sizes)
     if digits is None or not 2 <= len(digits) <= 4:
         return None
-    top = affine.quotient(_in_sizes(total, scalars), _in_sizes(digits[-1].low, scalars))
-    bases = _bases(kernel, found, index.name)
-    groups = None if top is None else _fused(kernel, digits, index.name, bases, scalars)
-    if groups is None:
+    if affine.quotient(_in_sizes(total, scalars), _in_sizes(digits[-1].low, scalars)) is None:
         return None
-    return _respelt(spec, kernel, masked, guard, bound, digits, groups, top, bases, scalars)
+    for groups in _groupings(len(digits)):
+        spelt = _respelt(spec, kernel, masked, guard, bound, digits, groups, scalars)
+        if spelt is not None and (fused := _fused_subscripts(spelt, digits, groups)) is not None:
+            return fused
+    return None
+
+
+def _groupings(count: int) -> list[list[list[int]]]:
+    """The ways to take `count` digits as at most 3 coordinates, lowest first: each alone, or two adjacent ones
+    fused."""
+    if count <= 3:
+        return [[[n] for n in range(count)]]
+    return [[*([m] for m in range(n)), [n, n + 1], *([m] for m in range(n + 2, count))] for n in range(count - 1)]
 
 
 def _guard_bound(masked: str, guard: Statement, index: str) -> str | None:
@@ -154,30 +170,38 @@ def _in_sizes(poly: affine.Poly, scalars: dict[str, affine.Poly]) -> affine.Poly
 def _forms(kernel: points.PointKernel, masked: str, candidates: list[Statement], index: str,
            scalars: dict[str, affine.Poly]) -> dict[str, tuple[_Form, tuple[int, int]]]:
     """Each integer local the statements declare as a form of the flat index -> its form and its initialiser's
-    span."""
+    span, the statements read in order: a quotient held by a local may divide again (`t /= W;`, as a running
+    quotient splits the index), and a local changed any other way divides nothing after."""
     found: dict[str, tuple[_Form, tuple[int, int]]] = {}
+    bases = {index: _Form({(): 1}, None)}
     for statement in candidates:
-        if statement.kind != "simple" or (declared := _DECLARATION.fullmatch(masked, statement.start,
-                                                                             statement.end)) is None:
+        text = masked[statement.start:statement.end]
+        declared = _DECLARATION.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" \
+            else None
+        divided = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:/=|=\s*\1\s*/)(.*);\s*", text) \
+            if statement.kind == "simple" else None
+        if divided and divided[1] in bases and divided[1] != index:
+            value = _parameter_poly(kernel, _unwrapped(divided[2]), scalars)
+            quotient = bases.pop(divided[1])
+            if value is not None and not re.search(rf"\b{divided[1]}\b", divided[2]):
+                bases[divided[1]] = _Form(affine.product(quotient.divisor, value), None)
+            continue
+        if declared is None:
+            bases = {name: form for name, form in bases.items() if not re.search(points.changing(name), text)}
             continue
         at = declared.start("rest")
         for part in split_top_level(declared["rest"], ","):
             named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
             if named is not None:
-                bases = _bases(kernel, found, index)
+                if any(re.search(points.changing(name), named[2]) for name in bases):
+                    return found  # a change inside an initialiser: what follows is not read
                 form = _form(kernel, named[2], bases, scalars)
                 if form is not None:
                     found[named[1]] = form, (at + named.start(2), at + named.end(2))
+                    if form.modulus is None:
+                        bases[named[1]] = form
             at += len(part) + 1
     return found
-
-
-def _bases(kernel: points.PointKernel, found: dict[str, tuple[_Form, tuple[int, int]]],
-           index: str) -> dict[str, _Form]:
-    """What forms may divide: the flat index, and its quotients held by locals never changed."""
-    text = mask(kernel.source)[kernel.body_start:kernel.body_end]
-    return {index: _Form({(): 1}, None), **{name: form for name, (form, _) in found.items() if form.modulus is None
-                                            and len(re.findall(points.changing(name), text)) == 1}}
 
 
 def _form(kernel: points.PointKernel, text: str, bases: dict[str, _Form],
@@ -265,96 +289,20 @@ def _digits(found: dict[str, tuple[_Form, tuple[int, int]]], scalars: dict[str, 
     return digits
 
 
-def _fused(kernel: points.PointKernel, digits: list[_Digit], index: str, bases: dict[str, _Form],
-           scalars: dict[str, affine.Poly]) -> list[list[int]] | None:
-    """The digits grouped into at most 3 coordinates, two adjacent ones fused where every subscript reading them
-    moves along each as the flat index of the pair would; None where more than 3 remain."""
-    groups = [[n] for n in range(len(digits))]
-    while len(groups) > 3:
-        pair = next((n for n in range(len(groups) - 1) if _fusable(kernel, digits, groups[n] + groups[n + 1],
-                                                                    index, bases, scalars)), None)
-        if pair is None:
-            return None
-        groups[pair:pair + 2] = [groups[pair] + groups[pair + 1]]
-    return groups
-
-
-def _placed(kernel: points.PointKernel, digits: list[_Digit], group: list[int], index: str,
-            bases: dict[str, _Form], scalars: dict[str, affine.Poly]) -> list[
-        tuple[points.Access, affine.Poly, affine.Poly | None]]:
-    """Each access whose subscript reads the group's digits -> its polynomial in placeholder digits `#n` (the flat
-    index and its forms, as the locals' polynomials hold them, replaced), and its stride along the group's lowest
-    digit where the others move in step with it (else None)."""
-    number: affine.Poly = {}
-    for n, digit in enumerate(digits):
-        number = affine.add(number, affine.product({(f"#{n}",): 1}, digit.low))
-    found = []
-    for access in kernel.accesses:
-        poly = access.poly
-        for atom in {a for term in poly or {} for a in term if a.startswith("?")}:
-            form = _form(kernel, atom[1:], bases, scalars)
-            value = None if form is None else _as_digits(form, digits)
-            if value is not None:
-                poly = affine.substitute(poly, atom, value)
-        poly = poly and affine.substitute(poly, index, number)
-        if poly is None or any(a.startswith("?") for term in poly for a in term):
-            if re.search(rf"\b{index}\b|\b(?:{'|'.join(n for d in digits for n in d.names) or index})\b",
-                         access.subscript):
-                found.append((access, {}, None))
-            continue
-        if not {f"#{n}" for n in group} & affine.names(poly):
-            continue
-        lowest = affine.stride(poly, f"#{group[0]}")
-        place: affine.Poly = {(): 1}
-        step = lowest
-        for n in group:
-            if step is not None and affine.stride(poly, f"#{n}") != affine.product(lowest or {}, place):
-                step = None
-            place = affine.product(place, digits[n].radix or {})
-        found.append((access, poly, step))
-    return found
-
-
-def _as_digits(form: _Form, digits: list[_Digit]) -> affine.Poly | None:
-    """The form as the sum of the digits it spans, each at its place within it; None where it cuts one."""
-    lows = [d.low for d in digits]
-    if form.divisor not in lows:
-        return None
-    first = lows.index(form.divisor)
-    if form.modulus is None:
-        span = range(first, len(digits))
-    else:
-        high = affine.product(form.divisor, form.modulus)
-        end = next((n for n in range(first + 1, len(digits)) if lows[n] == high), None)
-        if end is None:
-            return None
-        span = range(first, end)
-    value: affine.Poly = {}
-    for n in span:
-        value = affine.add(value, affine.product({(f"#{n}",): 1}, affine.quotient(digits[n].low, form.divisor)))
-    return value
-
-
-def _fusable(kernel: points.PointKernel, digits: list[_Digit], group: list[int], index: str, bases: dict[str, _Form],
-             scalars: dict[str, affine.Poly]) -> bool:
-    return all(step for _, _, step in _placed(kernel, digits, group, index, bases, scalars))
-
-
 def _respelt(spec: KernelSpec, kernel: points.PointKernel, masked: str, guard: Statement, bound: str,
-             digits: list[_Digit], groups: list[list[int]], top: affine.Poly, bases: dict[str, _Form],
-             scalars: dict[str, affine.Poly]) -> KernelSpec | None:
+             digits: list[_Digit], groups: list[list[int]], scalars: dict[str, affine.Poly]) -> KernelSpec | None:
     """The source with one coordinate per group along x, y and z, launched over the box they span."""
     index = kernel.axes[0]
     taken = identifiers(spec.source)
     axes = [fresh_name(f"{index.name}_{'xyz'[n]}", taken) for n in range(len(groups))]
-    extents = [_in_sizes(_radix(digits, group), scalars) if n < len(groups) - 1 else top
-               for n, group in enumerate(groups)]
-    sized = [affine.value(extent, spec.sizes) for extent in extents]
+    total = _in_sizes(_parameter_poly(kernel, bound, scalars), scalars)
+    extents = [_in_sizes(_radix(digits, group), scalars) for group in groups[:-1]]
+    extents.append(affine.quotient(total, _in_sizes(digits[groups[-1][0]].low, scalars)))
     variables = spec.variables(spec.baseline_params())
     blocks = [variables.get(name, 1) for name in spec.block_size_names] + [1, 1]
-    if any(v is None for v in sized) or sized[0] < _WARP or \
-            any(math.ceil(v / blocks[n]) > GRID_LIMIT for n, v in enumerate(sized) if n) or \
-            not _covered(spec, _in_sizes(_parameter_poly(kernel, bound, scalars), scalars)):
+    if affine.value(extents[0], spec.sizes) < _WARP or not _covered(spec, total) or any(
+            math.ceil(affine.value(extent, sizes) / blocks[n]) > GRID_LIMIT
+            for sizes in sizes_around(spec.sizes) for n, extent in enumerate(extents) if n):
         return None
     wide = f"({index.type})" if re.fullmatch(WIDE_INTEGER_TYPE, index.type) else ""
     definitions = [f"{index.type} {axes[0]} = {index.expression};",
@@ -370,12 +318,6 @@ def _respelt(spec: KernelSpec, kernel: points.PointKernel, masked: str, guard: S
             edits += [(*span, f" {value}") for span in digits[digit].spans]
             place = affine.product(place, digits[digit].radix or {})
         number.append(f"{axes[n]} * {_c(digits[group[0]].low)}" if n else axes[n])
-        if len(group) > 1:
-            for access, poly, step in _placed(kernel, digits, group, index.name, bases, scalars):
-                respelt = _renamed(_with_coordinate(poly, step, group, axes[n]), groups, axes) if step else ""
-                if respelt and "#" not in respelt:
-                    opening = access.start + masked[access.start:access.end].index("[")
-                    edits.append((opening + 1, access.end - 1, respelt))
     conditions = [f"{axes[n]} < {_c(_radix(digits, group))}" for n, group in enumerate(groups[:-1])]
     low = digits[groups[-1][0]].low
     within = affine.quotient(_parameter_poly(kernel, bound, scalars), low)  # N of N * C * H * W, where it divides
@@ -392,13 +334,61 @@ def _respelt(spec: KernelSpec, kernel: points.PointKernel, masked: str, guard: S
     edits.append((kernel.kernel.body_open + 1, kernel.body_start,
                   "".join(f"\n{points.INDENT}{line}" for line in definitions)))
     source = points.replace_spans(spec.source, edits)
-    problem = [_expression(extents[n]) if n < len(groups) - 1 else _expression(top) for n in range(len(groups))]
-    respelt = spec.model_copy(update={"source": source, "problem_size": problem})
+    respelt = spec.model_copy(update={"source": source, "problem_size": [_expression(e) for e in extents]})
     try:
         read = points.recognise(respelt)
     except points.NotPointKernel:
         return None
     return respelt if len(read.axes) == len(groups) else None
+
+
+def _fused_subscripts(spelt: KernelSpec, digits: list[_Digit], groups: list[list[int]]) -> KernelSpec | None:
+    """The respelt spec with each subscript that reads the fused coordinate respelt as a polynomial of the
+    coordinates and parameters, where it moves along each fused digit as the coordinate would (the digit's
+    place in it times the lowest's stride); None where a subscript reads them otherwise, or through a local whose
+    value may have changed since its initialiser (a name not a coordinate or parameter), or a cast may wrap an
+    index, which the polynomial (in 64 bits) would not. As respelt where no digits fuse."""
+    fused = next((n for n, group in enumerate(groups) if len(group) > 1), None)
+    if fused is None:
+        return spelt
+    read = points.recognise(spelt)
+    masked = mask(spelt.source)
+    if _narrowing(masked[read.body_start:read.body_end]):
+        return None
+    axis, group = read.axes[fused].name, groups[fused]
+    held: dict[str, set[int]] = {}  # the opaque atom each fused digit's local holds (`?i_y % W`) -> the digit
+    for n in group:
+        for name in digits[n].names:
+            if len(poly := read.locals.get(name) or {}) == 1 and (atom := next(iter(poly)))[0].startswith("?") \
+                    and len(atom) == 1 and poly[atom] == 1:
+                held.setdefault(atom[0], set()).add(n)
+    allowed = {a.name for a in read.axes} | set(read.parameters) | {f"#{n}" for n in group}
+    edits = []
+    for access in read.accesses:
+        poly = access.poly
+        for atom, (n, *more) in held.items():
+            if poly is not None and not more:  # an atom two digits' locals hold alike tells neither
+                poly = affine.substitute(poly, atom, {(f"#{n}",): 1})
+        names = set() if poly is None else affine.names(poly)
+        if poly is None or not names & {axis, *(f"#{n}" for n in group)}:
+            if poly is None and re.search(rf"\b(?:{axis}|{'|'.join(d for n in group for d in digits[n].names) or axis})\b",
+                                          access.subscript):
+                return None
+            continue
+        steps = [affine.stride(poly, f"#{n}") for n in group]
+        direct = affine.stride(poly, axis)
+        if names - allowed or direct is None or None in steps:
+            return None
+        place: affine.Poly = {(): 1}
+        for n, step in zip(group, steps):
+            if step != affine.product(steps[0], place):
+                return None
+            place = affine.product(place, digits[n].radix or {})
+        rest = {term: c for term, c in poly.items() if not set(term) & {axis, *(f"#{n}" for n in group)}}
+        opening = access.start + masked[access.start:access.end].index("[")
+        edits.append((opening + 1, access.end - 1,
+                      affine.spelled(affine.add(rest, affine.product(affine.add(direct, steps[0]), {(axis,): 1})))))
+    return spelt.model_copy(update={"source": points.replace_spans(spelt.source, edits)})
 
 
 def _covered(spec: KernelSpec, total: affine.Poly) -> bool:
@@ -413,25 +403,18 @@ def _covered(spec: KernelSpec, total: affine.Poly) -> bool:
         return False
 
 
+def _narrowing(text: str) -> bool:
+    """Whether the text casts to an integer type narrower than 64 bits, which may wrap an index that a subscript
+    respelt from its polynomial (in 64 bits) would not."""
+    return any(_INTEGER_WORDS.search(cast[1]) and not re.fullmatch(WIDE_INTEGER_TYPE, " ".join(cast[1].split()))
+               for cast in _CASTS.finditer(text))
+
+
 def _radix(digits: list[_Digit], group: list[int]) -> affine.Poly:
     found: affine.Poly = {(): 1}
     for n in group:
         found = affine.product(found, digits[n].radix or {})
     return found
-
-
-def _with_coordinate(poly: affine.Poly, step: affine.Poly, group: list[int], axis: str) -> str:
-    """The subscript's polynomial with the group's digits, which move in step, replaced by its coordinate."""
-    rest = {term: c for term, c in poly.items() if not {f"#{n}" for n in group} & set(term)}
-    return affine.spelled(affine.add(rest, affine.product(step, {(axis,): 1})))
-
-
-def _renamed(text: str, groups: list[list[int]], axes: list[str]) -> str:
-    """The placeholders of the unfused digits replaced by their coordinates."""
-    for n, group in enumerate(groups):
-        if len(group) == 1:
-            text = text.replace(f"#{group[0]}", axes[n])
-    return text
 
 
 def _c(poly: affine.Poly) -> str:

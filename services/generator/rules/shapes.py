@@ -57,7 +57,8 @@ def reading(spec: KernelSpec) -> KernelSpec:
     neighbours, while a block's pointer to its row is what row_in_registers caches the row through. Likewise a nest
     of grid-stride loops is read as the one point per thread it stands for (grid_stride.py), launched so, only
     where that lets a more specific shape read it, and a flat index split by / and % as its coordinates
-    (flat_index.py), and a 3D kernel with its y and z axes swapped (axis_order.py)."""
+    (flat_index.py), and a 3D kernel with its y and z axes swapped (axis_order.py), a grid-stride nest's point form
+    too."""
     return _read(spec)[0]
 
 
@@ -79,8 +80,10 @@ def _read(spec: KernelSpec) -> tuple[KernelSpec, Found]:
 
 def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     kept, inlined = canonical(spec, inline=False), canonical(spec)
-    respellings = (grid_stride.point_form, flat_index.point_form, axis_order.swapped)
-    spellings = [inlined, *(pointed for s in (kept, inlined) for form in respellings if (pointed := form(s)) is not None)]
+    pointed = [p for s in (kept, inlined) if (p := grid_stride.point_form(s)) is not None]
+    spellings = [inlined, *pointed, *(respelt for s in (kept, inlined, *pointed)
+                                      for form in (flat_index.point_form, axis_order.swapped)
+                                      if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling in spellings:
         if spelling.source != best[0].source and (other := _first(spelling))[0] < best[1][0]:
