@@ -1230,6 +1230,7 @@ VARIANTS = {
     "to_channels_first_running_quotient": ("shared_tile", TO_CHANNELS_FIRST),
     "swap_rows_columns_top_fused": ("shared_tile", SWAP_ROWS_COLUMNS),
     "permute_grid_stride_flat": ("shared_tile", PERMUTE_GRID_STRIDE),
+    "add_bias_2d_vectors_gathering_the_bias": ("vectorize", ADD_BIAS_2D),
 }
 
 
@@ -1298,28 +1299,31 @@ NOT_OF_SHAPE = {
     "vectors_of_a_crop": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
         "{ if (col < h) out[row * h + col] = in[row * w + col] * gain[col]; }"), "not plain statements"),
-    "vectors_of_a_pad": ("vectorize", edited(
+    "vectors_of_a_store_under_a_condition": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "out[row * w + col] = col < h ? in[row * h + col] : gain[col];"), "only under a condition"),
+        "out[row * w + col] = col < h ? in[row * w + col] * gain[col] : out[row * w + col];"),
+        "only under a condition"),
     "vectors_under_an_exclusive_or": ("vectorize", edited(SHADE_2D, "if (row < h && col < w)",
                                                           "if (row < h && col < w ^ 1)"), "as `col < width` alone"),
     "vectors_of_half_rows": ("vectorize", edited(
-        SHADE_2D, "in[row * w + col] * gain[col]", "in[(row / 2) * w + col] * gain[col]"), "in terms of the indices"),
+        SHADE_2D, "out[row * w + col] =", "out[(row / 2) * w + col] ="), "in terms of the indices"),
     "vectors_through_a_reference": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
         "{ out[row * w + col] = in[row * w + col]; const float &g = gain[col]; out[row * w + col] *= g; }"),
         "declares a reference"),
     "vectors_of_a_narrow_index": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "{ const unsigned short i = row * w + col; out[i] = in[i] * gain[col]; }"), "narrower integer"),
+        "out[(unsigned short)(row * w + col)] = in[row * w + col] * gain[col];"), "narrower integer"),
     "vectors_past_the_problem": ("vectorize", edited(
         SHADE_2D, "if (row < h && col < w)", "if (row < h && col < w + 3)"), "not a scalar argument the problem"),
     "vectors_of_an_address_passed_to_a_function": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "out[row * w + col] = __ldg(&in[row * w + col]) * gain[col] + __ldg(&gain[col] + 0);"), "address of gain"),
-    "vectors_of_a_bias_per_row": ("vectorize", ADD_BIAS_2D, "bias[row] does not move by exactly 1 along col"),
-    "vectors_of_an_address_passed_on": ("vectorize", edited(SHADE_2D, "* gain[col]", "* __ldg(gain + col)"),
-                                        "it uses gain otherwise than indexed"),
+        "out[row * w + col] = __ldg(&in[row * w + col]) * gain[col] + (&out[row * w + col] == nullptr);"),
+        "address of out"),
+    "vectors_of_an_address_passed_on": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "{ out[row * w + col] = in[row * w + col] * gain[col]; __stcs(out + row * w + col, 1.0f); }"),
+        "it uses out otherwise than indexed"),
     "vectors_under_a_lower_bound": ("vectorize", edited(
         SHADE_2D, "if (row < h && col < w)", "if (row < h && col < w && col > 0)"), "as `col < width` alone"),
     "a_row_broadcast_is_not_a_transpose": ("shared_tile", edited(

@@ -33,6 +33,8 @@ REFUSED = {
     "unbounded_z": edited(PLANAR_TO_PACKED, " || ch >= channels", ""),
     # more rows than CUDA's grid holds along z
     "too_many_rows": _with(PLANAR_TO_PACKED, sizes={"w": 173, "h": 70000, "c": 3}),
+    # as many rows as it holds: one more, as a verification trial takes, would not fit
+    "rows_at_the_grid_limit": _with(PLANAR_TO_PACKED, sizes={"w": 64, "h": 65535, "c": 3}),
     # a grid divided otherwise than by the block sizes
     "own_divisors": _with(PLANAR_TO_PACKED, grid_div_z=["1"]),
 }

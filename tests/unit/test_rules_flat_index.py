@@ -51,9 +51,13 @@ def test_a_flat_index_is_read_as_the_box_of_its_coordinates():
     assert "int c = i_y;" in source and "y[i] = x[i] + bias[c];" in source
 
 
-def test_it_is_taken_only_where_a_more_specific_shape_reads_it():
-    assert recognise(CHANNEL_BIAS)[0].name == "points"
-    assert reading(CHANNEL_BIAS).problem_size == CHANNEL_BIAS.problem_size  # points either way: kept flat
+def test_it_is_taken_where_a_shape_reads_more_of_the_kernel_so():
+    # the coordinates let vectors take the rows of y and x, the lanes each reading the channel's bias as written
+    assert recognise(CHANNEL_BIAS)[0].name == "points" and reading(CHANNEL_BIAS).problem_size == ["p", "c", "b"]
+    assert rules.check("vectorize", CHANNEL_BIAS, CHANNEL_BIAS.as_candidate()) is None
+    branching = edited(CHANNEL_BIAS, "y[i] = x[i] + bias[c];", "if (x[i] > 0.0f) y[i] = x[i] + bias[c]; else y[i] = 0.0f;")
+    assert point_form(canonical(branching)) is not None  # exact, but no shape reads more of it so: kept flat
+    assert reading(branching).problem_size == CHANNEL_BIAS.problem_size
 
 
 def test_four_coordinates_fuse_the_two_every_subscript_moves_along_as_one():
@@ -146,6 +150,34 @@ def test_a_quotient_that_changes_divides_nothing():
     pointed = point_form(canonical(changing))
     assert pointed.problem_size == ["h * w", "b * c"]  # p, then the rest of t: c and b not read as coordinates
     assert "const int c = rest % channels;" in pointed.source and "const int p = t_x;" in pointed.source
+
+
+def test_a_quotient_a_call_may_change_divides_nothing_after():
+    popped = spec(r"""
+__device__ __forceinline__ int pop_digit(int &t, int radix) { int d = t % radix; t /= radix; return d; }
+extern "C" __global__ void batch_affine(float *y, const float *x, const float *scale, const float *bias, int n,
+                                        int channels, int plane)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int t = i / plane;
+        int c = pop_digit(t, channels);
+        int b = t;
+        y[i] = x[i] * scale[b] + bias[c];
+    }
+}
+""", "batch_affine", [array("y", ["b", "c", "p"], role="out"), array("x", ["b", "c", "p"]), array("scale", ["b"]),
+                      array("bias", ["c"]), scalar("n", "b * c * p"), scalar("channels", "c"), scalar("plane", "p")],
+        {"b": 4, "c": 16, "p": 1000}, ["b * c * p"])
+    pointed = point_form(canonical(popped))
+    assert pointed.problem_size == ["p", "b * c"] and "int b = t;" in pointed.source
+
+
+def test_a_quotient_divided_then_multiplied_divides_nothing_after():
+    scaled = edited(CHANNEL_BIAS, "        int c = (i / plane) % channels;",
+                    "        int t = i; t = t / plane * channels;\n        int q = t;\n        int c = (i / plane) % channels;")
+    pointed = point_form(canonical(scaled))
+    assert "int q = t;" in pointed.source and "int c = i_y;" in pointed.source
 
 
 def test_five_coordinates_are_not_read():

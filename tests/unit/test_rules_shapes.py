@@ -34,7 +34,7 @@ FIRES = {
     "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking"},
     "laplace3d": {"register_blocking"},
     "layernorm": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops"},
-    "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread"},
+    "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread", "vectorize"},
     "row_sum": {"shuffle_reduction", "vectorize_loops"}, "saxpy": {"elements_per_thread", "vectorize"},
     "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": {"scan_vectors", "shuffle_scan"},
     "silu_clamp": {"elements_per_thread", "vectorize"},

@@ -17,13 +17,14 @@ and y along z, one thread deep:
 over the problem size with its y and z swapped. Made only where the spec launches blocks one thread deep along z,
 divides the grid by the block sizes alone, and the point body is one guard bounding y and z each below a scalar
 argument its problem size covers (grid_stride.bound_covered): both launches then run every point of that box,
-and the guard skips the rest. Along z the new grid must stay within CUDA's 65535 blocks.
+and the guard skips the rest. Along z the new grid must stay within CUDA's 65535 blocks, at the spec's sizes and
+around them.
 """
 import re
 
 from services.generator.rules import points
 from services.generator.rules.cuda_text import mask, split_top_level
-from services.generator.rules.grid_stride import GRID_LIMIT, bound_covered
+from services.generator.rules.grid_stride import GRID_LIMIT, bound_covered, sizes_around
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
@@ -47,11 +48,11 @@ def swapped(spec: KernelSpec) -> KernelSpec | None:
         bounds = [re.fullmatch(rf"\s*{axis.name}\s*<(?P<b>[^<>=!&|?,]+)", c) for c in conjuncts]
         if not any(b and bound_covered(spec, axis.axis, b["b"]) for b in bounds):
             return None
+    variables = spec.variables(spec.baseline_params())
     try:
-        extent = evaluate(dims[1], spec.variables(spec.baseline_params()))
+        if any(evaluate(dims[1], {**variables, **sizes}) > GRID_LIMIT for sizes in sizes_around(spec.sizes)):
+            return None
     except ExpressionError:
-        return None
-    if extent > GRID_LIMIT:
         return None
     x, y, z = kernel.axes
     definitions = [points.definition(x), f"{z.type} {z.name} = blockIdx.y * blockDim.y + threadIdx.y;",

@@ -42,7 +42,7 @@ Made only where:
   + c` and `in[i]` for w and h). Not where a subscript reads them otherwise or through a local whose value may
   have changed since its initialiser, nor where the body casts to an integer narrower than 64 bits (the
   polynomial, in 64 bits, would not wrap where the cast does);
-- the coordinate along x has at least a warp's points and those along y and z fit CUDA's 65535 blocks, at the
+- the coordinate along x has at least a warp's points, and those along y and z fit CUDA's 65535 blocks, at the
   spec's sizes and around them.
 """
 import math
@@ -170,30 +170,34 @@ def _in_sizes(poly: affine.Poly, scalars: dict[str, affine.Poly]) -> affine.Poly
 def _forms(kernel: points.PointKernel, masked: str, candidates: list[Statement], index: str,
            scalars: dict[str, affine.Poly]) -> dict[str, tuple[_Form, tuple[int, int]]]:
     """Each integer local the statements declare as a form of the flat index -> its form and its initialiser's
-    span, the statements read in order: a quotient held by a local may divide again (`t /= W;`, as a running
-    quotient splits the index), and a local changed any other way divides nothing after."""
+    span, the statements read in order: a quotient held by a local may divide again (`t /= W;`, `t = t / W;`, as a
+    running quotient splits the index), and a local that may change any other way (assigned, passed on to a call,
+    its address taken) divides nothing after. Nothing is read after a statement that may change the index."""
     found: dict[str, tuple[_Form, tuple[int, int]]] = {}
     bases = {index: _Form({(): 1}, None)}
     for statement in candidates:
         text = masked[statement.start:statement.end]
-        declared = _DECLARATION.fullmatch(masked, statement.start, statement.end) if statement.kind == "simple" \
-            else None
-        divided = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:/=|=\s*\1\s*/)(.*);\s*", text) \
-            if statement.kind == "simple" else None
+        simple = statement.kind == "simple"
+        divided = simple and re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:/=(?P<all>.*)|=\s*\1\s*/(?P<one>.*));\s*", text)
         if divided and divided[1] in bases and divided[1] != index:
-            value = _parameter_poly(kernel, _unwrapped(divided[2]), scalars)
+            divisor = divided["all"] or divided["one"]
+            value = _parameter_poly(kernel, _unwrapped(divisor), scalars)
             quotient = bases.pop(divided[1])
-            if value is not None and not re.search(rf"\b{divided[1]}\b", divided[2]):
+            single = divided["all"] or not re.search(r"[-+*/%<>=&|^?:,]", _top_level(_unwrapped(divisor)))
+            if value is not None and single and not _touches(divided[1], divisor):
                 bases[divided[1]] = _Form(affine.product(quotient.divisor, value), None)
             continue
+        declared = _DECLARATION.fullmatch(masked, statement.start, statement.end) if simple else None
+        if _touches(index, text):
+            return found
         if declared is None:
-            bases = {name: form for name, form in bases.items() if not re.search(points.changing(name), text)}
+            bases = {name: form for name, form in bases.items() if not _touches(name, text)}
             continue
         at = declared.start("rest")
         for part in split_top_level(declared["rest"], ","):
             named = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)", part, re.DOTALL)
             if named is not None:
-                if any(re.search(points.changing(name), named[2]) for name in bases):
+                if any(_touches(name, named[2]) for name in bases):
                     return found  # a change inside an initialiser: what follows is not read
                 form = _form(kernel, named[2], bases, scalars)
                 if form is not None:
@@ -202,6 +206,13 @@ def _forms(kernel: points.PointKernel, masked: str, candidates: list[Statement],
                         bases[named[1]] = form
             at += len(part) + 1
     return found
+
+
+def _touches(name: str, text: str) -> bool:
+    """Whether the text may change the name: assigns, increments or decrements it, takes its address, or passes
+    it bare to a call (a reference parameter)."""
+    return bool(re.search(points.changing(name), text) or points.address_taken(text, name) or
+                re.search(rf"\w\s*\(\s*{name}\s*[,)]|,\s*{name}\s*[,)]", text))
 
 
 def _form(kernel: points.PointKernel, text: str, bases: dict[str, _Form],

@@ -3,19 +3,21 @@
 
 Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard, `if (x <
 W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears in the
-condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is plain statements that read
-and write the kernel's array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers), each at one
+condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is plain statements (no if,
+loop or return; no reference, pointer or lambda declared) that change no parameter and make no atomic. The arrays it
+takes as vectors are array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers) it indexes at one
 subscript moving by exactly 1 along x, of the indices and scalar parameters alone, every access made whenever BODY
-runs (none under `?:`, `&&` or `||`); it uses the arrays no other way (no pointer passed on or offset, no address
-taken but a read's through `__ldg(&a[i])`, no reference, no lambda), casts no index narrower, changes no parameter
-and makes no atomic. Each point is then computed once, by one lane, as by one thread, and touches the elements it
-touched.
+runs (none under `?:`, `&&` or `||`), used no other way (no pointer passed on or offset, no address taken but a
+read's through `__ldg(&a[i])`), no index cast narrower; at least one must be. Every other array it only reads (a
+bias per row, a gather, neighbours, a read under a condition), and each lane reads it as written, where its point
+would. Each point is then computed once, by one lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
-V the lanes of 16 bytes of the narrowest array (4 floats, 8 halves, 16 bytes), the grid along x V times smaller.
+V the lanes of 16 bytes of the narrowest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
+times smaller.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
-x) and every array's first element is 16-byte aligned (a row pitch or a slice may leave it otherwise), each array
-is loaded as a struct of V elements aligned to 16 bytes (unless BODY writes it before reading it), BODY runs once
+x) and every vector's first element is 16-byte aligned (a row pitch or a slice may leave it otherwise), each vector's
+array is loaded as a struct of V elements aligned to 16 bytes (unless BODY writes it before reading it), BODY runs once
 per lane on the lane's elements, and the written arrays, written by every lane, are stored whole. Otherwise the
 thread runs the point body as written, guard included, for each of its V points. Every point is thus computed as
 the kernel wrote it.
@@ -72,44 +74,35 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     text = masked[kernel.body_start:kernel.body_end]
     if (why := points.changed_parameter(kernel)) is not None or re.search(r"\batomic\w*\s*\(", text):
         raise NotRecognised(why or "its point body makes atomics")
-    other = next((name for name in kernel.array_types if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
+    body = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
+    if (why := _plain(masked, body)) is not None:
+        raise NotRecognised(why)
+    arrays, subscripts = _arrays(kernel, spec, masked, x, body)
+    other = next((name for name in arrays if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
                   sum(a.array == name for a in kernel.accesses)), None)
     if other is not None:
         raise NotRecognised(f"it uses {other} otherwise than indexed (a pointer passed on, or offset), which the "
                             f"lanes' registers would not see")
-    body = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
-    if (why := _unconditional(kernel, masked, body)) is not None:
-        raise NotRecognised(why)
-    arrays, subscripts = _arrays(kernel, spec, masked, x)
+    indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses if a.array in arrays]))
+    if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
+        raise NotRecognised("an index is computed in a narrower integer, which may wrap it")
     lanes = VECTOR_BYTES // min(ELEMENT_BYTES[_dtype(spec, name)] for name in arrays)
     written = {a.array for a in kernel.accesses if a.write}
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
     return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes,
-                {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses})
+                {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses if a.array in arrays})
 
 
-def _unconditional(kernel: PointKernel, masked: str, body: tuple[int, int]) -> str | None:
-    """Why a lane may touch an element its point would not, or touch it otherwise than through its registers;
-    else None. Every array access must run whenever BODY does: BODY is plain statements (no if, loop or return),
-    and no access stands in a branch of `?:` or after `&&` or `||`. The stores then rewrite only elements the
-    kernel writes, and the loads read only elements it reads (an inner condition may be what keeps an index in
-    bounds: a crop, a pad). BODY declares no reference or pointer, nor a lambda, which would reach an element
-    past its lane's register, and casts no index to a narrower integer, which would wrap it."""
+def _plain(masked: str, body: tuple[int, int]) -> str | None:
+    """Why the lanes may not run BODY with some arrays in registers, else None: BODY must be plain statements (no
+    if, loop or return, which decide what a lane touches) and declare no reference or pointer, nor a lambda, which
+    would reach an element past its lane's register."""
     text = masked[body[0]:body[1]]
-    parts = statements(masked, *body)
-    if any(s.kind != "simple" for s in parts) or re.search(r"\b(?:return|goto)\b", text):
+    if any(s.kind != "simple" for s in statements(masked, *body)) or re.search(r"\b(?:return|goto)\b", text):
         return "its guarded body is not plain statements (an if, a loop or a return decides what a lane touches)"
-    for access in kernel.accesses:
-        statement = next(s for s in parts if s.start <= access.start < s.end)
-        before = masked[statement.start:access.start]
-        if re.search(r"\?|&&|\|\|", before):
-            return f"{access.array}[{access.subscript}] is read or written only under a condition"
     if points.ALIAS.search(text) or LAMBDA.search(text):
         return "its guarded body declares a reference, a pointer or a lambda"
-    indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses]))
-    if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
-        return "an index is computed in a narrower integer, which may wrap it"
     return None
 
 
@@ -125,28 +118,50 @@ def _index_texts(masked: str, body: tuple[int, int], subscripts: list[str]) -> l
     return found
 
 
-def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str) -> tuple[dict[str, str], dict[str, str]]:
-    """Each array the point body indexes -> its element type, and -> its one subscript as C arithmetic."""
+def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str,
+            body: tuple[int, int]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each array the lanes take as vectors -> its element type, and -> its one subscript as C arithmetic. Such an
+    array is indexed at one subscript moving by exactly 1 along x, each access made whenever BODY runs (none in a
+    branch of `?:` or after `&&` or `||`): the stores then rewrite only elements the kernel writes, and the loads
+    read only elements it reads (an inner condition may be what keeps an index in bounds: a crop, a pad). An array
+    only read, otherwise (a bias per row, a gather, neighbours, under a condition), is left to each lane as
+    written: the lane reads what its point reads."""
     arrays, subscripts = {}, {}
-    names = kernel.index_names | set(kernel.parameters)
-    for access in kernel.accesses:
-        poly = access.poly
-        if poly is None or affine.stride(poly, x) != {(): 1} or not affine.names(poly) <= names or \
-                any(not re.fullmatch(r"[A-Za-z_]\w*", name) for term in poly for name in term):
-            raise NotRecognised(f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of "
-                                f"the indices and parameters")
-        spelled = affine.spelled(poly)
-        if subscripts.get(access.array, spelled) != spelled:
-            raise NotRecognised(f"it indexes {access.array} at more than one subscript")
-        if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
-            raise NotRecognised(f"it takes the address of {access.array}[{access.subscript}], which a lane has not")
-        declared = pointee(kernel.parameters.get(access.array, ""))
-        if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
-            raise NotRecognised(f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements")
-        arrays[access.array], subscripts[access.array] = declared[1], spelled
+    parts = statements(masked, *body)
+    for name in dict.fromkeys(a.array for a in kernel.accesses):
+        accesses = [a for a in kernel.accesses if a.array == name]
+        why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], parts) for a in accesses)),
+                   None)
+        if why is None:
+            arrays[name] = pointee(kernel.parameters[name])[1]
+            subscripts[name] = affine.spelled(accesses[0].poly)
+        elif any(a.write for a in accesses):
+            raise NotRecognised(why)
     if not arrays:
-        raise NotRecognised("its point body indexes no array")
+        raise NotRecognised(f"no array its point body indexes moves by exactly 1 along {x} at every access")
     return arrays, subscripts
+
+
+def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first,
+                  parts: list) -> str | None:
+    """Why the access's array cannot be taken as vectors of consecutive elements along x, else None."""
+    poly = access.poly
+    if poly is None or affine.stride(poly, x) != {(): 1} or \
+            not affine.names(poly) <= kernel.index_names | set(kernel.parameters) or \
+            any(not re.fullmatch(r"[A-Za-z_]\w*", name) for term in poly for name in term):
+        return f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of the indices " \
+               f"and parameters"
+    if poly != first.poly:
+        return f"it indexes {access.array} at more than one subscript"
+    statement = next(s for s in parts if s.start <= access.start < s.end)
+    if re.search(r"\?|&&|\|\|", masked[statement.start:access.start]):
+        return f"{access.array}[{access.subscript}] is read or written only under a condition"
+    if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
+        return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
+    declared = pointee(kernel.parameters.get(access.array, ""))
+    if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
+        return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"
+    return None
 
 
 def _ldg_span(masked: str, access) -> tuple[int, int] | None:
@@ -191,7 +206,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     x0, k, lane = names["x0"], names["k"], names["lane"]
     lanes_body = points.replace_spans(source[:model_.body[1]], [
         (*model_.reads[a.start], f"{registers[a.array]}.{lane}[{k}]") for a in kernel.accesses
-        if model_.body[0] <= a.start < model_.body[1]])[model_.body[0]:]
+        if model_.body[0] <= a.start < model_.body[1] and a.array in model_.arrays])[model_.body[0]:]
     address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
     aligned = " | ".join(f"reinterpret_cast<unsigned long long>({address[name]})" for name in model_.arrays)
     loads = []
@@ -224,11 +239,11 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         f"{INDENT}for (int {k} = 0; {k} < {width}; {k}++) {names['point']}({x0} + {k});",
         "}"]
     start = f"(({ax.type})blockIdx.x * {ax.block} + threadIdx.x) * {width}"
-    head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, each array's {width} "
-            f"elements as one",
-            f"// 16-byte-aligned struct, each lane computed as the kernel wrote it, where the guard holds for all "
-            f"{width} and",
-            "// every array is aligned there; else the points one by one.",
+    head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, the {width} elements of "
+            f"{', '.join(model_.arrays)}",
+            f"// as one 16-byte-aligned struct each, each lane computed as the kernel wrote it, where the guard holds "
+            f"for all {width}",
+            "// and those arrays are aligned there; else the points one by one.",
             *(f"struct __align__({VECTOR_BYTES}) {struct} {{ {element} {lane}[{width}]; }};"
               for element, struct in structs.items()),
             f"const {ax.type} {x0} = {start};"]

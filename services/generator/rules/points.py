@@ -314,8 +314,9 @@ def changing(name: str) -> str:
 
 _DEREFERENCE = re.compile(r"(?:^|[=(,?:+\-*/%&|^!<>~{};\[])\s*\*|->|\(\s*(?:const\s+)?(?:unsigned\s+|signed\s+)?"
                           r"(?:int|float|double|long|short|char|bool|half|__half|size_t|[A-Za-z_]\w*_t)\s*\)\s*\*")
-ALIAS = re.compile(r"(?:^|[;{}(])\s*(?:const\s+)?[A-Za-z_][\w:<>]*\s*[*&]+\s*(?:(?:const|volatile|__restrict__|"
-                    r"__restrict)\s+)*[A-Za-z_]\w*\s*(?:=(?!=)|;)")  # a pointer or reference declared
+ALIAS = re.compile(r"(?:^|[;{}(])\s*(?:const\s+)?(?:(?:unsigned|signed|long|short|volatile)\s+)*[A-Za-z_][\w:<>]*"
+                   r"\s*[*&]+\s*(?:(?:const|volatile|__restrict__|__restrict)\s+)*[A-Za-z_]\w*\s*(?:=(?!=)|;)")
+# a pointer or reference declared (`const unsigned char *p = ...;`)
 _MEMBER_WRITE = re.compile(rf"\.\s*[A-Za-z_]\w*\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*\.")
 _ADDING_ATOMIC = re.compile(r"(?:^|[;{}]|\)|\belse)\s*atomic(?:Add|Sub|Max|Min|And|Or|Xor)\w*\s*\(")
 _DECLARED = re.compile(r"(?<![\w.])(?!(?:else|return|case|goto|do|throw|delete|new|sizeof)\b)[A-Za-z_][\w:<>]*"

@@ -52,11 +52,12 @@ def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
 
 def reading(spec: KernelSpec) -> KernelSpec:
     """The spelling of the submitted kernel the shapes read (canonical.py), its pointers into arrays and calls of
-    one-return functions inlined only where that lets a more specific shape read it: a row loop's `const float *a
+    one-return functions inlined only where that lets a more specific shape read it, or the same shape render more of
+    its rules: a row loop's `const float *a
     = A + row * n` hides its rows from the recognisers, and an accessor `at(img, x - 1, y, w)` a stencil's
     neighbours, while a block's pointer to its row is what row_in_registers caches the row through. Likewise a nest
     of grid-stride loops is read as the one point per thread it stands for (grid_stride.py), launched so, only
-    where that lets a more specific shape read it, and a flat index split by / and % as its coordinates
+    where that reads better so, and a flat index split by / and % as its coordinates
     (flat_index.py), and a 3D kernel with its y and z axes swapped (axis_order.py), a grid-stride nest's point form
     too."""
     return _read(spec)[0]
@@ -86,9 +87,16 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
                                       if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling in spellings:
-        if spelling.source != best[0].source and (other := _first(spelling))[0] < best[1][0]:
+        if spelling.source != best[0].source and _rank(spelling, other := _first(spelling)) < _rank(*best):
             best = spelling, other
     return best
+
+
+def _rank(spec: KernelSpec, found: Found) -> tuple[int, int]:
+    """How specific a reading is: its shape's place in SHAPES, then the fewer of the shape's rules it leaves
+    unable to render (a flat index read as its rows lets vectors take them)."""
+    number, shape, model, _ = found
+    return number, 0 if shape is None else sum(shape.reason(rule, model, spec) is not None for rule in shape.rules)
 
 
 def _first(spec: KernelSpec) -> Found:
