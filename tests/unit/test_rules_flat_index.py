@@ -1,7 +1,11 @@
 """A flat thread index split by / and % read as its coordinates (services/generator/rules/flat_index.py): the box
 it stands for, the locals that are exactly one coordinate initialised from it, the rest as written, and every
 spelling where the box could differ from the flat range refused."""
+from pathlib import Path
+
 import pytest
+
+from kforge.specfile import load_spec
 
 from services.generator import answers, rules
 from services.generator.rules.canonical import canonical
@@ -24,20 +28,9 @@ extern "C" __global__ void channel_bias(float *y, const float *x, const float *b
                       scalar("n", "b * c * p"), scalar("channels", "c"), scalar("plane", "p")],
     {"b": 4, "c": 16, "p": 1000}, ["b * c * p"])
 
-NCHW = spec(r"""
-extern "C" __global__ void nchw_to_nhwc(float *out, const float *in, int N, int C, int H, int W)
-{
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    int total = N * C * H * W;
-    if (idx >= total) return;
-    int w = idx % W;
-    int h = (idx / W) % H;
-    int c = (idx / (W * H)) % C;
-    int n = idx / (W * H * C);
-    out[((n * H + h) * W + w) * C + c] = in[idx];
-}
-""", "nchw_to_nhwc", [array("out", ["N", "H", "W", "C"], role="out"), array("in", ["N", "C", "H", "W"]),
-                      *(scalar(name, name) for name in "NCHW")], {"N": 2, "C": 40, "H": 9, "W": 11}, ["N * C * H * W"])
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
+NCHW = load_spec(STYLES / "nchw_to_nhwc.cu", STYLES / "nchw_to_nhwc.yaml").model_copy(
+    update={"sizes": {"N": 2, "C": 40, "H": 9, "W": 11}})
 
 
 def test_a_flat_index_is_read_as_the_box_of_its_coordinates():
