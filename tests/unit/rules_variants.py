@@ -1072,6 +1072,23 @@ extern "C" __global__ void permute_gs(double *out, const double *in, int N, int 
                     scalar("N", "N"), scalar("C", "C"), scalar("HW", "HW")], {"N": 3, "C": 35, "HW": 1001},
     ["N * C * HW"], grid_div_x=["block_size_x", "4"])
 
+# An image scaled beside a tally a helper bumps through a reference: the tally is no plain store, left as written.
+SCALE_AND_TALLY = spec(r"""
+__device__ void bump(float &v, float by) { v += by; }
+extern "C" __global__ void scale_and_tally(float *out, const float *in, float *tally, int h, int w)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h) {
+        out[y * w + x] = 2.0f * in[y * w + x];
+        bump(tally[y * w + x], 1.0f);
+    }
+}
+""", "scale_and_tally", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]),
+                         array("tally", ["h", "w"], role="inout"), scalar("h", "h"), scalar("w", "w")],
+    {"h": 37, "w": 203}, ["w", "h"], params={"block_size_x": 32, "block_size_y": 4},
+    tune_params={"block_size_x": [32, 64], "block_size_y": [2, 4]})
+
 # Planar to interleaved for a multi-channel image, one grid layer per channel: a transpose across x and z.
 PLANAR_TO_PACKED = spec(r"""
 extern "C" __global__ void pack_channels(float *packed, const float *planes, unsigned width, unsigned height,
@@ -1231,6 +1248,7 @@ VARIANTS = {
     "swap_rows_columns_top_fused": ("shared_tile", SWAP_ROWS_COLUMNS),
     "permute_grid_stride_flat": ("shared_tile", PERMUTE_GRID_STRIDE),
     "add_bias_2d_vectors_gathering_the_bias": ("vectorize", ADD_BIAS_2D),
+    "vectors_beside_a_tally_bumped_by_reference": ("vectorize", SCALE_AND_TALLY),
 }
 
 

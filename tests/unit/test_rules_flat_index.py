@@ -26,7 +26,7 @@ extern "C" __global__ void channel_bias(float *y, const float *x, const float *b
 }
 """, "channel_bias", [array("y", ["b", "c", "p"], role="out"), array("x", ["b", "c", "p"]), array("bias", ["c"]),
                       scalar("n", "b * c * p"), scalar("channels", "c"), scalar("plane", "p")],
-    {"b": 4, "c": 16, "p": 1000}, ["b * c * p"])
+    {"b": 4, "c": 16, "p": 1500}, ["b * c * p"])
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 NCHW = load_spec(STYLES / "nchw_to_nhwc.cu", STYLES / "nchw_to_nhwc.yaml").model_copy(
@@ -51,6 +51,9 @@ def test_it_is_taken_where_a_shape_reads_more_of_the_kernel_so():
     branching = edited(CHANNEL_BIAS, "y[i] = x[i] + bias[c];", "if (x[i] > 0.0f) y[i] = x[i] + bias[c]; else y[i] = 0.0f;")
     assert point_form(canonical(branching)) is not None  # exact, but no shape reads more of it so: kept flat
     assert reading(branching).problem_size == CHANNEL_BIAS.problem_size
+    # rows of 49 points (7 x 7 maps) would leave most of each 256-thread block idle: kept flat too
+    small = CHANNEL_BIAS.model_copy(update={"sizes": {"b": 32, "c": 512, "p": 49}})
+    assert point_form(canonical(small)) is not None and reading(small).problem_size == CHANNEL_BIAS.problem_size
 
 
 def test_four_coordinates_fuse_the_two_every_subscript_moves_along_as_one():

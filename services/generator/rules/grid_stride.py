@@ -240,7 +240,7 @@ def _bounds_covered(spec: KernelSpec, loops: list[_Loop], nest: str) -> bool:
             return False
         try:
             if loop.axis and math.ceil(evaluate(dims[loop.axis], spec.variables(spec.baseline_params())) /
-                                       _smallest_block(spec, loop.axis)) > GRID_LIMIT:
+                                       smallest_block(spec, loop.axis)) > GRID_LIMIT:
                 return False
         except ExpressionError:
             return False
@@ -275,7 +275,8 @@ def sizes_around(sizes: dict[str, int]) -> list[dict[str, int]]:
     return found
 
 
-def _smallest_block(spec: KernelSpec, axis: int) -> int:
+def smallest_block(spec: KernelSpec, axis: int) -> int:
+    """The smallest block size the spec tunes along the axis (its value where it is not tuned)."""
     name = spec.block_size_names[axis]
     values = [v for v in spec.tune_params.get(name, []) if isinstance(v, int)]
     return max(1, min(values or [int(spec.baseline_params().get(name, 1))]))

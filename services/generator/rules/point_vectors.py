@@ -8,7 +8,8 @@ loop or return; no reference, pointer or lambda declared) that change no paramet
 takes as vectors are array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers) it indexes at one
 subscript moving by exactly 1 along x, of the indices and scalar parameters alone, every access made whenever BODY
 runs (none under `?:`, `&&` or `||`), used no other way (no pointer passed on or offset, no address taken but a
-read's through `__ldg(&a[i])`), no index cast narrower; at least one must be. Every other array it only reads (a
+read's through `__ldg(&a[i])`, no element passed to a function of the source, which may take it by reference), no
+index cast narrower; at least one must be. Every other array it only reads (a
 bias per row, a gather, neighbours, a read under a condition), and each lane reads it as written, where its point
 would. Each point is then computed once, by one lane, as by one thread, and touches the elements it touched.
 
@@ -27,7 +28,8 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, grid_stride, points
-from services.generator.rules.cuda_text import LAMBDA, fresh_name, identifiers, mask, pointee, split_top_level
+from services.generator.rules.cuda_text import (LAMBDA, fresh_name, functions_named, identifiers, mask, pointee,
+                                                split_top_level)
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
@@ -158,9 +160,25 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
         return f"{access.array}[{access.subscript}] is read or written only under a condition"
     if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
+    called = re.search(r"(?<![\w.])([A-Za-z_]\w*)\s*\(\s*$|,\s*$", masked[:access.start])
+    if called and re.match(r"\s*[,)]", masked[access.end:]) and _callee(masked, access.start) in \
+            functions_named(masked[:kernel.kernel.name_at] + masked[kernel.body_end:]):
+        return f"it passes {access.array}[{access.subscript}] to {_callee(masked, access.start)}, which may take " \
+               f"it by reference"
     declared = pointee(kernel.parameters.get(access.array, ""))
     if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
         return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"
+    return None
+
+
+def _callee(masked: str, at: int) -> str | None:
+    """The function whose call's arguments hold the offset, if any."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        depth += (masked[i] == ")") - (masked[i] == "(")
+        if depth < 0:
+            name = re.search(r"([A-Za-z_]\w*)\s*$", masked[:i])
+            return name[1] if name else None
     return None
 
 

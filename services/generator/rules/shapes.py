@@ -37,6 +37,7 @@ from services.generator.rules.shape import Shape
 from services.generator.rules.tile import TransposedShape
 from services.generator.rules.warp_atomics import WarpAtomicsShape
 from services.generator.rules.window import WindowShape
+from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
 SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
@@ -87,16 +88,32 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
                                       if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling in spellings:
-        if spelling.source != best[0].source and _rank(spelling, other := _first(spelling)) < _rank(*best):
+        if spelling.source == best[0].source:
+            continue
+        other = _first(spelling)
+        if other[0] < best[1][0] or other[0] == best[1][0] and _dense(spelling, kept) and \
+                _unrendered(spelling, other) < _unrendered(*best):
             best = spelling, other
     return best
 
 
-def _rank(spec: KernelSpec, found: Found) -> tuple[int, int]:
-    """How specific a reading is: its shape's place in SHAPES, then the fewer of the shape's rules it leaves
-    unable to render (a flat index read as its rows lets vectors take them)."""
-    number, shape, model, _ = found
-    return number, 0 if shape is None else sum(shape.reason(rule, model, spec) is not None for rule in shape.rules)
+def _unrendered(spec: KernelSpec, found: Found) -> int:
+    """How many of the shape's rules cannot render the kernel so read."""
+    _, shape, model, _ = found
+    return 0 if shape is None else sum(shape.reason(rule, model, spec) is not None for rule in shape.rules)
+
+
+def _dense(spelling: KernelSpec, kept: KernelSpec) -> bool:
+    """Whether the spelling launches its points as densely as submitted: the same problem size, or rows of at least
+    4 blocks of the smallest width tuned (a flat index read as rows of 49 points would leave most of each block
+    idle, which more rules rendering does not make up for)."""
+    if spelling.problem_size == kept.problem_size:
+        return True
+    try:
+        width = evaluate(spelling.problem_size[0], spelling.variables(spelling.baseline_params()))
+    except ExpressionError:
+        return False
+    return width >= 4 * grid_stride.smallest_block(spelling, 0)
 
 
 def _first(spec: KernelSpec) -> Found:
