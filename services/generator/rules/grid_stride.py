@@ -84,10 +84,8 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
         return None
     guard = " && ".join(f"{loop.index} < {_operand(loop.bound)}" for loop in loops)
     span = inner.inner if inner.kind == "block" else (inner.start, inner.end)
-    body = spec.source
-    for at in reversed(jumps):
-        body = body[:at] + "return" + body[at + len("continue"):]
-    body = body[span[0]:span[1] - (len(spec.source) - len(body))]
+    body = points.replace_spans(spec.source[:span[1]], [(at, at + len("continue"), "return") for at in jumps])
+    body = body[span[0]:]
     lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), f"if ({guard}) {{",
              textwrap.indent(textwrap.dedent(body.strip("\n").rstrip()), points.INDENT), "}"]
     first = setup[0].start if setup else nest.start

@@ -155,8 +155,8 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
                f"and parameters"
     if poly != first.poly:
         return f"it indexes {access.array} at more than one subscript"
-    statement = next(s for s in parts if s.start <= access.start < s.end)
-    if re.search(r"\?|&&|\|\|", masked[statement.start:access.start]):
+    statement = next((s for s in parts if s.start <= access.start < s.end), None)
+    if statement is None or re.search(r"\?|&&|\|\|", masked[statement.start:access.start]):
         return f"{access.array}[{access.subscript}] is read or written only under a condition"
     if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
