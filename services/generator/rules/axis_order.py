@@ -23,7 +23,7 @@ around them.
 import re
 
 from services.generator.rules import points
-from services.generator.rules.cuda_text import mask, split_top_level
+from services.generator.rules.cuda_text import mask, top_level_conjuncts
 from services.generator.rules.grid_stride import GRID_LIMIT, bound_covered, sizes_around
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
@@ -43,7 +43,7 @@ def swapped(spec: KernelSpec) -> KernelSpec | None:
         return None
     masked = mask(spec.source)
     guard = kernel.statements[0]
-    conjuncts = split_top_level(masked[guard.head[0]:guard.head[1]].replace("&&", "\0"), "\0")
+    conjuncts = top_level_conjuncts(masked[guard.head[0]:guard.head[1]])
     for axis in kernel.axes[1:]:
         bounds = [re.fullmatch(rf"\s*{axis.name}\s*<(?P<b>[^<>=!&|?,]+)", c) for c in conjuncts]
         if not any(b and bound_covered(spec, axis.axis, b["b"]) for b in bounds):

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, calls, closing, find_kernel, fresh_name,
                                                 functions_named, identifiers, mask, outside_brackets,
-                                                split_top_level)
+                                                split_top_level, unparenthesised)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -468,7 +468,7 @@ def _negated(conditions: list[str], integers: dict[str, Type]) -> str:
 
 
 def _or_operands(condition: str) -> list[str]:
-    text = _unparenthesised(" ".join(condition.split()))
+    text = unparenthesised(" ".join(condition.split()))
     masked = mask(text)
     operands, depth, start = [], 0, 0
     for i, char in enumerate(masked):
@@ -487,7 +487,7 @@ def _or_operands(condition: str) -> list[str]:
 def _negated_part(part: str, integers: dict[str, Type]) -> str:
     """`part` negated: a single comparison of integers flipped (`i >= n` is `i < n`), anything else as `!(part)`
     (a float comparison flipped would differ on NaN, for which both `v >= t` and `v < t` are false)."""
-    part = _unparenthesised(part)
+    part = unparenthesised(part)
     depth, operators = 0, []
     for match in _OPERATOR.finditer(mask(part)):
         token = match.group()
@@ -503,20 +503,6 @@ def _negated_part(part: str, integers: dict[str, Type]) -> str:
     if _rank(part[:operator.start()], integers) is None or _rank(part[operator.end():], integers) is None:
         return f"!({part})"
     return f"{part[:operator.start()].strip()} {_FLIPPED[operator.group()]} {part[operator.end():].strip()}"
-
-
-def _unparenthesised(text: str) -> str:
-    text = text.strip()
-    while text.startswith("(") and text.endswith(")"):
-        masked = mask(text)
-        depth = 0
-        for i, char in enumerate(masked):
-            depth += char == "("
-            depth -= char == ")"
-            if depth == 0 and i < len(text) - 1:
-                return text
-        text = text[1:-1].strip()
-    return text
 
 
 # --- pointers into a parameter's array -------------------------------------------------------------------

@@ -140,6 +140,26 @@ def pointee(declaration: str) -> tuple[str, str] | None:
     return (declared["name"], " ".join(words)) if words and "volatile" not in words else None
 
 
+def top_level_conjuncts(condition: str) -> list[str]:
+    """The operands of the `&&`s at the top level of a (masked) condition: `a < n && (b || c)` -> `a < n`, `(b || c)`."""
+    return split_top_level(condition.replace("&&", "\0"), "\0")
+
+
+def unparenthesised(text: str) -> str:
+    """The text without the parentheses that enclose all of it: `((a + b))` -> `a + b`, `(a) + (b)` as it is."""
+    text = text.strip()
+    while text.startswith("(") and text.endswith(")"):
+        masked = mask(text)
+        depth = 0
+        for i, char in enumerate(masked):
+            depth += char == "("
+            depth -= char == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        text = text[1:-1].strip()
+    return text
+
+
 def outside_brackets(text: str) -> str:
     """The text with what its brackets enclose blanked, innermost first: what stands at its top level."""
     while text != (text := re.sub(r"\([^()\[\]]*\)|\[[^()\[\]]*\]", " ", text)):

@@ -50,7 +50,8 @@ import re
 from dataclasses import dataclass, field
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import INTEGER_TYPE, WIDE_INTEGER_TYPE, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, fresh_name, identifiers, mask,
+                                                split_top_level, unparenthesised)
 from services.generator.rules.grid_stride import GRID_LIMIT, sizes_around
 from services.generator.rules.shape import one_thread_per_point
 from services.generator.rules.statements import Statement, statements
@@ -245,19 +246,7 @@ def _form(kernel: points.PointKernel, text: str, bases: dict[str, _Form],
 
 def _unwrapped(text: str) -> str:
     """The text without integer casts and parentheses around all of it."""
-    text = _CAST.sub(" ", text).strip()
-    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
-        text = text[1:-1].strip()
-    return text
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for char in text:
-        depth += (char == "(") - (char == ")")
-        if depth < 0:
-            return False
-    return depth == 0
+    return unparenthesised(_CAST.sub(" ", text))
 
 
 def _top_level(text: str) -> str:

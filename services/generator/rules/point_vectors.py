@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, grid_stride, points
 from services.generator.rules.cuda_text import (LAMBDA, fresh_name, functions_named, identifiers, mask, pointee,
-                                                split_top_level)
+                                                top_level_conjuncts)
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
@@ -62,7 +62,7 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
         raise NotRecognised("its point body is not one guard, `if (x < width && ...) { ... }`")
     guard = kernel.statements[0]
     condition = masked[guard.head[0]:guard.head[1]]
-    conjuncts = split_top_level(condition.replace("&&", "\0"), "\0")
+    conjuncts = top_level_conjuncts(condition)
     bounds = [c for c in conjuncts if re.search(rf"\b{x}\b", c)]
     bound = re.fullmatch(rf"\s*{x}\s*<\s*(?P<w>[^<>=!&|?,^]+)|\s*(?P<v>[^<>=!&|?,^]+)>\s*{x}\s*", bounds[0]) \
         if len(bounds) == 1 else None
@@ -130,9 +130,11 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str,
     written: the lane reads what its point reads."""
     arrays, subscripts = {}, {}
     parts = statements(masked, *body)
+    functions = functions_named(masked[:kernel.kernel.name_at] + masked[kernel.body_end:])
     for name in dict.fromkeys(a.array for a in kernel.accesses):
         accesses = [a for a in kernel.accesses if a.array == name]
-        why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], parts) for a in accesses)),
+        why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], parts, functions)
+                                 for a in accesses)),
                    None)
         if why is None:
             arrays[name] = pointee(kernel.parameters[name])[1]
@@ -144,8 +146,8 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str,
     return arrays, subscripts
 
 
-def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first,
-                  parts: list) -> str | None:
+def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first, parts: list,
+                  functions: set[str]) -> str | None:
     """Why the access's array cannot be taken as vectors of consecutive elements along x, else None."""
     poly = access.poly
     if poly is None or affine.stride(poly, x) != {(): 1} or \
@@ -160,11 +162,10 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
         return f"{access.array}[{access.subscript}] is read or written only under a condition"
     if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
-    called = re.search(r"(?<![\w.])([A-Za-z_]\w*)\s*\(\s*$|,\s*$", masked[:access.start])
-    if called and re.match(r"\s*[,)]", masked[access.end:]) and _callee(masked, access.start) in \
-            functions_named(masked[:kernel.kernel.name_at] + masked[kernel.body_end:]):
-        return f"it passes {access.array}[{access.subscript}] to {_callee(masked, access.start)}, which may take " \
-               f"it by reference"
+    callee = _callee(masked, access.start) if re.search(r"[(,]\s*$", masked[:access.start]) and \
+        re.match(r"\s*[,)]", masked[access.end:]) else None
+    if callee in functions:
+        return f"it passes {access.array}[{access.subscript}] to {callee}, which may take it by reference"
     declared = pointee(kernel.parameters.get(access.array, ""))
     if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
         return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"

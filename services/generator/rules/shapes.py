@@ -25,10 +25,10 @@ by themselves and compose with every shape.
 """
 from typing import Any
 
+from services.generator.rules import axis_order, flat_index, grid_stride
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
 from services.generator.rules.elementwise import ElementwiseShape
-from services.generator.rules import axis_order, flat_index, grid_stride
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
 from services.generator.rules.row_cache import RowPassesShape
@@ -53,14 +53,13 @@ def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
 
 def reading(spec: KernelSpec) -> KernelSpec:
     """The spelling of the submitted kernel the shapes read (canonical.py), its pointers into arrays and calls of
-    one-return functions inlined only where that lets a more specific shape read it, or the same shape render more of
-    its rules: a row loop's `const float *a
-    = A + row * n` hides its rows from the recognisers, and an accessor `at(img, x - 1, y, w)` a stencil's
-    neighbours, while a block's pointer to its row is what row_in_registers caches the row through. Likewise a nest
-    of grid-stride loops is read as the one point per thread it stands for (grid_stride.py), launched so, only
-    where that reads better so, and a flat index split by / and % as its coordinates
+    one-return functions inlined only where that lets a more specific shape read it, or the same shape render more
+    of its rules: a row loop's `const float *a = A + row * n` hides its rows from the recognisers, and an accessor
+    `at(img, x - 1, y, w)` a stencil's neighbours, while a block's pointer to its row is what row_in_registers
+    caches the row through. Likewise, only where it reads better so, a nest of grid-stride loops is read as the one
+    point per thread it stands for (grid_stride.py), a flat index split by / and % as its coordinates
     (flat_index.py), and a 3D kernel with its y and z axes swapped (axis_order.py), a grid-stride nest's point form
-    too."""
+    too, each launched so."""
     return _read(spec)[0]
 
 
