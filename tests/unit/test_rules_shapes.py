@@ -4,11 +4,13 @@ compiles with NVRTC for a sample of its tune space (every configuration when sma
 signature. Numbers are checked on the GPU (tests/gpu/test_rules_shapes_verified.py, bench/memory_bound_table.py);
 here the launch geometry of the rewrites is emulated to show each point is handled once at sizes no tile divides."""
 import itertools
+from pathlib import Path
 from functools import cache
 
 import numpy as np
 import pytest
 
+from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
@@ -22,6 +24,7 @@ from tests.unit.rules_variants import (ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 # The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
 NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",
              "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan",
@@ -302,6 +305,29 @@ def test_the_hierarchical_reduction_has_one_atomic_per_block():
     assert code.count("atomicAdd(") == 1 and "__shfl_down_sync" in code
     assert candidate.grid_div_x == ["block_size_x", "elements_per_thread"]
     assert all(v % 32 == 0 for v in candidate.tune_params["block_size_x"])
+
+
+def test_a_thread_whose_points_all_pass_the_guards_bound_runs_them_without_it():
+    """count_above's guard `i < n && v[i] > threshold` keeps each load behind a branch, one in flight per thread
+    (about half of the copy on the H200); where the thread's last point is below n, so is each, and the body with
+    that conjunct made true loads all of the thread's points at once."""
+    spec = load_spec(STYLES / "count_above.cu", STYLES / "count_above.yaml")
+    code = mask(rules.apply("hierarchical_reduction", spec, spec.as_candidate()).source)
+    assert "if ((int)(first + (int)(elements_per_thread - 1) * blockDim.x) < (n)) {" in code
+    assert "if (true && v[i] > threshold)" in code and "if (i < n && v[i] > threshold)" in code
+    binned = load_spec(STYLES / "bucket8.cu", STYLES / "bucket8.yaml")
+    assert "if ((int)(first + (int)(elements_per_thread - 1) * blockDim.x) < (num)) {" in mask(
+        rules.apply("hierarchical_reduction", binned, binned.as_candidate()).source)
+
+
+@pytest.mark.parametrize("guard", ["i < limit[0] && v[i] > threshold", "i < n || v[i] > threshold"])
+def test_a_guard_whose_bound_may_change_or_need_not_hold_keeps_every_point_guarded(guard):
+    spec = load_spec(STYLES / "count_above.cu", STYLES / "count_above.yaml")
+    source = spec.source.replace("i < n && v[i] > threshold", guard).replace("int n)", "int n, const int *limit)")
+    guarded = spec.model_validate({**spec.model_dump(), "source": source, "args": [
+        *spec.model_dump()["args"], {"name": "limit", "dtype": "int32", "shape": [1]}]})
+    code = mask(rules.apply("hierarchical_reduction", guarded, guarded.as_candidate()).source)
+    assert "true" not in code and code.count(guard) == 1
 
 
 def test_the_histogram_keeps_per_block_bins_in_dynamic_shared_memory():

@@ -123,6 +123,72 @@ def test_vectorize_refuses_a_4_byte_array_not_declared_as_a_plain_pointer():
         "unknown")
 
 
+
+SCALE_AND_FLAG = r"""
+extern "C" __global__ void scale_and_flag(float *y, const float *x, int *flag, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = 2.0f * x[i];
+        if (i == 0) flag[i] = 1;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("flag_shape, reason", [
+    ([1], "the body touches flag only under a condition, and its shape in args does not hold n elements, so a "
+          "vector may reach past it"),
+    (["n"], None)])
+def test_an_array_touched_only_under_a_condition_takes_vectors_only_where_its_shape_holds_the_bound(flag_shape,
+                                                                                                      reason):
+    """A vector of flag's elements 4v..4v+3 is loaded and stored back whole, though the kernel touches only
+    flag[0]: with one element declared, that would reach past it."""
+    flagged = spec(SCALE_AND_FLAG, "scale_and_flag", [array("y", ["n"], role="out"), array("x", ["n"]),
+                                                       array("flag", flag_shape, "int32", "out"), scalar("n", "n")],
+                   {"n": 1 << 20}, ["n"])
+    assert rules.check("vectorize", flagged, flagged.as_candidate()) == reason
+
+
+
+@pytest.mark.parametrize("head_shape, admitted", [(["m"], False), (["n"], True)])
+def test_a_strided_loop_takes_vectors_of_an_array_touched_under_a_condition_only_where_its_shape_holds_the_loop(
+        head_shape, admitted):
+    """A grid-stride sum that also copies the first m elements out: `head` has m elements, and a vector of four
+    over the loop's n would load and store past them."""
+    summed = spec(r"""
+extern "C" __global__ void sum_and_head(float *total, float *head, const float *x, int n, int m)
+{
+    float s = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        s += x[i];
+        if (i < m) head[i] = x[i];
+    }
+    atomicAdd(total, s);
+}
+""", "sum_and_head", [array("total", [1], role="out"), array("head", head_shape, role="out"), array("x", ["n"]),
+                       scalar("n", "n"), scalar("m", "m")], {"n": 1 << 20, "m": 1000}, ["n"],
+        grid_div_x=["block_size_x", 8])
+    reason = rules.check("vectorize_loops", summed, summed.as_candidate())
+    assert reason is None if admitted else reason == (
+        "no strided loop can be vectorised: the loop over i touches head only under a condition, and its shape in "
+        "args does not hold the loop's elements, so a vector of four may reach past it")
+
+def test_a_store_under_a_condition_takes_vectors_where_the_array_is_read_wherever_the_body_runs():
+    """relu in place written as `if (x[i] < 0) x[i] = 0;`: x is read at every element, so the vector holds
+    elements the kernel reads, and its lanes not stored keep what was read (x's shape is declared short here, so
+    only the read admits it)."""
+    relu = spec(r"""
+extern "C" __global__ void relu(float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        if (x[i] < 0.0f) x[i] = 0.0f;
+    }
+}
+""", "relu", [array("x", [1 << 10], role="inout"), scalar("n", 1 << 20)], {"n": 1 << 20}, ["n"])
+    assert rules.check("vectorize", relu, relu.as_candidate()) is None
+
 # --- every rewrite compiles and keeps the signature; its accesses are 128 bits -----------------------------
 @pytest.mark.parametrize("name, order", [(name, order) for name in KERNELS for order in ORDERS])
 def test_each_rewrite_compiles_for_every_configuration_and_keeps_the_signature(name, order):

@@ -11,10 +11,12 @@ import ctypes
 import itertools
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
 from shared.domain.spec import KernelSpec
@@ -25,8 +27,11 @@ from tests.unit.test_rules_vectorize16 import _in_child, needs_gxx
 from tests.unit.test_rules_vectorize_aligned import ptx
 
 CONV2D = next(kernel for kernel in corpus() if kernel.name == "conv2d").spec()
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
+# box_blur walks its window in absolute coordinates, `for (int r = row - RADIUS; r <= row + RADIUS; r++)`.
+BOX_BLUR = load_spec(STYLES / "box_blur.cu", STYLES / "box_blur.yaml")
 KERNELS = {"conv2d": CONV2D, "correlate": VARIANTS["correlate"][1], "box3_int": VARIANTS["box3_int"][1],
-           "blur": VARIANTS["blur"][1]}
+           "blur": VARIANTS["blur"][1], "box_blur": BOX_BLUR}
 
 
 def window(spec_: KernelSpec):
@@ -119,6 +124,11 @@ REFUSED = {
         "its accumulator sum is not declared once, as a number with a value"),
     "an accumulator of deduced type": (edited(CONV2D, "float sum = 0.0f;", "auto sum = 0.0f;"),
                                        "its accumulator sum is not declared once, as a number with a value"),
+    # Unsigned, row - RADIUS wraps above row + RADIUS on the first rows, where the loop runs no row at all.
+    "an unsigned window around the point": (
+        edited(edited(edited(edited(BOX_BLUR, "int col", "unsigned col"), "int row", "unsigned row"),
+                      "int r =", "unsigned r ="), "int c =", "unsigned c ="),
+        "does not count up by one to a bound"),
 }
 
 
@@ -277,7 +287,8 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
                            {"rows": 17, "cols": 41, "pitch": 41, "kh": 3, "kw": 7},
                            {"rows": 11, "cols": 30, "pitch": 33, "kh": 2, "kw": 5}],
              "box3_int": [{"w": 43, "h": 29}, {"w": 40, "h": 9}],
-             "blur": [{"w": 45, "h": 37, "r": 2}, {"w": 64, "h": 23, "r": 2}, {"w": 30, "h": 21, "r": 1}]}
+             "blur": [{"w": 45, "h": 37, "r": 2}, {"w": 64, "h": 23, "r": 2}, {"w": 30, "h": 21, "r": 1}],
+             "box_blur": [{"w": 45, "h": 37}, {"w": 64, "h": 23}, {"w": 7, "h": 6}]}
 
 
 EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),

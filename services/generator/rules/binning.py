@@ -149,8 +149,11 @@ def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
     """A kernel of one point per thread as elements_per_thread points a block width apart per thread
     (points.march), adding into the block's bins, flushed as in a grid-stride loop's rendering."""
     length = model.length_parameter
-    body = points.point_body(model.point, [(start, end, bins) for start, end in model.sites])
-    names = {name: fresh_name(name, taken) for name in ("first", "k", "point")}
+    renamed = [(start, end, bins) for start, end in model.sites]
+    body = points.point_body(model.point, renamed)
+    bounded = points.bounded_by_guard(model.point, 0)
+    interior = bounded and (bounded[1], points.point_body(model.point, [*renamed, (*bounded[0], "true")]))
+    names = {name: fresh_name(name, taken) for name in ("first", "k", "point", "interior")}
     prologue = ["// Per-block bins in shared memory: each thread adds its elements_per_thread points into them, then",
                 f"// each block adds its non-empty bins into {model.array} with one atomic per bin.",
                 f"extern __shared__ {model.element} {bins}[];",
@@ -161,7 +164,7 @@ def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
                 f"{INDENT}if ({bins}[{b}] != 0) atomicAdd(&{model.array}[{b}], {bins}[{b}]);",
                 "}"]
     return points.with_body(model.point, points.march(model.point, 0, "elements_per_thread", names, body,
-                                                      prologue, epilogue))
+                                                      prologue, epilogue, interior=interior))
 
 
 class BinnedAtomicsShape:

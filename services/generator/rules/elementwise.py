@@ -17,10 +17,10 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from services.generator.rules import affine
+from services.generator.rules import affine, grid_stride
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
                                                  find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
-from services.generator.rules.statements import Statement, body_of
+from services.generator.rules.statements import Statement, body_of, indexed_whenever_run
 from services.generator.rules.shape import Layout, block_widths, one_thread_per_point
 from shared.domain.spec import KernelSpec
 
@@ -64,12 +64,11 @@ def model(spec: KernelSpec) -> Elementwise:
         return _grid_stride_model(spec, kernel, masked, uncommented, body_of(kernel, masked, NotElementwise))
     if re.search(r"\b(?:for|while)\b", body):
         try:
-            statements = body_of(kernel, masked, NotElementwise)
+            top = body_of(kernel, masked, NotElementwise)
         except NotElementwise:  # read on below as a one-point-per-thread body, as before loops after locals were
-            statements = []
-        if statements and statements[-1].kind in ("for", "while") and \
-                _launch_locals(statements[:-1], masked, spec) is not None:
-            return _grid_stride_model(spec, kernel, masked, uncommented, statements)
+            top = []
+        if top and top[-1].kind in ("for", "while") and _launch_locals(top[:-1], masked, spec) is not None:
+            return _grid_stride_model(spec, kernel, masked, uncommented, top)
 
     x_name = spec.block_size_names[0]
     definition, helpers = _index_after_helpers(body, spec)
@@ -240,10 +239,10 @@ def _guarded_statements(body: str, after_condition: int) -> tuple[int, int]:
         if body[block_close + 1:].strip():
             raise NotElementwise("code follows the guarded block; an elementwise kernel ends with it")
         return block_open + 1, block_close
-    statements = split_top_level(rest, ";")
-    if len(statements) != 2 or statements[1].strip():
+    parts = split_top_level(rest, ";")
+    if len(parts) != 2 or parts[1].strip():
         raise NotElementwise("code follows the guarded statement; an elementwise kernel ends with it")
-    return after_condition, after_condition + len(statements[0]) + 1
+    return after_condition, after_condition + len(parts[0]) + 1
 
 
 def _array_parameters(source: str, kernel: Kernel, spec: KernelSpec) -> dict[str, str]:
@@ -289,15 +288,20 @@ def _check_guarded(guarded: str, index: str, array_parameters: dict[str, str]) -
 
 
 # --- vectorize: which elementwise kernels can run on 128-bit vectors ------------------------------------
-def vectorize_reason(kernel: Elementwise) -> str | None:
+def vectorize_reason(kernel: Elementwise, spec: KernelSpec) -> str | None:
+    body = mask(through_ldg(kernel.body, kernel.index))
     for name, dtype in kernel.arrays.items():
         if dtype is None:
             return f"{name} is not one of the kernel's array arguments, so it cannot be loaded as vectors"
         if dtype not in ELEMENT_BYTES:
             return (f"{name} is {dtype}; vectorize takes arrays of 1-, 2- or 4-byte elements "
                     f"({', '.join(ELEMENT_BYTES)})")
-        if re.search(rf"&\s*{name}\s*\[", mask(through_ldg(kernel.body, kernel.index))):
+        if re.search(rf"&\s*{name}\s*\[", body):
             return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
+        if not indexed_whenever_run(body, 0, len(body), name) and \
+                not grid_stride.array_covers(spec, name, [kernel.bound]):
+            return (f"the body touches {name} only under a condition, and its shape in args does not hold "
+                    f"{kernel.bound} elements, so a vector may reach past it")
     pointees = _pointees(kernel)
     for name in kernel.arrays:
         if name not in pointees:
@@ -468,7 +472,7 @@ class ElementwiseShape:
             return why
         if (why := _depends_on_the_thread(kernel)) is not None:
             return why
-        return vectorize_reason(kernel) if rule_id == "vectorize" else None
+        return vectorize_reason(kernel, spec) if rule_id == "vectorize" else None
 
     def render(self, kernel: Elementwise, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         """One block per block_size_x threads, each handling elements_per_thread iterations of vectors of

@@ -21,14 +21,14 @@ loop over its own row keeps each block's elements.
 import re
 from dataclasses import dataclass
 
-from services.generator.rules import affine
+from services.generator.rules import affine, grid_stride
 from services.generator.rules.canonical import canonical
 from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.elementwise import model
 from services.generator.rules.partition import partition
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
 from services.generator.rules.shape import one_thread_per_point
-from services.generator.rules.statements import Statement, Unparsed, statements, walk
+from services.generator.rules.statements import Statement, Unparsed, indexed_whenever_run, statements, walk
 from shared.domain.spec import KernelSpec
 
 VECTORS = {"float": "float4", "int": "int4", "signed": "int4", "signed int": "int4", "int32_t": "int4",
@@ -114,7 +114,7 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
                 raise _Refused(f"the loop over {header[0]} shares the elements out among the grid's blocks, and the "
                                f"kernel writes one result per block ({per_block.describe()}): vectors of four would "
                                f"give each block other elements")
-            found.append(_vector_loop(source, masked, uncommented, statement, header, types))
+            found.append(_vector_loop(source, masked, uncommented, statement, header, types, spec))
         except _Refused as exc:
             reasons.append(str(exc))
     # A loop inside another is rewritten alone: the outer one's text would change under its rewrite.
@@ -224,7 +224,7 @@ def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str
 
 
 def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
-                 types: dict[str, str]) -> VectorLoop:
+                 types: dict[str, str], spec: KernelSpec) -> VectorLoop:
     c, type_, start, end, step = header
     inside = (loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end))
     text = masked[inside[0]:inside[1]]
@@ -278,6 +278,10 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     for name in arrays:
         if other_uses.get(name) or re.search(rf"\b{name}\b(?!\s*\[)", text):
             raise _Refused(f"{where} uses {name} other than as {name}[base + {c}]")
+        if not indexed_whenever_run(masked, *inside, name) and \
+                not (arrays[name].base == "0" and grid_stride.array_covers(spec, name, [end])):
+            raise _Refused(f"{where} touches {name} only under a condition, and its shape in args does not hold the "
+                           f"loop's elements, so a vector of four may reach past it")
     # A vector written whole must first hold what the lanes do not write: load it unless the body begins by
     # storing into the element unconditionally, without reading it.
     final = []

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                find_kernel, functions_named, mask, split_top_level)
+                                                find_kernel, functions_named, mask, split_top_level,
+                                                top_level_conjuncts, unparenthesised)
 from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, walk
 from shared.domain.spec import KernelSpec
@@ -372,28 +373,65 @@ def with_body(kernel: PointKernel, lines: list[str]) -> str:
 
 
 def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], body: str | None = None,
-          prologue: list[str] = (), epilogue: list[str] = (), undefined: tuple[int, ...] = ()) -> list[str]:
+          prologue: list[str] = (), epilogue: list[str] = (), undefined: tuple[int, ...] = (),
+          interior: tuple[str, str] | None = None) -> list[str]:
     """The kernel body as lines: each thread runs the point body for `factor` points along `axis` (a
     compile-time constant), in a `#pragma unroll` loop. Along x the points are a block width apart, so a warp's
     accesses stay as coalesced as before; along y or z they are consecutive, so neighbouring points (a
     stencil's rows or planes) are loaded by the same thread, where the unrolled code can keep them in
     registers. The grid along `axis` must be `factor` times smaller: its candidate divides it by that too. The
-    `undefined` axes' indices are left to `body` (vectors along x define their own)."""
+    `undefined` axes' indices are left to `body` (vectors along x define their own). With `interior`, (B, a body
+    for points below B), a thread whose last point is below B runs that body for each of its points instead
+    (bounded_by_guard says why that is the same)."""
     marched = next(a for a in kernel.axes if a.axis == axis)
     others = [definition(a) for a in kernel.axes if a.axis != axis and a.axis not in undefined]
     first, k, point = names["first"], names["k"], names["point"]
     if axis == 0:
         start = f"({marched.type})blockIdx.x * ({marched.block} * {factor}) + threadIdx.x"
-        argument = f"{first} + ({marched.type}){k} * {marched.block}"
+        argument, last = (f"{first} + ({marched.type}){step} * {marched.block}" for step in (k, f"({factor} - 1)"))
     else:
         start = f"({marched.expression}) * {factor}"
-        argument = f"{first} + {k}"
-    return [*others,
-            *prologue,
-            f"const {marched.type} {first} = {start};",
-            *lambda_of(point, [marched], body if body is not None else point_body(kernel)),
-            "#pragma unroll",
-            f"for (int {k} = 0; {k} < {factor}; {k}++) {{",
-            f"{INDENT}{point}({argument});",
+        argument, last = f"{first} + {k}", f"{first} + ({factor} - 1)"
+
+    def unrolled(called: str) -> list[str]:
+        return ["#pragma unroll", f"for (int {k} = 0; {k} < {factor}; {k}++) {{", f"{INDENT}{called}({argument});",
+                "}"]
+
+    lines = [*others,
+             *prologue,
+             f"const {marched.type} {first} = {start};",
+             *lambda_of(point, [marched], body if body is not None else point_body(kernel))]
+    if interior is None:
+        return [*lines, *unrolled(point), *epilogue]
+    bound, inside = interior
+    whole = names["interior"]
+    return [*lines,
+            *lambda_of(whole, [marched], inside),
+            f"if (({marched.type})({last}) < ({bound})) {{  // the thread's last point, so each, is below the bound",
+            *(INDENT + line for line in unrolled(whole)),
+            "} else {",
+            *(INDENT + line for line in unrolled(point)),
             "}",
             *epilogue]
+
+
+def bounded_by_guard(kernel: PointKernel, axis: int) -> tuple[tuple[int, int], str] | None:
+    """Where the point body is one guard without else, `if (x < B && REST) ...`, B arithmetic of parameters the
+    body does not change: the span of `x < B` in the source and B; else None. A thread's points along the axis
+    increase, so where its last is below B the conjunct holds at each, and the body with it replaced by `true`
+    does what the body does. Loads the guard kept conditional are then made at every point, and a thread's
+    unrolled points can issue them together."""
+    masked = mask(kernel.source)
+    if len(kernel.statements) != 1 or kernel.statements[0].kind != "if" or \
+            kernel.statements[0].orelse is not None or changed_parameter(kernel) is not None:
+        return None
+    name = next(a.name for a in kernel.axes if a.axis == axis)
+    at = kernel.statements[0].head[0]
+    for part in top_level_conjuncts(masked[at:kernel.statements[0].head[1]]):
+        bounded = re.fullmatch(rf"{name}\s*<\s*(?P<bound>[\w\s+\-*/%()]+)", unparenthesised(part))
+        if bounded and set(IDENTIFIER.findall(bounded["bound"])) <= set(kernel.parameters) and \
+                not re.search(r"\w\s*\(", bounded["bound"]):
+            start = at + len(part) - len(part.lstrip())
+            return (start, at + len(part.rstrip())), " ".join(bounded["bound"].split())
+        at += len(part) + len("&&")
+    return None

@@ -57,6 +57,19 @@ def statements(masked: str, start: int, end: int) -> list[Statement]:
     return found
 
 
+def indexed_whenever_run(masked: str, start: int, end: int, array: str) -> bool:
+    """Whether a top-level statement of masked[start:end], or an if's condition there, indexes `array` wherever
+    the statements run (not in a branch, nor after `?`, `&&` or `||`)."""
+    for statement in statements(masked, start, end):
+        span = (statement.start, statement.end) if statement.kind == "simple" else \
+            statement.head if statement.kind == "if" else (statement.start, statement.start)
+        text = masked[span[0]:span[1]]
+        access = re.search(rf"(?<![\w.]){array}\s*\[", text)
+        if access and not re.search(r"\?|&&|\|\|", text[:access.start()]):
+            return True
+    return False
+
+
 def statement_at(masked: str, at: int, end: int) -> Statement:
     char = masked[at]
     if char == "#":

@@ -39,7 +39,8 @@ from shared.domain.spec import KernelSpec
 COLUMNS = 4  # the points along x a thread owns: one 128-bit vector of 4-byte elements
 ROWS, ROW_VALUES, LARGEST_WINDOW = "window_rows", [1, 2, 4, 8], 16
 _HEADER = re.compile(rf"\s*(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<start>[^;]+);"
-                     rf"\s*(?P<tested>\w+)\s*(?P<test><=|<(?!=))(?P<bound>[^;]+);"
+                     rf"\s*(?P<tested>\w+|\(\s*(?P<around>\w+)\s*\+\s*(?P<offset>\w+)\s*\))\s*"
+                     rf"(?P<test><=|<(?!=))(?P<bound>[^;]+);"
                      rf"\s*(?:(?P<a>\w+)\s*\+\+|\+\+\s*(?P<b>\w+)|(?P<c>\w+)\s*\+=\s*1)\s*")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # not a literal's suffix (0.0f) nor a member
 _WORDS = TYPE_WORDS | {"signed", "bool", "true", "false"}
@@ -146,10 +147,16 @@ def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -
     header = masked[loop.head[0]:loop.head[1]]
     match = _HEADER.fullmatch(header)
     variable = match and match["name"]
-    if not match or match["tested"] != variable or variable not in {match["a"], match["b"], match["c"]}:
+    around = match and match["around"]
+    if not match or (match["offset"] if around else match["tested"]) != variable or \
+            variable not in {match["a"], match["b"], match["c"]} or \
+            around and (around not in kernel.index_names or re.search(r"\bunsigned\b|size_t", match["type"])):
         raise NotRecognised(f"its window loop `for ({' '.join(header.split())})` does not count up by one to a "
                             f"bound (`for (int i = 0; i < k; i++)`, or from -r to r)")
-    (first, start_names), (end, end_names) = (_evaluated(kernel, match[part], spec) for part in ("start", "bound"))
+    # A loop around the point, `(y + i) <= y + r` (canonical.py's respelling of `r <= y + r`), tests i <= r:
+    # its type is signed, so y + i does not wrap.
+    bound = f"({match['bound']}) - ({around})" if around else match["bound"]
+    (first, start_names), (end, end_names) = (_evaluated(kernel, text, spec) for text in (match["start"], bound))
     count = end - first + (match["test"] == "<=")
     if not 1 <= count <= LARGEST_WINDOW:
         raise NotRecognised(f"its window loop over {variable} takes {count} values at the spec's sizes; a window "
