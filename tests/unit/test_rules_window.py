@@ -65,6 +65,10 @@ def test_a_window_centred_on_the_point_starts_its_rows_and_columns_at_minus_r():
     assert "const float *p = at(x_first, y_first + last, row - last + (-2), -2);" in blur
     assert "const int dy = row - r_ + (-2);" in blur and "for (int dx = -2; dx < 3; dx++)" in blur
     assert "* v[c + dx - (-2)];" in blur
+    # The row's first value, 2 before x0, lies 2 lanes into an aligned vector: the loads start there.
+    assert "if ((reinterpret_cast<unsigned long long>((p - 2)) & 15) == 0) {\n" \
+           "                    { const float4 quad = *reinterpret_cast<const float4 *>(p - 2 + 0); v[0] = quad.z; " \
+           "v[1] = quad.w; }" in blur
 
 
 def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_follows():

@@ -355,26 +355,28 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
 
 
 def _row_loads(model: Window, n: _Names) -> list[str]:
-    """The row's 4 + KW - 1 values into v: 128-bit vectors where the row is aligned (and the type has them), the
-    last ones and an unaligned row one by one."""
+    """The row's 4 + KW - 1 values into v: 128-bit vectors where the type has them and the 16 bytes holding the
+    row's first value are aligned where that value lies where the window's start puts it (its column is x0 + J0,
+    x0 a multiple of 4, so it is J0 mod 4 elements past a boundary wherever the row starts on one: a window
+    centred on the point starts 2 before it); otherwise one by one. A vector's other lanes, read with it, lie in
+    the same aligned 16 bytes as a value the row needs, so on a page it may read."""
     span = COLUMNS + model.columns.count - 1
     one_by_one = f"for (int {n.chunk} = 0; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = {n.p}[{n.chunk}];"
     vector = loops.VECTORS.get(model.element)
     declared = f"{model.element} {n.v}[{span}];"
     if vector is None:
         return [declared, "#pragma unroll", one_by_one]
-    lanes = " ".join(f"{n.v}[{n.chunk}{f' + {k}' if k else ''}] = {n.quad}.{lane};"
-                     for k, lane in enumerate(loops.LANES))
+    skipped = model.columns.first % 4  # the lanes before the row's first value
+    start = f"{n.p} - {skipped}" if skipped else n.p
+    quads = []
+    for chunk in range(-(-(span + skipped) // 4)):
+        lanes = " ".join(f"{n.v}[{at}] = {n.quad}.{lane};" for lane, at in
+                         zip(loops.LANES, range(4 * chunk - skipped, 4 * chunk - skipped + 4)) if 0 <= at < span)
+        quads.append(f"    {{ const {vector} {n.quad} = *reinterpret_cast<const {vector} *>({start} + {4 * chunk}); "
+                     f"{lanes} }}")
     return [declared,
-            f"if ({loops.aligned_16(n.p)}) {{",
-            "    #pragma unroll",
-            f"    for (int {n.chunk} = 0; {n.chunk} + 4 <= {span}; {n.chunk} += 4) {{",
-            f"        const {vector} {n.quad} = *reinterpret_cast<const {vector} *>({n.p} + {n.chunk});",
-            f"        {lanes}",
-            "    }",
-            *(["    #pragma unroll",
-               f"    for (int {n.chunk} = {span // 4 * 4}; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = "
-               f"{n.p}[{n.chunk}];"] if span % 4 else []),
+            f"if ({loops.aligned_16(f'({start})')}) {{",
+            *quads,
             "} else {",
             "    #pragma unroll",
             f"    {one_by_one}",
