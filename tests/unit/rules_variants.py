@@ -1257,6 +1257,51 @@ def edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
     return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
 
 
+CLAMP_LOW_3D = spec(r"""
+// A volume clamped from below in place: each voxel read in the if's condition, stored only where it is low.
+extern "C" __global__ void clamp_low_3d(float *v, float lo, int nx, int ny, int nz)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int z = blockIdx.z * blockDim.z + threadIdx.z;
+    if (x < nx && y < ny && z < nz) {
+        size_t i = ((size_t)z * ny + y) * nx + x;
+        if (v[i] < lo) v[i] = lo;
+    }
+}
+""", "clamp_low_3d", [array("v", ["nz", "ny", "nx"], role="inout"), scalar("lo", 0.25, "float32"),
+                      scalar("nx", "nx"), scalar("ny", "ny"), scalar("nz", "nz")], {"nx": 70, "ny": 33, "nz": 17},
+    ["nx", "ny", "nz"], {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+    {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]})
+
+MASK_SCORES = spec(r"""
+// Attention scores masked by a byte per score after an early return: filled where dropped, scaled where kept.
+extern "C" __global__ void mask_scores(float *scores, const unsigned char *keep, float fill, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const int k = r * cols + c;
+    if (keep[k] == 0) {
+        scores[k] = fill;
+    } else {
+        scores[k] *= 0.125f;
+    }
+}
+""", "mask_scores", [array("scores", ["rows", "cols"], role="inout"), array("keep", ["rows", "cols"], "uint8",
+                                                                               range=[0, 2]),
+                     scalar("fill", -1e4, "float32"), scalar("rows", "rows"), scalar("cols", "cols")],
+    {"rows": 45, "cols": 131}, ["cols", "rows"], BLOCK_2D, TUNE_2D)
+
+VARIANTS.update({
+    "vectors_of_a_store_under_a_condition_in_3d": ("vectorize", CLAMP_LOW_3D),
+    "vectors_of_bytes_masking_floats_in_both_branches": ("vectorize", MASK_SCORES),
+    # out is written wherever the body runs and read under `?:`: each lane keeps what it read where it keeps it.
+    "vectors_of_a_select_keeping_the_output": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "out[row * w + col] = col < h ? in[row * w + col] * gain[col] : out[row * w + col];")),
+})
+
 # An address that depends on the data is a histogram's bin, not a sum's (here the spec's one bin): per-block bins.
 VARIANTS["squares_into_a_bin_of_the_data"] = ("hierarchical_reduction", edited(
     SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"))
@@ -1316,11 +1361,21 @@ NOT_OF_SHAPE = {
         "through a pointer or a member"),
     "vectors_of_a_crop": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "{ if (col < h) out[row * h + col] = in[row * w + col] * gain[col]; }"), "not plain statements"),
-    "vectors_of_a_store_under_a_condition": ("vectorize", edited(
+        "{ if (col < h) out[row * h + col] = in[row * w + col] * gain[col]; }"),
+        "it writes out under a condition at row * h + col, not at the point's own place in the box its guard "
+        "bounds"),
+    "vectors_of_a_flag_per_column": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "out[row * w + col] = col < h ? in[row * w + col] * gain[col] : out[row * w + col];"),
-        "only under a condition"),
+        "if (in[row * w + col] > gain[col]) out[col] = 1.0f;"), "not at the point's own place"),
+    "vectors_of_a_store_past_a_short_array": ("vectorize", SHADE_2D.model_validate({  # out holds the first row
+        **SHADE_2D.model_dump(),
+        "source": SHADE_2D.source.replace("out[row * w + col] = in[", "if (row == 0) out[row * w + col] = in["),
+        "args": [{**a.model_dump(), "shape": ["w"]} if a.name == "out" else a.model_dump() for a in SHADE_2D.args]}),
+        "it touches out only under a condition, and its shape in args does not hold the box its guard bounds"),
+    "vectors_of_a_store_in_a_loop": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "for (int t = 0; t < 1; t++) out[row * w + col] = in[row * w + col] * gain[col];"),
+        "holds a loop, a return or a jump"),
     "vectors_under_an_exclusive_or": ("vectorize", edited(SHADE_2D, "if (row < h && col < w)",
                                                           "if (row < h && col < w ^ 1)"), "as `col < width` alone"),
     "vectors_of_half_rows": ("vectorize", edited(

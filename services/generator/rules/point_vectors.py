@@ -3,15 +3,19 @@
 
 Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard, `if (x <
 W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears in the
-condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is plain statements (no if,
-loop or return; no reference, pointer or lambda declared) that change no parameter and make no atomic. The arrays it
+condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is statements and ifs (no loop,
+return or jump; no reference, pointer or lambda declared) that change no parameter and make no atomic. The arrays it
 takes as vectors are array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers) it indexes at one
-subscript moving by exactly 1 along x, of the indices and scalar parameters alone, every access made whenever BODY
-runs (none under `?:`, `&&` or `||`), used no other way (no pointer passed on or offset, no address taken but a
-read's through `__ldg(&a[i])`, no element passed to a function of the source, which may take it by reference), no
-index cast narrower; at least one must be. Every other array it only reads (a
-bias per row, a gather, neighbours, a read under a condition), and each lane reads it as written, where its point
-would. Each point is then computed once, by one lane, as by one thread, and touches the elements it touched.
+subscript moving by exactly 1 along x, of the indices and scalar parameters alone, used no other way (no pointer
+passed on or offset, no address taken but a read's through `__ldg(&a[i])`, no element passed to a function of the
+source, which may take it by reference), no index cast narrower; at least one must be. An array it only reads is
+taken so where every access is made whenever BODY runs (none in an if's branch, under `?:`, `&&` or `||`); one it
+writes under a condition too (a mask, a clamp in place), where its subscript is the point's place in the box the
+guard bounds, `x + W * y + W * H * z` (no two points share an element, so a lane that does not store writes back
+what it read and undoes nobody's store), and its elements exist (BODY touches it wherever it runs, or its shape in
+args holds the box). Every other array it only reads (a bias per row, a gather, neighbours, a read under a
+condition), and each lane reads it as written, where its point would. Each point is then computed once, by one
+lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
 V the lanes of 16 bytes of the narrowest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
@@ -19,7 +23,8 @@ times smaller.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
 x) and every vector's first element is 16-byte aligned (a row pitch or a slice may leave it otherwise), each vector's
 array is loaded as a struct of V elements aligned to 16 bytes (unless BODY writes it before reading it), BODY runs once
-per lane on the lane's elements, and the written arrays, written by every lane, are stored whole. Otherwise the
+per lane on the lane's elements, and the written arrays are stored whole (a lane that stores nothing keeps what was
+loaded). Otherwise the
 thread runs the point body as written, guard included, for each of its V points. Every point is thus computed as
 the kernel wrote it.
 """
@@ -33,7 +38,7 @@ from services.generator.rules.cuda_text import (LAMBDA, fresh_name, functions_na
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
-from services.generator.rules.statements import statements
+from services.generator.rules.statements import statements, walk
 from shared.domain.spec import KernelSpec
 
 
@@ -79,7 +84,9 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     body = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
     if (why := _plain(masked, body)) is not None:
         raise NotRecognised(why)
-    arrays, subscripts = _arrays(kernel, spec, masked, x, body)
+    bounds = {axis.name: found["b"] for axis in kernel.axes for c in conjuncts
+              if (found := re.fullmatch(rf"\s*{axis.name}\s*<\s*(?P<b>[^<>=!&|?,^]+?)\s*", c))}
+    arrays, subscripts = _arrays(kernel, spec, masked, x, body, bounds)
     other = next((name for name in arrays if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
                   sum(a.array == name for a in kernel.accesses)), None)
     if other is not None:
@@ -97,12 +104,13 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
 
 
 def _plain(masked: str, body: tuple[int, int]) -> str | None:
-    """Why the lanes may not run BODY with some arrays in registers, else None: BODY must be plain statements (no
-    if, loop or return, which decide what a lane touches) and declare no reference or pointer, nor a lambda, which
-    would reach an element past its lane's register."""
+    """Why the lanes may not run BODY with some arrays in registers, else None: BODY must be statements and ifs
+    (no loop, return or jump, which decide what a lane touches how often) and declare no reference or pointer,
+    nor a lambda, which would reach an element past its lane's register."""
     text = masked[body[0]:body[1]]
-    if any(s.kind != "simple" for s in statements(masked, *body)) or re.search(r"\b(?:return|goto)\b", text):
-        return "its guarded body is not plain statements (an if, a loop or a return decides what a lane touches)"
+    if any(s.kind not in ("simple", "if", "block", "empty") for s, _ in walk(masked, statements(masked, *body))) or \
+            re.search(r"\b(?:return|goto|break|continue)\b", text):
+        return "its guarded body holds a loop, a return or a jump, which decides what a lane touches"
     if points.ALIAS.search(text) or LAMBDA.search(text):
         return "its guarded body declares a reference, a pointer or a lambda"
     return None
@@ -120,8 +128,8 @@ def _index_texts(masked: str, body: tuple[int, int], subscripts: list[str]) -> l
     return found
 
 
-def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str,
-            body: tuple[int, int]) -> tuple[dict[str, str], dict[str, str]]:
+def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tuple[int, int],
+            bounds: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """Each array the lanes take as vectors -> its element type, and -> its one subscript as C arithmetic. Such an
     array is indexed at one subscript moving by exactly 1 along x, each access made whenever BODY runs (none in a
     branch of `?:` or after `&&` or `||`): the stores then rewrite only elements the kernel writes, and the loads
@@ -133,9 +141,14 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str,
     functions = functions_named(masked[:kernel.kernel.name_at] + masked[kernel.body_end:])
     for name in dict.fromkeys(a.array for a in kernel.accesses):
         accesses = [a for a in kernel.accesses if a.array == name]
-        why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], parts, functions)
+        why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], functions)
                                  for a in accesses)),
                    None)
+        conditional = next((a for a in accesses if not _whenever_run(masked, parts, a)), None)
+        if why is None and conditional is not None:
+            why = f"{name}[{conditional.subscript}] is read or written only under a condition"
+            if any(a.write for a in accesses):
+                why = _stored_whole_reason(kernel, spec, masked, body, accesses, bounds)
         if why is None:
             arrays[name] = pointee(kernel.parameters[name])[1]
             subscripts[name] = affine.spelled(accesses[0].poly)
@@ -146,7 +159,7 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str,
     return arrays, subscripts
 
 
-def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first, parts: list,
+def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first,
                   functions: set[str]) -> str | None:
     """Why the access's array cannot be taken as vectors of consecutive elements along x, else None."""
     poly = access.poly
@@ -157,9 +170,6 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
                f"and parameters"
     if poly != first.poly:
         return f"it indexes {access.array} at more than one subscript"
-    statement = next((s for s in parts if s.start <= access.start < s.end), None)
-    if statement is None or re.search(r"\?|&&|\|\|", masked[statement.start:access.start]):
-        return f"{access.array}[{access.subscript}] is read or written only under a condition"
     if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
     callee = _callee(masked, access.start) if re.search(r"[(,]\s*$", masked[:access.start]) and \
@@ -169,6 +179,45 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
     declared = pointee(kernel.parameters.get(access.array, ""))
     if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
         return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"
+    return None
+
+
+def _whenever_run(masked: str, parts: list, access) -> bool:
+    """Whether the access is made wherever BODY runs: in one of its statements, or an if's condition, before any
+    `?`, `&&` or `||` there."""
+    statement = next((s for s in parts if s.start <= access.start < s.end), None)
+    if statement is None or statement.kind not in ("simple", "if"):
+        return False
+    start, end = (statement.start, statement.end) if statement.kind == "simple" else statement.head
+    return start <= access.start < end and not re.search(r"\?|&&|\|\|", masked[start:access.start])
+
+
+def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, body: tuple[int, int], accesses: list,
+                         bounds: dict[str, str]) -> str | None:
+    """Why an array written under a condition cannot be stored as whole vectors, else None. A vector stored whole
+    writes back, unchanged, the lanes whose points do not write it: that is the same only where no other point
+    writes those elements (its subscript is the point's place in the box its guard bounds, x + W * y + W * H * z,
+    which no two points share), and where they exist (BODY touches the array wherever it runs, or its shape in
+    args holds the box)."""
+    name, poly = accesses[0].array, accesses[0].poly
+    axes = kernel.axes
+    if any(axis.name not in bounds for axis in axes):
+        return f"it writes {name} under a condition, and its guard does not bound every index below a scalar"
+    try:
+        extents = [affine.parse(bounds[axis.name]) for axis in axes]
+    except affine.NotAffine:
+        return f"it writes {name} under a condition, and its guard's bounds are not arithmetic of its parameters"
+    place, size = {}, {(): 1}
+    for axis, extent in zip(axes, extents):
+        place = affine.add(place, affine.product({(axis.name,): 1}, size))
+        size = affine.product(size, extent)
+    if poly != place:
+        return f"it writes {name} under a condition at {accesses[0].subscript}, not at the point's own place in " \
+               f"the box its guard bounds, so a vector stored whole may undo another point's store"
+    if not any(_whenever_run(masked, statements(masked, *body), a) for a in accesses) and \
+            not grid_stride.array_covers(spec, name, [bounds[axis.name] for axis in axes]):
+        return f"it touches {name} only under a condition, and its shape in args does not hold the box its guard " \
+               f"bounds, so a vector may reach past it"
     return None
 
 
