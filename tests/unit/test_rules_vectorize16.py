@@ -1,6 +1,6 @@
 """vectorize on elementwise kernels of 2-byte and 1-byte elements (issue 21): half and bfloat16 kernels (haxpy,
-bf16_axpy and variants written otherwise), bytes, and kernels mixing widths take 16 bytes of their narrowest
-array per vector, each lane running the body as written (so each element rounds as it did), with a scalar tail
+bf16_axpy and variants written otherwise), bytes, and kernels mixing widths take 16 bytes of their widest
+array per vector (as many elements of the narrower, aligned to what they move), each lane running the body as written (so each element rounds as it did), with a scalar tail
 and, when an array is not 16-byte aligned at run time, the element loop alone. Every rewrite compiles with NVRTC
 for every configuration of its space and keeps the signature; the rewrites run on the CPU (g++, the kernel body
 as written over stand-ins of the fp16/bf16 intrinsics, every thread of the launch in turn) and match the
@@ -94,7 +94,7 @@ extern "C" __global__ void dequantize(float *out, const signed char *q, float sc
 NARROW_VARIANTS = {"hscale_add": HSCALE_ADD, "bf16_ramp": BF16_RAMP, "threshold_u8": THRESHOLD_U8,
                    "dequantize": DEQUANTIZE}
 KERNELS = {"haxpy": CORPUS["haxpy"].spec(), "bf16_axpy": CORPUS["bf16_axpy"].spec(), **NARROW_VARIANTS}
-LANES = {"haxpy": 8, "bf16_axpy": 8, "hscale_add": 8, "bf16_ramp": 8, "threshold_u8": 16, "dequantize": 16}
+LANES = {"haxpy": 8, "bf16_axpy": 8, "hscale_add": 8, "bf16_ramp": 4, "threshold_u8": 16, "dequantize": 4}  # 16 bytes of the widest
 # What vectorize is applied after: nothing, elements_per_thread, or every rule that applies in the plan's order.
 ORDERS = {"alone": ("vectorize",), "ept": ("elements_per_thread", "vectorize"), "plan": None}
 
@@ -167,13 +167,16 @@ def test_haxpy_moves_eight_halves_per_access_and_computes_each_as_written():
     assert applied(haxpy, ORDERS["alone"]).grid_div_x == ["block_size_x", 8]
 
 
-def test_mixed_and_byte_kernels_take_16_bytes_of_their_narrowest_array():
+def test_mixed_and_byte_kernels_take_16_bytes_of_their_widest_array():
+    """A vector of 4 lanes beside floats: bfloat16s move 8 bytes, aligned to 8, so a warp's stores of floats stay
+    contiguous (lanes by the narrowest array had each thread store 32 bytes)."""
     ramp = applied(BF16_RAMP, ORDERS["alone"])
-    assert "struct __align__(16) nv_bfloat16_x8 { __nv_bfloat16 lane[8]; };" in ramp.source
-    assert "struct __align__(16) float_x8 { float lane[8]; };" in ramp.source  # 32 bytes: two 128-bit stores
-    assert "float_x8 wide8;" in ramp.source  # a pure output is not loaded
-    assert "const int gid = 8 * v + k;" in ramp.source  # the body reads the index: each lane has its own
-    assert ramp.grid_div_x == ["block_size_x", 8]
+    assert "struct __align__(8) nv_bfloat16_x4 { __nv_bfloat16 lane[4]; };" in ramp.source
+    assert "struct __align__(16) float_x4 { float lane[4]; };" in ramp.source
+    assert "(reinterpret_cast<unsigned long long>(w) & 7) == 0" in ramp.source
+    assert "float_x4 wide4;" in ramp.source  # a pure output is not loaded
+    assert "const int gid = 4 * v + k;" in ramp.source  # the body reads the index: each lane has its own
+    assert ramp.grid_div_x == ["block_size_x", 4]
     binary = applied(THRESHOLD_U8, ORDERS["alone"])
     assert "struct __align__(16) unsigned_char_x16 { unsigned char lane[16]; };" in binary.source
     assert "binary16.lane[k] = img16.lane[k] > level ? 255 : 0;" in binary.source

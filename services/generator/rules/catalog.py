@@ -44,9 +44,10 @@ CATALOG = (
                                 "loop, with the grid shrunk by the tunable elements_per_thread.",
          "elements_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
     Rule("vectorize", "Load and store 128 bits at a time (four 4-byte elements, eight halves or bfloat16s, or sixteen "
-                      "bytes) as 16-byte-aligned structs, taken only when every array is aligned at run time (else "
-                      "the element loop), each lane computed as the kernel wrote it, with a scalar loop for the last "
-                      "elements.", rendered=True),
+                      "bytes; a kernel's narrower arrays move as many elements as its widest, in fewer bytes) as "
+                      "aligned structs, taken only when every array is aligned at run time (else the element loop), "
+                      "each lane computed as the kernel wrote it, with a scalar loop for the last elements.",
+         rendered=True),
     Rule("unroll", "Unroll every loop that has no unroll pragma yet by the tunable loop_unroll_factor.",
          "loop_unroll_factor", (1, 2, 4, 8), 4),
     Rule("launch_bounds", "Declare __launch_bounds__ with the block size, so the compiler budgets registers for "
