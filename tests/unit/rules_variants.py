@@ -1297,6 +1297,9 @@ VARIANTS.update({
     "vectors_of_a_store_under_a_condition_in_3d": ("vectorize", CLAMP_LOW_3D),
     "vectors_of_bytes_masking_floats_in_both_branches": ("vectorize", MASK_SCORES),
     # out is written wherever the body runs and read under `?:`: each lane keeps what it read where it keeps it.
+    "vectors_of_a_mask_and_a_test_before_a_store": ("vectorize", edited(
+        SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
+        "if (gain[col] > 0.5f && out[row * w + col] > 0.0f) out[row * w + col] = in[row * w + col];")),
     "vectors_of_a_select_keeping_the_output": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
         "out[row * w + col] = col < h ? in[row * w + col] * gain[col] : out[row * w + col];")),

@@ -1,8 +1,9 @@
 """vectorize on elementwise kernels of 2-byte and 1-byte elements (issue 21): half and bfloat16 kernels (haxpy,
 bf16_axpy and variants written otherwise), bytes, and kernels mixing widths take 16 bytes of their widest
-array per vector (as many elements of the narrower, aligned to what they move), each lane running the body as written (so each element rounds as it did), with a scalar tail
-and, when an array is not 16-byte aligned at run time, the element loop alone. Every rewrite compiles with NVRTC
-for every configuration of its space and keeps the signature; the rewrites run on the CPU (g++, the kernel body
+array per vector (as many elements of the narrower, aligned to what they move), each lane running the body as
+written (so each element rounds as it did), with a scalar tail and, when an array is not aligned to its vector at
+run time, the element loop alone. Every rewrite compiles with NVRTC for every configuration of its space and keeps
+the signature; the rewrites run on the CPU (g++, the kernel body
 as written over stand-ins of the fp16/bf16 intrinsics, every thread of the launch in turn) and match the
 submitted kernel bit for bit at sizes no vector divides, at every configuration, aligned and misaligned (built
 with UBSan's alignment check, so a 16-byte access through a misaligned pointer stops the run as ld.global.v4 faults
@@ -94,7 +95,8 @@ extern "C" __global__ void dequantize(float *out, const signed char *q, float sc
 NARROW_VARIANTS = {"hscale_add": HSCALE_ADD, "bf16_ramp": BF16_RAMP, "threshold_u8": THRESHOLD_U8,
                    "dequantize": DEQUANTIZE}
 KERNELS = {"haxpy": CORPUS["haxpy"].spec(), "bf16_axpy": CORPUS["bf16_axpy"].spec(), **NARROW_VARIANTS}
-LANES = {"haxpy": 8, "bf16_axpy": 8, "hscale_add": 8, "bf16_ramp": 4, "threshold_u8": 16, "dequantize": 4}  # 16 bytes of the widest
+# 16 bytes of the widest array
+LANES = {"haxpy": 8, "bf16_axpy": 8, "hscale_add": 8, "bf16_ramp": 4, "threshold_u8": 16, "dequantize": 4}
 # What vectorize is applied after: nothing, elements_per_thread, or every rule that applies in the plan's order.
 ORDERS = {"alone": ("vectorize",), "ept": ("elements_per_thread", "vectorize"), "plan": None}
 

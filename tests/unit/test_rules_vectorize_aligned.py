@@ -174,6 +174,29 @@ extern "C" __global__ void sum_and_head(float *total, float *head, const float *
         "no strided loop can be vectorised: the loop over i touches head only under a condition, and its shape in "
         "args does not hold the loop's elements, so a vector of four may reach past it")
 
+
+def test_a_blocks_loop_storing_under_a_condition_is_not_stored_as_whole_vectors():
+    """Every block walks the same features; the block that owns one stores it. A vector stored whole would write
+    back the other lanes as its block read them, over another block's store (a review's race, emulated)."""
+    owner = spec(r"""
+extern "C" __global__ void pick_owner(float *out, const int *owner, const float *x, int n)
+{
+    const float *row = x + (size_t)blockIdx.x * n;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        const float v = row[c];
+        if (owner[c] == blockIdx.x) out[c] = v;
+    }
+}
+""", "pick_owner", [array("out", ["n"], role="out"), array("owner", ["n"], "int32", range=[0, "batch"]),
+                    array("x", ["batch", "n"]), scalar("n", "n")], {"batch": 64, "n": 1024}, ["batch"],
+        tune_params={"block_size_x": [128, 256]})
+    assert rules.check("vectorize_loops", owner, owner.as_candidate()) == (
+        "no strided loop can be vectorised: the loop over c stores into out only under a condition, and every "
+        "block walks its elements: a vector stored whole could undo another block's store")
+    stored = owner.model_validate({**owner.model_dump(), "source": owner.source.replace(
+        "if (owner[c] == blockIdx.x) out[c] = v;", "out[c] = owner[c] == blockIdx.x ? v : out[c];")})
+    assert rules.check("vectorize_loops", stored, stored.as_candidate()) is None  # a race as submitted, kept
+
 def test_a_store_under_a_condition_takes_vectors_where_the_array_is_read_wherever_the_body_runs():
     """relu in place written as `if (x[i] < 0) x[i] = 0;`: x is read at every element, so the vector holds
     elements the kernel reads, and its lanes not stored keep what was read (x's shape is declared short here, so

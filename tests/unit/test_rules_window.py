@@ -132,7 +132,20 @@ REFUSED = {
     "an unsigned window around the point": (
         edited(edited(edited(edited(BOX_BLUR, "int col", "unsigned col"), "int row", "unsigned row"),
                       "int r =", "unsigned r ="), "int c =", "unsigned c ="),
-        "does not count up by one to a bound"),
+        "counts in an unsigned type"),
+    "a uint32_t window around the point": (edited(edited(edited(
+        BOX_BLUR, "for (int r = row - RADIUS; r <= row + RADIUS; r++)",
+        "for (uint32_t r = -RADIUS; (row + r) <= row + RADIUS; r++)"),
+        "for (int c = col - RADIUS; c <= col + RADIUS; c++)",
+        "for (uint32_t c = -RADIUS; (col + c) <= col + RADIUS; c++)"),
+        "in[r * w + c]", "in[(row + r) * w + (col + c)]"), "counts in an unsigned type"),
+    "a window around the point by an unsigned radius": (BOX_BLUR.model_validate({
+        **BOX_BLUR.model_dump(),
+        "source": BOX_BLUR.source.replace("int w, int h)", "int w, int h, unsigned R)").replace(
+            "row - RADIUS; r <= row + RADIUS", "row - R; r <= row + R").replace(
+            "col - RADIUS; c <= col + RADIUS", "col - R; c <= col + R"),
+        "args": [*BOX_BLUR.model_dump()["args"], {"name": "R", "dtype": "uint32", "value": 2}]}),
+        "counts in an unsigned type"),
 }
 
 

@@ -114,7 +114,8 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
                 raise _Refused(f"the loop over {header[0]} shares the elements out among the grid's blocks, and the "
                                f"kernel writes one result per block ({per_block.describe()}): vectors of four would "
                                f"give each block other elements")
-            found.append(_vector_loop(source, masked, uncommented, statement, header, types, spec))
+            across_grid = "blockIdx.x" in affine.names(affine.parse(header[2], aliases))
+            found.append(_vector_loop(source, masked, uncommented, statement, header, types, spec, across_grid))
         except _Refused as exc:
             reasons.append(str(exc))
     # A loop inside another is rewritten alone: the outer one's text would change under its rewrite.
@@ -224,7 +225,7 @@ def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str
 
 
 def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
-                 types: dict[str, str], spec: KernelSpec) -> VectorLoop:
+                 types: dict[str, str], spec: KernelSpec, across_grid: bool) -> VectorLoop:
     c, type_, start, end, step = header
     inside = (loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end))
     text = masked[inside[0]:inside[1]]
@@ -239,6 +240,8 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     arrays: dict[str, VectorArray] = {}
     accesses = []
     other_uses: dict[str, int] = {}
+    parts = statements(masked, *inside)
+    stored_whenever_run = set()  # the arrays a top-level statement stores into wherever the body runs
     for match in re.finditer(r"(?<![\w.>\]])([A-Za-z_]\w*)\s*\[", text):
         name = match.group(1)
         opening = inside[0] + match.end() - 1
@@ -258,6 +261,10 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
             raise _Refused(f"{name} has no 4-byte element type known as float, int or unsigned")
         after = masked[close + 1:close + 40]
         written = bool(re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", after))
+        part = next((p for p in parts if p.start <= opening < p.end), None)
+        if written and part is not None and part.kind == "simple" and \
+                not re.search(r"\?|&&|\|\|", masked[part.start:inside[0] + match.start()]):
+            stored_whenever_run.add(name)
         previous = arrays.get(name)
         if previous is not None and previous.base != base:
             raise _Refused(f"{where} reads {name} at two bases")
@@ -282,6 +289,11 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
                 not (arrays[name].base == "0" and grid_stride.array_covers(spec, name, [end])):
             raise _Refused(f"{where} touches {name} only under a condition, and its shape in args does not hold the "
                            f"loop's elements, so a vector of four may reach past it")
+        # Stored whole, a vector writes back what its lanes did not store. Each thread of a grid-stride loop owns
+        # its elements; a block's loop walks the same ones as every other block's, which may store into them.
+        if arrays[name].written and name not in stored_whenever_run and not across_grid:
+            raise _Refused(f"{where} stores into {name} only under a condition, and every block walks its elements: "
+                           f"a vector stored whole could undo another block's store")
     # A vector written whole must first hold what the lanes do not write: load it unless the body begins by
     # storing into the element unconditionally, without reading it.
     final = []

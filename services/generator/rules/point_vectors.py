@@ -170,7 +170,7 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
                f"and parameters"
     if poly != first.poly:
         return f"it indexes {access.array} at more than one subscript"
-    if re.search(r"&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
+    if re.search(r"(?<!&)&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
     callee = _callee(masked, access.start) if re.search(r"[(,]\s*$", masked[:access.start]) and \
         re.match(r"\s*[,)]", masked[access.end:]) else None

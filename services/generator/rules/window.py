@@ -44,6 +44,7 @@ _HEADER = re.compile(rf"\s*(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=
                      rf"\s*(?:(?P<a>\w+)\s*\+\+|\+\+\s*(?P<b>\w+)|(?P<c>\w+)\s*\+=\s*1)\s*")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # not a literal's suffix (0.0f) nor a member
 _WORDS = TYPE_WORDS | {"signed", "bool", "true", "false"}
+_UNSIGNED = re.compile(r"\bunsigned\b|\bsize_t\b|\buint\w*_t\b|\bbool\b")
 _UNROLL = re.compile(r"#\s*pragma\s+unroll[^\n]*\n\s*$")
 
 
@@ -149,14 +150,19 @@ def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -
     variable = match and match["name"]
     around = match and match["around"]
     if not match or (match["offset"] if around else match["tested"]) != variable or \
-            variable not in {match["a"], match["b"], match["c"]} or \
-            around and (around not in kernel.index_names or re.search(r"\bunsigned\b|size_t", match["type"])):
+            variable not in {match["a"], match["b"], match["c"]} or around and around not in kernel.index_names:
         raise NotRecognised(f"its window loop `for ({' '.join(header.split())})` does not count up by one to a "
                             f"bound (`for (int i = 0; i < k; i++)`, or from -r to r)")
-    # A loop around the point, `(y + i) <= y + r` (canonical.py's respelling of `r <= y + r`), tests i <= r:
-    # its type is signed, so y + i does not wrap.
+    # A loop around the point, `(y + i) <= y + r` (canonical.py's respelling of `r <= y + r`), tests i <= r
+    # where the comparison is signed, so that y + i does not wrap: the loop's type, y's and the bound's parameters'.
     bound = f"({match['bound']}) - ({around})" if around else match["bound"]
     (first, start_names), (end, end_names) = (_evaluated(kernel, text, spec) for text in (match["start"], bound))
+    axis_type = next((axis.type for axis in kernel.axes if axis.name == around), "")
+    named = (kernel.parameters[name] for name in (*start_names, *end_names))
+    unsigned = [t for t in (match["type"], axis_type, *named) if _UNSIGNED.search(t)]
+    if around and unsigned or first < 0 and _UNSIGNED.search(match["type"]):
+        raise NotRecognised(f"its window loop `for ({' '.join(header.split())})` counts in an unsigned type, where "
+                            f"a start below 0 or a test around the point wraps")
     count = end - first + (match["test"] == "<=")
     if not 1 <= count <= LARGEST_WINDOW:
         raise NotRecognised(f"its window loop over {variable} takes {count} values at the spec's sizes; a window "
