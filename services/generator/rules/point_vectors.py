@@ -18,11 +18,12 @@ condition), and each lane reads it as written, where its point would. Each point
 lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
-V the lanes of 16 bytes of the narrowest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
+V the lanes of 16 bytes of the widest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
 times smaller.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
-x) and every vector's first element is 16-byte aligned (a row pitch or a slice may leave it otherwise), each vector's
-array is loaded as a struct of V elements aligned to 16 bytes (unless BODY writes it before reading it), BODY runs once
+x) and every vector's first element is aligned to what the vector moves (a row pitch or a slice may leave it
+otherwise), each vector's array is loaded as a struct of V elements so aligned (16 bytes for the widest arrays; 4
+for bytes beside floats) unless BODY writes it before reading it, BODY runs once
 per lane on the lane's elements, and the written arrays are stored whole (a lane that stores nothing keeps what was
 loaded). Otherwise the
 thread runs the point body as written, guard included, for each of its V points. Every point is thus computed as
@@ -52,6 +53,7 @@ class Rows:
     loaded: tuple[str, ...]  # the arrays loaded as vectors before the lanes run (read before written)
     stored: tuple[str, ...]  # the arrays stored as vectors after
     lanes: int
+    moved: dict[str, int]  # each array -> the bytes its vector moves, and so the alignment it needs
     reads: dict[int, tuple[int, int]]  # each access (by its start) -> the span its lane's element replaces
 
 
@@ -95,11 +97,13 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses if a.array in arrays]))
     if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
         raise NotRecognised("an index is computed in a narrower integer, which may wrap it")
-    lanes = VECTOR_BYTES // min(ELEMENT_BYTES[_dtype(spec, name)] for name in arrays)
+    lanes = VECTOR_BYTES // max(ELEMENT_BYTES[_dtype(spec, name)] for name in arrays)  # elementwise.lanes' choice
+    moved = {name: lanes * ELEMENT_BYTES[_dtype(spec, name)] for name in arrays}
     written = {a.array for a in kernel.accesses if a.write}
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
     return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes,
+                moved,
                 {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses if a.array in arrays})
 
 
@@ -276,7 +280,9 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         (*model_.reads[a.start], f"{registers[a.array]}.{lane}[{k}]") for a in kernel.accesses
         if model_.body[0] <= a.start < model_.body[1] and a.array in model_.arrays])[model_.body[0]:]
     address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
-    aligned = " | ".join(f"reinterpret_cast<unsigned long long>({address[name]})" for name in model_.arrays)
+    aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({address[name]}) & {model_.moved[name] - 1})"
+                         for name in model_.arrays)
+    alignments = {element: model_.moved[name] for name, element in model_.arrays.items()}
     loads = []
     for name in model_.arrays:
         struct = structs[model_.arrays[name]]
@@ -294,7 +300,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         f"bool {names['whole']};",
         f"{{ const {ax.type} {ax.name} = {x0} + ({width} - 1); {names['whole']} = {condition}; }}",
         f"const {ax.type} {ax.name} = {x0};",
-        f"if ({names['whole']} && (({aligned}) & 15) == 0) {{",
+        f"if ({names['whole']} && ({aligned}) == 0) {{",
         *(INDENT + line for line in [
             *loads,
             "#pragma unroll",
@@ -309,10 +315,10 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     start = f"(({ax.type})blockIdx.x * {ax.block} + threadIdx.x) * {width}"
     head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, the {width} elements of "
             f"{', '.join(model_.arrays)}",
-            f"// as one 16-byte-aligned struct each, each lane computed as the kernel wrote it, where the guard holds "
+            f"// as one aligned struct each, each lane computed as the kernel wrote it, where the guard holds "
             f"for all {width}",
             "// and those arrays are aligned there; else the points one by one.",
-            *(f"struct __align__({VECTOR_BYTES}) {struct} {{ {element} {lane}[{width}]; }};"
+            *(f"struct __align__({alignments[element]}) {struct} {{ {element} {lane}[{width}]; }};"
               for element, struct in structs.items()),
             f"const {ax.type} {x0} = {start};"]
     if factor is None:
