@@ -20,7 +20,7 @@ from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import (ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE, POSITIVES_PER_ROW,
-                                     VARIANTS, edited, sample)
+                                     SHADE_2D, VARIANTS, edited, sample)
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -328,6 +328,15 @@ def test_a_guard_whose_bound_may_change_or_need_not_hold_keeps_every_point_guard
         *spec.model_dump()["args"], {"name": "limit", "dtype": "int32", "shape": [1]}]})
     code = mask(rules.apply("hierarchical_reduction", guarded, guarded.as_candidate()).source)
     assert "true" not in code and code.count(guard) == 1
+
+
+def test_vectors_on_rows_read_each_arrays_dtype_in_its_place_in_the_signature_as_the_harness_passes_it():
+    """The spec may name an argument otherwise than the source (`dst` for out): the harness passes args by place."""
+    renamed = SHADE_2D.model_validate({**SHADE_2D.model_dump(), "args": [
+        {**a.model_dump(), "name": "dst"} if a.name == "out" else a.model_dump() for a in SHADE_2D.args]})
+    assert rules.check("vectorize", renamed, renamed.as_candidate()) is None
+    assert "struct __align__(16) float_x4 { float lane[4]; };" in rules.apply("vectorize", renamed,
+                                                                              renamed.as_candidate()).source
 
 
 def test_the_histogram_keeps_per_block_bins_in_dynamic_shared_memory():

@@ -97,8 +97,9 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses if a.array in arrays]))
     if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
         raise NotRecognised("an index is computed in a narrower integer, which may wrap it")
-    lanes = VECTOR_BYTES // max(ELEMENT_BYTES[_dtype(spec, name)] for name in arrays)  # elementwise.lanes' choice
-    moved = {name: lanes * ELEMENT_BYTES[_dtype(spec, name)] for name in arrays}
+    widths = {name: ELEMENT_BYTES[_dtype(kernel, spec, name)] for name in arrays}
+    lanes = VECTOR_BYTES // max(widths.values())  # 16 bytes of the widest array, elementwise.lanes' choice
+    moved = {name: lanes * width for name, width in widths.items()}
     written = {a.array for a in kernel.accesses if a.write}
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
@@ -181,7 +182,7 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
     if callee in functions:
         return f"it passes {access.array}[{access.subscript}] to {callee}, which may take it by reference"
     declared = pointee(kernel.parameters.get(access.array, ""))
-    if declared is None or declared[0] != access.array or _dtype(spec, access.array) not in ELEMENT_BYTES:
+    if declared is None or declared[0] != access.array or _dtype(kernel, spec, access.array) not in ELEMENT_BYTES:
         return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"
     return None
 
@@ -244,8 +245,12 @@ def _ldg_span(masked: str, access) -> tuple[int, int] | None:
     return (call.start(), access.end + close.end()) if call and close else None
 
 
-def _dtype(spec: KernelSpec, name: str) -> str | None:
-    return next((arg.dtype for arg in spec.args if arg.name == name and arg.is_array), None)
+def _dtype(kernel: PointKernel, spec: KernelSpec, name: str) -> str | None:
+    """The dtype of the array parameter `name`: the spec's argument in its place in the signature, as the harness
+    passes them (the spec may name it otherwise), as elementwise.py reads it."""
+    place = list(kernel.parameters).index(name) if name in kernel.parameters else None
+    arg = spec.parameters[place] if place is not None and place < len(spec.parameters) else None
+    return arg.dtype if arg is not None and arg.is_array else None
 
 
 def _overwritten_first(kernel: PointKernel, masked: str, body: tuple[int, int], name: str) -> bool:
