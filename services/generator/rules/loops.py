@@ -28,7 +28,8 @@ from services.generator.rules.elementwise import model
 from services.generator.rules.partition import partition
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
 from services.generator.rules.shape import one_thread_per_point
-from services.generator.rules.statements import Statement, Unparsed, indexed_whenever_run, statements, walk
+from services.generator.rules.statements import (Statement, Unparsed, indexed_whenever_run, made_whenever_run,
+                                                 statements, walk)
 from shared.domain.spec import KernelSpec
 
 VECTORS = {"float": "float4", "int": "int4", "signed": "int4", "signed int": "int4", "int32_t": "int4",
@@ -241,7 +242,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     accesses = []
     other_uses: dict[str, int] = {}
     parts = statements(masked, *inside)
-    stored_whenever_run = set()  # the arrays a top-level statement stores into wherever the body runs
+    stored_whenever_run = set()  # the arrays the body stores into wherever it runs
     for match in re.finditer(r"(?<![\w.>\]])([A-Za-z_]\w*)\s*\[", text):
         name = match.group(1)
         opening = inside[0] + match.end() - 1
@@ -261,9 +262,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
             raise _Refused(f"{name} has no 4-byte element type known as float, int or unsigned")
         after = masked[close + 1:close + 40]
         written = bool(re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", after))
-        part = next((p for p in parts if p.start <= opening < p.end), None)
-        if written and part is not None and part.kind == "simple" and \
-                not re.search(r"\?|&&|\|\|", masked[part.start:inside[0] + match.start()]):
+        if written and made_whenever_run(masked, parts, inside[0] + match.start()):
             stored_whenever_run.add(name)
         previous = arrays.get(name)
         if previous is not None and previous.base != base:

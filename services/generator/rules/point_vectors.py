@@ -39,7 +39,7 @@ from services.generator.rules.cuda_text import (LAMBDA, fresh_name, functions_na
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
-from services.generator.rules.statements import statements, walk
+from services.generator.rules.statements import made_whenever_run, statements, walk
 from shared.domain.spec import KernelSpec
 
 
@@ -149,7 +149,7 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tu
         why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], functions)
                                  for a in accesses)),
                    None)
-        conditional = next((a for a in accesses if not _whenever_run(masked, parts, a)), None)
+        conditional = next((a for a in accesses if not made_whenever_run(masked, parts, a.start)), None)
         if why is None and conditional is not None:
             why = f"{name}[{conditional.subscript}] is read or written only under a condition"
             if any(a.write for a in accesses):
@@ -187,16 +187,6 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
     return None
 
 
-def _whenever_run(masked: str, parts: list, access) -> bool:
-    """Whether the access is made wherever BODY runs: in one of its statements, or an if's condition, before any
-    `?`, `&&` or `||` there."""
-    statement = next((s for s in parts if s.start <= access.start < s.end), None)
-    if statement is None or statement.kind not in ("simple", "if"):
-        return False
-    start, end = (statement.start, statement.end) if statement.kind == "simple" else statement.head
-    return start <= access.start < end and not re.search(r"\?|&&|\|\|", masked[start:access.start])
-
-
 def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, body: tuple[int, int], accesses: list,
                          bounds: dict[str, str]) -> str | None:
     """Why an array written under a condition cannot be stored as whole vectors, else None. A vector stored whole
@@ -219,7 +209,7 @@ def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, bod
     if poly != place:
         return f"it writes {name} under a condition at {accesses[0].subscript}, not at the point's own place in " \
                f"the box its guard bounds, so a vector stored whole may undo another point's store"
-    if not any(_whenever_run(masked, statements(masked, *body), a) for a in accesses) and \
+    if not any(made_whenever_run(masked, statements(masked, *body), a.start) for a in accesses) and \
             not grid_stride.array_covers(spec, name, [bounds[axis.name] for axis in axes]):
         return f"it touches {name} only under a condition, and its shape in args does not hold the box its guard " \
                f"bounds, so a vector may reach past it"

@@ -57,17 +57,21 @@ def statements(masked: str, start: int, end: int) -> list[Statement]:
     return found
 
 
+def made_whenever_run(masked: str, parts: list[Statement], at: int) -> bool:
+    """Whether what stands at offset `at` is evaluated wherever the statements `parts` run: it lies in one of them
+    that is simple, or in an if's condition, before any `?`, `&&` or `||` there (not in a branch)."""
+    statement = next((s for s in parts if s.start <= at < s.end), None)
+    if statement is None or statement.kind not in ("simple", "if"):
+        return False
+    start, end = (statement.start, statement.end) if statement.kind == "simple" else statement.head
+    return start <= at < end and not re.search(r"\?|&&|\|\|", masked[start:at])
+
+
 def indexed_whenever_run(masked: str, start: int, end: int, array: str) -> bool:
-    """Whether a top-level statement of masked[start:end], or an if's condition there, indexes `array` wherever
-    the statements run (not in a branch, nor after `?`, `&&` or `||`)."""
-    for statement in statements(masked, start, end):
-        span = (statement.start, statement.end) if statement.kind == "simple" else \
-            statement.head if statement.kind == "if" else (statement.start, statement.start)
-        text = masked[span[0]:span[1]]
-        access = re.search(rf"(?<![\w.]){array}\s*\[", text)
-        if access and not re.search(r"\?|&&|\|\|", text[:access.start()]):
-            return True
-    return False
+    """Whether masked[start:end] indexes `array` wherever its statements run (made_whenever_run)."""
+    parts = statements(masked, start, end)
+    return any(made_whenever_run(masked, parts, start + access.start())
+               for access in re.finditer(rf"(?<![\w.]){array}\s*\[", masked[start:end]))
 
 
 def statement_at(masked: str, at: int, end: int) -> Statement:
