@@ -151,8 +151,6 @@ def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
     length = model.length_parameter
     renamed = [(start, end, bins) for start, end in model.sites]
     body = points.point_body(model.point, renamed)
-    bounded = points.bounded_by_guard(model.point, 0)
-    interior = bounded and (bounded[1], points.point_body(model.point, [*renamed, (*bounded[0], "true")]))
     names = {name: fresh_name(name, taken) for name in ("first", "k", "point", "interior")}
     prologue = ["// Per-block bins in shared memory: each thread adds its elements_per_thread points into them, then",
                 f"// each block adds its non-empty bins into {model.array} with one atomic per bin.",
@@ -164,7 +162,8 @@ def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
                 f"{INDENT}if ({bins}[{b}] != 0) atomicAdd(&{model.array}[{b}], {bins}[{b}]);",
                 "}"]
     return points.with_body(model.point, points.march(model.point, 0, "elements_per_thread", names, body,
-                                                      prologue, epilogue, interior=interior))
+                                                      prologue, epilogue,
+                                                      interior=points.interior(model.point, 0, renamed)))
 
 
 class BinnedAtomicsShape:

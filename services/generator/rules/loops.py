@@ -111,11 +111,11 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
             header = strided_loop(masked, uncommented, statement, widths, aliases)
             if header is None:
                 continue
-            if per_block.outputs and "blockIdx.x" in affine.names(affine.parse(header[2], aliases)):
+            across_grid = "blockIdx.x" in affine.names(affine.parse(header[2], aliases))
+            if per_block.outputs and across_grid:
                 raise _Refused(f"the loop over {header[0]} shares the elements out among the grid's blocks, and the "
                                f"kernel writes one result per block ({per_block.describe()}): vectors of four would "
                                f"give each block other elements")
-            across_grid = "blockIdx.x" in affine.names(affine.parse(header[2], aliases))
             found.append(_vector_loop(source, masked, uncommented, statement, header, types, spec, across_grid))
         except _Refused as exc:
             reasons.append(str(exc))

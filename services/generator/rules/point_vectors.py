@@ -86,9 +86,9 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     body = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
     if (why := _plain(masked, body)) is not None:
         raise NotRecognised(why)
-    bounds = {axis.name: found["b"] for axis in kernel.axes for c in conjuncts
-              if (found := re.fullmatch(rf"\s*{axis.name}\s*<\s*(?P<b>[^<>=!&|?,^]+?)\s*", c))}
-    arrays, subscripts = _arrays(kernel, spec, masked, x, body, bounds)
+    axis_bounds = {axis.name: found["b"] for axis in kernel.axes for c in conjuncts
+                   if (found := re.fullmatch(rf"\s*{axis.name}\s*<\s*(?P<b>[^<>=!&|?,^]+?)\s*", c))}
+    arrays, subscripts = _arrays(kernel, spec, masked, x, body, axis_bounds)
     other = next((name for name in arrays if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
                   sum(a.array == name for a in kernel.accesses)), None)
     if other is not None:
@@ -153,7 +153,7 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tu
         if why is None and conditional is not None:
             why = f"{name}[{conditional.subscript}] is read or written only under a condition"
             if any(a.write for a in accesses):
-                why = _stored_whole_reason(kernel, spec, masked, body, accesses, bounds)
+                why = _stored_whole_reason(kernel, spec, masked, parts, accesses, bounds)
         if why is None:
             arrays[name] = pointee(kernel.parameters[name])[1]
             subscripts[name] = affine.spelled(accesses[0].poly)
@@ -187,7 +187,7 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
     return None
 
 
-def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, body: tuple[int, int], accesses: list,
+def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, parts: list, accesses: list,
                          bounds: dict[str, str]) -> str | None:
     """Why an array written under a condition cannot be stored as whole vectors, else None. A vector stored whole
     writes back, unchanged, the lanes whose points do not write it: that is the same only where no other point
@@ -209,7 +209,7 @@ def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, bod
     if poly != place:
         return f"it writes {name} under a condition at {accesses[0].subscript}, not at the point's own place in " \
                f"the box its guard bounds, so a vector stored whole may undo another point's store"
-    if not any(made_whenever_run(masked, statements(masked, *body), a.start) for a in accesses) and \
+    if not any(made_whenever_run(masked, parts, a.start) for a in accesses) and \
             not grid_stride.array_covers(spec, name, [bounds[axis.name] for axis in axes]):
         return f"it touches {name} only under a condition, and its shape in args does not hold the box its guard " \
                f"bounds, so a vector may reach past it"

@@ -415,6 +415,14 @@ def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], bo
             *epilogue]
 
 
+def interior(kernel: PointKernel, axis: int,
+             replacements: list[tuple[int, int, str]]) -> tuple[str, str] | None:
+    """march's `interior` for the point body with `replacements` made: (B, that body with its guard's `x < B`
+    made true), where bounded_by_guard finds the conjunct; else None."""
+    bounded = bounded_by_guard(kernel, axis)
+    return bounded and (bounded[1], point_body(kernel, [*replacements, (*bounded[0], "true")]))
+
+
 def bounded_by_guard(kernel: PointKernel, axis: int) -> tuple[tuple[int, int], str] | None:
     """Where the point body is one guard without else, `if (x < B && REST) ...`, B arithmetic of parameters the
     body does not change: the span of `x < B` in the source and B; else None. A thread's points along the axis

@@ -205,8 +205,6 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     sums = [fresh_name(f"{registers[t.atomic]}{j}", taken) for j, t in enumerate(model.targets)]
     combined = [(s.start, s.end, model.targets[s.target].combined(sums[s.target], s.value)) for s in model.sites]
     body = points.point_body(kernel, combined)
-    bounded = points.bounded_by_guard(kernel, 0)
-    interior = bounded and (bounded[1], points.point_body(kernel, [*combined, (*bounded[0], "true")]))
     prologue = ["// Hierarchical reduction: each thread combines its elements_per_thread points in registers, each",
                 "// warp combines its threads' with shuffles, warp 0 combines the warps', and one atomic per block",
                 "// and address takes the block's.",
@@ -214,7 +212,8 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     partials = [Partial(s, t.type, ATOMICS[t.atomic], t.start) for t, s in zip(model.targets, sums)]
     epilogue = block_reduction(partials, kernel.axes[0].block, taken,
                                [f"{t.atomic}({t.address}, {s});" for t, s in zip(model.targets, sums)])
-    lines = points.march(kernel, 0, "elements_per_thread", names, body, prologue, epilogue, interior=interior)
+    lines = points.march(kernel, 0, "elements_per_thread", names, body, prologue, epilogue,
+                         interior=points.interior(kernel, 0, combined))
     return points.with_body(kernel, lines)
 
 

@@ -361,11 +361,11 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
 
 
 def _row_loads(model: Window, n: _Names) -> list[str]:
-    """The row's 4 + KW - 1 values into v: 128-bit vectors where the type has them and the 16 bytes holding the
-    row's first value are aligned where that value lies where the window's start puts it (its column is x0 + J0,
-    x0 a multiple of 4, so it is J0 mod 4 elements past a boundary wherever the row starts on one: a window
-    centred on the point starts 2 before it); otherwise one by one. A vector's other lanes, read with it, lie in
-    the same aligned 16 bytes as a value the row needs, so on a page it may read."""
+    """The row's 4 + KW - 1 values into v: 128-bit vectors where the type has them, else one by one. The row's
+    first value is at column x0 + J0, x0 a multiple of 4, so it lies J0 mod 4 elements past a 16-byte boundary
+    wherever the row starts on one (a window centred on the point starts 2 before it): the vectors are read from
+    that boundary, where it is aligned, and one by one where it is not. A vector's lanes the row does not need
+    lie in the same aligned 16 bytes as one it does, so on a page it may read."""
     span = COLUMNS + model.columns.count - 1
     one_by_one = f"for (int {n.chunk} = 0; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = {n.p}[{n.chunk}];"
     vector = loops.VECTORS.get(model.element)
