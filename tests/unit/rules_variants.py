@@ -1520,3 +1520,152 @@ NOT_OF_SHAPE = {
         "i += stride;\n        out[i - stride] = s * in[i - stride];"),
         "the loop steps by `out[i - stride] = s * in[i - stride]`"),
 }
+
+# --- loops a thread walks one step at a time: batch_loads --------------------------------------------------
+DECAY_COLUMNS = spec(r"""
+// Each column of a 3D field decays in place along z, at a rate per plane: a thread per (col, row).
+extern "C" __global__ void decay_columns(float *field, const float *rate, int w, int h, int d)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (col >= w || row >= h) return;
+    const size_t slab = (size_t)w * h;
+    size_t at = (size_t)row * w + col;
+    for (int k = 0; k < d; k++, at += slab) {
+        field[at] *= rate[k];
+    }
+}
+""", "decay_columns", [array("field", ["d", "h", "w"], role="inout"), array("rate", ["d"]), scalar("w", "w"),
+                       scalar("h", "h"), scalar("d", "d")], {"w": 70, "h": 33, "d": 21}, ["w", "h"], BLOCK_2D, TUNE_2D)
+
+SCALE_CHANNELS = spec(r"""
+// Planar channels scaled per channel: a thread per pixel walks its channels through a local index.
+extern "C" __global__ void scale_channels(float *out, const float *in, const float *gain, int hw, int channels)
+{
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < hw) {
+        for (int c = 0; c < channels; ++c) {
+            const int at = c * hw + p;
+            out[at] = in[at] * gain[c] + 1.0f;
+        }
+    }
+}
+""", "scale_channels", [array("out", ["channels", "hw"], role="out"), array("in", ["channels", "hw"]),
+                        array("gain", ["channels"]), scalar("hw", "hw"), scalar("channels", "channels")],
+    {"hw": 5000, "channels": 19}, ["hw"], {"block_size_x": 128}, {"block_size_x": [64, 128, 256]})
+
+CLAMP_COLUMNS = spec(r"""
+// A volume clamped from below in place, a thread per column with unsigned indices: read in the if, stored under it.
+extern "C" __global__ void clamp_columns(float *v, float lo, int nx, int ny, int nz)
+{
+    unsigned x = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < nx && y < ny) {
+        for (unsigned z = 0; z < nz; z++) {
+            size_t i = ((size_t)z * ny + y) * nx + x;
+            if (v[i] < lo) v[i] = lo;
+        }
+    }
+}
+""", "clamp_columns", [array("v", ["nz", "ny", "nx"], role="inout"), scalar("lo", 0.25, "float32"),
+                       scalar("nx", "nx"), scalar("ny", "ny"), scalar("nz", "nz")], {"nx": 70, "ny": 33, "nz": 23},
+    ["nx", "ny"], BLOCK_2D, TUNE_2D)
+
+COLUMN_CUMSUM = spec(r"""
+// Running sums down each column, in place: each step reads the element the step before it stored.
+extern "C" __global__ void column_cumsum(float *a, const float *bias, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    for (int r = 1; r < rows; ++r)
+        a[r * cols + c] += a[(r - 1) * cols + c] + bias[r];
+}
+""", "column_cumsum", [array("a", ["rows", "cols"], role="inout"), array("bias", ["rows"]), scalar("rows", "rows"),
+                       scalar("cols", "cols")], {"rows": 45, "cols": 3000}, ["cols"], {"block_size_x": 128},
+    {"block_size_x": [64, 128]})
+
+STRIDED_ACCUMULATE = spec(r"""
+// A thread adds a run of values into out at a stride: with a stride of 0, every value into one element, in order.
+extern "C" __global__ void strided_accumulate(float *out, const float *vals, int n, int step, int count)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    int j = t;
+    for (int k = 0; k < count; ++k, j += step)
+        out[j] += vals[k * n + t];
+}
+""", "strided_accumulate", [array("out", ["count", "n"], role="inout"), array("vals", ["count", "n"]),
+                            scalar("n", "n"), scalar("step", 0), scalar("count", "count")], {"n": 3000, "count": 37},
+    ["n"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+
+WEIGHTED_COLUMNS = spec(r"""
+// Weighted column sums in double through the read-only cache, the row a size_t.
+extern "C" __global__ void weighted_columns(const float *__restrict__ m, const float *__restrict__ wt, double *out,
+                                            int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) {
+        double s = 0.0;
+        for (size_t r = 0; r < rows; r++)
+            s += (double)__ldg(&m[r * cols + c]) * __ldg(&wt[r]);
+        out[c] = s;
+    }
+}
+""", "weighted_columns", [array("m", ["rows", "cols"]), array("wt", ["rows"]), array("out", ["cols"], "float64", "out"),
+                          scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 77, "cols": 3000}, ["cols"],
+    {"block_size_x": 128}, {"block_size_x": [64, 128]})
+
+TALLY_ROWS = spec(r"""
+// Labels counted a row per thread: an atomic into a bin the loaded label names.
+extern "C" __global__ void tally_rows(const int *labels, unsigned int *counts, int rows, int per_row)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    for (int k = 0; k < per_row; k++)
+        atomicAdd(&counts[labels[r * per_row + k]], 1u);
+}
+""", "tally_rows", [array("labels", ["rows", "per_row"], "int32", range=[0, 16]), array("counts", [16], "uint32", "inout"),
+                    scalar("rows", "rows"), scalar("per_row", "per_row")], {"rows": 3000, "per_row": 29}, ["rows"],
+    {"block_size_x": 128}, {"block_size_x": [64, 128]})
+
+VARIANTS.update({
+    "batched_decay_in_place": ("batch_loads", DECAY_COLUMNS),
+    "batched_channels_through_a_local_index": ("batch_loads", SCALE_CHANNELS),
+    "batched_clamp_read_in_a_condition": ("batch_loads", CLAMP_COLUMNS),
+    "batched_running_sums_reading_the_step_before": ("batch_loads", COLUMN_CUMSUM),
+    "batched_accumulation_at_a_stride_of_0": ("batch_loads", STRIDED_ACCUMULATE),
+    "batched_accumulation_at_a_stride": ("batch_loads", STRIDED_ACCUMULATE.model_validate({
+        **STRIDED_ACCUMULATE.model_dump(),
+        "args": [{**a, "value": "n"} if a["name"] == "step" else a for a in STRIDED_ACCUMULATE.model_dump()["args"]]})),
+    "batched_column_sums_through_ldg": ("batch_loads", WEIGHTED_COLUMNS),
+    "batched_labels_beside_atomics": ("batch_loads", TALLY_ROWS),
+})
+
+NOT_OF_SHAPE.update({
+    "a loop that breaks out": ("batch_loads", edited(
+        WEIGHTED_COLUMNS, "s += (double)__ldg(&m[r * cols + c]) * __ldg(&wt[r]);",
+        "{ if (m[r * cols + c] < 0.0f) break; s += m[r * cols + c]; }"), "the loop over r uses break"),
+    "a loop calling a function of the source": ("batch_loads", edited(
+        COLUMN_CUMSUM, "extern \"C\"", "__device__ void bump(float *p, float v) { *p += v; }\nextern \"C\"").model_copy(
+        update={"source": edited(COLUMN_CUMSUM, "extern \"C\"", "__device__ void bump(float *p, float v) { *p += v; }"
+                                 "\nextern \"C\"").source.replace("a[r * cols + c] += a[(r - 1) * cols + c] + bias[r];",
+                                                                  "bump(&a[r * cols + c], bias[r]);")}),
+        "the loop over r calls bump, which may store into any array"),
+    "a loop storing through a local pointer": ("batch_loads", edited(
+        SCALE_CHANNELS, "out[at] = in[at] * gain[c] + 1.0f;", "float *o = out + at; *o = in[at] * gain[c];"),
+        "stores through a pointer or member (*o = in[at] * gain[c])"),
+    "a loop reading through a macro": ("batch_loads", edited(
+        COLUMN_CUMSUM, "extern \"C\"", "#define BIAS(k) bias[k]\nextern \"C\"").model_copy(update={"source": edited(
+            COLUMN_CUMSUM, "extern \"C\"", "#define BIAS(k) bias[k]\nextern \"C\"").source.replace(
+            "+ bias[r];", "+ BIAS(r);")}), "the loop over r uses the macro BIAS"),
+    "a loop unrolled already": ("batch_loads", edited(
+        WEIGHTED_COLUMNS, "for (size_t r", "#pragma unroll 4\n        for (size_t r"),
+        "the loop over r carries an unroll pragma already"),
+    "a loop storing only": ("batch_loads", edited(
+        SCALE_CHANNELS, "out[at] = in[at] * gain[c] + 1.0f;", "out[at] = 0.0f;"), "makes no load that can be taken"),
+    "a loop reading what it has just stored": ("batch_loads", edited(
+        DECAY_COLUMNS, "field[at] *= rate[k];", "field[at] = 1.0f; field[at] += 2.0f;"),
+        "makes no load that can be taken"),
+    "a loop stepping a second index otherwise than by +=": ("batch_loads", edited(
+        STRIDED_ACCUMULATE, "++k, j += step", "++k, j = j + step"), "steps 'j = j + step'"),
+})

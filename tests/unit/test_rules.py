@@ -131,7 +131,9 @@ def test_check_on_the_vector_add_example():
                                        "the block size, `t = tid >= offset ? buf[tid - offset] : 0; __syncthreads(); "
                                        "buf[tid] += t; __syncthreads();`)",
                        "vectorize_loops": "the kernel is elementwise: the vectorize rule widens it, with a grid to "
-                                          "match"}
+                                          "match",
+                       "batch_loads": "the kernel has no loop a thread walks one step at a time (`for (int i = a; "
+                                      "i < b; ++i)`)"}
     assert rules.check("tiling", VECTOR_ADD, current).startswith("no offline rule is named tiling")
     with pytest.raises(rules.RuleNotApplicable, match="block_size_x is already a tune parameter"):
         rules.apply("block_size", VECTOR_ADD, current)

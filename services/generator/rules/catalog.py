@@ -101,6 +101,10 @@ CATALOG = (
                             "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "
                             "run time, with a scalar loop for the remaining elements.",
          alternatives=("row_in_registers",)),
+    Rule("batch_loads", "Run each loop a thread walks one step at a time in passes of batch_iterations iterations, "
+                        "loading first what each iteration of a pass reads first, so the loads are in flight "
+                        "together (an in-place march through a volume waits on one load at a time otherwise).",
+         "batch_iterations", (2, 4, 8, 16), 8),
 )
 RULES = {rule.id: rule for rule in CATALOG}
 STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",
@@ -108,18 +112,18 @@ STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_window", "regis
 
 # The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
 # the other rules then apply to what it printed), then the others in catalog order.
-PLAN_ORDER = (*STRUCTURAL, "block_size", "restrict", "elements_per_thread", "vectorize", "vectorize_loops", "unroll",
-              "launch_bounds")
+PLAN_ORDER = (*STRUCTURAL, "block_size", "restrict", "elements_per_thread", "vectorize", "vectorize_loops",
+              "batch_loads", "unroll", "launch_bounds")
 
 # Multiturn refinement names the category of the current kernel's speed; each order tries first what most
 # often helps a kernel in that category.
 FOCUS_ORDERS = {
-    "SLOW": (*STRUCTURAL, "vectorize", "vectorize_loops", "elements_per_thread", "restrict", "block_size",
-             "launch_bounds", "unroll"),  # memory first
-    "MODERATE": (*STRUCTURAL, "block_size", "elements_per_thread", "vectorize", "vectorize_loops", "restrict",
-                 "launch_bounds", "unroll"),
+    "SLOW": (*STRUCTURAL, "vectorize", "vectorize_loops", "batch_loads", "elements_per_thread", "restrict",
+             "block_size", "launch_bounds", "unroll"),  # memory first
+    "MODERATE": (*STRUCTURAL, "block_size", "elements_per_thread", "vectorize", "vectorize_loops", "batch_loads",
+                 "restrict", "launch_bounds", "unroll"),
     "GOOD": ("unroll", "launch_bounds", "block_size", "restrict", "elements_per_thread", "vectorize",
-             "vectorize_loops", *STRUCTURAL),  # fine tuning
+             "vectorize_loops", "batch_loads", *STRUCTURAL),  # fine tuning
 }
 
 

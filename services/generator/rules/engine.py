@@ -12,7 +12,7 @@ rebuilt without them, then rewritten), so that a planner can try each alternativ
 import dataclasses
 import itertools
 
-from services.generator.rules import loops, scan, scan_vectors, textual, tree
+from services.generator.rules import batching, loops, scan, scan_vectors, textual, tree
 from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
 from services.generator.rules.partition import partition
@@ -26,6 +26,7 @@ TEXTUAL = {
     "unroll": (textual.unroll_reason, textual.unroll_edit),
     "launch_bounds": (textual.launch_bounds_reason, textual.launch_bounds_edit),
     "vectorize_loops": (loops.vectorize_loops_reason, loops.vectorize_loops_edit),
+    "batch_loads": (batching.batch_loads_reason, batching.batch_loads_edit),
     "shuffle_reduction": (tree.shuffle_reduction_reason, tree.shuffle_reduction_edit),
     "scan_vectors": (scan_vectors.scan_vectors_reason, scan_vectors.scan_vectors_edit),
     "shuffle_scan": (scan.shuffle_scan_reason, scan.shuffle_scan_edit),

@@ -338,7 +338,7 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
         for at, stop, name in sorted(loop.accesses, reverse=True):
             replaced = replaced[:at - body_span[0]] + f"{registers[name]}.{letter}" + replaced[stop - body_span[0]:]
         lines = [line.rstrip() for line in replaced.strip("\n").split("\n") if line.strip()]
-        block = _dedent(lines)
+        block = dedent(lines)
         index = [f"const {type_} {c} = 4 * {v} + {lane};"] if re.search(rf"\b{c}\b", mask(replaced)) else []
         single = len(split_top_level(mask(replaced), ";")) == 2 and "{" not in replaced and not index
         lanes += block if single else ["{", *(INDENT + line for line in [*index, *block]), "}"]
@@ -356,10 +356,10 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
             *(INDENT * 3 + line for line in [*loads, *lanes, *stores]),
             f"{INDENT * 2}}}",
             *(INDENT * 2 + line for line in pragma),
-            *(INDENT * 2 + line for line in _reindent(tail)),
+            *(INDENT * 2 + line for line in reindent(tail)),
             f"{INDENT}}} else {{",
             *(INDENT * 2 + line for line in pragma),
-            *(INDENT * 2 + line for line in _reindent(original)),
+            *(INDENT * 2 + line for line in reindent(original)),
             f"{INDENT}}}",
             "}"]
 
@@ -369,14 +369,14 @@ def aligned_16(pointer: str) -> str:
     return f"(reinterpret_cast<unsigned long long>({pointer}) & 15) == 0"
 
 
-def _dedent(lines: list[str]) -> list[str]:
+def dedent(lines: list[str]) -> list[str]:
     widths = [len(line) - len(line.lstrip()) for line in lines if line.strip()]
     cut = min(widths) if widths else 0
     return [line[cut:] for line in lines]
 
 
-def _reindent(text: str) -> list[str]:
+def reindent(text: str) -> list[str]:
     """A statement's lines: the first stripped, the later ones dedented by their common indentation."""
     lines = text.split("\n")
-    rest = _dedent([line for line in lines[1:]]) if len(lines) > 1 else []
+    rest = dedent([line for line in lines[1:]]) if len(lines) > 1 else []
     return [lines[0].strip(), *rest] if rest else [lines[0].strip()]
