@@ -28,11 +28,11 @@ STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 # The rules beyond the elementwise ones, and the corpus kernels each fires on (as submitted).
 NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",
              "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan",
-             "vectorize_loops")
+             "vectorize_loops", "batch_loads")
 FIRES = {
     "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread", "vectorize"},
-    "conv2d": {"register_window"}, "dot": {"vectorize_loops"},
-    "gather": {"elements_per_thread"}, "gemv": {"warp_per_row"}, "haxpy": {"elements_per_thread", "vectorize"},
+    "conv2d": {"register_window", "batch_loads"}, "dot": {"vectorize_loops"},
+    "gather": {"elements_per_thread"}, "gemv": {"warp_per_row", "batch_loads"}, "haxpy": {"elements_per_thread", "vectorize"},
     "histogram": {"hierarchical_reduction", "vectorize_loops"}, "horner": {"elements_per_thread"},
     "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking"},
     "laplace3d": {"register_blocking"},
@@ -46,6 +46,9 @@ FIRES = {
     "transpose": {"shared_tile"},
 }
 SHAPE_RULES = (*NEW_RULES, "elements_per_thread", "vectorize")
+# Rules that fire on a submitted kernel whose loops a restructuring replaces, so that they do not compose with it:
+# warp_per_row strides gemv's row loop, which batch_loads takes one step at a time.
+REPLACED = {"gemv": {"batch_loads"}}
 
 
 def fired(spec: KernelSpec) -> set[str]:
@@ -168,11 +171,12 @@ def test_the_rules_compose_in_plan_order_and_in_reverse(name):
     compiles across its space with the signature kept. Of alternatives the first to apply wins, so each choice
     among them is composed apart, the others left out of both orders."""
     spec = CORPUS[name].spec()
-    for left_out in choices(FIRES[name]):
+    for left_out in choices({r for r in rules.RULES if rules.check(r, spec, spec.as_candidate()) is None}):
         order = tuple(rule_id for rule_id in rules.PLAN_ORDER if rule_id not in left_out)
         forward = plan_applied(spec, order)
         backward = plan_applied(spec, tuple(reversed(order)))
-        assert set(rules.applied(forward.source)) == set(rules.applied(backward.source)) >= FIRES[name] - left_out
+        assert set(rules.applied(forward.source)) == set(rules.applied(backward.source)) >= \
+            FIRES[name] - left_out - REPLACED.get(name, set())
         assert normalised(forward.source) == normalised(backward.source)
         assert (forward.grid_div_x, forward.grid_div_y, forward.grid_div_z) == \
             (backward.grid_div_x, backward.grid_div_y, backward.grid_div_z)

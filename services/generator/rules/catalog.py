@@ -49,7 +49,7 @@ CATALOG = (
                       "each lane computed as the kernel wrote it, with a scalar loop for the last elements.",
          rendered=True),
     Rule("unroll", "Unroll every loop that has no unroll pragma yet by the tunable loop_unroll_factor.",
-         "loop_unroll_factor", (1, 2, 4, 8), 4),
+         "loop_unroll_factor", (1, 2, 4, 8), 4, alternatives=("batch_loads",)),
     Rule("launch_bounds", "Declare __launch_bounds__ with the block size, so the compiler budgets registers for "
                           "exactly that many threads per block."),
     # The rules that restructure a kernel of a shape their recogniser found (services/generator/rules/shapes.py).
@@ -104,7 +104,7 @@ CATALOG = (
     Rule("batch_loads", "Run each loop a thread walks one step at a time in passes of batch_iterations iterations, "
                         "loading first what each iteration of a pass reads first, so the loads are in flight "
                         "together (an in-place march through a volume waits on one load at a time otherwise).",
-         "batch_iterations", (2, 4, 8, 16), 8),
+         "batch_iterations", (2, 4, 8, 16), 8, alternatives=("unroll",)),
 )
 RULES = {rule.id: rule for rule in CATALOG}
 STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",

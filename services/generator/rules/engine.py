@@ -109,7 +109,7 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     rules = (*applied(current.source), rule_id)
     layout = Layout()
     if rule.rendered:
-        source, layout = _rebuild(spec, rules)
+        source, layout, rules = _rebuild(spec, rules)
     else:
         _, edit = TEXTUAL[rule_id]
         source = edit(without_header(current.source), spec)
@@ -182,8 +182,10 @@ def _refusal(offered: Shape, found: Shape, spec: KernelSpec) -> str:
     return f"it is {found.kind}, which {', '.join(found.rules)} restructures"
 
 
-def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:
-    """The submitted kernel with `rules` applied: the shape's features rendered, then textual edits in order."""
+def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout, tuple[str, ...]]:
+    """The submitted kernel with `rules` applied: the shape's features rendered, then textual edits in order; and
+    the rules that took, in order (a textual edit of the submitted loops that a rendering replaced takes no more:
+    batch_loads on a row loop that warp_per_row strides, say)."""
     features = tuple(rule_id for rule_id in rules if RULES[rule_id].rendered)
     source, layout = spec.source, Layout()
     if features:
@@ -197,12 +199,14 @@ def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout]:
                      if getattr(read, f"grid_div_{axis}") != getattr(spec, f"grid_div_{axis}")}
         layout = dataclasses.replace(layout, grid_div={**regridded, **layout.grid_div},
                                      problem_size=read.problem_size if read.problem_size != spec.problem_size else None)
+    taken = list(features)
     for rule_id in rules:
         if rule_id in TEXTUAL:
             reason, edit = TEXTUAL[rule_id]
             if reason(source, spec) is None:
                 source = edit(source, spec)
-    return source, layout
+                taken.append(rule_id)
+    return source, layout, tuple(rule_id for rule_id in rules if rule_id in taken)
 
 
 def _default_configuration(spec: KernelSpec, current: CandidateSpec, candidate: CandidateSpec, rule: Rule,
