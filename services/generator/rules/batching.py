@@ -99,7 +99,8 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
     for start, end in kernel.parameters(source):
         declared = pointee(source[start:end])
         if declared is not None:
-            arrays[declared[0]] = declared[1]
+            arrays[declared[0]] = _Array(declared[1], declared[0], -1)
+    arrays.update(_pointers_into(masked, kernel.body_open, kernel.body_close, arrays))
     found, reasons = [], []
     for loop in for_loops(masked[:kernel.body_close]):
         if loop.start < kernel.body_open:
@@ -107,12 +108,39 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
         try:
             header = _header(masked, uncommented, loop)
             if header is not None:
-                found.append(_batched(source, masked, uncommented, loop, header, arrays, kernel.body_open))
+                seen = {name: array for name, array in arrays.items() if array.declared < loop.start}
+                found.append(_batched(source, masked, uncommented, loop, header, seen, kernel.body_open))
         except _Refused as exc:
             reasons.append(str(exc))
         except Unparsed:
             continue
     return found, reasons
+
+
+@dataclass(frozen=True)
+class _Array:
+    element: str  # its element type
+    buffer: str  # the pointer parameter whose buffer it points into
+    declared: int  # where a local pointer is declared; -1 for a parameter
+
+
+def _pointers_into(masked: str, start: int, end: int, parameters: dict[str, _Array]) -> dict[str, _Array]:
+    """Local pointers into a parameter's buffer, declared once and never changed (`const float *row = x + r * n;`):
+    they read and store that buffer, as the parameter does."""
+    body = masked[start:end]
+    found = {}
+    for declared in re.finditer(r"(?<![\w.>])(?P<type>(?:[A-Za-z_][\w:]*\s+)*?[A-Za-z_][\w:]*)\s*\*\s*"
+                                r"(?:(?:const|__restrict__|__restrict)\s+)*(?P<name>[A-Za-z_]\w*)\s*=(?!=)"
+                                r"\s*(?P<value>[^;,?]+);", body):
+        into = re.fullmatch(r"\s*\(?\s*&?\s*([A-Za-z_]\w*)\s*(?:[+\[)].*)?", declared["value"], re.DOTALL)
+        words = [w for w in declared["type"].split() if w != "const"]
+        name = declared["name"]
+        if into is None or into.group(1) not in parameters or not words or "volatile" in words or \
+                name in parameters or len(re.findall(rf"(?<![\w.>]){name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*"
+                                                     rf"{name}\b", body)) != 1:
+            continue
+        found[name] = _Array(" ".join(words), into.group(1), start + declared.start())
+    return found
 
 
 def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, str, str, tuple[str, ...]] | None:
@@ -150,8 +178,8 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
             text(increment, head + len(init) + len(condition) + 2), tuple(outer))
 
 
-def _batched(source: str, masked: str, uncommented: str, loop: Statement, header: tuple, arrays: dict[str, str],
-             body_open: int) -> BatchedLoop:
+def _batched(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
+             arrays: dict[str, "_Array"], body_open: int) -> BatchedLoop:
     v, init, condition, increment, outer = header
     where = f"the loop over {v}"
     inside = loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end)
@@ -175,9 +203,11 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     invariant = head_names - {v, *outer}
     if moving := sorted(invariant & (assigned | local)):
         raise _Refused(f"{where} changes {moving[0]}, which its condition or steps read")
-    opaque = _opaque(masked, inside, arrays, assigned, where)
+    opaque = {arrays[name].buffer for name in _opaque(masked, inside, arrays, assigned, where)}
     accesses = _accesses(masked, uncommented, inside, arrays)
-    unreadable = opaque | {a.array for a in accesses if a.write}  # arrays a subscript ahead may not read
+    written = {arrays[a.array].buffer for a in accesses if a.write}
+    # what a subscript ahead may not read: a buffer the loop stores into, or uses otherwise than by subscript
+    unreadable = {name for name, array in arrays.items() if array.buffer in opaque | written}
     parts = statements(masked, *inside)
     steps = _steps(uncommented, loop, outer)
     known = affine_locals(masked, *inside)
@@ -185,24 +215,26 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     copies = {name: fresh_name(f"{name}_ahead", taken) for name in (v, *outer)}
     ahead = _Ahead(masked, known, {*copies, *(_names(masked) - assigned - local - unreadable)}, copies, unreadable)
     loads, distinct = [], []
-    by_array: dict[str, list[_Access]] = {}
+    by_buffer: dict[str, list[_Access]] = {}
     for access in accesses:
-        if access.array not in opaque:
-            by_array.setdefault(access.array, []).append(access)
-    for array, found in by_array.items():
-        if any(a.write for a in found):
-            load, step = _written_load(masked, parts, found, arrays[array], ahead, steps)
-            if load is not None:
-                loads.append(load)
-                distinct += [step] if step else []
+        if arrays[access.array].buffer not in opaque:
+            by_buffer.setdefault(arrays[access.array].buffer, []).append(access)
+    for buffer, found in by_buffer.items():
+        if buffer in written:
+            # one name for every access: two pointers into the buffer may meet at other subscripts
+            if len({a.array for a in found}) == 1:
+                load, step = _written_load(masked, parts, found, arrays[found[0].array].element, ahead, steps)
+                if load is not None:
+                    loads.append(load)
+                    distinct += [step] if step else []
             continue
-        groups: dict[str, list[_Access]] = {}
+        groups: dict[tuple[str, str], list[_Access]] = {}
         for access in found:
-            groups.setdefault(access.key, []).append(access)
-        for group in groups.values():
+            groups.setdefault((access.array, access.key), []).append(access)
+        for (name, _), group in groups.items():
             if any(made_whenever_run(masked, parts, a.start) for a in group) and \
                     (subscript := ahead.subscript(group[0])) is not None:
-                loads.append(Load(array, arrays[array], subscript, tuple((a.start, a.end) for a in group), None))
+                loads.append(Load(name, arrays[name].element, subscript, tuple((a.start, a.end) for a in group), None))
     loads = _outermost(loads)
     if not loads:
         raise _Refused(f"{where} makes no load that can be taken ahead (made at every iteration, at a subscript "
@@ -237,14 +269,15 @@ def _names(masked: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", masked))
 
 
-def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, str], assigned: set[str], where: str) -> set[str]:
+def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, "_Array"], assigned: set[str],
+            where: str) -> set[str]:
     """The arrays the loop uses other than by subscript (its address taken or passed on, or the pointer
     changed), whose elements no load may be taken ahead for; refused where it writes through another pointer or
     calls a function of the source, which may store anywhere."""
     text = masked[inside[0]:inside[1]]
     opaque = {name for name in arrays if name in assigned}
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\b(?!\s*\[)", text):
-        if match.group(1) in arrays:
+        if match.group(1) in arrays and not re.search(r"\b__ldg\s*\(\s*$", text[max(0, match.start() - 20):match.start()]):
             opaque.add(match.group(1))
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", text):
         preceding = text[max(0, match.start() - 40):match.start()]
@@ -327,7 +360,7 @@ class _Access:
     key: str  # the subscript with spaces collapsed
 
 
-def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: dict[str, str]) -> list[_Access]:
+def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: dict[str, "_Array"]) -> list[_Access]:
     found = []
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", masked[inside[0]:inside[1]]):
         name = match.group(1)
@@ -344,7 +377,17 @@ def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: di
             start, end = start - len(ldg.group()), end + shut.end()
         subscript = uncommented[opening + 1:close]
         found.append(_Access(name, start, end, subscript, opening + 1, write, " ".join(subscript.split())))
-    return found
+    # A read through the read-only cache at an offset, __ldg(x + j): the element x[j].
+    for match in re.finditer(r"\b__ldg\s*\(\s*([A-Za-z_]\w*)\s*\+", masked[inside[0]:inside[1]]):
+        if match.group(1) in arrays:
+            opening = inside[0] + match.group().index("(") + match.start()
+            close = closing(masked, opening)
+            at = inside[0] + match.end()
+            at += len(uncommented[at:close]) - len(uncommented[at:close].lstrip())
+            subscript = uncommented[at:close]
+            found.append(_Access(match.group(1), inside[0] + match.start(), close + 1, subscript, at, False,
+                                 " ".join(subscript.split())))
+    return sorted(found, key=lambda a: a.start)
 
 
 def _steps(uncommented: str, loop: Statement, outer: tuple[str, ...]) -> dict[str, str]:
