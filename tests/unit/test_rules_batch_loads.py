@@ -1,0 +1,159 @@
+"""batch_loads (services/generator/rules/batching.py): a loop a thread walks one step at a time runs in passes
+whose loads are issued first.
+
+What it takes ahead and what it leaves in place, the run-time test for a written array's step, the rendering,
+its composition with the other rules, and, on the CPU (g++, every thread of the launch in turn), every array left
+bit for bit as the submitted kernel leaves it, at every batch_iterations and at sizes no batch divides. The GPU
+verifies the same kernels (tests/gpu/test_rules_shapes_verified.py: the variants and the styles' plans).
+"""
+import itertools
+from pathlib import Path
+
+import pytest
+
+from kforge.specfile import load_spec
+from services.generator import rules
+from services.generator.rules.cuda_text import normalised
+from tests.corpus_kernels import corpus
+from tests.unit.rules_variants import NOT_OF_SHAPE, VARIANTS, edited
+from tests.unit.test_rules_shapes import plan_applied
+from tests.unit.test_rules_vectorize16 import needs_gxx
+from tests.unit.test_rules_vectorize_aligned import ptx
+from tests.unit.test_rules_window import build, run
+
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
+CORPUS = {kernel.name: kernel for kernel in corpus()}
+BATCHED = {case: spec for case, (rule_id, spec) in VARIANTS.items() if rule_id == "batch_loads"}
+DEPTH_RAMP = load_spec(STYLES / "depth_ramp.cu", STYLES / "depth_ramp.yaml")
+CHANNELS = load_spec(STYLES / "channel_standardise.cu", STYLES / "channel_standardise.yaml")
+LAYERNORM_THREAD = load_spec(STYLES / "layernorm_thread.cu", STYLES / "layernorm_thread.yaml")
+SGEMV = load_spec(STYLES / "sgemv.cu", STYLES / "sgemv.yaml")
+
+
+def batched(spec):
+    return rules.apply("batch_loads", spec, spec.as_candidate())
+
+
+def test_an_in_place_march_reads_each_step_ahead_and_stores_as_written():
+    source = normalised(batched(DEPTH_RAMP).source)
+    assert "float vol_ahead[batch_iterations];" in source
+    assert "auto z_ahead = z;" in source and "auto idx_ahead = idx;" in source
+    # the loads walk copies of the loop's variables with its own condition and increment
+    assert "for (int b = 0; b < batch_iterations && z_ahead < nz && (b == 0 || moves); b++, ++z_ahead, " \
+           "idx_ahead += plane) {" in source
+    assert "vol_ahead[b] = vol[idx_ahead];" in source
+    # the compound assignment reads its register and stores as written, in the loop's own order
+    assert "for (int b = 0; b < batch_iterations && z < nz && (b == 0 || moves); b++, ++z, idx += plane) " \
+           "vol[idx] = vol_ahead[b] + (z * dz);" in source
+    # plane could be 0: then each step would store what the next reads, and a pass is one step
+    assert "const bool moves = ((long long)plane) != 0;" in source
+    assert batched(DEPTH_RAMP).tune_params["batch_iterations"] == [2, 4, 8, 16]
+
+
+def test_arrays_the_loop_does_not_write_need_no_test():
+    source = normalised(batched(CHANNELS).source)
+    assert "moves" not in source
+    assert "src_ahead[b] = src[(size_t)c_ahead * hw + p];" in source  # through the pointer into in
+    assert "dst[(size_t)c * hw + p] = (src_ahead[b] - mean_ahead[b]) * inv_std_ahead[b];" in source
+
+
+def test_a_local_index_is_spelled_from_its_definition():
+    source = normalised(batched(BATCHED["batched_channels_through_a_local_index"]).source)
+    assert "in_ahead[b] = in[(long long)c_ahead * (long long)hw + (long long)p];" in source
+    assert "out[at] = in_ahead[b] * gain_ahead[b] + 1.0f;" in source
+
+
+def test_a_read_of_the_step_before_stays_where_it_is():
+    """a[r] += a[r - 1] + bias[r]: a is stored at one subscript and read at another, so no load of a is taken
+    ahead (the step before stores what this one reads); bias is."""
+    source = normalised(batched(BATCHED["batched_running_sums_reading_the_step_before"]).source)
+    assert "a_ahead" not in source and "bias_ahead[b] = bias[r_ahead];" in source
+    assert "a[r * cols + c] += a[(r - 1) * cols + c] + bias_ahead[b];" in source
+
+
+def test_a_read_inside_another_read_goes_with_it():
+    spec = edited(BATCHED["batched_running_sums_reading_the_step_before"], "+ bias[r];", "+ bias[(int)bias[r] & 1];")
+    source = normalised(batched(spec).source)
+    assert "bias_ahead[b] = bias[(int)bias[r_ahead] & 1];" in source
+    assert "+ bias_ahead[b];" in source and "bias_ahead_" not in source
+
+
+def test_only_loads_made_at_every_step_are_taken_ahead():
+    spec = edited(BATCHED["batched_channels_through_a_local_index"], "out[at] = in[at] * gain[c] + 1.0f;",
+                  "out[at] = gain[c] > 0.0f ? in[at] : 0.0f;")
+    source = normalised(batched(spec).source)
+    assert "gain_ahead[b] = gain[c_ahead];" in source and " in_ahead[" not in source
+    assert "out[at] = gain_ahead[b] > 0.0f ? in[at] : 0.0f;" in source
+
+
+@pytest.mark.parametrize("case", [case for case, (rule_id, _, _) in NOT_OF_SHAPE.items() if rule_id == "batch_loads"])
+def test_what_batch_loads_refuses_and_why(case):
+    _, spec, reason = NOT_OF_SHAPE[case]
+    assert reason in rules.check("batch_loads", spec, spec.as_candidate())
+
+
+def test_unroll_is_its_alternative():
+    carried = batched(DEPTH_RAMP)
+    assert rules.check("unroll", DEPTH_RAMP, carried) == (
+        "the current kernel carries batch_loads, which does the work of unroll another way")
+    unrolled = rules.apply("unroll", DEPTH_RAMP, carried, replacing=True)
+    assert rules.applied(unrolled.source) == ("unroll",) and "batch_iterations" not in unrolled.tune_params
+
+
+def test_a_rendering_that_replaces_the_loop_drops_it_from_the_header():
+    """gemv's row loop, batched as submitted, is strided by warp_per_row: the header then names what took."""
+    gemv = CORPUS["gemv"].spec()
+    candidate = rules.apply("warp_per_row", gemv, batched(gemv))
+    assert rules.applied(candidate.source) == ("warp_per_row",)
+    assert "batch_iterations" not in normalised(candidate.source)
+
+
+@pytest.mark.parametrize("spec", [DEPTH_RAMP, CHANNELS, *BATCHED.values()], ids=lambda s: s.kernel_name)
+def test_the_registers_stay_registers(spec):
+    candidate = batched(spec)
+    for size in (2, 16):
+        params = {**spec.baseline_params(), **candidate.params, "batch_iterations": size}
+        assert ".local" not in ptx(normalised(candidate.source), spec.kernel_name, params, spec.compiler_options)
+
+
+# --- it runs on the CPU as the submitted kernel did ---------------------------------------------------------
+EMULATED = {**{case: (spec, None) for case, spec in BATCHED.items() if case != "batched_labels_beside_atomics"},
+            "depth_ramp": (DEPTH_RAMP, {"nx": 37, "ny": 11, "nz": 29}),
+            "channel_standardise": (CHANNELS, {"batch": 3, "channels": 13, "hw": 300}),
+            "layernorm_thread": (LAYERNORM_THREAD, {"rows": 70, "cols": 45}),
+            "sgemv": (SGEMV, {"M": 70, "N": 45})}
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", list(EMULATED))
+def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case):
+    """Bit for bit, for every batch_iterations, at the spec's sizes less one (no batch divides a prime trip count)."""
+    spec, sizes = EMULATED[case]
+    spec = spec.with_sizes(sizes or {name: value - 1 if value > 2 else value for name, value in spec.sizes.items()})
+    candidate = batched(spec)
+    base = spec.baseline_params()
+    expected = run(build(spec.source, spec.kernel_name, tmp_path, {}), spec, base)
+    for size in candidate.tune_params["batch_iterations"]:
+        params = {**base, **candidate.params, "batch_iterations": size}
+        library = build(normalised(candidate.source), spec.kernel_name, tmp_path, {"batch_iterations": size})
+        assert run(library, spec.for_candidate(candidate), params) == expected, (case, size)
+
+
+@needs_gxx
+def test_the_emulation_tells_a_load_taken_from_the_wrong_step(tmp_path):
+    spec = DEPTH_RAMP.with_sizes({"nx": 37, "ny": 11, "nz": 29})
+    candidate = batched(spec)
+    broken = normalised(candidate.source).replace("vol_ahead[b] = vol[idx_ahead];",
+                                                  "vol_ahead[b] = vol[idx_ahead + (b == 1 ? plane : 0)];")
+    assert broken != normalised(candidate.source)
+    params = {**spec.baseline_params(), **candidate.params, "batch_iterations": 4}
+    expected = run(build(spec.source, spec.kernel_name, tmp_path, {}), spec, spec.baseline_params())
+    assert run(build(broken, spec.kernel_name, tmp_path, {"batch_iterations": 4}), spec.for_candidate(candidate),
+               params) != expected
+
+
+def test_the_plans_of_the_kernels_it_speeds_up_carry_it():
+    assert rules.applied(plan_applied(DEPTH_RAMP, rules.PLAN_ORDER).source) == (
+        "restrict", "elements_per_thread", "batch_loads", "launch_bounds")
+    assert rules.applied(plan_applied(CHANNELS, rules.PLAN_ORDER).source) == (
+        "restrict", "batch_loads", "launch_bounds")
