@@ -6,7 +6,6 @@ its composition with the other rules, and, on the CPU (g++, every thread of the 
 bit for bit as the submitted kernel leaves it, at every batch_iterations and at sizes no batch divides. The GPU
 verifies the same kernels (tests/gpu/test_rules_shapes_verified.py: the variants and the styles' plans).
 """
-import itertools
 from pathlib import Path
 
 import pytest
