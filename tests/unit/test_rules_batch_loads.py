@@ -14,7 +14,7 @@ from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules.cuda_text import normalised
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import NOT_OF_SHAPE, VARIANTS, edited
+from tests.unit.rules_variants import NOT_OF_SHAPE, VARIANTS, array, edited, scalar, spec
 from tests.unit.test_rules_shapes import plan_applied
 from tests.unit.test_rules_vectorize16 import needs_gxx
 from tests.unit.test_rules_vectorize_aligned import ptx
@@ -156,3 +156,115 @@ def test_the_plans_of_the_kernels_it_speeds_up_carry_it():
         "restrict", "elements_per_thread", "batch_loads", "launch_bounds")
     assert rules.applied(plan_applied(CHANNELS, rules.PLAN_ORDER).source) == (
         "restrict", "batch_loads", "launch_bounds")
+
+
+# --- what a reviewer tried: loops whose changes the text does not show are left alone ------------------------
+SIGNATURE = ('extern "C" __global__ void k(float *dst, const float *src, float *sums, int n, int m)\n{\n'
+             '    int t = blockIdx.x * blockDim.x + threadIdx.x;\n    if (t >= n) return;\n')
+
+
+def small(body: str, before: str = ""):
+    return spec(before + SIGNATURE + body + "\n}\n", "k",
+                [array("dst", ["m + 1", "n"], role="inout"), array("src", ["m + 1", "n"]),
+                 array("sums", ["n"], role="out"),
+                 scalar("n", "n"), scalar("m", "m")], {"n": 300, "m": 23}, ["n"], {"block_size_x": 128},
+                {"block_size_x": [128]})
+
+
+LEFT_ALONE = {
+    "an element bound to a reference": (
+        "for (int j = 0; j < m; ++j) { float &r = dst[j * n + t]; r += src[j * n + t]; }", "declares a reference"),
+    "the loop's variable changed through a reference": (
+        "float s = 0; for (int j = 0; j < m; ++j) { int &jj = j; s += src[j * n + t]; if (s > 9.f) jj++; } "
+        "sums[t] = s;",
+        "declares a reference"),
+    "indices swapped by std::swap": (
+        "int lo = t, hi = n - 1 - t; float s = 0; for (int j = 0; j < m; ++j) { s += src[lo]; std::swap(lo, hi); } "
+        "sums[t] = s;", "calls std::swap"),
+    "a local changed through its address": (
+        "int e = 0; float s = 0; for (int j = 0; j < m; ++j) { s += src[(e & 1) * n + t]; frexpf(s, &e); } "
+        "sums[t] = s;",
+        "takes the address of e"),
+    "an offset stepped by the loop's variable": (
+        "int off = t; float s = 0; for (int j = 0; j < m; ++j, off += j) s += src[off % n]; sums[t] = s;",
+        "steps off by j"),
+    "an offset stepped by another stepped one": (
+        "int p = t, q = 0; for (int j = 0; j < m; ++j, p += q, q += n) dst[p % n] += src[j * n + t];", "steps p by q"),
+    "a bound read from memory": (
+        "const float *lim = src; float s = 0; for (int j = 0; j < *lim; ++j) s += src[j * n + t]; sums[t] = s;",
+        "reads memory in its condition"),
+    "a lambda defined in the loop": (
+        "float s = 0; for (int j = 0; j < m; ++j) { auto f = [&] { s += src[j * n + t]; }; if (j < m / 2) f(); } "
+        "sums[t] = s;", "defines a lambda"),
+    "a lambda defined before the loop, storing": (
+        "auto const bump = [&](int q) { dst[q] = 1.f; }; float s = 0; "
+        "for (int j = 0; j < m; ++j) { s += dst[j * n + t]; "
+        "bump((j + 1) * n + t); } sums[t] = s;", "calls bump"),
+    "an unevaluated read": (
+        "float s = 0; for (int j = 0; j < m; ++j) s += sizeof(src[j + 100000]) * src[j * n + t]; sums[t] = s;",
+        "uses sizeof"),
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_ALONE))
+def test_loops_whose_changes_the_text_does_not_show_are_left_alone(case):
+    body, reason = LEFT_ALONE[case]
+    assert reason in rules.check("batch_loads", small(body), small(body).as_candidate())
+
+
+NOT_AHEAD = {  # the register that must not be made, and the loop
+    # a later read of the statement would see the value from before the store
+    "a store then a read, in one statement": (
+        "dst_ahead", "for (int j = 0; j < m; ++j) dst[j * n + t] = 2.f * src[j * n + t], sums[t] += dst[j * n + t];"),
+    # the outer i, not the local declared after it
+    "a local shadowing a name read before it": (
+        "src_ahead", "int i = t; for (int j = 0; j < m; ++j) { sums[t] += src[i]; int i = j * n + t; "
+                     "dst[i] = sums[t]; }"),
+    # an address taken through a cast reads two elements
+    "a vector read through a cast address": (
+        "src_ahead", "for (int j = 0; j < m; ++j) { float2 v = *(const float2 *)&src[2 * j]; sums[t] += v.x + v.y; }"),
+    "an address past the element": (
+        "src_ahead", "for (int j = 0; j < m; ++j) sums[t] += __ldg(&src[j * n + t] + 1);"),
+    # a narrowing cast wraps: the 64-bit polynomial would not
+    "a subscript through a narrowing cast": (
+        "src_ahead", "for (int j = 0; j < m; ++j) { int q = (unsigned char)(j * 40); sums[t] += src[q]; }"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_AHEAD))
+def test_reads_whose_element_may_differ_ahead_stay_where_they_are(case):
+    """Each loop keeps its other loads ahead, or none: the read named stays in place."""
+    register, body = NOT_AHEAD[case]
+    spec_ = small(body)
+    reason = rules.check("batch_loads", spec_, spec_.as_candidate())
+    assert "makes no load" in reason if reason is not None else register not in normalised(batched(spec_).source)
+
+
+def test_a_loop_in_a_macro_is_left_alone():
+    body = ("float s = 0;\n#define ACCUMULATE for (int j = 0; j < m; ++j) s += src[j * n + t];\n    ACCUMULATE\n"
+            "    sums[t] = s;")
+    assert "no loop a thread walks" in rules.check("batch_loads", small(body), small(body).as_candidate())
+
+
+TAKEN = {
+    "threadIdx.x inline, beside a local named x": "for (int j = 0; j < m; ++j) { float x = src[j * n + blockIdx.x * "
+                                                  "blockDim.x + threadIdx.x]; sums[t] += x * x; }",
+    "a member of a local struct stored": "for (int j = 0; j < m; ++j) { float4 v; v.x = src[j * n + t]; "
+                                         "v.y = 2.f * v.x; sums[t] += v.x + v.y; }",
+    "an inclusive bound and a second index stepped by ++": "int i = t; for (int j = 0; j < m; ++j, ++i) "
+                                                           "dst[i % n + j * n] += src[j * n + t];",
+    "a const auto pointer": "const auto *row = src + t; for (int j = 0; j < m; ++j) sums[t] += row[j * n];",
+    "a bound cast with static_cast": "for (int j = 0; j <= static_cast<int>(m) - 1; ++j) sums[t] += src[j * n + t];",
+}
+
+
+@needs_gxx
+@pytest.mark.parametrize("case", list(TAKEN))
+def test_what_users_write_is_taken_and_runs_as_written(tmp_path, case):
+    spec_ = small(TAKEN[case])
+    candidate = batched(spec_)
+    expected = run(build(spec_.source, "k", tmp_path, {}), spec_, spec_.baseline_params())
+    for size in (2, 16):
+        library = build(normalised(candidate.source), "k", tmp_path, {"batch_iterations": size})
+        assert run(library, spec_.for_candidate(candidate), {**candidate.params, "batch_iterations": size}) == \
+            expected, size

@@ -16,15 +16,19 @@ every load reads what the submitted loop's would have read, when:
   compound assignment `vol[idx] += e` becomes `vol[idx] = <register> + (e)`), so no iteration of the pass
   stores into an element another iteration reads.
 Only loads made whenever an iteration runs (outside any branch, `?:`, `&&` or `||`) are taken ahead, so no pass
-reads an element the submitted loop would not have read; other accesses stay where they are. Arrays are the
-kernel's pointer parameters, distinct buffers (as the restrict rule assumes too); a loop that writes through any
-other pointer, calls a function of the source, or leaves early (break, return, a barrier) is left alone.
+reads an element the submitted loop would not have read; other accesses stay where they are. A subscript is
+taken ahead as written where it names only the loop's variables and what the loop does not change (declared
+before the loop), else spelled from the body's index locals in 64-bit arithmetic (without narrowing casts).
+Arrays are the kernel's pointer parameters and local pointers into them, distinct buffers (as the restrict rule
+assumes too). A loop is left alone where what it changes cannot all be seen: it stores through another pointer
+or a reference, takes a local's address, calls a function of the source or a qualified one (std::swap), defines
+a lambda, leaves early (break, return, a barrier), or reads memory in its condition.
 """
 import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (CALLED, INTEGER_TYPE, closing, find_kernel, fresh_name,
+from services.generator.rules.cuda_text import (CALLED, INTEGER_TYPE, LAMBDA, closing, find_kernel, fresh_name,
                                                 identifiers, mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, reindent
 from services.generator.rules.points import ASSIGNMENT, INDENT
@@ -32,13 +36,23 @@ from services.generator.rules.statements import Statement, Unparsed, for_loops, 
 from shared.domain.spec import KernelSpec
 
 PARAMETER = "batch_iterations"
-_ESCAPES = ("break", "continue", "return", "goto", "asm", "__syncthreads", "__syncwarp", "__shfl_sync",
-            "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__shared__", "__threadfence")
+_ESCAPES = re.compile(r"\b(?:break|continue|return|goto|asm|__syncthreads\w*|__syncwarp|__shfl\w*|__shared__|"
+                      r"__threadfence\w*|sizeof|decltype|alignof|typeid)\b|\.\s*sync\s*\(")
 _CONTROL_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else"}
 _WRITING_CALLS = re.compile(r"atomic\w*|__st\w*|memcpy|memset|__pipeline\w*|cp\w*async\w*")
+_PURE_CALLS = {"min", "max", "abs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax"}
+_BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
+_POINTER_CAST = r"\(\s*[\w\s:<>]+\*+\s*\)"  # `(const float2 *)&b[i]`: an address, not a bitwise and
+_MATH = {"min", "max", "abs", "fabs", "sqrt", "exp", "exp2", "log", "log2", "log10", "pow", "floor", "ceil", "round",
+         "trunc", "fmin", "fmax", "fma", "sin", "cos", "tan", "tanh", "erf", "isnan", "isinf", "isfinite"}
+_NARROW = re.compile(r"\b(?:char|short|bool|u?int8_t|u?int16_t)\b")
 _DECLARED = re.compile(r"\s*(?:(?:const|volatile|static|unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*"
-                       r"(?:\s*<[^;<>]*>)?(?:\s*[*&]+\s*|\s+)(?:(?:const|__restrict__)\s+)*([A-Za-z_]\w*)\s*[=;\[,(]")
+                       r"(?:\s*<[^;<>]*>)?(?:\s*[*&]+\s*|\s+)(?:(?:const|__restrict__)\s+)*([A-Za-z_]\w*)\s*[=;\[,({]")
 _NOT_TYPES = {"return", "else", "case", "goto", "delete", "throw", "co_return"}
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")  # threadIdx.x as one name
+# A reference declared (`float &r = a[i];`, `auto &&f = ...`): an alias of an element or a local the loop's
+# text would not show changing.
+_REFERENCE = re.compile(r"(?:\b[A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?|>)\s*&&?\s*(?:const\s+)?[A-Za-z_]\w*\s*(?:=(?!=)|\{)")
 # Element types for which `a op= e` is `a = a op (e)`; a class's operator (__half's) may round otherwise.
 _BUILTIN = re.compile(r"(?:(?:unsigned|signed)\s+)?(?:float|double|char|short|int|long|long\s+long)|unsigned|"
                       r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)")
@@ -56,7 +70,7 @@ class Load:
     element: str  # the array's element type
     subscript: str  # the subscript at the copies of the loop's variables
     spans: tuple[tuple[int, int], ...]  # the reads in the source that the register replaces
-    compound: tuple[int, int, int, str] | None  # `A[S] op= E;`: (op start, op end, the `;`, op) for A[S] = r op (E)
+    compound: tuple[int, int, int, str] | None  # `A[S] op= E;`: (op= start, E's start, the `;`, op): A[S] = r op (E)
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,24 @@ class BatchedLoop:
     copies: dict[str, str]  # the loop's variable, then the outer integers its increment steps: their copies
     loads: tuple[Load, ...]
     distinct: tuple[str, ...]  # run-time tests that a written array's subscript moves every iteration
+
+
+@dataclass(frozen=True)
+class _Array:
+    element: str  # its element type
+    buffer: str  # the pointer parameter whose buffer it points into
+    declared: int  # where a local pointer is declared; -1 for a parameter
+
+
+@dataclass(frozen=True)
+class _Access:
+    array: str
+    start: int  # where the read's text starts (the array's name, or __ldg)
+    end: int
+    subscript: str  # as written, comments out
+    subscript_at: int
+    write: bool
+    key: str  # the subscript with spaces collapsed
 
 
 def batch_loads_reason(source: str, spec: KernelSpec) -> str | None:
@@ -95,21 +127,28 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
     """The kernel's loops whose loads can be batched, and why each other step-by-one loop cannot."""
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
-    arrays = {}
+    arrays, parameters = {}, set()
     for start, end in kernel.parameters(source):
+        parameters |= set(_NAME.findall(masked[start:end]))
         declared = pointee(source[start:end])
         if declared is not None:
             arrays[declared[0]] = _Array(declared[1], declared[0], -1)
     arrays.update(_pointers_into(masked, kernel.body_open, kernel.body_close, arrays))
+    references = _REFERENCE.search(masked, kernel.body_open, kernel.body_close)
     found, reasons = [], []
     for loop in for_loops(masked[:kernel.body_close]):
-        if loop.start < kernel.body_open:
+        if loop.start < kernel.body_open or _in_directive(masked, loop.start):
             continue
         try:
             header = _header(masked, uncommented, loop)
-            if header is not None:
-                seen = {name: array for name, array in arrays.items() if array.declared < loop.start}
-                found.append(_batched(source, masked, uncommented, loop, header, seen, kernel.body_open))
+            if header is None:
+                continue
+            if references:
+                raise _Refused(f"the loop over {header[0]} is in a kernel that declares a reference "
+                               f"({' '.join(references.group().split())}), which may alias what the loop changes")
+            seen = {name: array for name, array in arrays.items() if array.declared < loop.start}
+            before = parameters | set(_NAME.findall(masked[kernel.body_open:loop.start]))
+            found.append(_batched(source, masked, uncommented, loop, header, seen, before, kernel.body_open))
         except _Refused as exc:
             reasons.append(str(exc))
         except Unparsed:
@@ -117,11 +156,12 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
     return found, reasons
 
 
-@dataclass(frozen=True)
-class _Array:
-    element: str  # its element type
-    buffer: str  # the pointer parameter whose buffer it points into
-    declared: int  # where a local pointer is declared; -1 for a parameter
+def _in_directive(masked: str, at: int) -> bool:
+    """Whether offset `at` lies in a preprocessor directive (a macro's body, continued lines included)."""
+    start = masked.rfind("\n", 0, at) + 1
+    while start > 0 and masked[:start - 1].rstrip(" \t").endswith("\\"):
+        start = masked.rfind("\n", 0, start - 1) + 1
+    return masked[start:at].lstrip().startswith("#")
 
 
 def _pointers_into(masked: str, start: int, end: int, parameters: dict[str, _Array]) -> dict[str, _Array]:
@@ -139,13 +179,14 @@ def _pointers_into(masked: str, start: int, end: int, parameters: dict[str, _Arr
                 name in parameters or len(re.findall(rf"(?<![\w.>]){name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*"
                                                      rf"{name}\b", body)) != 1:
             continue
-        found[name] = _Array(" ".join(words), into.group(1), start + declared.start())
+        element = parameters[into.group(1)].element if words == ["auto"] else " ".join(words)
+        found[name] = _Array(element, into.group(1), start + declared.start())
     return found
 
 
-def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, str, str, tuple[str, ...]] | None:
-    """(variable, init, condition, increment, stepped outer names) of `for (T v = A; v < B; ++v[, w += S]...)`
-    without an unroll pragma; None for a loop of another form."""
+def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, str, str, dict[str, str]] | None:
+    """(variable, init, condition, increment, {outer name: its step}) of `for (T v = A; v < B; ++v[, w += S]...)`
+    (or `v <= B`) without an unroll pragma; None for a loop of another form."""
     parts = split_top_level(masked[loop.head[0]:loop.head[1]], ";")
     if len(parts) != 3:
         return None
@@ -154,44 +195,58 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
     if declared is None:
         return None
     v = declared.group(1)
-    if re.fullmatch(rf"\s*{v}\s*<(?![<=])[\w\s.+\-*/%()]+", condition) is None:
+    bound = re.fullmatch(rf"\s*{v}\s*<=?(?![<=])(?P<end>[\w\s.+\-*/%()<>:]+)", condition)
+    if bound is None:
         return None
-    steps = [" ".join(part.split()) for part in split_top_level(increment, ",")]
-    if sum(step in (f"++{v}", f"{v}++", f"{v} += 1", f"{v}+=1") for step in steps) != 1:
-        return None
-    outer = []
-    for step in steps:
-        if v in re.findall(r"[A-Za-z_]\w*", step):
-            continue
-        stepped = re.fullmatch(r"([A-Za-z_]\w*) ?\+= ?(.+)", step)
-        if stepped is None:
-            raise _Refused(f"the loop over {v} steps {step!r}, which is not `name += step`")
-        outer.append(stepped.group(1))
-    before = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
-    if re.match(r"#\s*pragma\s+unroll\b", before):
-        raise _Refused(f"the loop over {v} carries an unroll pragma already")
+    head = loop.head[0]
 
     def text(part: str, at: int) -> str:
         return " ".join(uncommented[at:at + len(part)].split())
-    head = loop.head[0]
+    where = f"the loop over {v}"
+    if re.search(r"(?:^|[(+\-*/%<>:])\s*\*", bound["end"]):
+        raise _Refused(f"{where} reads memory in its condition ({text(condition, head + len(init) + 1)})")
+    steps = [" ".join(part.split()) for part in split_top_level(increment, ",")]
+    if sum(step in (f"++{v}", f"{v}++", f"{v} += 1", f"{v}+=1") for step in steps) != 1:
+        return None
+    outer = {}
+    for step in steps:
+        if step in (f"++{v}", f"{v}++", f"{v} += 1", f"{v}+=1"):
+            continue
+        stepped = re.fullmatch(r"([A-Za-z_]\w*) ?\+= ?(.+)|\+\+ ?([A-Za-z_]\w*)|([A-Za-z_]\w*) ?\+\+", step)
+        if stepped is None:
+            raise _Refused(f"{where} steps {step!r}, which is not `name += step`")
+        name = stepped.group(1) or stepped.group(3) or stepped.group(4)
+        outer[name] = stepped.group(2) or "1"
+    for name, by in outer.items():
+        if moving := sorted(set(_NAME.findall(by)) & {v, *outer}):
+            raise _Refused(f"{where} steps {name} by {by}, which changes as the loop runs ({moving[0]})")
+    before = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
+    if re.match(r"#\s*pragma\s+unroll\b", before):
+        raise _Refused(f"{where} carries an unroll pragma already")
+    steps_text = _steps(uncommented, loop, tuple(outer))
     return (v, text(init, head), text(condition, head + len(init) + 1),
-            text(increment, head + len(init) + len(condition) + 2), tuple(outer))
+            text(increment, head + len(init) + len(condition) + 2), {name: steps_text.get(name, "1") for name in outer})
 
 
 def _batched(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
-             arrays: dict[str, "_Array"], body_open: int) -> BatchedLoop:
-    v, init, condition, increment, outer = header
+             arrays: dict[str, _Array], before: set[str], body_open: int) -> BatchedLoop:
+    v, init, condition, increment, steps = header
+    outer = tuple(steps)
     where = f"the loop over {v}"
     inside = loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end)
     text = masked[inside[0]:inside[1]]
     if re.search(r"\b(?:for|while|do)\b", text):
         raise _Refused(f"{where} holds another loop")
-    if escape := next((word for word in _ESCAPES if re.search(rf"\b{word}\b", text)), None):
-        raise _Refused(f"{where} uses {escape}")
+    if escape := _ESCAPES.search(text):
+        raise _Refused(f"{where} uses {escape.group().rstrip('(').strip()}")
+    if LAMBDA.search(text):
+        raise _Refused(f"{where} defines a lambda, whose body runs where it is called")
     macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.MULTILINE))
     if used := sorted(macros & _names(masked[loop.start:loop.end])):
         raise _Refused(f"{where} uses the macro {used[0]}, whose expansion may read or store what its text "
                        f"does not show")
+    if address := re.search(rf"(?:^|[^\w)\]\s&]|&&|{_POINTER_CAST})\s*&\s*([A-Za-z_]\w*)\b(?!\s*\[)", text):
+        raise _Refused(f"{where} takes the address of {address.group(1)}, which a call may change through it")
     for name in outer:
         if not re.search(rf"\b{INTEGER_TYPE}\s+{name}\b", masked[body_open:loop.start]):
             raise _Refused(f"{where} steps {name}, which is not an integer declared before it")
@@ -199,21 +254,21 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     if changed := sorted({v, *outer} & assigned):
         raise _Refused(f"{where} changes {changed[0]} in its body")
     local = _declared(masked, *inside)
-    head_names = set(re.findall(r"[A-Za-z_]\w*", masked[loop.head[0]:loop.head[1]]))
-    invariant = head_names - {v, *outer}
-    if moving := sorted(invariant & (assigned | local)):
+    read_by_head = set(_NAME.findall(condition)) | set(_NAME.findall(increment))
+    if moving := sorted((read_by_head - {v, *outer}) & (assigned | local)):
         raise _Refused(f"{where} changes {moving[0]}, which its condition or steps read")
-    opaque = {arrays[name].buffer for name in _opaque(masked, inside, arrays, assigned, where)}
+    if pointers := sorted(read_by_head & set(arrays)):
+        raise _Refused(f"{where} reads memory in its condition or steps (through {pointers[0]})")
+    opaque = {arrays[name].buffer for name in _opaque(masked, inside, arrays, assigned, local, where)}
     accesses = _accesses(masked, uncommented, inside, arrays)
     written = {arrays[a.array].buffer for a in accesses if a.write}
     # what a subscript ahead may not read: a buffer the loop stores into, or uses otherwise than by subscript
     unreadable = {name for name, array in arrays.items() if array.buffer in opaque | written}
     parts = statements(masked, *inside)
-    steps = _steps(uncommented, loop, outer)
-    known = affine_locals(masked, *inside)
     taken = identifiers(source)
     copies = {name: fresh_name(f"{name}_ahead", taken) for name in (v, *outer)}
-    ahead = _Ahead(masked, known, {*copies, *(_names(masked) - assigned - local - unreadable)}, copies, unreadable)
+    usable = {*copies, *((before | _BUILTINS) - assigned - local - unreadable - set(outer))}
+    ahead = _Ahead(masked, _index_locals(masked, inside, before), usable, copies)
     loads, distinct = [], []
     by_buffer: dict[str, list[_Access]] = {}
     for access in accesses:
@@ -244,8 +299,9 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
 
 
 def _assigned(text: str) -> set[str]:
-    """The plain names the masked text assigns, increments or decrements."""
-    found = set(re.findall(rf"(?<![\w.>])([A-Za-z_]\w*)\s*(?:{ASSIGNMENT}|\+\+|--)", text))
+    """The plain names the masked text assigns, increments or decrements, or of whose members it does."""
+    member = r"(?:\s*\.\s*[A-Za-z_]\w*)*"
+    found = set(re.findall(rf"(?<![\w.>])([A-Za-z_]\w*){member}\s*(?:{ASSIGNMENT}|\+\+|--)", text))
     return found | set(re.findall(r"(?:\+\+|--)\s*([A-Za-z_]\w*)", text))
 
 
@@ -257,7 +313,7 @@ def _declared(masked: str, start: int, end: int) -> set[str]:
             declared = _DECLARED.match(masked, part.start)
             if declared and masked[part.start:declared.start(1)].split()[0] not in _NOT_TYPES:
                 names.add(declared.group(1))
-                names |= set(re.findall(r",\s*\**\s*([A-Za-z_]\w*)\s*(?==|,|;|\[)",
+                names |= set(re.findall(r",\s*\**\s*([A-Za-z_]\w*)\s*(?==|,|;|\[|\{)",
                                         masked[declared.end(1):part.end]))
         for child in part.children(masked) if part.kind != "simple" else ():
             names |= _declared(masked, child.start, child.end) if child.kind != "block" else _declared(
@@ -269,7 +325,22 @@ def _names(masked: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", masked))
 
 
-def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, "_Array"], assigned: set[str],
+def _index_locals(masked: str, inside: tuple[int, int], before: set[str]) -> dict[str, affine.Poly]:
+    """The body's integer locals defined once by an affine expression, as polynomials: those that shadow no name of
+    the kernel before the loop, whose first mention is their definition, without narrowing casts."""
+    text = masked[inside[0]:inside[1]]
+    known = {}
+    for name, poly in affine_locals(masked, *inside).items():
+        definition = re.search(rf"\b{INTEGER_TYPE}\s+{name}\s*=([^;,]*)", text)
+        first = re.search(rf"(?<![\w.]){name}\b", text)
+        if name in before or definition is None or first.start() < definition.start() or \
+                _NARROW.search(definition.group(1)):
+            continue
+        known[name] = poly
+    return known
+
+
+def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], assigned: set[str], local: set[str],
             where: str) -> set[str]:
     """The arrays the loop uses other than by subscript (its address taken or passed on, or the pointer
     changed), whose elements no load may be taken ahead for; refused where it writes through another pointer or
@@ -277,18 +348,22 @@ def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, "_Array"], a
     text = masked[inside[0]:inside[1]]
     opaque = {name for name in arrays if name in assigned}
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\b(?!\s*\[)", text):
-        if match.group(1) in arrays and not re.search(r"\b__ldg\s*\(\s*$", text[max(0, match.start() - 20):match.start()]):
+        preceding = text[max(0, match.start() - 20):match.start()]
+        if match.group(1) in arrays and not re.search(r"\b__ldg\s*\(\s*$", preceding):
             opaque.add(match.group(1))
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", text):
         preceding = text[max(0, match.start() - 40):match.start()]
-        if match.group(1) in arrays and re.search(r"(?:[^\w)\]\s&]|&&|^)\s*&\s*$", preceding) and \
-                not re.search(r"\b__ldg\s*\(\s*&\s*$", preceding):
-            opaque.add(match.group(1))
+        if match.group(1) in arrays and re.search(rf"(?:[^\w)\]\s&]|&&|^|{_POINTER_CAST})\s*&\s*$", preceding) and \
+                not (re.search(r"\b__ldg\s*\(\s*&\s*$", preceding) and
+                     re.match(r"\s*\)", text[closing(text, match.end() - 1) + 1:])):
+            opaque.add(match.group(1))  # its address taken: `&a[i]` anywhere but `__ldg(&a[i])`
     defined = _functions(masked)
-    for call in CALLED.finditer(text):
+    for call in re.finditer(r"(?<![\w.])((?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?\(", text):
         name = call.group(1)
         if name in _CONTROL_WORDS:
             continue
+        if "::" in name and re.split(r"\s*::\s*", name)[-1] not in _MATH or name in local:
+            raise _Refused(f"{where} calls {' '.join(name.split())}, which may change what it is given")
         if name in defined:
             raise _Refused(f"{where} calls {name}, which may store into any array")
         if _WRITING_CALLS.fullmatch(name):
@@ -299,11 +374,10 @@ def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, "_Array"], a
                                f"array")
     for operator in re.finditer(rf"(?<![=!<>])(?:{ASSIGNMENT})|\+\+|--", text):
         target = _target(text, operator)
-        if target is None or target in arrays:
+        if target is None or target in arrays or _local(masked, target):
             continue
-        if target == "*" or not _local_array(masked, target):
-            raise _Refused(f"{where} stores through a pointer or member ({_statement_at(text, operator.start())}), "
-                           f"which may point into any array")
+        raise _Refused(f"{where} stores through a pointer or member ({_statement_at(text, operator.start())}), "
+                       f"which may point into any array")
     return opaque
 
 
@@ -311,18 +385,18 @@ def _functions(masked: str) -> set[str]:
     """The functions the source defines or declares, and its lambdas: what they store into is not read here."""
     defined = set(re.findall(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:const\s*)?\{", masked))
     declared = re.findall(r"(?<![\w.>])(?!return\b|else\b)[A-Za-z_]\w*[\s*&]+([A-Za-z_]\w*)\s*\([^()]*\)\s*;", masked)
-    return defined | set(declared) | set(re.findall(r"\bauto\s+([A-Za-z_]\w*)\s*=\s*\[", masked))
+    return defined | set(declared) | set(re.findall(r"([A-Za-z_]\w*)\s*=\s*\[[^\[\]]*\]\s*[({]", masked))
 
 
 def _target(text: str, operator: re.Match) -> str | None:
     """What an assignment or ++/-- in the masked text changes: None for a plain name, the array's name for an
-    element `a[...]`, "*" for anything else (a dereference, a member)."""
+    element `a[...]`, `.v` for a member of `v`, "*" for anything else (a dereference, a member through a pointer)."""
     before = text[:operator.start()].rstrip()
     if operator.group() in ("++", "--") and not re.search(r"[\w\])]$", before):  # prefix: what follows
         named = re.match(r"\s*([A-Za-z_]\w*)\s*(\[|\.|->)?", text[operator.end():])
-        if named is None or named.group(2) in (".", "->"):
+        if named is None or named.group(2) == "->":
             return "*"
-        return named.group(1) if named.group(2) else None
+        return "." + named.group(1) if named.group(2) == "." else named.group(1) if named.group(2) else None
     if before.endswith("]"):
         depth, at = 0, len(before) - 1
         while at > 0:
@@ -332,6 +406,9 @@ def _target(text: str, operator: re.Match) -> str | None:
             at -= 1
         named = re.search(r"(->|\.)?\s*([A-Za-z_]\w*)\s*$", before[:at])
         return "*" if named is None or named.group(1) else named.group(2)
+    member = re.search(r"(?<![\w.>])([A-Za-z_]\w*)\s*\.\s*[A-Za-z_]\w*$", before)
+    if member:
+        return "." + member.group(1)
     named = re.search(r"(->|\.|\*)?\s*([A-Za-z_]\w*)$", before)
     if named is not None and named.group(1) == "*" and re.search(r"[\w>]\s*$", before[:named.start()]):
         return None  # a pointer declared, `float *p = ...`, not a store through one
@@ -344,23 +421,19 @@ def _statement_at(text: str, at: int) -> str:
     return " ".join(text[start:end].split())
 
 
-def _local_array(masked: str, name: str) -> bool:
-    """Whether the kernel declares `name` as an array of its own (`float acc[4];`)."""
-    return re.search(rf"\b[A-Za-z_][\w:]*\s+{name}\s*\[[^\]]*\]\s*[;=,{{]", masked) is not None
+def _local(masked: str, target: str) -> bool:
+    """Whether a store's target is the kernel's own: an element of an array it declares (`float acc[4];`), or a
+    member of a value it declares (`float2 v;`, not a pointer's)."""
+    name = target.lstrip(".")
+    earlier = r"(?:[A-Za-z_]\w*(?:\s*\[[^\]]*\])*\s*(?:=[^;,]*)?,\s*)*"  # `float a[4], b[4]`: names declared before it
+    declaration = rf"(?:^|[;{{}}])\s*(?:(?:__shared__|static|const|extern|volatile)\s+)*" \
+                  rf"(?!else\b|return\b|case\b|do\b)[A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?\s+{earlier}{name}"
+    if target.startswith("."):
+        return re.search(declaration + r"\s*[;={,(]", masked, re.MULTILINE) is not None
+    return target != "*" and re.search(declaration + r"\s*\[[^\]]*\]\s*[;=,{[]", masked, re.MULTILINE) is not None
 
 
-@dataclass(frozen=True)
-class _Access:
-    array: str
-    start: int  # where the read's text starts (the array's name, or __ldg)
-    end: int
-    subscript: str  # as written, comments out
-    subscript_at: int
-    write: bool
-    key: str  # the subscript with spaces collapsed
-
-
-def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: dict[str, "_Array"]) -> list[_Access]:
+def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: dict[str, _Array]) -> list[_Access]:
     found = []
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", masked[inside[0]:inside[1]]):
         name = match.group(1)
@@ -391,7 +464,7 @@ def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: di
 
 
 def _steps(uncommented: str, loop: Statement, outer: tuple[str, ...]) -> dict[str, str]:
-    """What the increment adds to each outer name, as written."""
+    """What the increment adds to each outer name stepped by `+=`, as written."""
     head = uncommented[loop.head[0]:loop.head[1]]
     increment = split_top_level(mask(head), ";")[2]
     at = len(head) - len(increment)
@@ -407,32 +480,34 @@ def _steps(uncommented: str, loop: Statement, outer: tuple[str, ...]) -> dict[st
 class _Ahead:
     """Subscripts spelled for a pass's loads, at the copies of the loop's variables."""
 
-    def __init__(self, masked: str, known: dict[str, affine.Poly], usable: set[str], copies: dict[str, str],
-                 unreadable: set[str]):
+    def __init__(self, masked: str, known: dict[str, affine.Poly], usable: set[str], copies: dict[str, str]):
         self.masked, self.known, self.copies = masked, known, copies
-        self.usable = usable | set(copies)  # the loop's variables, what the loop does not change
-        self.unreadable = unreadable
+        self.usable = usable  # the loop's variables, and what the loop does not change, declared before it
 
-    def subscript(self, access: "_Access") -> str | None:
-        """As written where it names only what is usable and reads no array the loop writes; else as the
+    def readable(self, names: set[str]) -> bool:
+        """Whether every name is usable (a member, `threadIdx.x`, by what it is a member of)."""
+        return all(name in self.usable or re.split(r"\s*\.", name)[0] in self.usable for name in names)
+
+    def subscript(self, access: _Access) -> str | None:
+        """As written where it names only what is usable and calls nothing but min, max or abs; else as the
         polynomial of the body's index locals (64-bit arithmetic); None where neither serves."""
         written = self.masked[access.subscript_at:access.subscript_at + len(access.subscript)]
-        if set(re.findall(r"[A-Za-z_]\w*", written)) <= self.usable - self.unreadable:
-            return self.renamed(access.subscript)
+        called = {m.group(1) for m in CALLED.finditer(written)}
+        if self.readable(set(_NAME.findall(written)) - called) and called <= _PURE_CALLS:
+            return _renamed(access.subscript, self.copies)
         poly = self.poly(access)
         spelled = affine.spelled(poly) if poly is not None else ""
-        return self.renamed(spelled) if spelled else None
+        return _renamed(spelled, self.copies) if spelled else None
 
-    def poly(self, access: "_Access") -> affine.Poly | None:
-        """The subscript's polynomial, where it holds only what is usable."""
+    def poly(self, access: _Access) -> affine.Poly | None:
+        """The subscript's polynomial, where it holds only what is usable and narrows nothing by a cast."""
+        if _NARROW.search(access.subscript):
+            return None
         try:
             poly = affine.parse(access.subscript, self.known)
         except affine.NotAffine:
             return None
-        return poly if affine.names(poly) <= self.usable - self.unreadable else None
-
-    def renamed(self, text: str) -> str:
-        return _renamed(text, self.copies)
+        return poly if self.readable(affine.names(poly)) else None
 
 
 def _renamed(text: str, copies: dict[str, str]) -> str:
@@ -468,15 +543,14 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
         return None, ""
     first = next(s for s in parts if s.start <= found[0].start < s.end)
     mine = [a for a in found if first.start <= a.start < first.end]
+    compound = None
     if first.kind == "if":
         reads = [a for a in mine if first.head[0] <= a.start < first.head[1] and not a.write]
-        compound = None
         if len(reads) < sum(first.head[0] <= a.start < first.head[1] for a in mine):
             return None, ""
-    elif first.kind == "simple":
+    elif first.kind == "simple" and len(split_top_level(masked[first.start:first.end - 1], ",")) == 1:
         stores = [a for a in mine if a.write]
         reads = [a for a in mine if not a.write]
-        compound = None
         if stores:
             target = stores[0]
             operator = re.match(rf"\s*({ASSIGNMENT})", masked[target.end:])
@@ -488,7 +562,7 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
                 at = target.end + operator.start(1)
                 spaced = re.match(r"\s*", masked[at + len(operator.group(1)):]).end()
                 compound = (at, at + len(operator.group(1)) + spaced, first.end - 1, operator.group(1)[:-1])
-    else:
+    else:  # a loop, a block, or a statement of several expressions (`a[i] = x, s += a[i];`)
         return None, ""
     if compound is None and not any(made_whenever_run(masked, parts, a.start) for a in reads):
         return None, ""
@@ -501,7 +575,8 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
 def _moves(poly: affine.Poly, copies: dict[str, str], steps: dict[str, str],
            known: dict[str, affine.Poly]) -> str | None:
     """How far the subscript moves each iteration: "" where by a nonzero constant, the test that it moves
-    (`(long long)nx * (long long)ny != 0`) where by a product of names; None where it stays or is unknown."""
+    (`(long long)nx * (long long)ny != 0`) where by a product of what the loop does not change; None where it
+    stays, or moves by what changes as it runs."""
     v, *outer = copies
     moved = affine.stride(poly, v)
     if moved is None:
@@ -515,7 +590,7 @@ def _moves(poly: affine.Poly, copies: dict[str, str], steps: dict[str, str],
                 moved = affine.add(moved, affine.product(stride, affine.parse(steps[name], known)))
             except affine.NotAffine:
                 return None
-    if not moved:
+    if not moved or affine.names(moved) & set(copies):
         return None
     if affine.is_constant(moved):
         return ""
@@ -563,4 +638,3 @@ def _rendered(source: str, found: BatchedLoop, taken: set[str]) -> list[str]:
             *(INDENT * 2 + line for line in body_lines[1:]),
             f"{INDENT}}}",
             "}"]
-
