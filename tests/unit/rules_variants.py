@@ -1669,3 +1669,16 @@ NOT_OF_SHAPE.update({
     "a loop stepping a second index otherwise than by +=": ("batch_loads", edited(
         STRIDED_ACCUMULATE, "++k, j += step", "++k, j = j + step"), "steps 'j = j + step'"),
 })
+
+# A vector read through a cast address reads the lane after it too: a lane of a vector has no such neighbour.
+NOT_OF_SHAPE["a pair read through a cast address in a block's row loop"] = ("vectorize_loops", spec(r"""
+extern "C" __global__ void pair_sums(float *out, const float *src, int cols)
+{
+    for (int c = threadIdx.x; c < cols - 1; c += blockDim.x) {
+        float2 v = *(const float2 *)&src[blockIdx.x * cols + c];
+        out[blockIdx.x * cols + c] = v.x + v.y;
+    }
+}
+""", "pair_sums", [array("out", ["rows", "cols"], role="out"), array("src", ["rows", "cols"]), scalar("cols", "cols")],
+    {"rows": 10, "cols": 1000}, ["rows"], {"block_size_x": 128}, {"block_size_x": [128]}, grid_div_x=[]),
+    "takes the address of src[blockIdx.x * cols + c]")

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (CALLED, INTEGER_TYPE, LAMBDA, closing, find_kernel, fresh_name,
-                                                identifiers, mask, pointee, split_top_level)
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, INTEGER_TYPE, LAMBDA, closing, find_kernel,
+                                                fresh_name, identifiers, mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, reindent
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import Statement, Unparsed, for_loops, made_whenever_run, statements
@@ -42,7 +42,6 @@ _CONTROL_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "els
 _WRITING_CALLS = re.compile(r"atomic\w*|__st\w*|memcpy|memset|__pipeline\w*|cp\w*async\w*")
 _PURE_CALLS = {"min", "max", "abs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax"}
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
-_POINTER_CAST = r"\(\s*[\w\s:<>]+\*+\s*\)"  # `(const float2 *)&b[i]`: an address, not a bitwise and
 _MATH = {"min", "max", "abs", "fabs", "sqrt", "exp", "exp2", "log", "log2", "log10", "pow", "floor", "ceil", "round",
          "trunc", "fmin", "fmax", "fma", "sin", "cos", "tan", "tanh", "erf", "isnan", "isinf", "isfinite"}
 _NARROW = re.compile(r"\b(?:char|short|bool|u?int8_t|u?int16_t)\b")
@@ -245,8 +244,9 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     if used := sorted(macros & _names(masked[loop.start:loop.end])):
         raise _Refused(f"{where} uses the macro {used[0]}, whose expansion may read or store what its text "
                        f"does not show")
-    if address := re.search(rf"(?:^|[^\w)\]\s&]|&&|{_POINTER_CAST})\s*&\s*([A-Za-z_]\w*)\b(?!\s*\[)", text):
-        raise _Refused(f"{where} takes the address of {address.group(1)}, which a call may change through it")
+    for address in re.finditer(r"&\s*([A-Za-z_]\w*)\b(?!\s*\[)", text):
+        if ADDRESS_OF_BEFORE.search(text[max(0, address.start() - 80):address.end() - len(address.group()) + 1]):
+            raise _Refused(f"{where} takes the address of {address.group(1)}, which a call may change through it")
     for name in outer:
         if not re.search(rf"\b{INTEGER_TYPE}\s+{name}\b", masked[body_open:loop.start]):
             raise _Refused(f"{where} steps {name}, which is not an integer declared before it")
@@ -353,7 +353,7 @@ def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], ass
             opaque.add(match.group(1))
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", text):
         preceding = text[max(0, match.start() - 40):match.start()]
-        if match.group(1) in arrays and re.search(rf"(?:[^\w)\]\s&]|&&|^|{_POINTER_CAST})\s*&\s*$", preceding) and \
+        if match.group(1) in arrays and ADDRESS_OF_BEFORE.search(preceding) and \
                 not (re.search(r"\b__ldg\s*\(\s*&\s*$", preceding) and
                      re.match(r"\s*\)", text[closing(text, match.end() - 1) + 1:])):
             opaque.add(match.group(1))  # its address taken: `&a[i]` anywhere but `__ldg(&a[i])`

@@ -112,6 +112,10 @@ def find_kernel(source: str, kernel_name: str) -> Kernel:
 CAST_WORDS = frozenset({"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"})
 
 
+# Text that ends with an address-of operator: `&` after an operator, a bracket or a pointer cast
+# (`(const float2 *)&x[i]`), not a bitwise and after an operand (`(a + b) & m`).
+ADDRESS_OF_BEFORE = re.compile(r"(?:^|[^\w)\]\s&]|&&|\(\s*[\w\s:<>]+\*+\s*\))\s*&\s*$")
+
 # A called name, template arguments included (`f<2>(v)`).
 CALLED = re.compile(r"(?<!\w)([A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?\(")
 

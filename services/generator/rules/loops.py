@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, grid_stride
 from services.generator.rules.canonical import canonical
-from services.generator.rules.cuda_text import closing, find_kernel, fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, closing, find_kernel, fresh_name, identifiers, mask,
+                                                split_top_level)
 from services.generator.rules.elementwise import model
 from services.generator.rules.partition import partition
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
@@ -275,7 +276,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
         ldg, shut = re.search(r"\b__ldg\s*\(\s*&\s*$", masked[:at]), re.match(r"\s*\)", masked[stop:])
         if ldg and shut:
             at, stop = ldg.start(), stop + shut.end()
-        elif re.search(r"(?:[^\w)\]\s&]|&&)\s*&\s*$", masked[:at]):
+        elif ADDRESS_OF_BEFORE.search(masked[max(0, at - 80):at]):
             raise _Refused(f"{where} takes the address of {name}[{' '.join(subscript.split())}], which a vector "
                            f"lane does not have")
         accesses.append((at, stop, name))
