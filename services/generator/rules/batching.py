@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, INTEGER_TYPE, LAMBDA, closing, find_kernel,
                                                 fresh_name, identifiers, mask, pointee, split_top_level)
-from services.generator.rules.loops import affine_locals, reindent
+from services.generator.rules.loops import affine_locals, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import Statement, Unparsed, for_loops, made_whenever_run, statements
 from shared.domain.spec import KernelSpec
@@ -114,11 +114,7 @@ def batch_loads_edit(source: str, spec: KernelSpec) -> str:
     loops, _ = batched_loops(source, spec)
     taken = identifiers(source)
     for found in sorted(loops, key=lambda f: f.loop.start, reverse=True):
-        line_start = source.rfind("\n", 0, found.loop.start) + 1
-        indent = re.match(r"[ \t]*", source[line_start:]).group()
-        lines = _rendered(source, found, taken)
-        text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
-        source = source[:found.loop.start] + text + source[found.loop.end:]
+        source = replaced(source, found.loop.start, found.loop.end, _rendered(source, found, taken))
     return source
 
 

@@ -84,12 +84,16 @@ def vectorize_loops_edit(source: str, spec: KernelSpec) -> str:
     taken = identifiers(source)
     for loop in sorted(loops, key=lambda found: found.loop.start, reverse=True):
         start = source.rfind("#", 0, loop.loop.start) if loop.pragma else loop.loop.start
-        line_start = source.rfind("\n", 0, start) + 1
-        indent = re.match(r"[ \t]*", source[line_start:]).group()
-        lines = _rendered(source, loop, taken)
-        text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
-        source = source[:start] + text + source[loop.loop.end:]
+        source = replaced(source, start, loop.loop.end, _rendered(source, loop, taken))
     return source
+
+
+def replaced(source: str, start: int, end: int, lines: list[str]) -> str:
+    """`source` with source[start:end] replaced by `lines`, the later ones indented as the line `start` is on."""
+    line_start = source.rfind("\n", 0, start) + 1
+    indent = re.match(r"[ \t]*", source[line_start:]).group()
+    text = "\n".join(lines[:1] + [indent + line if line else line for line in lines[1:]])
+    return source[:start] + text + source[end:]
 
 
 def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[str]]:
