@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, INTEGER_TYPE, LAMBDA, closing, find_kernel,
                                                 fresh_name, identifiers, mask, pointee, split_top_level)
-from services.generator.rules.loops import affine_locals, reindent, replaced
+from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import Statement, Unparsed, for_loops, made_whenever_run, statements
 from shared.domain.spec import KernelSpec
@@ -102,12 +102,9 @@ class _Access:
 
 
 def batch_loads_reason(source: str, spec: KernelSpec) -> str | None:
-    found, reasons = batched_loops(source, spec)
-    if found:
-        return None
-    if not reasons:
-        return "the kernel has no loop a thread walks one step at a time (`for (int i = a; i < b; ++i)`)"
-    return "no loop's loads can be batched: " + "; ".join(reasons)
+    return none_or_why(*batched_loops(source, spec),
+                       "the kernel has no loop a thread walks one step at a time (`for (int i = a; i < b; ++i)`)",
+                       "no loop's loads can be batched: ")
 
 
 def batch_loads_edit(source: str, spec: KernelSpec) -> str:

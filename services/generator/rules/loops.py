@@ -71,12 +71,17 @@ def vectorize_loops_reason(source: str, spec: KernelSpec) -> str | None:
             return "the kernel is elementwise: the vectorize rule widens it, with a grid to match"
     except ValueError:  # NotElementwise, or a kernel the elementwise model cannot read
         pass
-    found, reasons = vector_loops(source, spec)
+    return none_or_why(*vector_loops(source, spec),
+                       "the kernel has no strided loop (START threadIdx.x stepping by the block width, or a grid-stride "
+                       "loop)", "no strided loop can be vectorised: ")
+
+
+def none_or_why(found: list, reasons: list[str], none_seen: str, refused: str) -> str | None:
+    """A loop rule's reason: None where it found loops to rewrite, else `none_seen` where it saw no loop of its
+    form, else `refused` and why it refused each."""
     if found:
         return None
-    if not reasons:
-        return "the kernel has no strided loop (START threadIdx.x stepping by the block width, or a grid-stride loop)"
-    return "no strided loop can be vectorised: " + "; ".join(reasons)
+    return refused + "; ".join(reasons) if reasons else none_seen
 
 
 def vectorize_loops_edit(source: str, spec: KernelSpec) -> str:
