@@ -192,7 +192,7 @@ LEFT_ALONE = {
         "int p = t, q = 0; for (int j = 0; j < m; ++j, p += q, q += n) dst[p % n] += src[j * n + t];", "steps p by q"),
     "a bound read from memory": (
         "const float *lim = src; float s = 0; for (int j = 0; j < *lim; ++j) s += src[j * n + t]; sums[t] = s;",
-        "reads memory in its condition"),
+        "reads memory or changes something in its condition"),
     "a lambda defined in the loop": (
         "float s = 0; for (int j = 0; j < m; ++j) { auto f = [&] { s += src[j * n + t]; }; if (j < m / 2) f(); } "
         "sums[t] = s;", "defines a lambda"),

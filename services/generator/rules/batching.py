@@ -37,10 +37,32 @@ from shared.domain.spec import KernelSpec
 
 PARAMETER = "batch_iterations"
 _ESCAPES = re.compile(r"\b(?:break|continue|return|goto|asm|__syncthreads\w*|__syncwarp|__shfl\w*|__shared__|"
-                      r"__threadfence\w*|sizeof|decltype|alignof|typeid)\b|\.\s*sync\s*\(")
+                      r"__threadfence\w*|sizeof|decltype|alignof|typeid|noexcept|assert|__trap|__brkpt|_Pragma)\b|"
+                      r"\.\s*sync\s*\(|^[ \t]*#", re.MULTILINE)
+# The element types a register array may hold: CUDA's arithmetic and vector types, default-constructible.
+_REGISTER_TYPES = re.compile(r"(?:(?:unsigned|signed)\s+)?(?:float|double|char|short|int|long|long\s+long)|unsigned|"
+                             r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)|"
+                             r"(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]|__half2?|half2?|"
+                             r"__nv_bfloat162?|nv_bfloat162?")
 _CONTROL_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else"}
 _WRITING_CALLS = re.compile(r"atomic\w*|__st\w*|memcpy|memset|__pipeline\w*|cp\w*async\w*")
 _PURE_CALLS = {"min", "max", "abs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax"}
+_TYPE_WORDS = {"int", "unsigned", "signed", "long", "short", "char", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
+               "int32_t", "uint32_t", "float", "double", "const", "std"}
+_CASTS = {"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t", "static_cast"}
+# What a loop's body may call: functions of values that change nothing (CUDA's math, conversions and loads),
+# besides the atomics, whose target must be an array's element. Anything else (a function of the source, a
+# functor, std::swap through `using`) may change what it is given.
+_MATH_NAMES = ("sqrt rsqrt cbrt rcbrt exp exp2 exp10 expm1 log log2 log10 log1p pow sin cos tan asin acos atan atan2 "
+               "sinh cosh tanh asinh acosh atanh erf erfc erfinv erfcinv lgamma tgamma floor ceil round rint lrint "
+               "llrint lround llround nearbyint trunc fabs fmin fmax fma fmod remainder copysign hypot ldexp scalbn "
+               "ilogb logb nextafter fdim isnan isinf isfinite signbit sinpi cospi normcdf normcdfinv").split()
+_PURE_BODY_CALLS = re.compile(
+    r"(?:__)?(?:%s)f?|min|max|abs|llabs|[u]?(?:ll)?(?:min|max)|__saturatef|__fdividef|__[a-z0-9]+_r[nzud]|"
+    r"__\w+2\w+|__\w+_as_\w+|__(?:popc|popcll|clz|clzll|ffs|ffsll|brev|brevll|byte_perm|funnelshift_[lr]c?|"
+    r"mul24|umul24|mulhi|umulhi|mul64hi|umul64hi|sad|usad|h\w+|ldg|ldcs|ldca|ldcg|ldlu|ldcv)|make_\w+|"
+    r"float|double|int|unsigned|long|short|char|bool|size_t|u?int(?:8|16|32|64)_t|static_cast|__half|__nv_bfloat16"
+    % "|".join(_MATH_NAMES))
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
 _MATH = {"min", "max", "abs", "fabs", "sqrt", "exp", "exp2", "log", "log2", "log10", "pow", "floor", "ceil", "round",
          "trunc", "fmin", "fmax", "fma", "sin", "cos", "tan", "tanh", "erf", "isnan", "isinf", "isfinite"}
@@ -126,7 +148,9 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
         if declared is not None:
             arrays[declared[0]] = _Array(declared[1], declared[0], -1)
     arrays.update(_pointers_into(masked, kernel.body_open, kernel.body_close, arrays))
-    references = _REFERENCE.search(masked, kernel.body_open, kernel.body_close)
+    declarations = [*_declarations(masked, kernel.params_open, kernel.params_close + 1),
+                    *_declarations(masked, kernel.body_open + 1, kernel.body_close)]
+    unseen = _unseen(masked, kernel.body_open, kernel.body_close, arrays, declarations)
     found, reasons = [], []
     for loop in for_loops(masked[:kernel.body_close]):
         if loop.start < kernel.body_open or _in_directive(masked, loop.start):
@@ -135,17 +159,140 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
             header = _header(masked, uncommented, loop)
             if header is None:
                 continue
-            if references:
-                raise _Refused(f"the loop over {header[0]} is in a kernel that declares a reference "
-                               f"({' '.join(references.group().split())}), which may alias what the loop changes")
+            if unseen:
+                raise _Refused(f"the loop over {header[0]} is in a kernel that {unseen}")
             seen = {name: array for name, array in arrays.items() if array.declared < loop.start}
-            before = parameters | set(_NAME.findall(masked[kernel.body_open:loop.start]))
-            found.append(_batched(source, masked, uncommented, loop, header, seen, before, kernel.body_open))
+            found.append(_batched(source, masked, uncommented, loop, header, seen, _Names(declarations, loop.start),
+                                  kernel.body_open))
         except _Refused as exc:
             reasons.append(str(exc))
         except Unparsed:
             continue
     return found, reasons
+
+
+@dataclass(frozen=True)
+class _Declared:
+    name: str
+    type: str  # the declared type's words, qualifiers dropped: `int`, `const float *`'s `float`
+    indirect: str  # "*" for a pointer, "&" for a reference, "" for a value
+    at: int
+    array: bool  # declared with a bound, `float acc[4]`
+
+
+# A declaration at the start of a statement, of a for's, if's or switch's initialiser, or of a parameter.
+_DECLARATION = re.compile(r"(?:(?<=[;{}(,])|^)\s*(?!(?:return|else|case|goto|do|new|delete|throw|typedef|using)\b)"
+                          r"(?P<type>(?:(?:const|volatile|static|unsigned|signed|long|short|__shared__|extern|register|"
+                          r"constexpr)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;<>()]*>)?)(?P<indirect>\s*[*&]+\s*|\s+)"
+                          r"(?:(?:const|__restrict__|__restrict)\s+)*(?P<name>[A-Za-z_]\w*)\s*(?=[=;,(){\[])")
+
+
+def _declarations(masked: str, start: int, end: int) -> list[_Declared]:
+    """Every name declared in masked[start:end], with its type: at statements' starts (each declarator of a list),
+    in the heads of for, if and switch, and in parameter lists (a lambda's too). An expression statement or a
+    product inside parentheses may read as one too, which only makes the readers of this list more careful."""
+    found = []
+    for match in _DECLARATION.finditer(masked, start, end):
+        words = [w for w in match["type"].split() if w not in ("const", "volatile", "static", "__shared__", "extern",
+                                                               "register", "constexpr")]
+        if not words or words[0] in ("return", "else", "case", "sizeof"):
+            continue
+        kind, indirect = " ".join(words), match["indirect"].strip()
+        found.append(_Declared(match["name"], kind, indirect, match.start("name"),
+                               masked[match.end("name"):match.end("name") + 1] == "["))
+        close = _declarator_end(masked, match.end("name"), end)
+        for more in re.finditer(r",\s*(?P<indirect>[*&]*)\s*(?P<name>[A-Za-z_]\w*)\s*(?P<next>[=;,\[{(])",
+                                masked[match.end("name"):close]):
+            found.append(_Declared(more["name"], kind, more["indirect"], match.end("name") + more.start("name"),
+                                   more["next"] == "["))
+    return found
+
+
+def _declarator_end(masked: str, at: int, end: int) -> int:
+    """Where the declaration whose first name ends at `at` ends: its `;`, or the `)` closing its parentheses."""
+    depth = 0
+    for i in range(at, end):
+        char = masked[i]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return i
+            depth -= 1
+        elif char == ";" and depth == 0:
+            return i
+    return end
+
+
+_NO_NAME = _Declared("", "", "", -1, False)
+
+
+class _Names:
+    """What the kernel declares before a loop: each name once, its type."""
+
+    def __init__(self, declarations: list[_Declared], loop_start: int):
+        counts: dict[str, int] = {}
+        for declared in declarations:
+            counts[declared.name] = counts.get(declared.name, 0) + 1
+        self.twice = {name for name, count in counts.items() if count > 1}
+        self.once = {d.name: d for d in declarations if d.name not in self.twice}
+        self.before = {name: d for name, d in self.once.items() if d.at < loop_start}
+
+    def integer(self, name: str) -> bool:
+        """Whether the name holds an integer whose arithmetic the 64-bit polynomials follow: signed, or 64 bits
+        wide (a 32-bit unsigned wraps); threadIdx and the like count too."""
+        base = re.split(r"\s*\.", name)[0]
+        if base in _BUILTINS:
+            return True
+        return _wide_or_signed(self.before.get(name))
+
+
+def _wide_or_signed(declared: "_Declared | None") -> bool:
+    """Whether a declaration is of an integer value whose arithmetic the 64-bit polynomials follow exactly (up to
+    the overflow a signed type leaves undefined): signed, or 64 bits wide, where a 32-bit unsigned one wraps."""
+    return declared is not None and not declared.indirect and not declared.array and \
+        re.fullmatch(INTEGER_TYPE, declared.type) is not None and \
+        re.fullmatch(r"unsigned(?:\s+int)?|(?:std::)?uint32_t|uint", declared.type) is None
+
+
+def _unseen(masked: str, start: int, end: int, arrays: dict[str, "_Array"], declarations: list[_Declared]) -> str:
+    """What of the kernel may change a loop's names behind its text, in words ("" where nothing does): a reference,
+    a local's address, a pointer parameter assigned, or an array's name declared again."""
+    body = masked[start:end]
+    if reference := next((d for d in declarations if "&" in d.indirect), None):
+        return f"declares a reference ({reference.name}), which may alias what a loop changes"
+    for address in re.finditer(r"&\s*([A-Za-z_]\w*)\b(?!\s*[\[(])", body):
+        if address.group(1) not in arrays and ADDRESS_OF_BEFORE.search(body[max(0, address.start() - 80):
+                                                                             address.start() + 1]):
+            return f"takes the address of {address.group(1)}, which may change through it"
+    for name in arrays:
+        for use in re.finditer(rf"(?<![\w.>]){name}\b(?!\s*\[)", body):
+            call = _enclosing_call(body, use.start())
+            if call and re.match(r"\s*[,)]", body[use.end():]) and re.search(r"[(,]\s*$", body[:use.start()]) and \
+                    not _WRITING_CALLS.fullmatch(call) and not _PURE_BODY_CALLS.fullmatch(call.split("::")[-1].strip()):
+                return f"passes the pointer {name} to {call}, which may change it"
+    for name, array in arrays.items():
+        if array.declared < 0 and re.search(rf"(?<![\w.>]){name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b",
+                                            body):
+            return f"changes the pointer {name}"
+        if sum(d.name == name for d in declarations) > 1:
+            return f"declares {name} more than once"
+    return ""
+
+
+def _enclosing_call(text: str, at: int) -> str:
+    """The function whose argument list encloses offset `at` ("" where none does)."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        char = text[i]
+        if char in ")]}":
+            depth += 1
+        elif char in "([{":
+            if depth == 0:
+                called = re.search(r"((?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?$", text[:i])
+                return " ".join(called.group(1).split()) if char == "(" and called else ""
+            depth -= 1
+    return ""
 
 
 def _in_directive(masked: str, at: int) -> bool:
@@ -195,19 +342,23 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
     def text(part: str, at: int) -> str:
         return " ".join(uncommented[at:at + len(part)].split())
     where = f"the loop over {v}"
-    if re.search(r"(?:^|[(+\-*/%<>:])\s*\*", bound["end"]):
-        raise _Refused(f"{where} reads memory in its condition ({text(condition, head + len(init) + 1)})")
+    if not _plain(bound["end"]):
+        raise _Refused(f"{where} reads memory or changes something in its condition "
+                       f"({text(condition, head + len(init) + 1)})")
     steps = [" ".join(part.split()) for part in split_top_level(increment, ",")]
-    if sum(step in (f"++{v}", f"{v}++", f"{v} += 1", f"{v}+=1") for step in steps) != 1:
+    own = (f"++{v}", f"{v}++", f"{v} += 1", f"{v}+=1")
+    if sum(step in own for step in steps) != 1:
         return None
     outer = {}
     for step in steps:
-        if step in (f"++{v}", f"{v}++", f"{v} += 1", f"{v}+=1"):
+        if step in own:
             continue
         stepped = re.fullmatch(r"([A-Za-z_]\w*) ?\+= ?(.+)|\+\+ ?([A-Za-z_]\w*)|([A-Za-z_]\w*) ?\+\+", step)
-        if stepped is None:
-            raise _Refused(f"{where} steps {step!r}, which is not `name += step`")
+        if stepped is None or not _plain(stepped.group(2) or "1"):
+            raise _Refused(f"{where} steps {step!r}, which is not `name += step` of what the loop does not change")
         name = stepped.group(1) or stepped.group(3) or stepped.group(4)
+        if name in outer or name == v:
+            raise _Refused(f"{where} steps {name} twice")
         outer[name] = stepped.group(2) or "1"
     for name, by in outer.items():
         if moving := sorted(set(_NAME.findall(by)) & {v, *outer}):
@@ -220,8 +371,17 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
             text(increment, head + len(init) + len(condition) + 2), {name: steps_text.get(name, "1") for name in outer})
 
 
+def _plain(expression: str) -> bool:
+    """Whether a loop's bound or step is arithmetic of names, members and numbers (casts and min/max allowed):
+    no load, no call, no change, which the loads of a pass may evaluate again."""
+    masked = mask(expression)
+    calls = {m.group(1) for m in CALLED.finditer(masked)}
+    return re.fullmatch(r"[\w\s.+\-*/%()<>:]+", masked) is not None and not re.search(r"\+\+|--|->", masked) and \
+        not re.search(r"(?:^|[(+\-*/%<>:])\s*\*", masked) and calls <= _PURE_CALLS | _CASTS
+
+
 def _batched(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
-             arrays: dict[str, _Array], before: set[str], body_open: int) -> BatchedLoop:
+             arrays: dict[str, _Array], names: "_Names", body_open: int) -> BatchedLoop:
     v, init, condition, increment, steps = header
     outer = tuple(steps)
     where = f"the loop over {v}"
@@ -237,22 +397,19 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     if used := sorted(macros & _names(masked[loop.start:loop.end])):
         raise _Refused(f"{where} uses the macro {used[0]}, whose expansion may read or store what its text "
                        f"does not show")
-    for address in re.finditer(r"&\s*([A-Za-z_]\w*)\b(?!\s*\[)", text):
-        if ADDRESS_OF_BEFORE.search(text[max(0, address.start() - 80):address.end() - len(address.group()) + 1]):
-            raise _Refused(f"{where} takes the address of {address.group(1)}, which a call may change through it")
     for name in outer:
-        if not re.search(rf"\b{INTEGER_TYPE}\s+{name}\b", masked[body_open:loop.start]):
-            raise _Refused(f"{where} steps {name}, which is not an integer declared before it")
-    assigned = _assigned(text)
+        if not _wide_or_signed(names.before.get(name)) and names.before.get(name, _NO_NAME).type not in (
+                "unsigned", "unsigned int", "uint32_t", "std::uint32_t", "uint"):
+            raise _Refused(f"{where} steps {name}, which is not an integer declared once before it")
+    assigned = _assigned(text, arrays)
     if changed := sorted({v, *outer} & assigned):
         raise _Refused(f"{where} changes {changed[0]} in its body")
-    local = _declared(masked, *inside)
-    read_by_head = set(_NAME.findall(condition)) | set(_NAME.findall(increment))
-    if moving := sorted((read_by_head - {v, *outer}) & (assigned | local)):
+    read_by_head = {re.split(r"\s*\.", name)[0] for name in _NAME.findall(f"{condition}, {increment}")}
+    if moving := sorted((read_by_head - {v, *outer}) & (assigned | names.twice)):
         raise _Refused(f"{where} changes {moving[0]}, which its condition or steps read")
     if pointers := sorted(read_by_head & set(arrays)):
         raise _Refused(f"{where} reads memory in its condition or steps (through {pointers[0]})")
-    opaque = {arrays[name].buffer for name in _opaque(masked, inside, arrays, assigned, local, where)}
+    opaque = {arrays[name].buffer for name in _opaque(masked, inside, arrays, assigned, names, where)}
     accesses = _accesses(masked, uncommented, inside, arrays)
     written = {arrays[a.array].buffer for a in accesses if a.write}
     # what a subscript ahead may not read: a buffer the loop stores into, or uses otherwise than by subscript
@@ -260,12 +417,16 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     parts = statements(masked, *inside)
     taken = identifiers(source)
     copies = {name: fresh_name(f"{name}_ahead", taken) for name in (v, *outer)}
-    usable = {*copies, *((before | _BUILTINS) - assigned - local - unreadable - set(outer))}
-    ahead = _Ahead(masked, _index_locals(masked, inside, before), usable, copies)
+    usable = {*copies, *((set(names.before) | _BUILTINS) - assigned - unreadable - set(outer))}
+    loop_type = re.match(rf"\s*({INTEGER_TYPE})", init).group(1)
+    signed_or_wide = [name for name in outer if names.integer(name)] + \
+        ([v] if _wide_or_signed(_Declared(v, " ".join(loop_type.split()), "", -1, False)) else [])
+    integers = {name for name in names.before if names.integer(name)} | set(signed_or_wide) | _BUILTINS
+    ahead = _Ahead(masked, _index_locals(masked, inside, names), usable, integers, copies)
     loads, distinct = [], []
     by_buffer: dict[str, list[_Access]] = {}
     for access in accesses:
-        if arrays[access.array].buffer not in opaque:
+        if arrays[access.array].buffer not in opaque and _REGISTER_TYPES.fullmatch(arrays[access.array].element):
             by_buffer.setdefault(arrays[access.array].buffer, []).append(access)
     for buffer, found in by_buffer.items():
         if buffer in written:
@@ -291,11 +452,14 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     return BatchedLoop(loop, init, condition, increment, copies, tuple(loads), tuple(distinct))
 
 
-def _assigned(text: str) -> set[str]:
-    """The plain names the masked text assigns, increments or decrements, or of whose members it does."""
-    member = r"(?:\s*\.\s*[A-Za-z_]\w*)*"
-    found = set(re.findall(rf"(?<![\w.>])([A-Za-z_]\w*){member}\s*(?:{ASSIGNMENT}|\+\+|--)", text))
-    return found | set(re.findall(r"(?:\+\+|--)\s*([A-Za-z_]\w*)", text))
+def _assigned(text: str, arrays: dict[str, "_Array"]) -> set[str]:
+    """The names the masked text assigns, increments or decrements, or an element or member of which it does
+    (the kernel's pointers aside: their elements are the arrays')."""
+    part = r"(?:\s*\.\s*[A-Za-z_]\w*|\s*\[[^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*\])*"
+    found = set(re.findall(rf"(?<![\w.>])([A-Za-z_]\w*){part}\s*(?:{ASSIGNMENT}|\+\+|--)", text))
+    found |= set(re.findall(r"(?:\+\+|--)\s*([A-Za-z_]\w*)", text))
+    plain = set(re.findall(rf"(?<![\w.>])([A-Za-z_]\w*)\s*(?:{ASSIGNMENT}|\+\+|--)", text))
+    return {name for name in found if name not in arrays or name in plain}
 
 
 def _declared(masked: str, start: int, end: int) -> set[str]:
@@ -318,26 +482,27 @@ def _names(masked: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", masked))
 
 
-def _index_locals(masked: str, inside: tuple[int, int], before: set[str]) -> dict[str, affine.Poly]:
-    """The body's integer locals defined once by an affine expression, as polynomials: those that shadow no name of
-    the kernel before the loop, whose first mention is their definition, without narrowing casts."""
+def _index_locals(masked: str, inside: tuple[int, int], names: "_Names") -> dict[str, affine.Poly]:
+    """The body's integer locals defined once by an affine expression, as polynomials: each declared once in the
+    kernel, signed or 64 bits wide, first mentioned where defined, without narrowing casts."""
     text = masked[inside[0]:inside[1]]
     known = {}
     for name, poly in affine_locals(masked, *inside).items():
         definition = re.search(rf"\b{INTEGER_TYPE}\s+{name}\s*=([^;,]*)", text)
         first = re.search(rf"(?<![\w.]){name}\b", text)
-        if name in before or definition is None or first.start() < definition.start() or \
-                _NARROW.search(definition.group(1)):
+        declared = names.once.get(name)
+        if definition is None or first.start() < definition.start() or _NARROW.search(definition.group(1)) or \
+                declared is None or not inside[0] <= declared.at < inside[1] or not _wide_or_signed(declared):
             continue
         known[name] = poly
     return known
 
 
-def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], assigned: set[str], local: set[str],
+def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], assigned: set[str], names: "_Names",
             where: str) -> set[str]:
     """The arrays the loop uses other than by subscript (its address taken or passed on, or the pointer
-    changed), whose elements no load may be taken ahead for; refused where it writes through another pointer or
-    calls a function of the source, which may store anywhere."""
+    changed), whose elements no load may be taken ahead for; refused where it stores through another pointer or
+    calls what may change what it is given."""
     text = masked[inside[0]:inside[1]]
     opaque = {name for name in arrays if name in assigned}
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\b(?!\s*\[)", text):
@@ -350,35 +515,26 @@ def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], ass
                 not (re.search(r"\b__ldg\s*\(\s*&\s*$", preceding) and
                      re.match(r"\s*\)", text[closing(text, match.end() - 1) + 1:])):
             opaque.add(match.group(1))  # its address taken: `&a[i]` anywhere but `__ldg(&a[i])`
-    defined = _functions(masked)
     for call in re.finditer(r"(?<![\w.])((?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?\(", text):
-        name = call.group(1)
+        name = " ".join(call.group(1).split())
         if name in _CONTROL_WORDS:
             continue
-        if "::" in name and re.split(r"\s*::\s*", name)[-1] not in _MATH or name in local:
-            raise _Refused(f"{where} calls {' '.join(name.split())}, which may change what it is given")
-        if name in defined:
-            raise _Refused(f"{where} calls {name}, which may store into any array")
         if _WRITING_CALLS.fullmatch(name):
             target = split_top_level(text[call.end():closing(text, call.end() - 1)], ",")[0]
             base = re.match(r"\s*&?\s*([A-Za-z_]\w*)", target)
             if base is None or base.group(1) not in arrays:
                 raise _Refused(f"{where} calls {name} on {' '.join(target.split())}, which may point into any "
                                f"array")
+        elif not _PURE_BODY_CALLS.fullmatch(re.split(r"\s*::\s*", name)[-1]) or \
+                "::" in name and not re.match(r"(?:std|cuda::std)\s*::", name):
+            raise _Refused(f"{where} calls {name}, which may store, or change what it is given")
     for operator in re.finditer(rf"(?<![=!<>])(?:{ASSIGNMENT})|\+\+|--", text):
         target = _target(text, operator)
-        if target is None or target in arrays or _local(masked, target):
+        if target is None or target in arrays or _local(target, names, arrays):
             continue
         raise _Refused(f"{where} stores through a pointer or member ({_statement_at(text, operator.start())}), "
                        f"which may point into any array")
     return opaque
-
-
-def _functions(masked: str) -> set[str]:
-    """The functions the source defines or declares, and its lambdas: what they store into is not read here."""
-    defined = set(re.findall(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:const\s*)?\{", masked))
-    declared = re.findall(r"(?<![\w.>])(?!return\b|else\b)[A-Za-z_]\w*[\s*&]+([A-Za-z_]\w*)\s*\([^()]*\)\s*;", masked)
-    return defined | set(declared) | set(re.findall(r"([A-Za-z_]\w*)\s*=\s*\[[^\[\]]*\]\s*[({]", masked))
 
 
 def _target(text: str, operator: re.Match) -> str | None:
@@ -414,16 +570,13 @@ def _statement_at(text: str, at: int) -> str:
     return " ".join(text[start:end].split())
 
 
-def _local(masked: str, target: str) -> bool:
-    """Whether a store's target is the kernel's own: an element of an array it declares (`float acc[4];`), or a
-    member of a value it declares (`float2 v;`, not a pointer's)."""
-    name = target.lstrip(".")
-    earlier = r"(?:[A-Za-z_]\w*(?:\s*\[[^\]]*\])*\s*(?:=[^;,]*)?,\s*)*"  # `float a[4], b[4]`: names declared before it
-    declaration = rf"(?:^|[;{{}}])\s*(?:(?:__shared__|static|const|extern|volatile)\s+)*" \
-                  rf"(?!else\b|return\b|case\b|do\b)[A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?\s+{earlier}{name}"
-    if target.startswith("."):
-        return re.search(declaration + r"\s*[;={,(]", masked, re.MULTILINE) is not None
-    return target != "*" and re.search(declaration + r"\s*\[[^\]]*\]\s*[;=,{[]", masked, re.MULTILINE) is not None
+def _local(target: str, names: "_Names", arrays: dict[str, "_Array"]) -> bool:
+    """Whether a store's target is the kernel's own: an element of an array it declares once (`float acc[4];`),
+    or a member of a value it declares once (`float2 v;`, not a pointer's)."""
+    declared = names.once.get(target.lstrip("."))
+    if declared is None or declared.indirect or declared.name in arrays or target == "*":
+        return False
+    return declared.array if not target.startswith(".") else not declared.array
 
 
 def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: dict[str, _Array]) -> list[_Access]:
@@ -473,41 +626,48 @@ def _steps(uncommented: str, loop: Statement, outer: tuple[str, ...]) -> dict[st
 class _Ahead:
     """Subscripts spelled for a pass's loads, at the copies of the loop's variables."""
 
-    def __init__(self, masked: str, known: dict[str, affine.Poly], usable: set[str], copies: dict[str, str]):
+    def __init__(self, masked: str, known: dict[str, affine.Poly], usable: set[str], integers: set[str],
+                 copies: dict[str, str]):
         self.masked, self.known, self.copies = masked, known, copies
-        self.usable = usable  # the loop's variables, and what the loop does not change, declared before it
+        self.usable = usable  # the loop's variables, and what the loop does not change, declared once before it
+        self.integers = integers  # those of them whose arithmetic the 64-bit polynomials follow
 
-    def readable(self, names: set[str]) -> bool:
-        """Whether every name is usable (a member, `threadIdx.x`, by what it is a member of)."""
-        return all(name in self.usable or re.split(r"\s*\.", name)[0] in self.usable for name in names)
+    @staticmethod
+    def _bases(names: set[str]) -> set[str]:
+        return {re.split(r"\s*\.", name)[0] for name in names}
 
     def subscript(self, access: _Access) -> str | None:
-        """As written where it names only what is usable and calls nothing but min, max or abs; else as the
-        polynomial of the body's index locals (64-bit arithmetic); None where neither serves."""
+        """As written where it names only what is usable, through no pointer, calling nothing but min, max, abs
+        or a cast; else as the polynomial of the body's index locals (64-bit arithmetic); None where neither
+        serves."""
         written = self.masked[access.subscript_at:access.subscript_at + len(access.subscript)]
         called = {m.group(1) for m in CALLED.finditer(written)}
-        if self.readable(set(_NAME.findall(written)) - called) and called <= _PURE_CALLS:
+        if self._bases(set(_NAME.findall(written)) - called - _TYPE_WORDS) <= self.usable and \
+                called <= _PURE_CALLS | _CASTS and \
+                not re.search(r"->|(?:^|[(\[+\-*/%<>=?:,!~&|^])\s*\*", written):
             return _renamed(access.subscript, self.copies)
         poly = self.poly(access)
         spelled = affine.spelled(poly) if poly is not None else ""
         return _renamed(spelled, self.copies) if spelled else None
 
     def poly(self, access: _Access) -> affine.Poly | None:
-        """The subscript's polynomial, where it holds only what is usable and narrows nothing by a cast."""
-        if _NARROW.search(access.subscript):
+        """The subscript's polynomial, where it holds only usable integers and narrows nothing by a cast."""
+        if _NARROW.search(access.subscript) or re.search(r"->", access.subscript):
             return None
         try:
             poly = affine.parse(access.subscript, self.known)
         except affine.NotAffine:
             return None
-        return poly if self.readable(affine.names(poly)) else None
+        names = affine.names(poly)
+        return poly if self._bases(names) <= self.usable and all(
+            name in self.integers or self._bases({name}) <= _BUILTINS for name in names) else None
 
 
 def _renamed(text: str, copies: dict[str, str]) -> str:
-    """The text with the loop's variables replaced by their copies."""
-    for name, copy in copies.items():
-        text = re.sub(rf"(?<![\w.])(?<!->)\b{name}\b", copy, text)
-    return text
+    """The text with the loop's variables replaced by their copies (not a member of the same name, `p. j`)."""
+    def copy(match: re.Match) -> str:
+        return match.group() if re.search(r"(?:\.|->)\s*$", text[:match.start()]) else copies[match.group()]
+    return re.sub(r"\b(?:%s)\b" % "|".join(map(re.escape, copies)), copy, text) if copies else text
 
 
 def _outermost(loads: list[Load]) -> list[Load]:
@@ -531,7 +691,7 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
     polys = [ahead.poly(a) for a in found]
     if polys[0] is None or any(p != polys[0] for p in polys):
         return None, ""
-    step = _moves(polys[0], ahead.copies, steps, ahead.known)
+    step = _moves(polys[0], ahead, steps)
     if step is None:
         return None, ""
     first = next(s for s in parts if s.start <= found[0].start < s.end)
@@ -565,12 +725,11 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
     return Load(array, element, subscript, tuple((a.start, a.end) for a in reads), compound), step
 
 
-def _moves(poly: affine.Poly, copies: dict[str, str], steps: dict[str, str],
-           known: dict[str, affine.Poly]) -> str | None:
+def _moves(poly: affine.Poly, ahead: _Ahead, steps: dict[str, str]) -> str | None:
     """How far the subscript moves each iteration: "" where by a nonzero constant, the test that it moves
-    (`(long long)nx * (long long)ny != 0`) where by a product of what the loop does not change; None where it
-    stays, or moves by what changes as it runs."""
-    v, *outer = copies
+    (`(long long)nx * (long long)ny != 0`) where by a product of integers the loop does not change; None where it
+    stays, or moves by what changes as it runs or is not such an integer."""
+    v, *outer = ahead.copies
     moved = affine.stride(poly, v)
     if moved is None:
         return None
@@ -580,10 +739,14 @@ def _moves(poly: affine.Poly, copies: dict[str, str], steps: dict[str, str],
             return None
         if stride:
             try:
-                moved = affine.add(moved, affine.product(stride, affine.parse(steps[name], known)))
+                by = affine.parse(steps[name], ahead.known)
             except affine.NotAffine:
                 return None
-    if not moved or affine.names(moved) & set(copies):
+            if not all(n in ahead.integers or ahead._bases({n}) <= _BUILTINS for n in affine.names(by)) or \
+                    re.search(r"\d\.|\.\d|\d[eE]|\d[fF]\b", steps[name]):
+                return None
+            moved = affine.add(moved, affine.product(stride, by))
+    if not moved or affine.names(moved) & set(ahead.copies):
         return None
     if affine.is_constant(moved):
         return ""
