@@ -200,6 +200,27 @@ LEFT_ALONE = {
         "auto const bump = [&](int q) { dst[q] = 1.f; }; float s = 0; "
         "for (int j = 0; j < m; ++j) { s += dst[j * n + t]; "
         "bump((j + 1) * n + t); } sums[t] = s;", "calls bump"),
+    "a pointer parameter assigned before the loop": (
+        "if (m == 0) src = dst; for (int j = 0; j < m; ++j) dst[j * n + t] += src[j * n + t];",
+        "changes the pointer src"),
+    "an array's name declared again": (
+        "{ const float *src = dst; for (int j = 0; j < m; ++j) dst[(j + 1) * n + t] = src[j * n + t]; }",
+        "declares src more than once"),
+    "a pointer passed to a function": (
+        "cuda::std::swap(dst, sums); for (int j = 0; j < m; ++j) dst[j * n + t] += src[j * n + t];",
+        "passes the pointer dst to cuda::std::swap"),
+    "an unqualified swap": (
+        "int lo = t, hi = n - 1 - t; float s = 0; for (int j = 0; j < m; ++j) { s += src[lo]; swap(lo, hi); } "
+        "sums[t] = s;", "calls swap"),
+    "a bound that counts down": (
+        "int lim = m; float s = 0; for (int j = 0; j < lim--; ++j) s += src[j * n + t]; sums[t] = s;",
+        "changes something in its condition"),
+    "a step with a side effect": (
+        "int k = 0, idx = t; float s = 0; for (int j = 0; j < m; ++j, idx += k++) s += src[idx % n]; sums[t] = s;",
+        "which is not `name += step` of what the loop does not change"),
+    "an unroll pragma spelled _Pragma": (
+        "float s = 0;\n    _Pragma(\"unroll\")\n    for (int j = 0; j < m; ++j) s += src[j * n + t];\n    sums[t] = s;",
+        "carries an unroll pragma already"),
     "an unevaluated read": (
         "float s = 0; for (int j = 0; j < m; ++j) s += sizeof(src[j + 100000]) * src[j * n + t]; sums[t] = s;",
         "uses sizeof"),
@@ -225,6 +246,9 @@ NOT_AHEAD = {  # the register that must not be made, and the loop
         "src_ahead", "for (int j = 0; j < m; ++j) { float2 v = *(const float2 *)&src[2 * j]; sums[t] += v.x + v.y; }"),
     "an address past the element": (
         "src_ahead", "for (int j = 0; j < m; ++j) sums[t] += __ldg(&src[j * n + t] + 1);"),
+    # a float scale truncates where the 64-bit polynomial would multiply
+    "a local index scaled by a float": (
+        "src_ahead", "float r = 0.5f; for (int j = 0; j < m; ++j) { int q = j * r; sums[t] += src[q * n + t]; }"),
     # a narrowing cast wraps: the 64-bit polynomial would not
     "a subscript through a narrowing cast": (
         "src_ahead", "for (int j = 0; j < m; ++j) { int q = (unsigned char)(j * 40); sums[t] += src[q]; }"),
