@@ -1624,7 +1624,8 @@ extern "C" __global__ void tally_rows(const int *labels, unsigned int *counts, i
     for (int k = 0; k < per_row; k++)
         atomicAdd(&counts[labels[r * per_row + k]], 1u);
 }
-""", "tally_rows", [array("labels", ["rows", "per_row"], "int32", range=[0, 16]), array("counts", [16], "uint32", "inout"),
+""", "tally_rows", [array("labels", ["rows", "per_row"], "int32", range=[0, 16]),
+                    array("counts", [16], "uint32", "inout"),
                     scalar("rows", "rows"), scalar("per_row", "per_row")], {"rows": 3000, "per_row": 29}, ["rows"],
     {"block_size_x": 128}, {"block_size_x": [64, 128]})
 
@@ -1668,7 +1669,8 @@ NOT_OF_SHAPE.update({
         "makes no load that can be taken"),
     # 32-bit unsigned indices wrap where the 64-bit polynomial that would prove each step's element its own does not
     "a written array at 32-bit unsigned subscripts": ("batch_loads", edited(edited(
-        CLAMP_COLUMNS, "int x = blockIdx.x", "unsigned x = blockIdx.x"), "int y = blockIdx.y", "unsigned y = blockIdx.y"),
+        CLAMP_COLUMNS, "int x = blockIdx.x", "unsigned x = blockIdx.x"), "int y = blockIdx.y",
+        "unsigned y = blockIdx.y"),
         "makes no load that can be taken"),
     "a loop stepping a second index otherwise than by +=": ("batch_loads", edited(
         STRIDED_ACCUMULATE, "++k, j += step", "++k, j = j + step"), "steps 'j = j + step'"),
