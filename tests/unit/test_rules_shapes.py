@@ -47,8 +47,9 @@ FIRES = {
 }
 SHAPE_RULES = (*NEW_RULES, "elements_per_thread", "vectorize")
 # Rules that fire on a submitted kernel whose loops a restructuring replaces, so that they do not compose with it:
-# warp_per_row strides gemv's row loop, which batch_loads takes one step at a time.
-REPLACED = {"gemv": {"batch_loads"}}
+# warp_per_row strides gemv's row loop, which batch_loads takes one step at a time; register_window's rendering
+# declares the window's size k again, a name conv2d's loops read, which batch_loads will not follow.
+REPLACED = {"gemv": {"batch_loads"}, "conv2d": {"batch_loads"}}
 
 
 def fired(spec: KernelSpec) -> set[str]:

@@ -223,9 +223,8 @@ def test_the_grid_shrinks_by_four_along_x_and_by_window_rows_along_y():
 
 
 def test_the_plan_puts_the_window_first():
-    """batch_loads, unroll's alternative, batches the loops of the point body that edge threads run."""
     assert rules.applied(plan_applied(CONV2D, rules.PLAN_ORDER).source) == (
-        "register_window", "restrict", "batch_loads", "launch_bounds")
+        "register_window", "restrict", "unroll", "launch_bounds")
 
 
 # --- it runs on the CPU as the submitted kernel did ------------------------------------------------------------
