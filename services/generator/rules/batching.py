@@ -38,7 +38,8 @@ from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, INTEG
                                                 fresh_name, identifiers, mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
-from services.generator.rules.statements import Statement, Unparsed, for_loops, made_whenever_run, statements
+from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,
+                                                 statements)
 from shared.domain.spec import KernelSpec
 
 PARAMETER = "batch_iterations"
@@ -206,28 +207,12 @@ def _declarations(masked: str, start: int, end: int) -> list[_Declared]:
         kind, indirect = " ".join(words), match["indirect"].strip()
         found.append(_Declared(match["name"], kind, indirect, match.start("name"),
                                masked[match.end("name"):match.end("name") + 1] == "["))
-        close = _declarator_end(masked, match.end("name"), end)
+        close = expression_end(masked, match.end("name"), end, ";")
         for more in re.finditer(r",\s*(?P<indirect>[*&]*)\s*(?P<name>[A-Za-z_]\w*)\s*(?P<next>[=;,\[{(])",
                                 masked[match.end("name"):close]):
             found.append(_Declared(more["name"], kind, more["indirect"], match.end("name") + more.start("name"),
                                    more["next"] == "["))
     return found
-
-
-def _declarator_end(masked: str, at: int, end: int) -> int:
-    """Where the declaration whose first name ends at `at` ends: its `;`, or the `)` closing its parentheses."""
-    depth = 0
-    for i in range(at, end):
-        char = masked[i]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            if depth == 0:
-                return i
-            depth -= 1
-        elif char == ";" and depth == 0:
-            return i
-    return end
 
 
 _NO_NAME = _Declared("", "", "", -1, False)

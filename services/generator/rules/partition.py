@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, closing, find_kernel, mask
 from services.generator.rules.points import ASSIGNMENT
+from services.generator.rules.statements import expression_end
 from shared.domain.spec import KernelSpec
 
 AXES = "xyz"
@@ -99,24 +100,8 @@ def _assignments(masked: str, start: int, end: int) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for match in re.finditer(rf"(?<![\w.\]>])([A-Za-z_]\w*)\s*{ASSIGNMENT}", masked[start:end]):
         at = start + match.end()
-        found.setdefault(match.group(1), []).append(masked[at:_expression_end(masked, at, end)])
+        found.setdefault(match.group(1), []).append(masked[at:expression_end(masked, at, end)])
     return found
-
-
-def _expression_end(masked: str, at: int, end: int) -> int:
-    depth = 0
-    while at < end:
-        char = masked[at]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            if depth == 0:
-                return at
-            depth -= 1
-        elif char in ";," and depth == 0:
-            return at
-        at += 1
-    return at
 
 
 def _writes(masked: str, uncommented: str, start: int, end: int) -> list[tuple[str, str, str]]:
@@ -131,7 +116,7 @@ def _writes(masked: str, uncommented: str, start: int, end: int) -> list[tuple[s
             found.append((text, match.group(1), masked[opening + 1:close]))
     for match in re.finditer(r"\batomic\w+\s*\(", masked[start:end]):
         opening = start + match.end() - 1
-        first = masked[opening + 1:_expression_end(masked, opening + 1, end)]
+        first = masked[opening + 1:expression_end(masked, opening + 1, end)]
         names = IDENTIFIER.findall(first)
         if names:
             text = " ".join(uncommented[opening + 1:opening + 1 + len(first)].split())

@@ -134,6 +134,24 @@ def walk(masked: str, statements_: list[Statement], depth: int = 0) -> Iterator[
         yield from walk(masked, statement.children(masked), inner)
 
 
+def expression_end(masked: str, at: int, end: int, stops: str = ";,") -> int:
+    """Where the expression (or declaration) from `at` ends: at the first of `stops` outside brackets, or at the
+    bracket that closes one it lies in, or at `end`."""
+    depth = 0
+    while at < end:
+        char = masked[at]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return at
+            depth -= 1
+        elif char in stops and depth == 0:
+            return at
+        at += 1
+    return at
+
+
 def simple_end(masked: str, at: int, end: int) -> int:
     """One past the `;` that ends the simple statement starting at `at` (brackets counted)."""
     depth = 0
