@@ -202,13 +202,24 @@ LEFT_ALONE = {
         "bump((j + 1) * n + t); } sums[t] = s;", "calls bump"),
     "a pointer parameter assigned before the loop": (
         "if (m == 0) src = dst; for (int j = 0; j < m; ++j) dst[j * n + t] += src[j * n + t];",
-        "changes the pointer src"),
+        "lets the pointer dst out of sight (if (m == 0) src = dst)"),
+    "a pointer parameter assigned a product": (
+        "if (m == 0) src = src + 0 * n; for (int j = 0; j < m; ++j) dst[j * n + t] += src[j * n + t];",
+        "assigns the pointer src"),
     "an array's name declared again": (
         "{ const float *src = dst; for (int j = 0; j < m; ++j) dst[(j + 1) * n + t] = src[j * n + t]; }",
         "declares src more than once"),
     "a pointer passed to a function": (
         "cuda::std::swap(dst, sums); for (int j = 0; j < m; ++j) dst[j * n + t] += src[j * n + t];",
-        "passes the pointer dst to cuda::std::swap"),
+        "lets the pointer dst out of sight (cuda::std::swap(dst, sums))"),
+    "a pointer in an object's initialiser, stored through by its method": (
+        "struct W { float *p; __device__ void add(int i, float v) { p[i] += v; } }; W wr{dst}; float s = 0; "
+        "for (int j = 0; j < m; ++j) { s += dst[j * n + t]; wr.add((j + 1) * n + t, 1.f); } sums[t] = s;",
+        "lets the pointer dst out of sight"),
+    "a method changing its object": (
+        "struct Cur { int o; __device__ void next(int k) { o = (o + 1) % k; } }; Cur cu{t}; float s = 0; "
+        "for (int j = 0; j < m; ++j) { s += src[j * n + cu.o]; cu.next(n); } sums[t] = s;",
+        "calls the method next"),
     "an unqualified swap": (
         "int lo = t, hi = n - 1 - t; float s = 0; for (int j = 0; j < m; ++j) { s += src[lo]; swap(lo, hi); } "
         "sums[t] = s;", "calls swap"),
@@ -271,6 +282,13 @@ def test_a_loop_in_a_macro_is_left_alone():
 
 
 TAKEN = {
+    "bitwise ands and products in parentheses elsewhere": "float s = 0; if ((t & m) == 0) s = 1.f; "
+                                                          "for (int j = 0; j < m; ++j) dst[(j * n) + t] += "
+                                                          "fmaxf(n * src[j * n + t], 0.f); sums[t] = (s * sums[t]);",
+    "a pointer moved to its thread's row first": "src += t; for (int j = 0; j < m; ++j) dst[j * n + t] += src[j * n];",
+    "two loops declaring the same index local": (
+        "for (int j = 0; j < m; ++j) { int at = j * n + t; sums[t] += src[at]; } "
+        "for (int j = 0; j < m; ++j) { int at = j * n + t; dst[at] += src[at]; }"),
     "threadIdx.x inline, beside a local named x": "for (int j = 0; j < m; ++j) { float x = src[j * n + blockIdx.x * "
                                                   "blockDim.x + threadIdx.x]; sums[t] += x * x; }",
     "a member of a local struct stored": "for (int j = 0; j < m; ++j) { float4 v; v.x = src[j * n + t]; "

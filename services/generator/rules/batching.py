@@ -67,7 +67,8 @@ _MATH_NAMES = ("sqrt rsqrt cbrt rcbrt exp exp2 exp10 expm1 log log2 log10 log1p 
 _PURE_BODY_CALLS = re.compile(
     r"(?:__)?(?:%s)f?|min|max|abs|llabs|[u]?(?:ll)?(?:min|max)|__saturatef|__fdividef|__[a-z0-9]+_r[nzud]|"
     r"__\w+2\w+|__\w+_as_\w+|__(?:popc|popcll|clz|clzll|ffs|ffsll|brev|brevll|byte_perm|funnelshift_[lr]c?|"
-    r"mul24|umul24|mulhi|umulhi|mul64hi|umul64hi|sad|usad|h\w+|ldg|ldcs|ldca|ldcg|ldlu|ldcv)|make_\w+|"
+    r"mul24|umul24|mulhi|umulhi|mul64hi|umul64hi|sad|usad|h\w+|ldg|ldcs|ldca|ldcg|ldlu|ldcv)|"
+    r"make_(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]|"
     r"float|double|int|unsigned|long|short|char|bool|size_t|u?int(?:8|16|32|64)_t|static_cast|__half|__nv_bfloat16"
     % "|".join(_MATH_NAMES))
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
@@ -155,7 +156,7 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
         if declared is not None:
             arrays[declared[0]] = _Array(declared[1], declared[0], -1)
     arrays.update(_pointers_into(masked, kernel.body_open, kernel.body_close, arrays))
-    declarations = [*_declarations(masked, kernel.params_open, kernel.params_close + 1),
+    declarations = [*parameter_declarations(masked, kernel.params_open),
                     *_declarations(masked, kernel.body_open + 1, kernel.body_close)]
     unseen = _unseen(masked, kernel.body_open, kernel.body_close, arrays, declarations)
     found, reasons = [], []
@@ -188,18 +189,48 @@ class _Declared:
 
 
 # A declaration at the start of a statement, of a for's, if's or switch's initialiser, or of a parameter.
-_DECLARATION = re.compile(r"(?:(?<=[;{}(,])|^)\s*(?!(?:return|else|case|goto|do|new|delete|throw|typedef|using)\b)"
-                          r"(?P<type>(?:(?:const|volatile|static|unsigned|signed|long|short|__shared__|extern|register|"
-                          r"constexpr)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;<>()]*>)?)(?P<indirect>\s*[*&]+\s*|\s+)"
-                          r"(?:(?:const|__restrict__|__restrict)\s+)*(?P<name>[A-Za-z_]\w*)\s*(?=[=;,(){\[])")
+# A declaration from where it starts: type, `*` or `&`, name; of a statement, an initialiser or a parameter.
+_DECLARED_HERE = (r"\s*(?!(?:return|else|case|goto|do|new|delete|throw|typedef|using)\b)"
+                  r"(?P<type>(?:(?:const|volatile|static|unsigned|signed|long|short|__shared__|extern|register|"
+                  r"constexpr)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;<>()]*>)?)(?P<indirect>\s*[*&]+\s*|\s+)"
+                  r"(?:(?:const|__restrict__|__restrict)\s+)*(?P<name>[A-Za-z_]\w*)\s*")
+_DECLARATION = re.compile(r"(?:(?<=[;{}])|^)" + _DECLARED_HERE + r"(?=[=;,(){\[])")  # at a statement's start
+_INITIALISER = re.compile(_DECLARED_HERE + r"(?=[=;,{\[(])")
+_PARAMETER = re.compile(_DECLARED_HERE + r"(?=[=,)\[])")
 
 
 def _declarations(masked: str, start: int, end: int) -> list[_Declared]:
     """Every name declared in masked[start:end], with its type: at statements' starts (each declarator of a list),
-    in the heads of for, if and switch, and in parameter lists (a lambda's too). An expression statement or a
-    product inside parentheses may read as one too, which only makes the readers of this list more careful."""
+    in the initialisers of for, if and switch, and in lambdas' parameter lists. An expression statement may read
+    as one too (`a * b;`), which only makes the readers of this list more careful."""
+    found = _declared_at(masked, [m.start() for m in _DECLARATION.finditer(masked, start, end)], end, _INITIALISER)
+    for head in re.finditer(r"\b(?:for|if|switch)\s*\(", masked[start:end]):
+        opening = start + head.end() - 1
+        init = expression_end(masked, opening + 1, end, ";")
+        if masked[init:init + 1] == ";":  # an initialiser: `for (int i = 0; ...`, `if (int q = f(); q > 0)`
+            found += _declared_at(masked, [opening + 1], init + 1, _INITIALISER)
+    for parameters in re.finditer(r"\]\s*\(", masked[start:end]):
+        found += parameter_declarations(masked, start + parameters.end() - 1)
+    return found
+
+
+def parameter_declarations(masked: str, opening: int) -> list[_Declared]:
+    """The parameters declared in the list whose `(` is at `opening`."""
+    close = closing(masked, opening)
+    starts, at = [], opening + 1
+    for part in split_top_level(masked[opening + 1:close], ","):
+        starts.append(at)
+        at += len(part) + 1
+    return [d for begin in starts for d in _declared_at(masked, [begin], close + 1, _PARAMETER)]
+
+
+def _declared_at(masked: str, starts: list[int], end: int, pattern: re.Pattern) -> list[_Declared]:
+    """The declarations `pattern` reads at each start (and, but for parameters, the declarators after the first)."""
     found = []
-    for match in _DECLARATION.finditer(masked, start, end):
+    for begin in starts:
+        match = pattern.match(masked, begin, end)
+        if match is None:
+            continue
         words = [w for w in match["type"].split() if w not in ("const", "volatile", "static", "__shared__", "extern",
                                                                "register", "constexpr")]
         if not words or words[0] in ("return", "else", "case", "sizeof"):
@@ -207,6 +238,8 @@ def _declarations(masked: str, start: int, end: int) -> list[_Declared]:
         kind, indirect = " ".join(words), match["indirect"].strip()
         found.append(_Declared(match["name"], kind, indirect, match.start("name"),
                                masked[match.end("name"):match.end("name") + 1] == "["))
+        if pattern is _PARAMETER:
+            continue
         close = expression_end(masked, match.end("name"), end, ";")
         for more in re.finditer(r",\s*(?P<indirect>[*&]*)\s*(?P<name>[A-Za-z_]\w*)\s*(?P<next>[=;,\[{(])",
                                 masked[match.end("name"):close]):
@@ -225,6 +258,7 @@ class _Names:
         counts: dict[str, int] = {}
         for declared in declarations:
             counts[declared.name] = counts.get(declared.name, 0) + 1
+        self.all = declarations
         self.twice = {name for name, count in counts.items() if count > 1}
         self.once = {d.name: d for d in declarations if d.name not in self.twice}
         self.before = {name: d for name, d in self.once.items() if d.at < loop_start}
@@ -259,15 +293,18 @@ def _unseen(masked: str, start: int, end: int, arrays: dict[str, "_Array"], decl
     for name in arrays:
         for use in re.finditer(rf"(?<![\w.>]){name}\b(?!\s*\[)", body):
             call = _enclosing_call(body, use.start())
-            if call and re.match(r"\s*[,)]", body[use.end():]) and re.search(r"[(,]\s*$", body[:use.start()]) and \
-                    not _WRITING_CALLS.fullmatch(call) and not _PURE_BODY_CALLS.fullmatch(call.split("::")[-1].strip()):
-                return f"passes the pointer {name} to {call}, which may change it"
+            before = body[max(0, use.start() - 80):use.start()]
+            if call in ("__ldg", "") and re.match(r"\s*[+\-]", body[use.end():]) or \
+                    re.search(r"\*\s*(?:(?:const|__restrict__|__restrict)\s+)*[A-Za-z_]\w*\s*=\s*\(?\s*&?\s*$",
+                              before) or re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", body[use.end():]) or \
+                    _WRITING_CALLS.fullmatch(call):
+                continue  # pointer arithmetic, a pointer into it declared, it changed (below), or an atomic's target
+            return f"lets the pointer {name} out of sight ({_statement_at(body, use.start())})"
     for name, array in arrays.items():
         if sum(d.name == name for d in declarations) > 1:
             return f"declares {name} more than once"
-        if array.declared < 0 and re.search(rf"(?<![\w.>]){name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b",
-                                            body):
-            return f"changes the pointer {name}"
+        if array.declared < 0 and re.search(rf"(?<![\w.>]){name}\s*=(?!=)", body):
+            return f"assigns the pointer {name}"  # moved by += or ++ it stays in its buffer
     return ""
 
 
@@ -481,9 +518,9 @@ def _index_locals(masked: str, inside: tuple[int, int], names: "_Names") -> dict
     for name, poly in affine_locals(masked, *inside).items():
         definition = re.search(rf"\b{INTEGER_TYPE}\s+{name}\s*=([^;,]*)", text)
         first = re.search(rf"(?<![\w.]){name}\b", text)
-        declared = names.once.get(name)
+        declared = [d for d in names.all if d.name == name and inside[0] <= d.at < inside[1]]
         if definition is None or first.start() < definition.start() or _NARROW.search(definition.group(1)) or \
-                declared is None or not inside[0] <= declared.at < inside[1] or not _wide_or_signed(declared):
+                len(declared) != 1 or not _wide_or_signed(declared[0]):
             continue
         known[name] = poly
     return known
@@ -506,6 +543,8 @@ def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], ass
                 not (re.search(r"\b__ldg\s*\(\s*&\s*$", preceding) and
                      re.match(r"\s*\)", text[closing(text, match.end() - 1) + 1:])):
             opaque.add(match.group(1))  # its address taken: `&a[i]` anywhere but `__ldg(&a[i])`
+    if method := re.search(r"(?:\.|->)\s*([A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?\(", text):
+        raise _Refused(f"{where} calls the method {method.group(1)}, which may change its object or store anywhere")
     for call in re.finditer(r"(?<![\w.])((?:[A-Za-z_]\w*\s*::\s*)*[A-Za-z_]\w*)\s*(?:<[\w\s:,*]*>\s*)?\(", text):
         name = " ".join(call.group(1).split())
         if name in _CONTROL_WORDS:
