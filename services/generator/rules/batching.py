@@ -72,16 +72,8 @@ _PURE_BODY_CALLS = re.compile(
     r"float|double|int|unsigned|long|short|char|bool|size_t|u?int(?:8|16|32|64)_t|static_cast|__half|__nv_bfloat16"
     % "|".join(_MATH_NAMES))
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
-_MATH = {"min", "max", "abs", "fabs", "sqrt", "exp", "exp2", "log", "log2", "log10", "pow", "floor", "ceil", "round",
-         "trunc", "fmin", "fmax", "fma", "sin", "cos", "tan", "tanh", "erf", "isnan", "isinf", "isfinite"}
 _NARROW = re.compile(r"\b(?:char|short|bool|u?int8_t|u?int16_t)\b")
-_DECLARED = re.compile(r"\s*(?:(?:const|volatile|static|unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*"
-                       r"(?:\s*<[^;<>]*>)?(?:\s*[*&]+\s*|\s+)(?:(?:const|__restrict__)\s+)*([A-Za-z_]\w*)\s*[=;\[,({]")
-_NOT_TYPES = {"return", "else", "case", "goto", "delete", "throw", "co_return"}
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")  # threadIdx.x as one name
-# A reference declared (`float &r = a[i];`, `auto &&f = ...`): an alias of an element or a local the loop's
-# text would not show changing.
-_REFERENCE = re.compile(r"(?:\b[A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?|>)\s*&&?\s*(?:const\s+)?[A-Za-z_]\w*\s*(?:=(?!=)|\{)")
 # Element types for which `a op= e` is `a = a op (e)`; a class's operator (__half's) may round otherwise.
 _BUILTIN = re.compile(r"(?:(?:unsigned|signed)\s+)?(?:float|double|char|short|int|long|long\s+long)|unsigned|"
                       r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)")
@@ -282,7 +274,8 @@ def _wide_or_signed(declared: "_Declared | None") -> bool:
 
 def _unseen(masked: str, start: int, end: int, arrays: dict[str, "_Array"], declarations: list[_Declared]) -> str:
     """What of the kernel may change a loop's names behind its text, in words ("" where nothing does): a reference,
-    a local's address, a pointer parameter assigned, or an array's name declared again."""
+    a local's address, a pointer that leaves sight (into a call, an object, another pointer's assignment), a pointer
+    parameter assigned, or an array's name declared again."""
     body = masked[start:end]
     if reference := next((d for d in declarations if "&" in d.indirect), None):
         return f"declares a reference ({reference.name}), which may alias what a loop changes"
@@ -490,22 +483,6 @@ def _assigned(text: str, arrays: dict[str, "_Array"]) -> set[str]:
     return {name for name in found if name not in arrays or name in plain}
 
 
-def _declared(masked: str, start: int, end: int) -> set[str]:
-    """The names the statements of masked[start:end] declare, nested ones included."""
-    names = set()
-    for part in statements(masked, start, end):
-        if part.kind == "simple":
-            declared = _DECLARED.match(masked, part.start)
-            if declared and masked[part.start:declared.start(1)].split()[0] not in _NOT_TYPES:
-                names.add(declared.group(1))
-                names |= set(re.findall(r",\s*\**\s*([A-Za-z_]\w*)\s*(?==|,|;|\[|\{)",
-                                        masked[declared.end(1):part.end]))
-        for child in part.children(masked) if part.kind != "simple" else ():
-            names |= _declared(masked, child.start, child.end) if child.kind != "block" else _declared(
-                masked, *child.inner)
-    return names
-
-
 def _names(masked: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", masked))
 
@@ -529,8 +506,8 @@ def _index_locals(masked: str, inside: tuple[int, int], names: "_Names") -> dict
 def _opaque(masked: str, inside: tuple[int, int], arrays: dict[str, _Array], assigned: set[str], names: "_Names",
             where: str) -> set[str]:
     """The arrays the loop uses other than by subscript (its address taken or passed on, or the pointer
-    changed), whose elements no load may be taken ahead for; refused where it stores through another pointer or
-    calls what may change what it is given."""
+    changed), whose elements no load may be taken ahead for; refused where it stores through another pointer, calls
+    a method, or calls anything but CUDA's math, conversions, loads and atomics into an array's element."""
     text = masked[inside[0]:inside[1]]
     opaque = {name for name in arrays if name in assigned}
     for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\b(?!\s*\[)", text):
