@@ -34,8 +34,8 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, INTEGER_TYPE, LAMBDA, closing, find_kernel,
-                                                fresh_name, identifiers, mask, pointee, split_top_level)
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA, closing,
+                                                find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,
@@ -47,16 +47,12 @@ _ESCAPES = re.compile(r"\b(?:break|continue|return|goto|asm|__syncthreads\w*|__s
                       r"__threadfence\w*|sizeof|decltype|alignof|typeid|noexcept|assert|__trap|__brkpt|_Pragma)\b|"
                       r"\.\s*sync\s*\(|^[ \t]*#", re.MULTILINE)
 # The element types a register array may hold: CUDA's arithmetic and vector types, default-constructible.
-_REGISTER_TYPES = re.compile(r"(?:(?:unsigned|signed)\s+)?(?:float|double|char|short|int|long|long\s+long)|unsigned|"
-                             r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)|"
-                             r"(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]|__half2?|half2?|"
-                             r"__nv_bfloat162?|nv_bfloat162?")
 _CONTROL_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else"}
 _WRITING_CALLS = re.compile(r"atomic\w*|__st\w*|memcpy|memset|__pipeline\w*|cp\w*async\w*")
 _PURE_CALLS = {"min", "max", "abs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax"}
 _TYPE_WORDS = {"int", "unsigned", "signed", "long", "short", "char", "size_t", "ptrdiff_t", "int64_t", "uint64_t",
                "int32_t", "uint32_t", "float", "double", "const", "std"}
-_CASTS = {"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t", "static_cast"}
+_CASTS = CAST_WORDS | {"static_cast"}
 # What a loop's body may call: functions of values that change nothing (CUDA's math, conversions and loads),
 # besides the atomics, whose target must be an array's element. Anything else (a function of the source, a
 # functor, std::swap through `using`) may change what it is given.
@@ -77,6 +73,9 @@ _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")  # thread
 # Element types for which `a op= e` is `a = a op (e)`; a class's operator (__half's) may round otherwise.
 _BUILTIN = re.compile(r"(?:(?:unsigned|signed)\s+)?(?:float|double|char|short|int|long|long\s+long)|unsigned|"
                       r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:8|16|32|64)_t)")
+# The element types a register array may hold: those, and CUDA's vector and half types (default-constructible).
+_REGISTER_TYPES = re.compile(_BUILTIN.pattern + r"|(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]|"
+                             r"__half2?|half2?|__nv_bfloat162?|nv_bfloat162?")
 
 
 class _Refused(ValueError):
