@@ -22,7 +22,7 @@ from shared.adapters.device.process import GpuProcess
 from shared.domain.events import CandidateVerified, VerificationRequested
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, NOT_OF_SHAPE, VARIANTS, sample
+from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, NOT_OF_SHAPE, SPLIT_COLUMNS, VARIANTS, sample
 from tests.unit.test_rules_vectorize16 import NARROW_VARIANTS
 
 pytestmark = pytest.mark.gpu
@@ -118,6 +118,8 @@ def cases() -> dict:
     found["variant-block_max-plan"] = (lambda: BLOCK_MAX, None)
     found.update(style_cases())
     found.update({f"variant-{case}-plan": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})
+    # Column loops split among a column's threads, with batch_loads' passes over each thread's share of the rows.
+    found.update({f"variant-split_{case}-plan": (lambda s=spec: s, None) for case, spec in SPLIT_COLUMNS.items()})
     found.update({f"variant-{case}-plan-row_in_shared": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})
     found.update({f"variant-{case}-row_in_registers": (lambda s=VARIANTS[case][1]: s, "row_in_registers")
                   for case in ROW_VARIANTS})

@@ -1688,3 +1688,150 @@ extern "C" __global__ void pair_sums(float *out, const float *src, int cols)
 """, "pair_sums", [array("out", ["rows", "cols"], role="out"), array("src", ["rows", "cols"]), scalar("cols", "cols")],
     {"rows": 10, "cols": 1000}, ["rows"], {"block_size_x": 128}, {"block_size_x": [128]}, grid_div_x=[]),
     "takes the address of src[blockIdx.x * cols + c]")
+
+# --- split_columns: a thread per column walking its rows, as users write column reductions ---------------------
+COLUMN_MEANS = spec(r"""
+// Mean of each column, a thread per column, leaving early past the last one.
+extern "C" __global__ void column_means(const float *x, float *mean, int rows, int cols)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    float sum = 0.0f;
+    for (int r = 0; r < rows; ++r)
+        sum += x[r * cols + col];
+    mean[col] = sum / rows;
+}
+""", "column_means", [array("x", ["rows", "cols"]), array("mean", ["cols"], role="out"), scalar("rows", "rows"),
+                      scalar("cols", "cols")], {"rows": 301, "cols": 1000}, ["cols"], {"block_size_x": 128},
+    {"block_size_x": [32, 128, 256]})
+
+COLUMN_ABS_MAX = spec(r"""
+// The largest magnitude of each column (a quantiser's scale), rows at size_t offsets.
+extern "C" __global__ void column_absmax(const float * __restrict__ a, float * __restrict__ amax, int n_rows,
+                                         int n_cols)
+{
+    int c = threadIdx.x + blockIdx.x * blockDim.x;
+    if (c < n_cols) {
+        float m = 0.0f;
+        for (int r = 0; r < n_rows; r++) {
+            m = fmaxf(m, fabsf(a[(size_t)r * n_cols + c]));
+        }
+        amax[c] = m / 127.0f;
+    }
+}
+""", "column_absmax", [array("a", ["n_rows", "n_cols"]), array("amax", ["n_cols"], role="out"),
+                       scalar("n_rows", "n_rows"), scalar("n_cols", "n_cols")], {"n_rows": 250, "n_cols": 777},
+    ["n_cols"], {"block_size_x": 64}, {"block_size_x": [64, 256]})
+
+COLUMN_MIN_FROM_ROW_ONE = spec(r"""
+// Each column's minimum, starting from its first row and comparing the rest, in double.
+extern "C" __global__ void column_min(const double *v, double *lo, int h, int w)
+{
+    unsigned x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x < w) {
+        double best = v[x];
+        for (int y = 1; y < h; y++) {
+            if (v[y * w + x] < best) best = v[y * w + x];
+        }
+        lo[x] = best;
+    }
+}
+""", "column_min", [array("v", ["h", "w"], "float64"), array("lo", ["w"], "float64", "out"), scalar("h", "h"),
+                    scalar("w", "w")], {"h": 129, "w": 515}, ["w"], {"block_size_x": 128}, {"block_size_x": [128]})
+
+POSITIVES_PER_COLUMN = spec(r"""
+// How many entries of each column are positive: an int count of comparisons.
+extern "C" __global__ void positives_per_column(const float *m, int *count, int rows, int cols)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < cols) {
+        int n = 0;
+        for (int i = 0; i < rows; i++)
+            n += (m[i * cols + j] > 0.0f);
+        count[j] = n;
+    }
+}
+""", "positives_per_column", [array("m", ["rows", "cols"]), array("count", ["cols"], "int32", "out"),
+                              scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 200, "cols": 999}, ["cols"],
+    {"block_size_x": 256}, {"block_size_x": [128, 256]})
+
+BIAS_GRADIENT = spec(r"""
+// A bias's gradient over a batch, starting from the bias, with the scaled gradient stored row by row.
+extern "C" __global__ void bias_grad(const float *dy, const float *bias, float *db, float *dx, int batch,
+                                     int features)
+{
+    int f = blockIdx.x * blockDim.x + threadIdx.x;
+    if (f < features) {
+        float acc = bias[f];
+        for (int b = 0; b < batch; ++b) {
+            const float g = dy[b * features + f];
+            dx[b * features + f] = 0.5f * g;
+            acc += g;
+        }
+        db[f] = acc;
+    }
+}
+""", "bias_grad", [array("dy", ["batch", "features"]), array("bias", ["features"]), array("db", ["features"], role="out"),
+                   array("dx", ["batch", "features"], role="out"), scalar("batch", "batch"),
+                   scalar("features", "features")], {"batch": 97, "features": 1030}, ["features"],
+    {"block_size_x": 128}, {"block_size_x": [128, 512]})
+
+COLUMN_NORMS = spec(r"""
+// Euclidean norm of each column of a double matrix.
+extern "C" __global__ void column_norms(const double *A, double *norms, int m, int n)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col < n) {
+        double ss = 0.0;
+        for (int row = 0; row < m; row++) {
+            double v = A[row * n + col];
+            ss += v * v;
+        }
+        norms[col] = sqrt(ss);
+    }
+}
+""", "column_norms", [array("A", ["m", "n"], "float64"), array("norms", ["n"], "float64", "out"), scalar("m", "m"),
+                      scalar("n", "n")], {"m": 64, "n": 700}, ["n"], {"block_size_x": 128}, {"block_size_x": [128]})
+
+COLUMN_SUM_AND_MAX = spec(r"""
+// Two statistics of each column in one walk: its sum and its maximum.
+extern "C" __global__ void column_stats(const float *x, float *sums, float *maxima, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) {
+        float s = 0.0f, mx = -3.402823466e+38f;
+        for (int r = 0; r < rows; r++) {
+            float v = x[r * cols + c];
+            s += v;
+            mx = fmaxf(mx, v);
+        }
+        sums[c] = s;
+        maxima[c] = mx;
+    }
+}
+""", "column_stats", [array("x", ["rows", "cols"]), array("sums", ["cols"], role="out"),
+                      array("maxima", ["cols"], role="out"), scalar("rows", "rows"), scalar("cols", "cols")],
+    {"rows": 150, "cols": 1100}, ["cols"], {"block_size_x": 128}, {"block_size_x": [128, 256]})
+
+SPLIT_COLUMNS = {
+    "column_means": COLUMN_MEANS, "column_absmax": COLUMN_ABS_MAX, "column_min_from_row_one": COLUMN_MIN_FROM_ROW_ONE,
+    "positives_per_column": POSITIVES_PER_COLUMN, "bias_gradient": BIAS_GRADIENT, "column_norms": COLUMN_NORMS,
+    "column_sum_and_max": COLUMN_SUM_AND_MAX, "weighted_columns": WEIGHTED_COLUMNS,
+}
+VARIANTS.update({f"split_{case}": ("split_columns", variant) for case, variant in SPLIT_COLUMNS.items()})
+
+NOT_OF_SHAPE.update({
+    "a column's mean and then its variance": ("split_columns", edited(
+        COLUMN_MEANS, "    mean[col] = sum / rows;",
+        "    const float mu = sum / rows;\n    float var = 0.0f;\n    for (int r = 0; r < rows; ++r)\n"
+        "        var += (x[r * cols + col] - mu) * (x[r * cols + col] - mu);\n    mean[col] = var / rows;"),
+        "it walks its column in several loops"),
+    "a column loop that reads threadIdx.y": ("split_columns", edited(
+        COLUMN_MEANS, "    mean[col] = sum / rows;", "    mean[col] = sum / rows + threadIdx.y;"),
+        "after its index definitions it uses threadIdx"),
+    "a column loop beside a barrier": ("split_columns", edited(
+        COLUMN_MEANS, "    mean[col] = sum / rows;", "    __syncthreads();\n    mean[col] = sum / rows;"),
+        "it uses __syncthreads"),
+    "a row loop is not a column loop": ("split_columns", VARIANTS["row_totals"][1],
+                                        "its loop reads no array contiguously along"),
+})

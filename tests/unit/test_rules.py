@@ -132,8 +132,8 @@ def test_check_on_the_vector_add_example():
                                        "buf[tid] += t; __syncthreads();`)",
                        "vectorize_loops": "the kernel is elementwise: the vectorize rule widens it, with a grid to "
                                           "match",
-                       "batch_loads": "the kernel has no loop a thread walks one step at a time (`for (int i = a; "
-                                      "i < b; ++i)`)"}
+                       "batch_loads": "the kernel has no loop a thread walks a step at a time (`for (int i = a; "
+                                      "i < b; i += s)`)"}
     assert rules.check("tiling", VECTOR_ADD, current).startswith("no offline rule is named tiling")
     with pytest.raises(rules.RuleNotApplicable, match="block_size_x is already a tune parameter"):
         rules.apply("block_size", VECTOR_ADD, current)

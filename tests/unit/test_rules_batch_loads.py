@@ -100,11 +100,20 @@ def test_unroll_is_its_alternative():
 
 
 def test_a_rendering_that_replaces_the_loop_drops_it_from_the_header():
-    """gemv's row loop, batched as submitted, is strided by warp_per_row: the header then names what took."""
+    """conv2d's window loops, batched as submitted, are rendered anew by register_window, which declares the
+    window's size again: batch_loads no longer takes them, and the header names only what took."""
+    conv2d = CORPUS["conv2d"].spec()
+    candidate = rules.apply("register_window", conv2d, batched(conv2d))
+    assert rules.applied(candidate.source) == ("register_window",)
+    assert "batch_iterations" not in normalised(candidate.source)
+
+
+def test_a_row_loop_split_among_a_warps_lanes_stays_batched():
+    """gemv's row loop, batched as submitted, is strided by warp_per_row: each lane's share is batched again."""
     gemv = CORPUS["gemv"].spec()
     candidate = rules.apply("warp_per_row", gemv, batched(gemv))
-    assert rules.applied(candidate.source) == ("warp_per_row",)
-    assert "batch_iterations" not in normalised(candidate.source)
+    assert rules.applied(candidate.source) == ("batch_loads", "warp_per_row")
+    assert "c_ahead += block_size_x" in normalised(candidate.source)
 
 
 @pytest.mark.parametrize("spec", [DEPTH_RAMP, CHANNELS, *BATCHED.values()], ids=lambda s: s.kernel_name)

@@ -20,7 +20,8 @@ class Rule:
     restrictions: tuple[str, ...] = ()  # added to the candidate's; {x} is the spec's x block size name
     keeps_grid: bool = False  # rendered on the submitted grid and blocks: per-block results keep their elements
     alternatives: tuple[str, ...] = ()  # rules doing the same work another way, each listing this one: a kernel
-    # carries one of them (row_in_registers holds a row that row_in_shared would cache and vectorize_loops widen)
+    # carries one of them (row_in_registers holds a row that row_in_shared would cache and vectorize_loops widen;
+    # vectorize_loops and batch_loads each put more of a strided loop's bytes in flight, one of the other's loops)
 
     def parameter_name(self, spec: KernelSpec) -> str | None:
         """The identifier the code and the tune_params use; for block_size, whatever the spec calls the x block
@@ -75,6 +76,10 @@ CATALOG = (
     Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
                          "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
                          "rows per block.", rendered=True),
+    Rule("split_columns", "Split the loop of a thread walking its column down the rows among block_size_y "
+                          "threads of the column, each taking every block_size_y-th row, so more loads are in "
+                          "flight; the last of them to finish combines their sums, maxima or minima from shared "
+                          "memory in order and goes on with the column alone.", rendered=True),
     Rule("row_in_registers", "Hold a row that a block (or a warp) passes over several times in registers: the "
                              "first pass keeps the row_chunks elements each thread reads, a block width apart, in a "
                              "fully unrolled loop, and the later passes read them there; elements past them are "
@@ -100,15 +105,16 @@ CATALOG = (
     Rule("vectorize_loops", "Load and store the arrays of each strided loop (over a row, or over the grid) four "
                             "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "
                             "run time, with a scalar loop for the remaining elements.",
-         alternatives=("row_in_registers",)),
-    Rule("batch_loads", "Run each loop a thread walks one step at a time in passes of batch_iterations iterations, "
-                        "loading first what each iteration of a pass reads first, so the loads are in flight "
-                        "together (an in-place march through a volume waits on one load at a time otherwise).",
-         "batch_iterations", (2, 4, 8, 16), 8, alternatives=("unroll",)),
+         alternatives=("row_in_registers", "batch_loads")),
+    Rule("batch_loads", "Run each loop a thread walks a step (or a stride) at a time in passes of batch_iterations "
+                        "iterations, loading first what each iteration of a pass reads first, so the loads are in "
+                        "flight together (an in-place march through a volume waits on one load at a time "
+                        "otherwise).",
+         "batch_iterations", (2, 4, 8, 16), 8, alternatives=("unroll", "vectorize_loops")),
 )
 RULES = {rule.id: rule for rule in CATALOG}
 STRUCTURAL = ("hierarchical_reduction", "shared_tile", "register_window", "register_blocking", "warp_per_row",
-              "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan")
+              "split_columns", "row_in_registers", "row_in_shared", "shuffle_reduction", "scan_vectors", "shuffle_scan")
 
 # The order a plan tries what applies: the restructuring a recogniser found first (it changes the most, and
 # the other rules then apply to what it printed), then the others in catalog order.

@@ -80,6 +80,14 @@ class RowLoop:
 
 
 def recognise(spec: KernelSpec) -> RowLoop:
+    model = loops_of_one_point(spec)
+    _check_rows(model.kernel, mask(spec.source), model.passes)
+    return model
+
+
+def loops_of_one_point(spec: KernelSpec) -> RowLoop:
+    """The loops of a kernel of one point per thread along x that a group of threads may split as this module's
+    docstring says (every check but which way its loads run): the row loop here, a column's in columns.py."""
     try:
         kernel = points.recognise(spec)
     except points.NotPointKernel as exc:
@@ -99,7 +107,6 @@ def recognise(spec: KernelSpec) -> RowLoop:
     passes = tuple(_pass(kernel, masked, uncommented, loop) for loop in loops)
     _check_bounds(kernel, masked, passes)
     _check_accumulators_unaliased(kernel, masked, passes)
-    _check_rows(kernel, masked, passes)
     _check_effects(kernel, masked, passes)
     _check_arrays_read_back(kernel, masked, passes)
     return RowLoop(kernel, passes)
@@ -125,8 +132,8 @@ def _check_whole_lanes(kernel: PointKernel, masked: str, spec: KernelSpec) -> No
         raise NotRecognised(f"it takes the address of {taken}, through which a call may change it unseen")
     sizes = {name for axis in (0, 1) for name in block_widths(spec, axis)}
     if len(block_widths(spec, 0)) > 1 or any(re.search(rf"\b{name}\b", body) for name in sizes):
-        raise NotRecognised("it reads its block size, or ties another parameter to it, which a warp per row sets "
-                            "to 32 lanes")
+        raise NotRecognised("it reads its block size, or ties another parameter to it, which splitting its "
+                            "loops among threads changes")
     if LAMBDA.search(body):
         raise NotRecognised("it defines a lambda, whose effects this rule does not follow")
     hidden = (r"(?:\.|->)\s*[A-Za-z_]\w*\s*(?:{0}|\+\+|--)|(?:\+\+|--)\s*[A-Za-z_]\w*\s*(?:\.|->)"

@@ -10,6 +10,8 @@
   histogram): hierarchical_reduction;
 - row loop (rows.py): one row per thread, loops over the row adding into sums or taking maxima or minima, and
   storing along it (GEMV, row sums, softmax or layer normalisation a thread per row): warp_per_row;
+- column loop (columns.py): one column per thread, one loop down the column adding into sums or taking maxima or
+  minima, its loads side by side across threads (column sums or norms): split_columns;
 - row passes (row_passes.py): a block (or a warp) passing over an input row in several loops: row_in_registers
   (row_registers.py) or row_in_shared (row_cache.py);
 - transposed (tile.py): 2D, one store strided along x and contiguous along y, loads contiguous along x:
@@ -28,6 +30,7 @@ from typing import Any
 from services.generator.rules import axis_order, flat_index, grid_stride
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
+from services.generator.rules.columns import ColumnLoopShape
 from services.generator.rules.elementwise import ElementwiseShape
 from services.generator.rules.marching import PointsShape, StencilShape
 from services.generator.rules.reduction import AtomicAccumulationShape
@@ -41,7 +44,7 @@ from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
 SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
-                             RowLoopShape(), RowPassesShape(), TransposedShape(), WindowShape(), StencilShape(),
+                             RowLoopShape(), ColumnLoopShape(), RowPassesShape(), TransposedShape(), WindowShape(), StencilShape(),
                              PointsShape())
 
 

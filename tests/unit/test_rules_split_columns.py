@@ -1,0 +1,105 @@
+"""split_columns (issue 21): a thread per column walking its rows has its loop split among block_size_y threads
+of the column, the last of which to arrive combines their results. Each column kernel of rules_variants.py runs on
+the CPU (g++, every thread of the launch in turn) as submitted and as rewritten, at several splits and block
+widths, and with batch_loads' passes over the split loop: counts, maxima and minima and every array the loop
+stores come out the same bit for bit, sums within float rounding of the submitted order. The GPU runs them
+through the verifier (tests/gpu/test_rules_shapes_verified.py)."""
+import itertools
+
+import numpy as np
+import pytest
+
+from kforge.specfile import load_spec
+from services.generator import rules
+from services.generator.rules.cuda_text import normalised
+from tests.unit.rules_variants import SPLIT_COLUMNS
+from tests.unit.test_rules_shapes import STYLES, plan_applied
+from tests.unit.test_rules_vectorize16 import needs_gxx
+from tests.unit.test_rules_window import build, run
+
+# What the CPU lacks of CUDA for the rewrite: a block's shared arrays (the threads run in turn, each block's from
+# its first), its one barrier, the fences and the count's atomic.
+DEVICE = r"""
+#define __shared__ static
+static void __syncthreads() {}
+static void __threadfence_block() {}
+static unsigned int atomicAdd(unsigned int *p, unsigned int v) { unsigned int old = *p; *p += v; return old; }
+"""
+BLOCKS = [(32, 2), (128, 4), (32, 32), (64, 16)]
+SUMMED = {"column_means": ["mean"], "bias_gradient": ["db"], "column_norms": ["norms"],
+          "column_sum_and_max": ["sums"], "weighted_columns": ["out"]}
+
+
+def split(spec, then_batched: bool):
+    candidate = rules.apply("split_columns", spec, spec.as_candidate())
+    if then_batched:
+        assert rules.check("batch_loads", spec, candidate) is None
+        candidate = rules.apply("batch_loads", spec, candidate)
+    return candidate
+
+
+def arrays(spec, raw: dict[str, bytes]) -> dict[str, np.ndarray]:
+    return {arg.name: np.frombuffer(raw[arg.name], np.dtype(arg.dtype)) for arg in spec.args if arg.is_array}
+
+
+@needs_gxx
+@pytest.mark.parametrize("case, then_batched", list(itertools.product(SPLIT_COLUMNS, (False, True))))
+def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case, then_batched):
+    spec = SPLIT_COLUMNS[case]
+    candidate = split(spec, then_batched)
+    base = spec.baseline_params()
+    expected = arrays(spec, run(build(DEVICE + spec.source, spec.kernel_name, tmp_path, base), spec, base))
+    launched = spec.for_candidate(candidate)
+    columns, splits = spec.block_size_names[:2]
+    batches = candidate.tune_params.get("batch_iterations", [None])
+    for (width, ways), batch in itertools.product(BLOCKS, batches[::2] if then_batched else batches):
+        params = {**base, **candidate.params, columns: width, splits: ways,
+                  **({"batch_iterations": batch} if batch else {})}
+        assert launched.restrictions_hold(params)
+        library = build(DEVICE + normalised(candidate.source), spec.kernel_name, tmp_path, params)
+        got = arrays(spec, run(library, launched, params))
+        for name, values in expected.items():
+            if name in SUMMED.get(case, ()):
+                np.testing.assert_allclose(got[name], values, rtol=1e-5, atol=1e-5, err_msg=f"{name} at {params}")
+            else:
+                assert np.array_equal(got[name], values, equal_nan=True), (name, params)
+
+
+@needs_gxx
+def test_the_emulation_tells_a_part_left_out_of_the_combination(tmp_path):
+    spec = SPLIT_COLUMNS["positives_per_column"]
+    candidate = split(spec, False)
+    broken = normalised(candidate.source).replace("for (int k = 1;", "for (int k = 2;")
+    assert broken != normalised(candidate.source)
+    base = spec.baseline_params()
+    params = {**base, **candidate.params, "block_size_y": 4}
+    expected = run(build(DEVICE + spec.source, spec.kernel_name, tmp_path, base), spec, base)
+    assert run(build(DEVICE + broken, spec.kernel_name, tmp_path, params), spec.for_candidate(candidate),
+               params) != expected
+
+
+def test_the_rewrite_splits_the_loop_and_combines_in_order():
+    spec = SPLIT_COLUMNS["bias_gradient"]
+    source = normalised(split(spec, False).source)
+    assert "for (int b = threadIdx.y; b < batch; b += block_size_y)" in source
+    assert "if (threadIdx.y != 0) acc = 0;" in source  # the bias enters the column's sum once
+    assert "if (atomicAdd(&arrived[threadIdx.x], 1u) != block_size_y - 1) return;" in source
+    assert source.index("acc_parts[threadIdx.y][threadIdx.x] = acc;") < source.index("atomicAdd") < \
+        source.index("acc = acc_parts[0][threadIdx.x];") < source.index("db[f] = acc;")
+    minimum = normalised(split(SPLIT_COLUMNS["column_min_from_row_one"], False).source)
+    assert "for (int y = (1) + (int)threadIdx.y; y < h; y += block_size_y)" in minimum
+    assert "if (best_parts[k][threadIdx.x] < best) best = best_parts[k][threadIdx.x];" in minimum
+
+
+def test_its_space_keeps_a_block_within_1024_threads():
+    spec = SPLIT_COLUMNS["column_means"]
+    candidate = split(spec, False)
+    assert candidate.tune_params["block_size_y"] == [2, 4, 8, 16, 32]
+    assert "block_size_x * block_size_y <= 1024" in candidate.restrictions
+    assert candidate.params["block_size_y"] == 8  # 128 columns a block, as submitted
+
+
+def test_the_plan_of_a_column_sum_splits_its_rows_and_batches_their_loads():
+    spec = load_spec(STYLES / "column_sums.cu", STYLES / "column_sums.yaml")
+    applied = rules.applied(plan_applied(spec, rules.PLAN_ORDER).source)
+    assert applied[0] == "split_columns" and "batch_loads" in applied
