@@ -12,22 +12,22 @@ import pytest
 from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules.cuda_text import normalised
+from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import SPLIT_COLUMNS
 from tests.unit.test_rules_shapes import STYLES, plan_applied
 from tests.unit.test_rules_vectorize16 import needs_gxx
 from tests.unit.test_rules_window import build, run
 
-# What the CPU lacks of CUDA for the rewrite: a block's shared arrays (the threads run in turn, each block's from
-# its first), its one barrier, the fences and the count's atomic.
-DEVICE = r"""
-#define __shared__ static
-static void __syncthreads() {}
-static void __threadfence_block() {}
-static unsigned int atomicAdd(unsigned int *p, unsigned int v) { unsigned int old = *p; *p += v; return old; }
-"""
+# A block's shared arrays, one per block: its threads run at once (test_rules_window.THREADED), the blocks in turn.
+SHARED = "#define __shared__ static\n"
 BLOCKS = [(32, 2), (128, 4), (32, 32), (64, 16)]
 SUMMED = {"column_means": ["mean"], "bias_gradient": ["db"], "column_norms": ["norms"],
           "column_sum_and_max": ["sums"], "weighted_columns": ["out"]}
+
+
+def small(spec: KernelSpec) -> KernelSpec:
+    """The spec at about an eighth of each size: every block's threads run as threads of the host."""
+    return spec.with_sizes({name: max(3, value // 8) for name, value in spec.sizes.items()})
 
 
 def split(spec, then_batched: bool):
@@ -45,10 +45,10 @@ def arrays(spec, raw: dict[str, bytes]) -> dict[str, np.ndarray]:
 @needs_gxx
 @pytest.mark.parametrize("case, then_batched", list(itertools.product(SPLIT_COLUMNS, (False, True))))
 def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case, then_batched):
-    spec = SPLIT_COLUMNS[case]
+    spec = small(SPLIT_COLUMNS[case])
     candidate = split(spec, then_batched)
     base = spec.baseline_params()
-    expected = arrays(spec, run(build(DEVICE + spec.source, spec.kernel_name, tmp_path, base), spec, base))
+    expected = arrays(spec, run(build(spec.source, spec.kernel_name, tmp_path, base), spec, base))
     launched = spec.for_candidate(candidate)
     columns, splits = spec.block_size_names[:2]
     batches = candidate.tune_params.get("batch_iterations", [None])
@@ -56,7 +56,7 @@ def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case, then
         params = {**base, **candidate.params, columns: width, splits: ways,
                   **({"batch_iterations": batch} if batch else {})}
         assert launched.restrictions_hold(params)
-        library = build(DEVICE + normalised(candidate.source), spec.kernel_name, tmp_path, params)
+        library = build(SHARED + normalised(candidate.source), spec.kernel_name, tmp_path, params, threads=True)
         got = arrays(spec, run(library, launched, params))
         for name, values in expected.items():
             if name in SUMMED.get(case, ()):
@@ -67,15 +67,15 @@ def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case, then
 
 @needs_gxx
 def test_the_emulation_tells_a_part_left_out_of_the_combination(tmp_path):
-    spec = SPLIT_COLUMNS["positives_per_column"]
+    spec = small(SPLIT_COLUMNS["positives_per_column"])
     candidate = split(spec, False)
     broken = normalised(candidate.source).replace("for (int k = 1;", "for (int k = 2;")
     assert broken != normalised(candidate.source)
     base = spec.baseline_params()
     params = {**base, **candidate.params, "block_size_y": 4}
-    expected = run(build(DEVICE + spec.source, spec.kernel_name, tmp_path, base), spec, base)
-    assert run(build(DEVICE + broken, spec.kernel_name, tmp_path, params), spec.for_candidate(candidate),
-               params) != expected
+    expected = run(build(spec.source, spec.kernel_name, tmp_path, base), spec, base)
+    assert run(build(SHARED + broken, spec.kernel_name, tmp_path, params, threads=True),
+               spec.for_candidate(candidate), params) != expected
 
 
 def test_the_rewrite_splits_the_loop_and_combines_in_order():
@@ -83,9 +83,10 @@ def test_the_rewrite_splits_the_loop_and_combines_in_order():
     source = normalised(split(spec, False).source)
     assert "for (int b = threadIdx.y; b < batch; b += block_size_y)" in source
     assert "if (threadIdx.y != 0) acc = 0;" in source  # the bias enters the column's sum once
-    assert "if (atomicAdd(&arrived[threadIdx.x], 1u) != block_size_y - 1) return;" in source
-    assert source.index("acc_parts[threadIdx.y][threadIdx.x] = acc;") < source.index("atomicAdd") < \
-        source.index("acc = acc_parts[0][threadIdx.x];") < source.index("db[f] = acc;")
+    assert source.index("acc_parts[threadIdx.y][threadIdx.x] = acc;") < source.index("__syncthreads();") < \
+        source.index("if (threadIdx.y != 0) return;") < source.index("acc = acc_parts[0][threadIdx.x];") < \
+        source.index("db[f] = acc;")
+    assert source.count("db[f] = acc;") == 1 and source.count("dx[b * features + f] = 0.5f * g;") == 1
     minimum = normalised(split(SPLIT_COLUMNS["column_min_from_row_one"], False).source)
     assert "for (int y = (1) + (int)threadIdx.y; y < h; y += block_size_y)" in minimum
     assert "if (best_parts[k][threadIdx.x] < best) best = best_parts[k][threadIdx.x];" in minimum

@@ -247,28 +247,60 @@ GXX = shutil.which("g++")
 SCALARS = {"int32": ctypes.c_int, "uint32": ctypes.c_uint, "float32": ctypes.c_float, "float64": ctypes.c_double}
 
 
-def build(source: str, kernel_name: str, directory, defines: dict) -> ctypes.CDLL:
+# A block's threads at once, for a kernel with a barrier: each a std::thread with its own indices, meeting at
+# __syncthreads(); a thread that returns leaves the barrier's count.
+THREADED = r"""
+#include <barrier>
+#include <thread>
+#include <vector>
+static thread_local kforge_dim3 threadIdx, blockIdx;
+static kforge_dim3 blockDim, gridDim;
+static std::barrier<> *kforge_block;
+static void __syncthreads() { kforge_block->arrive_and_wait(); }
+"""
+
+
+def build(source: str, kernel_name: str, directory, defines: dict, threads: bool = False) -> ctypes.CDLL:
     """The kernel as host code with `kforge_launch(gx, gy, bx, by, args...)` running every thread of a 2D launch in
-    turn; the tune parameters are -D defines, as NVRTC gets them."""
+    turn, or with `threads` a block's threads at once (THREADED); the tune parameters are -D defines, as NVRTC
+    gets them."""
     kernel = find_kernel(source, kernel_name)
     parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
+    call = f"{kernel_name}({', '.join(names)});"
+    each_thread = f"""
+        for (unsigned t = 0; t < bx * by; ++t) {{
+            blockIdx = {{b % gx, b / gx, 0}}; threadIdx = {{t % bx, t / bx, 0}};
+            {call}
+        }}"""
+    if threads:
+        each_thread = f"""
+        std::barrier<> block(bx * by);
+        kforge_block = &block;
+        std::vector<std::thread> running;
+        for (unsigned t = 0; t < bx * by; ++t)
+            running.emplace_back([&, t] {{
+                blockIdx = {{b % gx, b / gx, 0}}; threadIdx = {{t % bx, t / bx, 0}};
+                {call}
+                block.arrive_and_drop();
+            }});
+        for (std::thread &thread : running) thread.join();"""
     launcher = f"""
 extern "C" void kforge_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by{"".join(", " + p for p in parameters)})
 {{
     gridDim = {{gx, gy, 1}}; blockDim = {{bx, by, 1}};
-    for (unsigned b = 0; b < gx * gy; ++b)
-        for (unsigned t = 0; t < bx * by; ++t) {{
-            blockIdx = {{b % gx, b / gx, 0}}; threadIdx = {{t % bx, t / bx, 0}};
-            {kernel_name}({", ".join(names)});
-        }}
+    for (unsigned b = 0; b < gx * gy; ++b) {{{each_thread}
+    }}
 }}
 """
+    prelude = PRELUDE.replace("static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;\n", THREADED) if threads \
+        else PRELUDE
     path = directory / f"{kernel_name}{len(list(directory.iterdir()))}"
-    path.with_suffix(".cpp").write_text(PRELUDE + source + launcher)
+    path.with_suffix(".cpp").write_text(prelude + source + launcher)
     flags = [f"-D{name}={value}" for name, value in defines.items()]
-    subprocess.run([GXX, "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", *flags, "-shared", "-fPIC",
-                    "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))], check=True, capture_output=True)
+    subprocess.run([GXX, "-std=c++20" if threads else "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-pthread", *flags,
+                    "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
+                   check=True, capture_output=True)
     return ctypes.CDLL(str(path.with_suffix(".so")))
 
 

@@ -6,18 +6,22 @@ and stores as its docstring says), with a single loop, which reads an array cont
 (neighbouring threads read neighbouring addresses) at an address that moves with the loop's: a thread walking
 its column down the rows. Its loads are coalesced already, but a matrix of a few thousand columns gives the GPU a
 few thousand threads, each waiting on one load at a time: on the H100 a 2,048 x 4,096 column sum ran at 7% of a
-device copy of its bytes, and at 68% with its rows split 32 ways (83% with batch_loads' passes of 16 rows too).
+device copy of its bytes, and at 68% with its rows split 32 ways (83% with batch_loads' passes of 16 rows too)
+in a hand-written experiment.
 
 Rendered: a block of block_size_x x block_size_y threads. The block_size_y threads of a column (one threadIdx.x)
-run the point body as written, except that they split its loop: the index starts block_size_y apart, at START +
-threadIdx.y, and steps block_size_y. A sum that does not enter the loop at zero enters it at zero in every thread
-but threadIdx.y == 0. After the loop each thread puts its accumulators in shared memory and counts itself in at
-its column's count; the last of the column's threads to arrive combines their partial results in the order of
-threadIdx.y and goes on with the column alone, and the others leave. Nothing in the column's code waits at a
-barrier, which threads of the block's other columns may have left (the one barrier, first in the kernel, follows
-the clearing of the counts), and the point body, as a point kernel's, reads no thread geometry and uses no
-barrier, shuffle or shared memory (points.py), so a column's threads all run it alike. Partial sums are added in another order (within float rounding); a maximum or minimum
-is the same in any order (a NaN aside, as in rows.py).
+first run the point body as written up to the end of the loop, with the loop split among them: the index starts
+block_size_y apart, at START + threadIdx.y, and steps block_size_y (a sum that does not enter the loop at zero
+enters it at zero in every thread but threadIdx.y == 0). Each then puts its accumulators in shared memory, in a
+lambda, so that a guard's `return` leaves only the walk and every thread of the block meets the barrier that
+follows (threads of the block's other columns may have left the point body early; a barrier some threads skip is
+undefined, and compute-sanitizer's racecheck, which the verifier runs, follows barriers, not fences and atomics).
+After it the column's first thread runs the point body again with the loop replaced by the combination of the
+parts in the order of threadIdx.y, and goes on alone to the loop's effects (which come only after it,
+rows.py's _check_effects); running the body before the loop twice changes nothing, since it writes nothing. The
+point body, as a point kernel's, reads no thread geometry and uses no barrier, shuffle or shared memory of its
+own (points.py). Partial sums are added in another order (within float rounding); a maximum or minimum is the
+same in any order (a NaN aside, as in rows.py).
 """
 import re
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import INDENT
 from services.generator.rules.rows import Accumulator, RowLoop, RowPass
 from services.generator.rules.shape import Layout, NotRecognised, default_in
+from services.generator.rules.statements import walk as walk_statements
 from shared.domain.spec import KernelSpec
 
 SPLITS = [2, 4, 8, 16, 32]
@@ -62,47 +67,46 @@ def _render(model: ColumnLoop, spec: KernelSpec) -> str:
     kernel, walk = model.rows.kernel, model.walk
     columns, splits = spec.block_size_names[0], spec.block_size_names[1]
     taken = identifiers(kernel.source)
-    arrived = fresh_name("arrived", taken)
     parts = {a.name: fresh_name(f"{a.name}_parts", taken) for a in walk.accumulators}
     k = fresh_name("k", taken)
-    source = kernel.source
+    source, masked = kernel.source, mask(kernel.source)
     line_start = source.rfind("\n", 0, walk.loop.start) + 1
     indent = re.match(r"[ \t]*", source[line_start:]).group()
     first = "threadIdx.y" if walk.start == "0" else f"({walk.start}) + ({walk.type})threadIdx.y"
-    replacements = [(walk.loop.head[0], walk.loop.head[1],
-                     f"{walk.type} {walk.variable} = {first}; {walk.variable} < {walk.end}; "
-                     f"{walk.variable} += {splits}")]
-    resets = [f"if (threadIdx.y != 0) {a.name} = 0;  // threadIdx.y 0 alone carries what {a.name} holds into the "
-              f"loop" for a in walk.accumulators if a.kind == "sum" and not a.zero_at_entry]
-    if resets:
-        replacements.append((walk.loop.start, walk.loop.start, "".join(f"{line}\n{indent}" for line in resets)))
-    after = []
-    if walk.accumulators or re.search(r"[^\s}]", mask(source)[walk.loop.end:kernel.body_end]):
-        names = ", ".join(a.name for a in walk.accumulators)
-        after += ([f"// The column's {splits} threads each hold part of {names}: the last to arrive combines",
-                   "// the parts in order and goes on alone."] if names else
-                  [f"// The last of the column's {splits} threads to finish its loop goes on alone."])
-        after += [*(f"{parts[a.name]}[threadIdx.y][threadIdx.x] = {a.name};" for a in walk.accumulators),
-                  "__threadfence_block();",
-                  f"if (atomicAdd(&{arrived}[threadIdx.x], 1u) != {splits} - 1) return;",
-                  "__threadfence_block();",
-                  *(f"{a.name} = {parts[a.name]}[0][threadIdx.x];" for a in walk.accumulators)]
-        if walk.accumulators:
-            after += [f"for (int {k} = 1; {k} < {splits}; {k}++) {{",
-                      *(INDENT + line for a in walk.accumulators
-                        for line in _combined(a, f"{parts[a.name]}[{k}][threadIdx.x]")),
-                      "}"]
-    rest_of_line = re.match(r"[ \t]*(?:\n|$)", source[walk.loop.end:]) is None  # a line comment must not take it
-    replacements.append((walk.loop.end, walk.loop.end, "".join(f"\n{indent}{line}" for line in after) +
-                         (f"\n{indent}" if after and rest_of_line else "")))
-    body = points.point_body(kernel, replacements)
-    lines = [f"// {splits} threads per column split its loop, so more of its loads are in flight at once.",
-             f"__shared__ unsigned int {arrived}[{columns}];",
-             *(f"__shared__ {a.type} {parts[a.name]}[{splits}][{columns}];" for a in walk.accumulators),
-             f"if (threadIdx.y == 0) {arrived}[threadIdx.x] = 0u;",
-             "__syncthreads();",
+    split = [(walk.loop.head[0], walk.loop.head[1],
+              f"{walk.type} {walk.variable} = {first}; {walk.variable} < {walk.end}; {walk.variable} += {splits}")]
+    split += [(walk.loop.start, walk.loop.start,
+               f"if (threadIdx.y != 0) {a.name} = 0;  // threadIdx.y 0 alone carries what {a.name} holds into the "
+               f"loop\n{indent}") for a in walk.accumulators if a.kind == "sum" and not a.zero_at_entry]
+    # The walk ends at the loop: its part goes to shared memory, and what follows in the loop's block is left to
+    # the combination (effects come only there, rows.py's _check_effects).
+    enclosing_end = min((s.inner[1] for s, _ in walk_statements(masked, list(kernel.statements))
+                         if s.kind == "block" and s.inner[0] <= walk.loop.start and walk.loop.end <= s.inner[1]),
+                        default=kernel.body_end)
+    kept_end = len(source[:enclosing_end].rstrip())  # the closing brace keeps its line
+    split.append((walk.loop.end, max(walk.loop.end, kept_end),
+                  "".join(f"\n{indent}{parts[a.name]}[threadIdx.y][threadIdx.x] = {a.name};"
+                          for a in walk.accumulators)))
+    pragma = re.search(r"#[ \t]*pragma[ \t]+unroll[^\n]*\n[ \t]*$", masked[:walk.loop.start])
+    combination = [*(f"{a.name} = {parts[a.name]}[0][threadIdx.x];" for a in walk.accumulators)]
+    if walk.accumulators:
+        combination += [f"for (int {k} = 1; {k} < {splits}; {k}++) {{",
+                        *(INDENT + line for a in walk.accumulators
+                          for line in _combined(a, f"{parts[a.name]}[{k}][threadIdx.x]")),
+                        "}"]
+    combined = [(pragma.start() if pragma else walk.loop.start, walk.loop.end,
+                 f"\n{indent}".join(combination) or ";")]
+    lines = [*(f"__shared__ {a.type} {parts[a.name]}[{splits}][{columns}];" for a in walk.accumulators),
              *(points.definition(axis) for axis in kernel.axes),
-             *body.split("\n")]
+             f"// The column's {splits} threads each walk every {splits}-th row, and put their parts in shared",
+             "// memory.",
+             "[&]() {",
+             *(INDENT + line if line else line for line in points.point_body(kernel, split).split("\n")),
+             "}();",
+             "__syncthreads();  // every thread gets here, whatever its guards (they return from the walk)",
+             "if (threadIdx.y != 0) return;",
+             "// The column's first thread combines the parts in order of threadIdx.y and goes on alone.",
+             *points.point_body(kernel, combined).split("\n")]
     return points.with_body(kernel, lines)
 
 
