@@ -385,10 +385,8 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
     before = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
     if re.match(r"#\s*pragma\s+unroll\b|_Pragma\s*\(", before):
         raise _Refused(f"{where} carries an unroll pragma already")
-    steps_text = _steps(uncommented, loop, tuple(stepped))
     return (v, text(init, head), text(condition, head + len(init) + 1),
-            text(increment, head + len(init) + len(condition) + 2),
-            {name: steps_text.get(name, "1") for name in stepped})
+            text(increment, head + len(init) + len(condition) + 2), stepped)
 
 
 def _plain(expression: str) -> bool:
@@ -613,20 +611,6 @@ def _accesses(masked: str, uncommented: str, inside: tuple[int, int], arrays: di
             found.append(_Access(match.group(1), inside[0] + match.start(), close + 1, subscript, at, False,
                                  " ".join(subscript.split())))
     return sorted(found, key=lambda a: a.start)
-
-
-def _steps(uncommented: str, loop: Statement, outer: tuple[str, ...]) -> dict[str, str]:
-    """What the increment adds to each outer name stepped by `+=`, as written."""
-    head = uncommented[loop.head[0]:loop.head[1]]
-    increment = split_top_level(mask(head), ";")[2]
-    at = len(head) - len(increment)
-    steps = {}
-    for part in split_top_level(increment, ","):
-        stepped = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\+=(.+)", part, re.DOTALL)
-        if stepped and stepped.group(1) in outer:
-            steps[stepped.group(1)] = head[at + stepped.start(2):at + stepped.end(2)].strip()
-        at += len(part) + 1
-    return steps
 
 
 class _Ahead:
