@@ -1689,6 +1689,42 @@ extern "C" __global__ void pair_sums(float *out, const float *src, int cols)
     {"rows": 10, "cols": 1000}, ["rows"], {"block_size_x": 128}, {"block_size_x": [128]}, grid_div_x=[]),
     "takes the address of src[blockIdx.x * cols + c]")
 
+# batch_loads over loops stepped by a stride: a grid-stride update in place (its element moves by the grid's
+# width, tested at run time), and a block's strided walk of a row with a stride kept in a local.
+DECAY_GRID_STRIDE = spec(r"""
+// Exponential decay toward a target, in place, a grid-stride loop over a fixed grid.
+extern "C" __global__ void decay(float *state, const float *target, float rate, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        state[i] = state[i] + rate * (target[i] - state[i]);
+}
+""", "decay", [array("state", ["n"], role="inout"), array("target", ["n"]), scalar("rate", 0.25, "float32"),
+               scalar("n", "n")], {"n": 100003}, ["n"], {"block_size_x": 128}, {"block_size_x": [128, 256]},
+    grid_div_x=["block_size_x", 8])
+
+ROW_MAX_STRIDED = spec(r"""
+// The largest element of each row, a block per row walking it a block width at a time.
+extern "C" __global__ void row_peak(const float *m, float *peak, int cols)
+{
+    __shared__ float best[256];
+    const int stride = blockDim.x;
+    float v = -3.402823466e+38f;
+    for (int c = threadIdx.x; c < cols; c += stride)
+        v = fmaxf(v, m[(size_t)blockIdx.x * cols + c]);
+    best[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int t = 1; t < blockDim.x; t++) v = fmaxf(v, best[t]);
+        peak[blockIdx.x] = v;
+    }
+}
+""", "row_peak", [array("m", ["rows", "cols"]), array("peak", ["rows"], role="out"), scalar("cols", "cols")],
+    {"rows": 37, "cols": 1001}, ["rows"], {"block_size_x": 256}, {"block_size_x": [256]}, grid_div_x=[1])
+
+VARIANTS.update({"batched_decay_grid_stride": ("batch_loads", DECAY_GRID_STRIDE),
+                 "batched_row_peak_strided": ("batch_loads", ROW_MAX_STRIDED)})
+
+
 # --- split_columns: a thread per column walking its rows, as users write column reductions ---------------------
 COLUMN_MEANS = spec(r"""
 // Mean of each column, a thread per column, leaving early past the last one.

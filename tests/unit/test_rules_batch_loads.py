@@ -13,12 +13,13 @@ import pytest
 from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules.cuda_text import normalised
+from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import NOT_OF_SHAPE, VARIANTS, array, edited, scalar, spec
 from tests.unit.test_rules_shapes import plan_applied
 from tests.unit.test_rules_vectorize16 import needs_gxx
 from tests.unit.test_rules_vectorize_aligned import ptx
-from tests.unit.test_rules_window import build, run
+from tests.unit.test_rules_window import SHARED, build, run
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -140,10 +141,13 @@ def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case):
     spec = spec.with_sizes(sizes or {name: value - 1 if value > 2 else value for name, value in spec.sizes.items()})
     candidate = batched(spec)
     base = spec.baseline_params()
-    expected = run(build(spec.source, spec.kernel_name, tmp_path, {}), spec, base)
+    threads = "__syncthreads" in spec.source  # a block's threads then run at once
+    prefix = SHARED if threads else ""
+    expected = run(build(prefix + spec.source, spec.kernel_name, tmp_path, {}, threads), spec, base)
     for size in candidate.tune_params["batch_iterations"]:
         params = {**base, **candidate.params, "batch_iterations": size}
-        library = build(normalised(candidate.source), spec.kernel_name, tmp_path, {"batch_iterations": size})
+        library = build(prefix + normalised(candidate.source), spec.kernel_name, tmp_path,
+                        {"batch_iterations": size}, threads)
         assert run(library, spec.for_candidate(candidate), params) == expected, (case, size)
 
 
@@ -319,3 +323,45 @@ def test_what_users_write_is_taken_and_runs_as_written(tmp_path, case):
         library = build(normalised(candidate.source), "k", tmp_path, {"batch_iterations": size})
         assert run(library, spec_.for_candidate(candidate), {**candidate.params, "batch_iterations": size}) == \
             expected, size
+
+
+def _in_place(loop: str, *more: dict) -> KernelSpec:
+    return spec(r"""
+extern "C" __global__ void k(float *y, const float *x, int n, int s, int dj, long long wide)
+{
+    int j = 0;
+    LOOP
+}
+""".replace("LOOP", loop), "k", [array("y", ["n"], role="inout"), array("x", ["n"]), scalar("n", "n"),
+                                scalar("s", 257), scalar("dj", -1), scalar("wide", 1, "int64"), *more],
+        {"n": 1000}, ["n"])
+
+
+@pytest.mark.parametrize("loop", [
+    "for (int i = threadIdx.x; i < n; i += (unsigned char)s, j += dj) y[i + j] += x[i];",  # steps 1 and -1
+    "for (int i = threadIdx.x; i < n; i += static_cast<short>(s), j += dj) y[i + j] += x[i];",
+    "for (int i = threadIdx.x; i < n; i += wide, j += dj) y[i + j] += x[i];",  # 2^32 + 1 truncated to 1
+])
+def test_a_step_the_polynomial_cannot_follow_keeps_the_written_array_in_place(loop):
+    """A conversion in a step, or a 64-bit step of a 32-bit index, takes a value the 64-bit polynomial does not:
+    the run-time test would call a subscript that stays put moving, so the written array is read in place."""
+    source = normalised(batched(_in_place(loop)).source)
+    assert "x_ahead[b] = x[i_ahead];" in source and "y_ahead" not in source and "moves" not in source
+
+
+def test_a_bound_and_a_step_may_take_a_minimum_or_maximum_but_not_a_choice():
+    taken = normalised(batched(_in_place("for (int i = threadIdx.x; i < min(n, 900); i += max(s, 1)) "
+                                         "y[i] += x[i];")).source)
+    assert "i_ahead < min(n, 900); b++, i_ahead += max(s, 1)" in taken
+    choice = _in_place("for (int i = threadIdx.x; i < n; i += s ? s : 1) y[i] += x[i];")
+    assert "steps 'i += s ? s : 1', which is not `name += step`" in rules.check("batch_loads", choice,
+                                                                                choice.as_candidate())
+
+
+def test_a_rule_its_rebuild_drops_takes_its_tune_parameter_with_it():
+    """saxpy's grid-stride loop, batched, becomes elements_per_thread's unrolled loop, which batch_loads leaves to
+    the compiler: batch_iterations goes with it, instead of tuning nothing."""
+    saxpy = CORPUS["saxpy"].spec()
+    candidate = rules.apply("elements_per_thread", saxpy, batched(saxpy))
+    assert rules.applied(candidate.source) == ("elements_per_thread",)
+    assert "batch_iterations" not in candidate.tune_params and "batch_iterations" not in candidate.params

@@ -16,10 +16,8 @@ from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import SPLIT_COLUMNS
 from tests.unit.test_rules_shapes import STYLES, plan_applied
 from tests.unit.test_rules_vectorize16 import needs_gxx
-from tests.unit.test_rules_window import build, run
+from tests.unit.test_rules_window import SHARED, build, run
 
-# A block's shared arrays, one per block: its threads run at once (test_rules_window.THREADED), the blocks in turn.
-SHARED = "#define __shared__ static\n"
 BLOCKS = [(32, 2), (128, 4), (32, 32), (64, 16)]
 SUMMED = {"column_means": ["mean"], "bias_gradient": ["db"], "column_norms": ["norms"],
           "column_sum_and_max": ["sums"], "weighted_columns": ["out"]}

@@ -258,38 +258,41 @@ static kforge_dim3 blockDim, gridDim;
 static std::barrier<> *kforge_block;
 static void __syncthreads() { kforge_block->arrive_and_wait(); }
 """
+SHARED = "#define __shared__ static\n"  # a block's shared arrays: one for its threads, the blocks run in turn
 
 
 def build(source: str, kernel_name: str, directory, defines: dict, threads: bool = False) -> ctypes.CDLL:
     """The kernel as host code with `kforge_launch(gx, gy, bx, by, args...)` running every thread of a 2D launch in
-    turn, or with `threads` a block's threads at once (THREADED); the tune parameters are -D defines, as NVRTC
+    turn (its own names prefixed kforge_, which no kernel parameter takes), or with `threads` a block's threads at once (THREADED); the tune parameters are -D defines, as NVRTC
     gets them."""
     kernel = find_kernel(source, kernel_name)
     parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
     call = f"{kernel_name}({', '.join(names)});"
     each_thread = f"""
-        for (unsigned t = 0; t < bx * by; ++t) {{
-            blockIdx = {{b % gx, b / gx, 0}}; threadIdx = {{t % bx, t / bx, 0}};
+        for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by; ++kforge_t) {{
+            blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx, 0}};
+            threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx, 0}};
             {call}
         }}"""
     if threads:
         each_thread = f"""
-        std::barrier<> block(bx * by);
-        kforge_block = &block;
-        std::vector<std::thread> running;
-        for (unsigned t = 0; t < bx * by; ++t)
-            running.emplace_back([&, t] {{
-                blockIdx = {{b % gx, b / gx, 0}}; threadIdx = {{t % bx, t / bx, 0}};
+        std::barrier<> kforge_barrier(kforge_bx * kforge_by);
+        kforge_block = &kforge_barrier;
+        std::vector<std::thread> kforge_running;
+        for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by; ++kforge_t)
+            kforge_running.emplace_back([&, kforge_t] {{
+                blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx, 0}};
+                threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx, 0}};
                 {call}
-                block.arrive_and_drop();
+                kforge_barrier.arrive_and_drop();
             }});
-        for (std::thread &thread : running) thread.join();"""
+        for (std::thread &kforge_thread : kforge_running) kforge_thread.join();"""
     launcher = f"""
-extern "C" void kforge_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by{"".join(", " + p for p in parameters)})
+extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned kforge_bx, unsigned kforge_by{"".join(", " + p for p in parameters)})
 {{
-    gridDim = {{gx, gy, 1}}; blockDim = {{bx, by, 1}};
-    for (unsigned b = 0; b < gx * gy; ++b) {{{each_thread}
+    gridDim = {{kforge_gx, kforge_gy, 1}}; blockDim = {{kforge_bx, kforge_by, 1}};
+    for (unsigned kforge_b = 0; kforge_b < kforge_gx * kforge_gy; ++kforge_b) {{{each_thread}
     }}
 }}
 """

@@ -35,8 +35,9 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA, closing,
-                                                find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA,
+                                                WIDE_INTEGER_TYPE, closing, find_kernel, fresh_name, identifiers,
+                                                mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,
@@ -69,6 +70,8 @@ _PURE_BODY_CALLS = re.compile(
     r"float|double|int|unsigned|long|short|char|bool|size_t|u?int(?:8|16|32|64)_t|static_cast|__half|__nv_bfloat16"
     % "|".join(_MATH_NAMES))
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
+# A conversion in a step, which the 64-bit polynomial of its value looks through: `(unsigned char)s` of 257 is 1.
+_CAST_IN_STEP = re.compile(r"\b(?:%s|char|short|bool|signed|u?int(?:8|16)_t)\b|_cast\b" % "|".join(_TYPE_WORDS))
 _NARROW = re.compile(r"\b(?:char|short|bool|u?int8_t|u?int16_t)\b")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")  # threadIdx.x as one name
 # Element types for which `a op= e` is `a = a op (e)`; a class's operator (__half's) may round otherwise.
@@ -355,7 +358,7 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
     if declared is None:
         return None
     v = declared.group(1)
-    bound = re.fullmatch(rf"\s*{v}\s*<=?(?![<=])(?P<end>[\w\s.+\-*/%()<>:]+)", condition)
+    bound = re.fullmatch(rf"\s*{v}\s*<=?(?![<=])(?P<end>[\w\s.+\-*/%()<>:,]+)", condition)
     if bound is None:
         return None
     head = loop.head[0]
@@ -370,7 +373,7 @@ def _header(masked: str, uncommented: str, loop: Statement) -> tuple[str, str, s
     for step in (" ".join(part.split()) for part in split_top_level(increment, ",")):
         match = re.fullmatch(r"([A-Za-z_]\w*) ?\+= ?(.+)|\+\+ ?([A-Za-z_]\w*)|([A-Za-z_]\w*) ?\+\+", step)
         if match is None or not _plain(match.group(2) or "1"):
-            if re.search(rf"(?<![\w.]){v}\b", step):
+            if match is None and re.search(rf"(?<![\w.]){v}\b", step):
                 return None  # a loop of another form (`i -= 1`, `i = next[i]`)
             raise _Refused(f"{where} steps {step!r}, which is not `name += step` of what the loop does not change")
         name = match.group(1) or match.group(3) or match.group(4)
@@ -394,8 +397,9 @@ def _plain(expression: str) -> bool:
     no load, no call, no change, which the loads of a pass may evaluate again."""
     masked = mask(expression)
     calls = {m.group(1) for m in CALLED.finditer(masked)}
-    return re.fullmatch(r"[\w\s.+\-*/%()<>:]+", masked) is not None and not re.search(r"\+\+|--|->", masked) and \
-        not re.search(r"(?:^|[(+\-*/%<>:])\s*\*", masked) and calls <= _PURE_CALLS | _CASTS
+    return re.fullmatch(r"[\w\s.+\-*/%()<>:,]+", masked) is not None and not re.search(r"\+\+|--|->", masked) and \
+        not re.search(r"(?:^|[(+\-*/%<>:])\s*\*", masked) and calls <= _PURE_CALLS | _CASTS and \
+        len(split_top_level(masked, ",")) == 1  # commas only between a call's arguments
 
 
 def _batched(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
@@ -440,7 +444,9 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     signed_or_wide = [name for name in outer if names.integer(name)] + \
         ([v] if _wide_or_signed(_Declared(v, " ".join(loop_type.split()), "", -1, False)) else [])
     integers = {name for name in names.before if names.integer(name)} | set(signed_or_wide) | _BUILTINS
-    ahead = _Ahead(masked, _index_locals(masked, inside, names), usable, integers, copies)
+    types = {name: declared.type for name, declared in names.before.items()} | {v: " ".join(loop_type.split())}
+    wide = {name for name, type_ in types.items() if re.fullmatch(WIDE_INTEGER_TYPE, type_)}
+    ahead = _Ahead(masked, _index_locals(masked, inside, names), usable, integers, copies, wide)
     loads, distinct = [], []
     by_buffer: dict[str, list[_Access]] = {}
     for access in accesses:
@@ -617,10 +623,11 @@ class _Ahead:
     """Subscripts spelled for a pass's loads, at the copies of the loop's variables."""
 
     def __init__(self, masked: str, known: dict[str, affine.Poly], usable: set[str], integers: set[str],
-                 copies: dict[str, str]):
+                 copies: dict[str, str], wide: set[str]):
         self.masked, self.known, self.copies = masked, known, copies
         self.usable = usable  # the loop's variables, and what the loop does not change, declared once before it
         self.integers = integers  # those of them whose arithmetic the 64-bit polynomials follow
+        self.wide = wide  # those of them 64 bits wide
 
     @staticmethod
     def _bases(names: set[str]) -> set[str]:
@@ -730,8 +737,10 @@ def _moves(poly: affine.Poly, ahead: _Ahead, steps: dict[str, str]) -> str | Non
             except affine.NotAffine:
                 return None
             if not all(n in ahead.integers or ahead._bases({n}) <= _BUILTINS for n in affine.names(by)) or \
-                    re.search(r"\d\.|\.\d|\d[eE]|\d[fF]\b", steps[name]):
-                return None
+                    re.search(r"\d\.|\.\d|\d[eE]|\d[fF]\b", steps[name]) or _CAST_IN_STEP.search(steps[name]) or \
+                    name not in ahead.wide and affine.names(by) & ahead.wide:
+                return None  # a float, a cast, or a 64-bit step of a narrower name: the polynomial's step may not be
+                # the one the name takes
             moved = affine.add(moved, affine.product(stride, by))
     if not moved or affine.names(moved) & set(ahead.copies):
         return None

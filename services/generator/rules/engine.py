@@ -113,6 +113,12 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     else:
         _, edit = TEXTUAL[rule_id]
         source = edit(without_header(current.source), spec)
+    # A carried rule the rebuild no longer took leaves with its tune parameter (which would tune nothing).
+    gone = {RULES[r].parameter_name(spec) for r in applied(current.source) if r not in rules} - {None} \
+        - set(spec.tune_params)
+    current = current.model_copy(update={
+        "params": {name: value for name, value in current.params.items() if name not in gone},
+        "tune_params": {name: values for name, values in _space(spec, current).items() if name not in gone}})
     space = {**_space(spec, current), **rule.tune_params(spec), **layout.tune_params}
     space.update(_pinned(spec, space))
     restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
