@@ -1849,10 +1849,30 @@ extern "C" __global__ void column_stats(const float *x, float *sums, float *maxi
                       array("maxima", ["cols"], role="out"), scalar("rows", "rows"), scalar("cols", "cols")],
     {"rows": 150, "cols": 1100}, ["cols"], {"block_size_x": 128}, {"block_size_x": [128, 256]})
 
+COLUMN_WIDE_COUNTS = spec(r"""
+// How many entries of each column pass a threshold, counted in 64 bits, the loop unrolled by hand's pragma.
+extern "C" __global__ void column_counts(const float *x, unsigned long long *counts, const float *threshold,
+                                         int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) {
+        unsigned long long q = 1ull;  // one more, as the consumer expects
+        // every row
+#pragma unroll 4
+        for (int r = 0; r < rows; r++)
+            q += x[r * cols + c] > threshold[0] ? 1ull : 0ull;
+        counts[c] = q;
+    }
+}
+""", "column_counts", [array("x", ["rows", "cols"]), array("counts", ["cols"], "uint64", "out"),
+                       array("threshold", [1]), scalar("rows", "rows"), scalar("cols", "cols")],
+    {"rows": 120, "cols": 999}, ["cols"], {"block_size_x": 128}, {"block_size_x": [128]})
+
 SPLIT_COLUMNS = {
     "column_means": COLUMN_MEANS, "column_absmax": COLUMN_ABS_MAX, "column_min_from_row_one": COLUMN_MIN_FROM_ROW_ONE,
     "positives_per_column": POSITIVES_PER_COLUMN, "bias_gradient": BIAS_GRADIENT, "column_norms": COLUMN_NORMS,
     "column_sum_and_max": COLUMN_SUM_AND_MAX, "weighted_columns": WEIGHTED_COLUMNS,
+    "column_wide_counts": COLUMN_WIDE_COUNTS,
 }
 VARIANTS.update({f"split_{case}": ("split_columns", variant) for case, variant in SPLIT_COLUMNS.items()})
 
@@ -1868,6 +1888,9 @@ NOT_OF_SHAPE.update({
     "a column loop beside a barrier": ("split_columns", edited(
         COLUMN_MEANS, "    mean[col] = sum / rows;", "    __syncthreads();\n    mean[col] = sum / rows;"),
         "it uses __syncthreads"),
+    "a column loop under a conditional directive": ("split_columns", edited(edited(
+        COLUMN_MEANS, "    for (int r = 0;", "#if 1\n    for (int r = 0;"), "    mean[col] = sum / rows;",
+        "#endif\n    mean[col] = sum / rows;"), "holds a conditional directive"),
     "a row loop is not a column loop": ("split_columns", VARIANTS["row_totals"][1],
                                         "its loop reads no array contiguously along"),
 })

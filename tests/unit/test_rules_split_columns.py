@@ -5,6 +5,7 @@ widths, and with batch_loads' passes over the split loop: counts, maxima and min
 stores come out the same bit for bit, sums within float rounding of the submitted order. The GPU runs them
 through the verifier (tests/gpu/test_rules_shapes_verified.py)."""
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -13,8 +14,8 @@ from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules.cuda_text import normalised
 from shared.domain.spec import KernelSpec
-from tests.unit.rules_variants import SPLIT_COLUMNS
-from tests.unit.test_rules_shapes import STYLES, plan_applied
+from tests.unit.rules_variants import SPLIT_COLUMNS, edited
+from tests.unit.test_rules_shapes import STYLES, assert_compiles_and_keeps_signature, plan_applied
 from tests.unit.test_rules_vectorize16 import needs_gxx
 from tests.unit.test_rules_window import SHARED, build, run
 
@@ -41,7 +42,9 @@ def arrays(spec, raw: dict[str, bytes]) -> dict[str, np.ndarray]:
 
 
 @needs_gxx
-@pytest.mark.parametrize("case, then_batched", list(itertools.product(SPLIT_COLUMNS, (False, True))))
+@pytest.mark.parametrize("case, then_batched", [
+    (case, batched) for case, batched in itertools.product(SPLIT_COLUMNS, (False, True))
+    if not (batched and "#pragma unroll" in SPLIT_COLUMNS[case].source)])  # a loop unrolled already stays so
 def test_every_array_ends_as_the_submitted_kernel_leaves_it(tmp_path, case, then_batched):
     spec = small(SPLIT_COLUMNS[case])
     candidate = split(spec, then_batched)
@@ -102,3 +105,30 @@ def test_the_plan_of_a_column_sum_splits_its_rows_and_batches_their_loads():
     spec = load_spec(STYLES / "column_sums.cu", STYLES / "column_sums.yaml")
     applied = rules.applied(plan_applied(spec, rules.PLAN_ORDER).source)
     assert applied[0] == "split_columns" and "batch_loads" in applied
+
+
+def test_a_pragma_stays_on_its_loop_and_a_count_in_64_bits_is_taken():
+    source = normalised(split(SPLIT_COLUMNS["column_wide_counts"], False).source)
+    assert re.search(r"if \(threadIdx.y != 0\) q = 0;  // [^\n]*\n\s*#pragma unroll 4\n\s*"
+                     r"for \(int r = threadIdx.y; r < rows; r \+= block_size_y\)", source)
+    assert source.count("#pragma unroll 4") == 1  # not above the combination
+    assert "__shared__ unsigned long long q_parts[block_size_y][block_size_x];" in source
+
+
+def test_the_parts_fit_a_blocks_shared_memory_and_its_launch_bounds():
+    """Four double parts a column take 32 bytes a thread: 128 columns fit 12 splits of static shared memory, so 16
+    and 32 are left out; a kernel's own __launch_bounds__(256) bounds the block it keeps."""
+    doubles = edited(SPLIT_COLUMNS["column_norms"], "double ss = 0.0;", "double ss = 0.0, a = 0.0, b = 0.0, d = 0.0;")
+    doubles = edited(doubles, "ss += v * v;", "ss += v * v; a += v; b -= v; d += 2.0 * v;")
+    doubles = edited(doubles, "norms[col] = sqrt(ss);", "norms[col] = sqrt(ss) + a + b + d;")
+    candidate = split(doubles, False)
+    assert "32 * block_size_x * block_size_y <= 49152" in candidate.restrictions
+    launched = doubles.for_candidate(candidate)
+    assert [y for y in candidate.tune_params["block_size_y"] if launched.restrictions_hold(
+        {**doubles.baseline_params(), "block_size_x": 128, "block_size_y": y})] == [2, 4, 8]
+    assert_compiles_and_keeps_signature(doubles, candidate)
+    bounded = edited(SPLIT_COLUMNS["column_means"], "__global__ void column_means",
+                     "__global__ void __launch_bounds__(256) column_means")
+    candidate = split(bounded, False)
+    assert "block_size_x * block_size_y * block_size_z <= 256" in candidate.restrictions
+    assert bounded.for_candidate(candidate).restrictions_hold({**bounded.baseline_params(), **candidate.params})

@@ -21,7 +21,7 @@ parts in the order of threadIdx.y, and goes on alone to the loop's effects (whic
 rows.py's _check_effects); running the body before the loop twice changes nothing, since it writes nothing. The
 point body, as a point kernel's, reads no thread geometry and uses no barrier, shuffle or shared memory of its
 own (points.py). Partial sums are added in another order (within float rounding); a maximum or minimum is the
-same in any order (a NaN aside, as in rows.py).
+same in any order (a NaN aside, as in rows.py, and the sign of a zero maximum where -0.0 and 0.0 tie).
 """
 import re
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ from shared.domain.spec import KernelSpec
 
 SPLITS = [2, 4, 8, 16, 32]
 MAX_THREADS = 1024
+SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ def recognise(spec: KernelSpec) -> ColumnLoop:
     if len(model.passes) != 1:
         raise NotRecognised("it walks its column in several loops; a column split combines its threads' results "
                             "once, after one loop")
+    directive = re.search(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b",
+                          mask(spec.source)[kernel.body_start:kernel.body_end], re.MULTILINE)
+    if directive is not None:
+        raise NotRecognised("its point body holds a conditional directive, which the walk and the combination "
+                            "would each cut")
     walk = model.passes[0]
     j = kernel.axes[0].name
     inside = [a for a in kernel.accesses if walk.loop.body.start <= a.start < walk.loop.body.end
@@ -73,9 +79,11 @@ def _render(model: ColumnLoop, spec: KernelSpec) -> str:
     line_start = source.rfind("\n", 0, walk.loop.start) + 1
     indent = re.match(r"[ \t]*", source[line_start:]).group()
     first = "threadIdx.y" if walk.start == "0" else f"({walk.start}) + ({walk.type})threadIdx.y"
+    pragma = re.search(r"#[ \t]*pragma[ \t]+unroll[^\n]*\n\s*$", masked[:walk.loop.start])  # comments are blank
+    loop_start = pragma.start() if pragma else walk.loop.start
     split = [(walk.loop.head[0], walk.loop.head[1],
               f"{walk.type} {walk.variable} = {first}; {walk.variable} < {walk.end}; {walk.variable} += {splits}")]
-    split += [(walk.loop.start, walk.loop.start,
+    split += [(loop_start, loop_start,
                f"if (threadIdx.y != 0) {a.name} = 0;  // threadIdx.y 0 alone carries what {a.name} holds into the "
                f"loop\n{indent}") for a in walk.accumulators if a.kind == "sum" and not a.zero_at_entry]
     # The walk ends at the loop: its part goes to shared memory, and what follows in the loop's block is left to
@@ -87,14 +95,13 @@ def _render(model: ColumnLoop, spec: KernelSpec) -> str:
     split.append((walk.loop.end, max(walk.loop.end, kept_end),
                   "".join(f"\n{indent}{parts[a.name]}[threadIdx.y][threadIdx.x] = {a.name};"
                           for a in walk.accumulators)))
-    pragma = re.search(r"#[ \t]*pragma[ \t]+unroll[^\n]*\n[ \t]*$", masked[:walk.loop.start])
     combination = [*(f"{a.name} = {parts[a.name]}[0][threadIdx.x];" for a in walk.accumulators)]
     if walk.accumulators:
         combination += [f"for (int {k} = 1; {k} < {splits}; {k}++) {{",
                         *(INDENT + line for a in walk.accumulators
                           for line in _combined(a, f"{parts[a.name]}[{k}][threadIdx.x]")),
                         "}"]
-    combined = [(pragma.start() if pragma else walk.loop.start, walk.loop.end,
+    combined = [(loop_start, walk.loop.end,
                  f"\n{indent}".join(combination) or ";")]
     lines = [*(f"__shared__ {a.type} {parts[a.name]}[{splits}][{columns}];" for a in walk.accumulators),
              *(points.definition(axis) for axis in kernel.axes),
@@ -134,8 +141,14 @@ class ColumnLoopShape:
     def render(self, model: ColumnLoop, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         columns, splits = spec.block_size_names[0], spec.block_size_names[1]
         width = spec.params.get(columns, 256)
-        fitting = [s for s in SPLITS if not isinstance(width, int) or width * s <= MAX_THREADS] or SPLITS[:1]
+        part_bytes = sum(8 if a.type in ("double", "long long", "unsigned long long") else 4
+                         for a in model.walk.accumulators)
+        fitting = [s for s in SPLITS if not isinstance(width, int) or
+                   width * s <= MAX_THREADS and part_bytes * width * s <= SHARED_BYTES] or SPLITS[:1]
+        restrictions = [f"{columns} * {splits} <= {MAX_THREADS}"]
+        if part_bytes:  # the parts' shared arrays within a block's static shared memory
+            restrictions.append(f"{part_bytes} * {columns} * {splits} <= {SHARED_BYTES}")
         layout = Layout(tune_params={splits: SPLITS},
                         defaults={splits: default_in(fitting, spec.params.get(splits), min(8, fitting[-1]))},
-                        restrictions=(f"{columns} * {splits} <= {MAX_THREADS}",))
+                        restrictions=tuple(restrictions))
         return _render(model, spec), layout

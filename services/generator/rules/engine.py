@@ -11,10 +11,11 @@ rebuilt without them, then rewritten), so that a planner can try each alternativ
 """
 import dataclasses
 import itertools
+import re
 
 from services.generator.rules import batching, loops, scan, scan_vectors, textual, tree
 from services.generator.rules.catalog import RULES, Rule
-from services.generator.rules.cuda_text import normalised, rules_in_header, with_header, without_header
+from services.generator.rules.cuda_text import find_kernel, normalised, rules_in_header, with_header, without_header
 from services.generator.rules.partition import partition
 from services.generator.rules.shape import Layout, Shape
 from services.generator.rules.shapes import offering, reading, recognise
@@ -122,7 +123,8 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     space = {**_space(spec, current), **rule.tune_params(spec), **layout.tune_params}
     space.update(_pinned(spec, space))
     restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
-    restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions) if r not in restrictions]
+    restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions, *_bounded(spec, rule, space))
+                     if r not in restrictions]
     divisors = {axis: layout.grid_div.get(axis, getattr(current, f"grid_div_{axis}")) for axis in "xyz"}
     shared = {"size": layout.smem} if layout.smem else current.smem_args
     candidate = CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name, params={},
@@ -143,6 +145,16 @@ def _without(spec: KernelSpec, current: CandidateSpec, dropped: tuple[str, ...])
         if rule_id not in dropped and check(rule_id, spec, parent) is None:
             parent = apply(rule_id, spec, parent)
     return parent
+
+
+def _bounded(spec: KernelSpec, rule: Rule, space: dict[str, list[ParamValue]]) -> tuple[str, ...]:
+    """A rendering's blocks within the submitted kernel's own `__launch_bounds__(N)`, which it keeps: a block of
+    more threads would not launch. None to add for a textual rule (it keeps the block) or a bound not a number."""
+    bound = re.search(r"__launch_bounds__\s*\(\s*(\d+)\s*[,)]", find_kernel(spec.source, spec.kernel_name).declaration)
+    if not rule.rendered or bound is None:
+        return ()
+    blocks = [name for name in spec.block_size_names if name in space or name in spec.baseline_params()]
+    return (f"{' * '.join(blocks)} <= {bound.group(1)}",)
 
 
 def _pinned(spec: KernelSpec, space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:

@@ -38,7 +38,8 @@ from services.generator.rules.shape import Layout, NotRecognised, block_widths, 
 from services.generator.rules.statements import Statement, walk
 from shared.domain.spec import KernelSpec
 
-ACCUMULATOR_TYPES = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
+# Longest first: `unsigned long long q` is not an `unsigned` named `long`.
+ACCUMULATOR_TYPES = r"(?:float|double|unsigned\s+long\s+long|long\s+long|unsigned\s+int|unsigned|int)"
 ZERO = r"(?:0+(?:\.0*)?[fF]?|0*\.0+[fF]?|0[uUlL]*)"
 ROWS_PER_BLOCK = [1, 2, 4, 8, 16, 32]
 # `sum = fmaf(X, Y, sum)` adds X * Y with one rounding: a sum for a float or double accumulator (for an integer one
