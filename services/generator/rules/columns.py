@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, points, rows
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask
-from services.generator.rules.points import INDENT
+from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.rows import Accumulator, RowLoop, RowPass
 from services.generator.rules.shape import Layout, NotRecognised, default_in
 from services.generator.rules.statements import walk as walk_statements
@@ -49,24 +49,28 @@ class ColumnLoop:
 
 
 def recognise(spec: KernelSpec) -> ColumnLoop:
-    model = rows.loops_of_one_point(spec)
+    model = rows.loops_of_one_point(spec, _check_columns)
     kernel = model.kernel
-    if len(model.passes) != 1:
-        raise NotRecognised("it walks its column in several loops; a column split combines its threads' results "
-                            "once, after one loop")
     directive = re.search(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b",
                           mask(spec.source)[kernel.body_start:kernel.body_end], re.MULTILINE)
     if directive is not None:
         raise NotRecognised("its point body holds a conditional directive, which the walk and the combination "
                             "would each cut")
-    walk = model.passes[0]
-    j = kernel.axes[0].name
+    return ColumnLoop(model)
+
+
+def _check_columns(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]) -> None:
+    """One loop, reading an array side by side across threads (contiguous along the point's index) at an address
+    that moves with the loop's."""
+    if len(passes) != 1:
+        raise NotRecognised("it walks its column in several loops; a column split combines its threads' results "
+                            "once, after one loop")
+    walk, j = passes[0], kernel.axes[0].name
     inside = [a for a in kernel.accesses if walk.loop.body.start <= a.start < walk.loop.body.end
               and a.poly is not None and not a.write]
     if not any(affine.is_unit(affine.stride(a.poly, j)) and affine.stride(a.poly, walk.variable) for a in inside):
         raise NotRecognised(f"its loop reads no array contiguously along {j} at an address that moves with "
                             f"{walk.variable}, so it does not walk columns side by side")
-    return ColumnLoop(model)
 
 
 def _render(model: ColumnLoop, spec: KernelSpec) -> str:

@@ -28,6 +28,7 @@ the comparison forms keep or drop by where it stands). The lane loops are ones
 the vectorize_loops rule can widen to 128-bit loads.
 """
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
@@ -81,14 +82,13 @@ class RowLoop:
 
 
 def recognise(spec: KernelSpec) -> RowLoop:
-    model = loops_of_one_point(spec)
-    _check_rows(model.kernel, mask(spec.source), model.passes)
-    return model
+    return loops_of_one_point(spec, _check_rows)
 
 
-def loops_of_one_point(spec: KernelSpec) -> RowLoop:
+def loops_of_one_point(spec: KernelSpec, oriented: Callable[[PointKernel, str, tuple["RowPass", ...]], None]) \
+        -> RowLoop:
     """The loops of a kernel of one point per thread along x that a group of threads may split as this module's
-    docstring says (every check but which way its loads run): the row loop here, a column's in columns.py."""
+    docstring says, `oriented` checking which way its loads run: a row's here, a column's in columns.py."""
     try:
         kernel = points.recognise(spec)
     except points.NotPointKernel as exc:
@@ -108,6 +108,7 @@ def loops_of_one_point(spec: KernelSpec) -> RowLoop:
     passes = tuple(_pass(kernel, masked, uncommented, loop) for loop in loops)
     _check_bounds(kernel, masked, passes)
     _check_accumulators_unaliased(kernel, masked, passes)
+    oriented(kernel, masked, passes)
     _check_effects(kernel, masked, passes)
     _check_arrays_read_back(kernel, masked, passes)
     return RowLoop(kernel, passes)
