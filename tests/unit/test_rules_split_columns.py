@@ -1,7 +1,7 @@
 """split_columns (issue 21): a thread per column walking its rows has its loop split among block_size_y threads
-of the column, the last of which to arrive combines their results. Each column kernel of rules_variants.py runs on
-the CPU (g++, every thread of the launch in turn) as submitted and as rewritten, at several splits and block
-widths, and with batch_loads' passes over the split loop: counts, maxima and minima and every array the loop
+of the column, whose first combines their results after a barrier. Each column kernel of rules_variants.py runs on
+the CPU (g++) as submitted (every thread in turn) and as rewritten (a block's threads at once, meeting at the
+barrier), at several splits and block widths, and with batch_loads' passes over the split loop: counts, maxima and minima and every array the loop
 stores come out the same bit for bit, sums within float rounding of the submitted order. The GPU runs them
 through the verifier (tests/gpu/test_rules_shapes_verified.py)."""
 import itertools

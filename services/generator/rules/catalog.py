@@ -78,8 +78,8 @@ CATALOG = (
                          "rows per block.", rendered=True),
     Rule("split_columns", "Split the loop of a thread walking its column down the rows among block_size_y "
                           "threads of the column, each taking every block_size_y-th row, so more loads are in "
-                          "flight; the last of them to finish combines their sums, maxima or minima from shared "
-                          "memory in order and goes on with the column alone.", rendered=True),
+                          "flight; after a barrier the column's first thread combines their sums, maxima or minima "
+                          "from shared memory in order and goes on with the column alone.", rendered=True),
     Rule("row_in_registers", "Hold a row that a block (or a warp) passes over several times in registers: the "
                              "first pass keeps the row_chunks elements each thread reads, a block width apart, in a "
                              "fully unrolled loop, and the later passes read them there; elements past them are "
