@@ -12,7 +12,9 @@ increment; then it runs the iterations as written, in order, each reading its el
 every load reads what the submitted loop's would have read, when:
 - the array is not written in the loop: nothing an earlier iteration does changes the element; or
 - the array is written in the loop only at the subscript read, whose value moves by a nonzero step every
-  iteration (checked at run time where the step is not a constant: a pass of one iteration otherwise), and the
+  iteration (checked at run time where the step is not a constant: a pass of one iteration otherwise; a step
+  with a conversion, or of 64 bits into a narrower name, is not such a step, since the 64-bit polynomial of its
+  value is not the step the name takes), and the
   read comes first in its iteration (the first statement touching the array reads it before any store: a
   compound assignment `vol[idx] += e` becomes `vol[idx] = <register> + (e)`), so no iteration of the pass
   stores into an element another iteration reads.
@@ -26,8 +28,8 @@ Arrays are the kernel's pointer parameters and local pointers into them, distinc
 assumes too). The rule must see everything that may change what a loop reads, so it leaves a loop alone where:
 - its kernel declares a reference, takes a local's address, assigns a pointer parameter, passes a pointer to a
   function, or declares a name twice;
-- its bound or a step is more than arithmetic of names and numbers (a load, a call, `lim--`), or a step moves by
-  what the loop changes;
+- its bound or a step is more than arithmetic of names and numbers, min and max (a load, another call, `lim--`,
+  `?:`), or a step moves by what the loop changes;
 - its body stores through another pointer, calls anything but CUDA's math, conversions, loads and atomics into an
   array's element, defines a lambda, leaves early (break, return, a barrier, a trap), or holds a directive.
 """
