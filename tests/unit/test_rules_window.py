@@ -263,17 +263,17 @@ SHARED = "#define __shared__ static\n"  # a block's shared arrays: one for its t
 
 def build(source: str, kernel_name: str, directory, defines: dict, threads: bool = False) -> ctypes.CDLL:
     """The kernel as host code with `kforge_launch(gx, gy, bx, by, args...)` running every thread of a 2D launch in
-    turn (its own names prefixed kforge_, which no kernel parameter takes), or with `threads` a block's threads at once (THREADED); the tune parameters are -D defines, as NVRTC
-    gets them."""
+    turn, or with `threads` a block's threads at once (THREADED); the launcher's own names start kforge_, which no
+    kernel parameter takes, and the tune parameters are -D defines, as NVRTC gets them."""
     kernel = find_kernel(source, kernel_name)
     parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
-    call = f"{kernel_name}({', '.join(names)});"
+    one_thread = f"""blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx, 0}};
+                threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx, 0}};
+                {kernel_name}({', '.join(names)});"""
     each_thread = f"""
         for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by; ++kforge_t) {{
-            blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx, 0}};
-            threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx, 0}};
-            {call}
+                {one_thread}
         }}"""
     if threads:
         each_thread = f"""
@@ -282,9 +282,7 @@ def build(source: str, kernel_name: str, directory, defines: dict, threads: bool
         std::vector<std::thread> kforge_running;
         for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by; ++kforge_t)
             kforge_running.emplace_back([&, kforge_t] {{
-                blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx, 0}};
-                threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx, 0}};
-                {call}
+                {one_thread}
                 kforge_barrier.arrive_and_drop();
             }});
         for (std::thread &kforge_thread : kforge_running) kforge_thread.join();"""

@@ -50,7 +50,6 @@ PARAMETER = "batch_iterations"
 _ESCAPES = re.compile(r"\b(?:break|continue|return|goto|asm|__syncthreads\w*|__syncwarp|__shfl\w*|__shared__|"
                       r"__threadfence\w*|sizeof|decltype|alignof|typeid|noexcept|assert|__trap|__brkpt|_Pragma)\b|"
                       r"\.\s*sync\s*\(|^[ \t]*#", re.MULTILINE)
-# The element types a register array may hold: CUDA's arithmetic and vector types, default-constructible.
 _CONTROL_WORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else"}
 _WRITING_CALLS = re.compile(r"atomic\w*|__st\w*|memcpy|memset|__pipeline\w*|cp\w*async\w*")
 _PURE_CALLS = {"min", "max", "abs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax"}
@@ -185,8 +184,8 @@ class _Declared:
     array: bool  # declared with a bound, `float acc[4]`
 
 
-# A declaration at the start of a statement, of a for's, if's or switch's initialiser, or of a parameter.
-# A declaration from where it starts: type, `*` or `&`, name; of a statement, an initialiser or a parameter.
+# A declaration from where it starts: type, `*` or `&`, name; at a statement's start, in a for's, if's or
+# switch's initialiser, or in a parameter list.
 _DECLARED_HERE = (r"\s*(?!(?:return|else|case|goto|do|new|delete|throw|typedef|using)\b)"
                   r"(?P<type>(?:(?:const|volatile|static|unsigned|signed|long|short|__shared__|extern|register|"
                   r"constexpr)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;<>()]*>)?)(?P<indirect>\s*[*&]+\s*|\s+)"
@@ -442,12 +441,10 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     taken = identifiers(source)
     copies = {name: fresh_name(f"{name}_ahead", taken) for name in (v, *outer)}
     usable = {*copies, *((set(names.before) | _BUILTINS) - assigned - unreadable - set(outer))}
-    loop_type = re.match(rf"\s*({INTEGER_TYPE})", init).group(1)
-    signed_or_wide = [name for name in outer if names.integer(name)] + \
-        ([v] if _wide_or_signed(_Declared(v, " ".join(loop_type.split()), "", -1, False)) else [])
+    own = _Declared(v, " ".join(re.match(rf"\s*({INTEGER_TYPE})", init).group(1).split()), "", -1, False)
+    signed_or_wide = [name for name in outer if names.integer(name)] + ([v] if _wide_or_signed(own) else [])
     integers = {name for name in names.before if names.integer(name)} | set(signed_or_wide) | _BUILTINS
-    types = {name: declared.type for name, declared in names.before.items()} | {v: " ".join(loop_type.split())}
-    wide = {name for name, type_ in types.items() if re.fullmatch(WIDE_INTEGER_TYPE, type_)}
+    wide = {d.name for d in (*names.before.values(), own) if re.fullmatch(WIDE_INTEGER_TYPE, d.type)}
     ahead = _Ahead(masked, _index_locals(masked, inside, names), usable, integers, copies, wide)
     loads, distinct = [], []
     by_buffer: dict[str, list[_Access]] = {}

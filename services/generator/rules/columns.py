@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine, points, rows
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import INDENT, PointKernel
-from services.generator.rules.rows import Accumulator, RowLoop, RowPass
+from services.generator.rules.rows import RowLoop, RowPass
 from services.generator.rules.shape import Layout, NotRecognised, default_in
 from services.generator.rules.statements import walk as walk_statements
 from shared.domain.spec import KernelSpec
@@ -99,11 +99,11 @@ def _render(model: ColumnLoop, spec: KernelSpec) -> str:
     split.append((walk.loop.end, max(walk.loop.end, kept_end),
                   "".join(f"\n{indent}{parts[a.name]}[threadIdx.y][threadIdx.x] = {a.name};"
                           for a in walk.accumulators)))
-    combination = [*(f"{a.name} = {parts[a.name]}[0][threadIdx.x];" for a in walk.accumulators)]
+    combination = [f"{a.name} = {parts[a.name]}[0][threadIdx.x];" for a in walk.accumulators]
     if walk.accumulators:
         combination += [f"for (int {k} = 1; {k} < {splits}; {k}++) {{",
                         *(INDENT + line for a in walk.accumulators
-                          for line in _combined(a, f"{parts[a.name]}[{k}][threadIdx.x]")),
+                          for line in rows.combined(a, f"{parts[a.name]}[{k}][threadIdx.x]")),
                         "}"]
     combined = [(loop_start, walk.loop.end,
                  f"\n{indent}".join(combination) or ";")]
@@ -119,16 +119,6 @@ def _render(model: ColumnLoop, spec: KernelSpec) -> str:
              "// The column's first thread combines the parts in order of threadIdx.y and goes on alone.",
              *points.point_body(kernel, combined).split("\n")]
     return points.with_body(kernel, lines)
-
-
-def _combined(accumulator: Accumulator, part: str) -> list[str]:
-    name = accumulator.name
-    if accumulator.kind == "sum":
-        return [f"{name} += {part};"]
-    if accumulator.function is not None:
-        return [f"{name} = {accumulator.function}({name}, {part});"]
-    keeps = ">" if accumulator.kind == "max" else "<"
-    return [f"if ({part} {keeps} {name}) {name} = {part};"]
 
 
 class ColumnLoopShape:

@@ -117,9 +117,10 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     # A carried rule the rebuild no longer took leaves with its tune parameter (which would tune nothing).
     gone = {RULES[r].parameter_name(spec) for r in applied(current.source) if r not in rules} - {None} \
         - set(spec.tune_params)
-    current = current.model_copy(update={
-        "params": {name: value for name, value in current.params.items() if name not in gone},
-        "tune_params": {name: values for name, values in _space(spec, current).items() if name not in gone}})
+    if gone:
+        current = current.model_copy(update={
+            "params": {name: value for name, value in current.params.items() if name not in gone},
+            "tune_params": {name: values for name, values in _space(spec, current).items() if name not in gone}})
     space = {**_space(spec, current), **rule.tune_params(spec), **layout.tune_params}
     space.update(_pinned(spec, space))
     restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
@@ -149,7 +150,7 @@ def _without(spec: KernelSpec, current: CandidateSpec, dropped: tuple[str, ...])
 
 def _bounded(spec: KernelSpec, rule: Rule, space: dict[str, list[ParamValue]]) -> tuple[str, ...]:
     """A rendering's blocks within the submitted kernel's own `__launch_bounds__(N)`, which it keeps: a block of
-    more threads would not launch. None to add for a textual rule (it keeps the block) or a bound not a number."""
+    more threads would not launch. Nothing to add for a textual rule (it keeps the block) or a bound not a number."""
     bound = re.search(r"__launch_bounds__\s*\(\s*(\d+)\s*[,)]", find_kernel(spec.source, spec.kernel_name).declaration)
     if not rule.rendered or bound is None:
         return ()

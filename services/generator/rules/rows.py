@@ -584,7 +584,9 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
                       f"lane then holds the row's.",
                       "#pragma unroll",
                       f"for (int {offset} = 16; {offset} > 0; {offset} /= 2) {{",
-                      *(INDENT + line for a in p.accumulators for line in _combined(a, offset, taken)),
+                      *(INDENT + line for a in p.accumulators for line in combined(
+                          a, f"__shfl_xor_sync({_FULL_MASK}, {a.name}, {offset})",
+                          fresh_name(f"{a.name}_of_lane", taken) if a.kind != "sum" and a.function is None else None)),
                       "}"]
         if number == len(model.passes) - 1 and re.search(r"[^\s}]", mask(source)[p.loop.end:kernel.body_end]):
             after += ["if (threadIdx.x != 0) return;  // lane 0 goes on with the row alone"]
@@ -598,16 +600,19 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
     return points.with_body(kernel, lines)
 
 
-def _combined(accumulator: Accumulator, offset: str, taken: set[str]) -> list[str]:
+def combined(accumulator: Accumulator, other: str, held: str | None = None) -> list[str]:
+    """Lines folding the value `other` into the accumulator: a sum adds it, an extreme keeps the larger (or smaller)
+    by its function or by comparison. A comparison reads `other` twice: with `held` it is read once, into a local
+    of that name (a lane's shuffled value here); without, twice (a thread's part in shared memory, columns.py)."""
     name = accumulator.name
-    other = f"__shfl_xor_sync({_FULL_MASK}, {name}, {offset})"
     if accumulator.kind == "sum":
         return [f"{name} += {other};"]
     if accumulator.function is not None:
         return [f"{name} = {accumulator.function}({name}, {other});"]
-    lane = fresh_name(f"{name}_of_lane", taken)
     keeps = ">" if accumulator.kind == "max" else "<"
-    return [f"const {accumulator.type} {lane} = {other};", f"if ({lane} {keeps} {name}) {name} = {lane};"]
+    if held is None:
+        return [f"if ({other} {keeps} {name}) {name} = {other};"]
+    return [f"const {accumulator.type} {held} = {other};", f"if ({held} {keeps} {name}) {name} = {held};"]
 
 
 class RowLoopShape:
