@@ -75,7 +75,8 @@ def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_fo
     correlate = normalised(window(KERNELS["correlate"]).source)
     assert "window_sum[r_][c_] = bias;" in correlate
     box = normalised(window(KERNELS["box3_int"]).source)
-    assert "sum = window_value;\n                sum = (sum + 4) / 9;\n                out[y * ow + x] = sum;" in box
+    assert "sum = window_value;\n                sum = (sum + 4) / 9;\n                { stored_at[slot] = &out[y * ow + x]; " \
+           "stored[slot] = sum; }" in box
 
 
 REFUSED = {
@@ -172,6 +173,12 @@ TAKEN = {
     "doubles": CONV2D.model_validate({
         **CONV2D.model_dump(), "source": CONV2D.source.replace("float", "double").replace("0.0f", "0.0"),
         "args": [{**a.model_dump(), "dtype": "float64"} if a.is_array else a.model_dump() for a in CONV2D.args]}),
+    # After the window: a guarded store reading the point's own output, and stores the rows cannot hold back.
+    "a guarded store of its own output": edited(CONV2D, "out[y * out_w + x] = sum;",
+                                                "if (sum > 0.0f) out[y * out_w + x] = 0.5f * out[y * out_w + x] + sum;"),
+    "two stores after the window": edited(CONV2D, "out[y * out_w + x] = sum;",
+                                          "out[y * out_w + x] = sum;\n        out[y * out_w + x] *= 2.0f;"),
+    "an accumulating store": edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * out_w + x] += sum;"),
 }
 
 
@@ -190,7 +197,30 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "doubles":
         assert "double v[8];\n" in code and "reinterpret_cast" not in code
     if case == "unroll pragmas":
-        assert "sum = window_value;\n                out[y * out_w + x] = sum;" in code
+        assert "sum = window_value;\n                { stored_at[slot] = &out[y * out_w + x]; stored[slot] = sum; }" in code
+    if case == "a guarded store of its own output":
+        assert "if (sum > 0.0f) { stored_at[slot] = &out[y * out_w + x]; stored[slot] = 0.5f * out[y * out_w + x] " \
+               "+ sum; }" in code
+    if case in ("two stores after the window", "an accumulating store"):
+        assert "stored_at" not in code and "finish(x_first + c, y_first + r, window_sum[r][c]);" in code
+
+
+def test_the_one_store_after_the_window_is_recorded_and_each_row_issues_its_stores_together():
+    """A row's four stores interleaved with its points' other code reached the H100's L2 as partial writes of the
+    same sectors, 2.7 times the sectors stores issued together wrote (box_blur: 61% of the copy, then 88%)."""
+    code = normalised(window(CONV2D).source)
+    assert "decltype(&out[0]) stored_at[4];\n        float stored[4];\n        auto finish = [&](const int x, const int y, " \
+           "const float window_value, const int slot) {" in code
+    assert "sum = window_value;\n                { stored_at[slot] = &out[y * out_w + x]; stored[slot] = sum; }" in code
+    assert """                for (int c = 0; c < 4; c++) {
+                    stored_at[c] = nullptr;
+                    finish(x_first + c, y_first + r, window_sum[r][c], c);
+                }
+                // the row's stores one after another, which the L2 takes as whole writes
+                #pragma unroll
+                for (int c = 0; c < 4; c++) if (stored_at[c] != nullptr) *stored_at[c] = stored[c];""" in code
+    # The points' own runs (edges, other window sizes) store as written.
+    assert "auto point = [&](const int x, const int y) {" in code and "out[y * out_w + x] = sum;\n" in code
 
 
 def test_a_filter_name_the_body_also_declares_is_refused():
@@ -344,7 +374,9 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
 
 
 EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),
-            *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices", "doubles"))]
+            *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices", "doubles",
+                                                     "a guarded store of its own output", "two stores after the window",
+                                                     "an accumulating store"))]
 
 
 @needs_gxx

@@ -18,7 +18,7 @@ from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE
                                                 find_kernel, functions_named, mask, split_top_level,
                                                 top_level_conjuncts, unparenthesised)
 from services.generator.rules.shape import block_widths
-from services.generator.rules.statements import Statement, body_of, walk
+from services.generator.rules.statements import Statement, body_of, expression_end, walk
 from shared.domain.spec import KernelSpec
 
 AXES = "xyz"
@@ -344,12 +344,24 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     atomics = len(re.findall(r"\batomic\w*\s*\(", body))
     if atomics != len(_ADDING_ATOMIC.findall(body)):
         return "its point body reads an atomic's result, or makes an atomic that does not add up"
-    declared = set(_DECLARED.findall(body))
+    declared = _declared(body)
     changed = {m[1] or m[2] for m in re.finditer(
         rf"(?<![\w.\]])([A-Za-z_]\w*)\s*(?:\)\s*)*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*(?:\(\s*)*([A-Za-z_]\w*)",
         body)}
     foreign = sorted(changed - declared - {a.array for a in kernel.accesses if a.write})
     return f"its point body changes {foreign[0]}, which it does not declare" if foreign else None
+
+
+def _declared(body: str) -> set[str]:
+    """The names `body` (masked) declares, each declarator of a list too (`int w = a, h = b;`)."""
+    names = set()
+    for match in _DECLARED.finditer(body):
+        names.add(match[1])
+        end = expression_end(body, match.end(1), len(body), ";")
+        for declarator in split_top_level(body[match.end(1):end], ",")[1:]:
+            if name := re.match(r"\s*[*&\s]*([A-Za-z_]\w*)\s*(?:=(?!=)|\[|$)", declarator):
+                names.add(name[1])
+    return names
 
 
 def changed_parameter(kernel: PointKernel) -> str | None:
