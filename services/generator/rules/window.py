@@ -326,7 +326,6 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
     probe = points.point_body(kernel, _returning(model, "false") + _cut(model, "true", "false"))
     address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{read}", "nullptr"))
     finished = (model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};")
-    finishing = points.point_body(kernel, [finished])
     shift = f" - ({model.columns.first})" if model.columns.first else ""
     term = (source[model.expression[0]:model.read_span[0]] + f"{n.v}[{n.c} + {j}{shift}]" +
             source[model.read_span[1]:model.expression[1]])
