@@ -65,10 +65,14 @@ def test_a_window_centred_on_the_point_starts_its_rows_and_columns_at_minus_r():
     assert "const float *p = at(x_first, y_first + last, row - last + (-2), -2);" in blur
     assert "const int dy = row - r_ + (-2);" in blur and "for (int dx = -2; dx < 3; dx++)" in blur
     assert "* v[c + dx - (-2)];" in blur
-    # The row's first value, 2 before x0, lies 2 lanes into an aligned vector: the loads start there.
-    assert "if ((reinterpret_cast<unsigned long long>((p - 2)) & 15) == 0) {\n" \
-           "                    { const float4 quad = *reinterpret_cast<const float4 *>(p - 2 + 0); v[0] = quad.z; " \
-           "v[1] = quad.w; }" in blur
+    # The row's first value, 2 before x0, lies 2 lanes into an aligned vector: the loads start there, in the loop
+    # taken where the first two rows (and so all, a pitch apart) start aligned; the other loop reads one by one.
+    assert "if ((reinterpret_cast<unsigned long long>(at(x_first, y_first, -2, -2) - 2) & 15) == 0 && " \
+           "(reinterpret_cast<unsigned long long>(at(x_first, y_first, -1, -2) - 2) & 15) == 0) {\n" in blur
+    assert "float v[8];\n                    { const float4 quad = *reinterpret_cast<const float4 *>(p - 2 + 0); " \
+           "v[0] = quad.z; v[1] = quad.w; }" in blur
+    assert "float v[8];\n                    #pragma unroll\n                    for (int chunk = 0; chunk < 8; chunk++) " \
+           "v[chunk] = p[chunk];" in blur
 
 
 def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_follows():
@@ -179,6 +183,7 @@ TAKEN = {
     "two stores after the window": edited(CONV2D, "out[y * out_w + x] = sum;",
                                           "out[y * out_w + x] = sum;\n        out[y * out_w + x] *= 2.0f;"),
     "an accumulating store": edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * out_w + x] += sum;"),
+    "a mirrored store": edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * out_w + out_w - 1 - x] = sum;"),
 }
 
 
@@ -201,6 +206,10 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "a guarded store of its own output":
         assert "if (sum > 0.0f) { stored_at[slot] = &out[y * out_w + x]; stored[slot] = 0.5f * out[y * out_w + x] " \
                "+ sum; }" in code
+    if case == "a mirrored store":
+        assert "if (stored_at[0] != nullptr && stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && " \
+               "stored_at[3] == stored_at[0] + 3 && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" \
+               in code
     if case in ("two stores after the window", "an accumulating store"):
         assert "stored_at" not in code and "finish(x_first + c, y_first + r, window_sum[r][c]);" in code
 
@@ -212,13 +221,19 @@ def test_the_one_store_after_the_window_is_recorded_and_each_row_issues_its_stor
     assert "decltype(&out[0]) stored_at[4];\n        float stored[4];\n        auto finish = [&](const int x, const int y, " \
            "const float window_value, const int slot) {" in code
     assert "sum = window_value;\n                { stored_at[slot] = &out[y * out_w + x]; stored[slot] = sum; }" in code
+    # out[y * out_w + x] moves by one along x: four points that store, store side by side. Where the subscript
+    # moves otherwise, the addresses are compared.
     assert """                for (int c = 0; c < 4; c++) {
                     stored_at[c] = nullptr;
                     finish(x_first + c, y_first + r, window_sum[r][c], c);
                 }
-                // the row's stores one after another, which the L2 takes as whole writes
-                #pragma unroll
-                for (int c = 0; c < 4; c++) if (stored_at[c] != nullptr) *stored_at[c] = stored[c];""" in code
+                // the row's stores together, which the L2 takes as whole writes: one vector where they lie side by side
+                if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
+                    *reinterpret_cast<float4 *>(stored_at[0]) = {stored[0], stored[1], stored[2], stored[3]};
+                } else {
+                    #pragma unroll
+                    for (int c = 0; c < 4; c++) if (stored_at[c] != nullptr) *stored_at[c] = stored[c];
+                }""" in code
     # The points' own runs (edges, other window sizes) store as written.
     assert "auto point = [&](const int x, const int y) {" in code and "out[y * out_w + x] = sum;\n" in code
 
@@ -376,7 +391,7 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
 EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),
             *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices", "doubles",
                                                      "a guarded store of its own output", "two stores after the window",
-                                                     "an accumulating store"))]
+                                                     "an accumulating store", "a mirrored store"))]
 
 
 @needs_gxx

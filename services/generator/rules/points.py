@@ -344,7 +344,7 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     atomics = len(re.findall(r"\batomic\w*\s*\(", body))
     if atomics != len(_ADDING_ATOMIC.findall(body)):
         return "its point body reads an atomic's result, or makes an atomic that does not add up"
-    declared = _declared(body)
+    declared = declared_names(body)
     changed = {m[1] or m[2] for m in re.finditer(
         rf"(?<![\w.\]])([A-Za-z_]\w*)\s*(?:\)\s*)*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*(?:\(\s*)*([A-Za-z_]\w*)",
         body)}
@@ -352,7 +352,7 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     return f"its point body changes {foreign[0]}, which it does not declare" if foreign else None
 
 
-def _declared(body: str) -> set[str]:
+def declared_names(body: str) -> set[str]:
     """The names `body` (masked) declares, each declarator of a list too (`int w = a, h = b;`)."""
     names = set()
     for match in _DECLARED.finditer(body):

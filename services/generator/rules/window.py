@@ -326,11 +326,20 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
     probe = points.point_body(kernel, _returning(model, "false") + _cut(model, "true", "false"))
     address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{read}", "nullptr"))
     finished = (model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};")
-    shift = f" - ({model.columns.first})" if model.columns.first else ""
-    term = (source[model.expression[0]:model.read_span[0]] + f"{n.v}[{n.c} + {j}{shift}]" +
-            source[model.read_span[1]:model.expression[1]])
-    rows, columns = model.rows, model.columns
     window = [Axis(0, i, model.rows.type, "", ""), Axis(0, j, model.columns.type, "", "")]
+    vector = loops.VECTORS.get(model.element)
+    if vector is None:
+        rows = _row_loop(model, n, _one_by_one(model, n))
+    else:
+        # Rows a pitch apart are all aligned where the first two are: one test, and a loop of loads each way.
+        skipped = model.columns.first % 4
+        first, second = (f"{n.at}({n.x0}, {n.y0}, {model.rows.first + k}, {model.columns.first}) - {skipped}"
+                         for k in (0, 1))
+        rows = [f"if ({loops.aligned_16(first)} && {loops.aligned_16(second)}) {{",
+                *("    " + line for line in _row_loop(model, n, _vectors(model, n, vector))),
+                "} else {",
+                *("    " + line for line in _row_loop(model, n, _one_by_one(model, n))),
+                "}"]
     return [
         *(f"const {t} {name} = {number};" for name, t, number in model.specialised),
         *points.lambda_of(n.reaches, index, probe),
@@ -341,29 +350,41 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
         f"if ({n.inside}) {{",
         f"    {model.accumulator_type} {n.total}[{ROWS}][{COLUMNS}];",
         *("    " + line for line in _each_point(n, f"{n.total}[{n.r}][{n.c}] = {model.initial};")),
-        "    #pragma unroll",
-        f"    for (int {n.row} = 0; {n.row} < {ROWS} + {rows.count - 1}; {n.row}++) {{",
-        f"        // an input row: row {n.row} - {n.last} of the windows of the patch's points on its row {n.last}",
-        f"        const int {n.last} = {n.row} < {ROWS} ? {n.row} : {ROWS} - 1;",
-        f"        const {model.element} *{n.p} = {n.at}({n.x0}, {n.y0} + {n.last}, {n.row} - {n.last} + "
+        *("    " + line for line in rows),
+        *("    " + line for line in _finish_points(model, n)),
+        f"    {n.done} = true;",
+        "}",
+    ]
+
+
+def _row_loop(model: Window, n: _Names, loads: list[str]) -> list[str]:
+    """Each input row the patch needs, read by `loads` into v, added into the windows of the points it is in."""
+    source, rows, columns = model.kernel.source, model.rows, model.columns
+    i, j = rows.variable, columns.variable
+    shift = f" - ({columns.first})" if columns.first else ""
+    term = (source[model.expression[0]:model.read_span[0]] + f"{n.v}[{n.c} + {j}{shift}]" +
+            source[model.read_span[1]:model.expression[1]])
+    return [
+        "#pragma unroll",
+        f"for (int {n.row} = 0; {n.row} < {ROWS} + {rows.count - 1}; {n.row}++) {{",
+        f"    // an input row: row {n.row} - {n.last} of the windows of the patch's points on its row {n.last}",
+        f"    const int {n.last} = {n.row} < {ROWS} ? {n.row} : {ROWS} - 1;",
+        f"    const {model.element} *{n.p} = {n.at}({n.x0}, {n.y0} + {n.last}, {n.row} - {n.last} + "
         f"({rows.first}), {columns.first});",
-        *("        " + line for line in _row_loads(model, n)),
-        "        #pragma unroll",
-        f"        for (int {n.r} = 0; {n.r} < {ROWS}; {n.r}++) {{",
-        f"            const {rows.type} {i} = {n.row} - {n.r} + ({rows.first});",
-        f"            if ({n.row} >= {n.r} && {n.row} - {n.r} < {rows.count}) {{",
+        f"    {model.element} {n.v}[{COLUMNS + columns.count - 1}];",
+        *("    " + line for line in loads),
+        "    #pragma unroll",
+        f"    for (int {n.r} = 0; {n.r} < {ROWS}; {n.r}++) {{",
+        f"        const {rows.type} {i} = {n.row} - {n.r} + ({rows.first});",
+        f"        if ({n.row} >= {n.r} && {n.row} - {n.r} < {rows.count}) {{",
+        "            #pragma unroll",
+        f"            for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) {{",
         "                #pragma unroll",
-        f"                for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) {{",
-        "                    #pragma unroll",
-        f"                    for ({columns.type} {j} = {columns.first}; {j} < {columns.first + columns.count}; "
-        f"{j}++) "
+        f"                for ({columns.type} {j} = {columns.first}; {j} < {columns.first + columns.count}; {j}++) "
         f"{n.total}[{n.r}][{n.c}] +={term};",
-        "                }",
         "            }",
         "        }",
         "    }",
-        *("    " + line for line in _finish_points(model, n)),
-        f"    {n.done} = true;",
         "}",
     ]
 
@@ -391,6 +412,34 @@ def _finish_points(model: Window, n: _Names) -> list[str]:
     finish = f"{n.finish}({n.x0} + {n.c}, {n.y0} + {n.r}, {n.total}[{n.r}][{n.c}]"
     if _store_after(model) is None:
         return _each_point(n, f"{finish});")
+    one_by_one = (f"for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) "
+                  f"if ({n.stored_at}[{n.c}] != nullptr) *{n.stored_at}[{n.c}] = {n.stored}[{n.c}];")
+    target = _store_after(model)[1]
+    vector = loops.VECTORS.get(model.kernel.array_types[target.array])
+    if vector is None:
+        stores = ["// the row's stores one after another, which the L2 takes as whole writes", "#pragma unroll",
+                  one_by_one]
+    else:
+        # A subscript of the point's indices and the parameters (none declared again) that moves by one along x
+        # stores the four points side by side wherever each stores; any other is compared.
+        kernel = model.kernel
+        redeclared = points.declared_names(mask(kernel.source)[kernel.body_start:kernel.body_end])
+        moving = target.poly is not None and affine.is_unit(affine.stride(target.poly, kernel.axes[0].name)) and \
+            affine.names(target.poly) <= {axis.name for axis in kernel.axes} | (set(kernel.parameters) - redeclared)
+        side_by_side = " && ".join([
+            *(f"{n.stored_at}[{c}] != nullptr" if moving else
+              f"{n.stored_at}[{c}] == {n.stored_at}[0] + {c}" if c else f"{n.stored_at}[0] != nullptr"
+              for c in range(COLUMNS)),
+            loops.aligned_16(f"{n.stored_at}[0]")])
+        values = ", ".join(f"{n.stored}[{c}]" for c in range(COLUMNS))
+        stores = ["// the row's stores together, which the L2 takes as whole writes: one vector where they lie side by "
+                  "side",
+                  f"if ({side_by_side}) {{",
+                  f"    *reinterpret_cast<{vector} *>({n.stored_at}[0]) = {{{values}}};",
+                  "} else {",
+                  "    #pragma unroll",
+                  f"    {one_by_one}",
+                  "}"]
     return ["#pragma unroll",
             f"for (int {n.r} = 0; {n.r} < {ROWS}; {n.r}++) {{",
             "    #pragma unroll",
@@ -398,10 +447,7 @@ def _finish_points(model: Window, n: _Names) -> list[str]:
             f"        {n.stored_at}[{n.c}] = nullptr;",
             f"        {finish}, {n.c});",
             "    }",
-            "    // the row's stores one after another, which the L2 takes as whole writes",
-            "    #pragma unroll",
-            f"    for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) "
-            f"if ({n.stored_at}[{n.c}] != nullptr) *{n.stored_at}[{n.c}] = {n.stored}[{n.c}];",
+            *("    " + line for line in stores),
             "}"]
 
 
@@ -427,33 +473,28 @@ def _store_after(model: Window) -> tuple[Statement, Access] | None:
     return statement, target
 
 
-def _row_loads(model: Window, n: _Names) -> list[str]:
-    """The row's 4 + KW - 1 values into v: 128-bit vectors where the type has them, else one by one. The row's
-    first value is at column x0 + J0, x0 a multiple of 4, so it lies J0 mod 4 elements past a 16-byte boundary
-    wherever the row starts on one (a window centred on the point starts 2 before it): the vectors are read from
-    that boundary, where it is aligned, and one by one where it is not. A vector's lanes the row does not need
-    lie in the same aligned 16 bytes as one it does, so on a page it may read."""
+def _vectors(model: Window, n: _Names, vector: str) -> list[str]:
+    """The row's 4 + KW - 1 values into v, 128-bit vectors at a time, the row's start aligned. Its first value is
+    at column x0 + J0, x0 a multiple of 4, so it lies J0 mod 4 elements past a 16-byte boundary: the vectors are
+    read from that boundary. A vector's lanes the row does not need lie in the same aligned 16 bytes as one it
+    does, so on a page it may read."""
     span = COLUMNS + model.columns.count - 1
-    one_by_one = f"for (int {n.chunk} = 0; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = {n.p}[{n.chunk}];"
-    vector = loops.VECTORS.get(model.element)
-    declared = f"{model.element} {n.v}[{span}];"
-    if vector is None:
-        return [declared, "#pragma unroll", one_by_one]
     skipped = model.columns.first % 4  # the lanes before the row's first value
     start = f"{n.p} - {skipped}" if skipped else n.p
     quads = []
     for chunk in range(-(-(span + skipped) // 4)):
         lanes = " ".join(f"{n.v}[{at}] = {n.quad}.{lane};" for lane, at in
                          zip(loops.LANES, range(4 * chunk - skipped, 4 * chunk - skipped + 4)) if 0 <= at < span)
-        quads.append(f"    {{ const {vector} {n.quad} = *reinterpret_cast<const {vector} *>({start} + {4 * chunk}); "
+        quads.append(f"{{ const {vector} {n.quad} = *reinterpret_cast<const {vector} *>({start} + {4 * chunk}); "
                      f"{lanes} }}")
-    return [declared,
-            f"if ({loops.aligned_16(f'({start})')}) {{",
-            *quads,
-            "} else {",
-            "    #pragma unroll",
-            f"    {one_by_one}",
-            "}"]
+    return quads
+
+
+def _one_by_one(model: Window, n: _Names) -> list[str]:
+    """The row's 4 + KW - 1 values into v, one by one: an element with no vector of four, or rows not aligned."""
+    span = COLUMNS + model.columns.count - 1
+    return ["#pragma unroll",
+            f"for (int {n.chunk} = 0; {n.chunk} < {span}; {n.chunk}++) {n.v}[{n.chunk}] = {n.p}[{n.chunk}];"]
 
 
 def _cut(model: Window, reached: str, otherwise: str) -> list[tuple[int, int, str]]:
