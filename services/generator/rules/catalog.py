@@ -70,8 +70,9 @@ CATALOG = (
          "points_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
     Rule("register_window", "Let each thread of a window sum (a 2D convolution) compute 4 x window_rows points, "
                             "reading each input row its windows need once, 128 bits at a time where aligned, into "
-                            "registers, with the window's size fixed at the spec's value; edge threads and other "
-                            "window sizes run the kernel as written.", "window_rows", (1, 2, 4, 8), 4,
+                            "registers, and storing each row's four results together, one 128-bit vector where they "
+                            "lie side by side, with the window's size fixed at the spec's value; edge threads and "
+                            "other window sizes run the kernel as written.", "window_rows", (1, 2, 4, 8), 4,
          rendered=True),
     Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
                          "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
