@@ -43,6 +43,11 @@ def edited(spec_: KernelSpec, old: str, new: str) -> KernelSpec:
     return spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace(old, new)})
 
 
+def with_out_shape(spec_: KernelSpec, shape: list[str]) -> KernelSpec:
+    return spec_.model_validate({**spec_.model_dump(), "args": [
+        {**a.model_dump(), "shape": shape} if a.name == "out" else a.model_dump() for a in spec_.args]})
+
+
 # --- what it recognises and refuses ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_a_window_sum_is_recognised_whatever_its_names(name):
@@ -79,8 +84,8 @@ def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_fo
     correlate = normalised(window(KERNELS["correlate"]).source)
     assert "window_sum[r_][c_] = bias;" in correlate
     box = normalised(window(KERNELS["box3_int"]).source)
-    assert "sum = window_value;\n                sum = (sum + 4) / 9;\n                { stored_at[slot] = &out[y * ow + x]; " \
-           "stored[slot] = sum; }" in box
+    assert "sum = window_value;\n                sum = (sum + 4) / 9;\n                { stored[slot] = sum; " \
+           "stored_at[slot] = &out[y * ow + x]; }" in box
 
 
 REFUSED = {
@@ -184,6 +189,18 @@ TAKEN = {
                                           "out[y * out_w + x] = sum;\n        out[y * out_w + x] *= 2.0f;"),
     "an accumulating store": edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * out_w + x] += sum;"),
     "a mirrored store": edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * out_w + out_w - 1 - x] = sum;"),
+    # What the review found a recorded store got wrong: a write through a reference after it, a value that moves
+    # its own subscript (C++17 evaluates the value first), a subscript wrapping through a cast.
+    "a reference written after the store": edited(edited(edited(
+        CONV2D, 'extern "C"', 'typedef float &fref;\n\nextern "C"'),
+        "float sum = 0.0f;", "float sum = 0.0f;\n        fref o = out[y * out_w + x];"),
+        "out[y * out_w + x] = sum;", "out[y * out_w + x] = sum;\n        o = o * 2.0f;"),
+    "a value that moves its subscript": with_out_shape(
+        edited(CONV2D, "out[y * out_w + x] = sum;", "int o = y * (out_w + 1) + x;\n        out[o] = (o++, sum);"),
+        ["height - k + 2", "width - k + 2"]),
+    "a subscript wrapping through a cast": with_out_shape(
+        edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * width + (unsigned char)(x + 1) + 3] = sum;"),
+        ["height - k + 1", "width"]),
 }
 
 
@@ -202,11 +219,15 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "doubles":
         assert "double v[8];\n" in code and "reinterpret_cast" not in code
     if case == "unroll pragmas":
-        assert "sum = window_value;\n                { stored_at[slot] = &out[y * out_w + x]; stored[slot] = sum; }" in code
+        assert "sum = window_value;\n                { stored[slot] = sum; stored_at[slot] = &out[y * out_w + x]; }" in code
     if case == "a guarded store of its own output":
-        assert "if (sum > 0.0f) { stored_at[slot] = &out[y * out_w + x]; stored[slot] = 0.5f * out[y * out_w + x] " \
-               "+ sum; }" in code
-    if case == "a mirrored store":
+        assert "if (sum > 0.0f) { stored[slot] = 0.5f * out[y * out_w + x] + sum; stored_at[slot] = " \
+               "&out[y * out_w + x]; }" in code
+    if case == "a reference written after the store":  # the store is not the point's last deed
+        assert "stored_at" not in code
+    if case == "a value that moves its subscript":
+        assert "{ stored[slot] = (o++, sum); stored_at[slot] = &out[o]; }" in code
+    if case in ("a mirrored store", "a subscript wrapping through a cast"):
         assert "if (stored_at[0] != nullptr && stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && " \
                "stored_at[3] == stored_at[0] + 3 && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" \
                in code
@@ -220,20 +241,24 @@ def test_the_one_store_after_the_window_is_recorded_and_each_row_issues_its_stor
     code = normalised(window(CONV2D).source)
     assert "decltype(&out[0]) stored_at[4];\n        float stored[4];\n        auto finish = [&](const int x, const int y, " \
            "const float window_value, const int slot) {" in code
-    assert "sum = window_value;\n                { stored_at[slot] = &out[y * out_w + x]; stored[slot] = sum; }" in code
-    # out[y * out_w + x] moves by one along x: four points that store, store side by side. Where the subscript
-    # moves otherwise, the addresses are compared.
+    assert "sum = window_value;\n                { stored[slot] = sum; stored_at[slot] = &out[y * out_w + x]; }" in code
+    # out[y * out_w + x] names a local, out_w: the four addresses are compared before a vector takes them.
     assert """                for (int c = 0; c < 4; c++) {
                     stored_at[c] = nullptr;
                     finish(x_first + c, y_first + r, window_sum[r][c], c);
                 }
                 // the row's stores together, which the L2 takes as whole writes: one vector where they lie side by side
-                if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
+                if (stored_at[0] != nullptr && stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && stored_at[3] == stored_at[0] + 3 && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
                     *reinterpret_cast<float4 *>(stored_at[0]) = {stored[0], stored[1], stored[2], stored[3]};
                 } else {
                     #pragma unroll
                     for (int c = 0; c < 4; c++) if (stored_at[c] != nullptr) *stored_at[c] = stored[c];
                 }""" in code
+    # box_blur's out[row * w + col] is written with the point's indices and parameters alone, moving by one along
+    # col: four points that store, store side by side.
+    assert "if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && " \
+           "stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" in \
+           normalised(window(BOX_BLUR).source)
     # The points' own runs (edges, other window sizes) store as written.
     assert "auto point = [&](const int x, const int y) {" in code and "out[y * out_w + x] = sum;\n" in code
 
@@ -385,13 +410,18 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
                            {"rows": 11, "cols": 30, "pitch": 33, "kh": 2, "kw": 5}],
              "box3_int": [{"w": 43, "h": 29}, {"w": 40, "h": 9}],
              "blur": [{"w": 45, "h": 37, "r": 2}, {"w": 64, "h": 23, "r": 2}, {"w": 30, "h": 21, "r": 1}],
-             "box_blur": [{"w": 45, "h": 37}, {"w": 64, "h": 23}, {"w": 7, "h": 6}]}
+             "box_blur": [{"w": 45, "h": 37}, {"w": 64, "h": 23}, {"w": 7, "h": 6}],
+             # rows of 256 columns rotated by one: the last point of a thread wraps to the row's start
+             "a subscript wrapping through a cast": [{"height": 8, "width": 260, "k": 5}]}
 
 
 EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),
             *((case, "register_window") for case in ("__ldg", "unroll pragmas", "64-bit window indices", "doubles",
                                                      "a guarded store of its own output", "two stores after the window",
-                                                     "an accumulating store", "a mirrored store"))]
+                                                     "an accumulating store", "a mirrored store",
+                                                     "a reference written after the store",
+                                                     "a value that moves its subscript",
+                                                     "a subscript wrapping through a cast"))]
 
 
 @needs_gxx

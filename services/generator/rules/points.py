@@ -335,7 +335,8 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     outside = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]
     if _DEREFERENCE.search(body) or _MEMBER_WRITE.search(body):
         return "its point body reads or writes through a pointer or a member"
-    if ALIAS.search(body) or re.search(r"\bstatic\b", body):
+    if ALIAS.search(body) or any(indirect for _, indirect in _more_declarators(body)) or \
+            re.search(r"\bstatic\b", body):
         return "its point body declares a pointer, a reference or a static"
     functions = functions_named(outside)
     called = next((m[1] for m in CALLED.finditer(body) if m[1] in functions), None)
@@ -354,14 +355,22 @@ def hidden_effects(kernel: PointKernel) -> str | None:
 
 def declared_names(body: str) -> set[str]:
     """The names `body` (masked) declares, each declarator of a list too (`int w = a, h = b;`)."""
-    names = set()
+    return set(_DECLARED.findall(body)) | {name for name, _ in _more_declarators(body)}
+
+
+def _more_declarators(body: str) -> list[tuple[str, str]]:
+    """(name, `*` or `&` or "") of each declarator after the first of a declaration that begins a statement or a
+    for's initialiser: `int w = a, h = b;`. A comma expression (`t = a * b, g = 1;`) declares nothing."""
+    found = []
     for match in _DECLARED.finditer(body):
-        names.add(match[1])
+        before = re.sub(r"(?:\b(?:const|volatile|unsigned|signed|long|short)\s*)+$", "", body[:match.start()].rstrip())
+        if before.rstrip() and before.rstrip()[-1] not in ";{}" and not re.search(r"\bfor\s*\(\s*$", before[-64:]):
+            continue
         end = expression_end(body, match.end(1), len(body), ";")
         for declarator in split_top_level(body[match.end(1):end], ",")[1:]:
-            if name := re.match(r"\s*[*&\s]*([A-Za-z_]\w*)\s*(?:=(?!=)|\[|$)", declarator):
-                names.add(name[1])
-    return names
+            if name := re.match(r"\s*([*&]?)[*&\s]*([A-Za-z_]\w*)\s*(?:=(?!=)|\[|$)", declarator):
+                found.append((name[2], name[1]))
+    return found
 
 
 def changed_parameter(kernel: PointKernel) -> str | None:

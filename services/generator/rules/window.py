@@ -327,6 +327,7 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
     address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{read}", "nullptr"))
     finished = (model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};")
     window = [Axis(0, i, model.rows.type, "", ""), Axis(0, j, model.columns.type, "", "")]
+    store = _store_after(model)
     vector = loops.VECTORS.get(model.element)
     if vector is None:
         rows = _row_loop(model, n, _one_by_one(model, n))
@@ -344,14 +345,14 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
         *(f"const {t} {name} = {number};" for name, t, number in model.specialised),
         *points.lambda_of(n.reaches, index, probe),
         *points.lambda_of(n.at, [*index, *window], address, returns=f"const {model.element} *"),
-        *_finishing(model, n, finished),
+        *_finishing(model, n, finished, store),
         f"bool {n.inside} = true;",
         *_each_point(n, f"{n.inside} = {n.inside} && {n.reaches}({n.x0} + {n.c}, {n.y0} + {n.r});"),
         f"if ({n.inside}) {{",
         f"    {model.accumulator_type} {n.total}[{ROWS}][{COLUMNS}];",
         *("    " + line for line in _each_point(n, f"{n.total}[{n.r}][{n.c}] = {model.initial};")),
         *("    " + line for line in rows),
-        *("    " + line for line in _finish_points(model, n)),
+        *("    " + line for line in _finish_points(model, n, store)),
         f"    {n.done} = true;",
         "}",
     ]
@@ -389,43 +390,46 @@ def _row_loop(model: Window, n: _Names, loads: list[str]) -> list[str]:
     ]
 
 
-def _finishing(model: Window, n: _Names, finished: tuple[int, int, str]) -> list[str]:
+def _finishing(model: Window, n: _Names, finished: tuple[int, int, str],
+               store: tuple[Statement, Access] | None) -> list[str]:
     """The lambda running the rest of a point's body with SUM set to its window's sum; where its one effect is a
-    plain store, the lambda records it in the slot it is given instead (and the arrays it records into)."""
+    plain store, the lambda records it in the slot it is given instead (and the arrays it records into): the value
+    first, then the address, the order C++17 evaluates an assignment in."""
     kernel, source = model.kernel, model.kernel.source
     parameters = [*kernel.axes, Axis(0, n.value, model.accumulator_type, "", "")]
-    store = _store_after(model)
     if store is None:
         return points.lambda_of(n.finish, parameters, points.point_body(kernel, [finished]))
     statement, target = store
     value = source[mask(source).index("=", target.end) + 1:statement.end - 1]
-    recorded = (statement.start, statement.end, f"{{ {n.stored_at}[{n.slot}] = &{source[target.start:target.end]}; "
-                                                f"{n.stored}[{n.slot}] ={value}; }}")
+    recorded = (statement.start, statement.end, f"{{ {n.stored}[{n.slot}] ={value}; "
+                                                f"{n.stored_at}[{n.slot}] = &{source[target.start:target.end]}; }}")
     return [f"decltype(&{target.array}[0]) {n.stored_at}[{COLUMNS}];",
             f"{kernel.array_types[target.array]} {n.stored}[{COLUMNS}];",
             *points.lambda_of(n.finish, [*parameters, Axis(0, n.slot, "int", "", "")],
                               points.point_body(kernel, [finished, recorded]))]
 
 
-def _finish_points(model: Window, n: _Names) -> list[str]:
+def _finish_points(model: Window, n: _Names, store: tuple[Statement, Access] | None) -> list[str]:
     """Every point's rest of the body, row by row; a recorded store is issued after its row's points."""
     finish = f"{n.finish}({n.x0} + {n.c}, {n.y0} + {n.r}, {n.total}[{n.r}][{n.c}]"
-    if _store_after(model) is None:
+    if store is None:
         return _each_point(n, f"{finish});")
     one_by_one = (f"for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) "
                   f"if ({n.stored_at}[{n.c}] != nullptr) *{n.stored_at}[{n.c}] = {n.stored}[{n.c}];")
-    target = _store_after(model)[1]
+    target = store[1]
     vector = loops.VECTORS.get(model.kernel.array_types[target.array])
     if vector is None:
         stores = ["// the row's stores one after another, which the L2 takes as whole writes", "#pragma unroll",
                   one_by_one]
     else:
-        # A subscript of the point's indices and the parameters (none declared again) that moves by one along x
-        # stores the four points side by side wherever each stores; any other is compared.
+        # A subscript written with the point's indices, the parameters (none declared again) and numbers alone,
+        # moving by one along x, stores the four points side by side wherever each stores; any other (a local, a
+        # cast that may wrap, a call) is compared.
         kernel = model.kernel
         redeclared = points.declared_names(mask(kernel.source)[kernel.body_start:kernel.body_end])
+        written = set(_NAME.findall(mask(target.subscript)))
         moving = target.poly is not None and affine.is_unit(affine.stride(target.poly, kernel.axes[0].name)) and \
-            affine.names(target.poly) <= {axis.name for axis in kernel.axes} | (set(kernel.parameters) - redeclared)
+            written <= {axis.name for axis in kernel.axes} | (set(kernel.parameters) - redeclared)
         side_by_side = " && ".join([
             *(f"{n.stored_at}[{c}] != nullptr" if moving else
               f"{n.stored_at}[{c}] == {n.stored_at}[0] + {c}" if c else f"{n.stored_at}[0] != nullptr"
@@ -453,8 +457,9 @@ def _finish_points(model: Window, n: _Names) -> list[str]:
 
 def _store_after(model: Window) -> tuple[Statement, Access] | None:
     """The statement `OUT[I] = E;` and its target, where it is the only memory the point body writes after its
-    window loops (a loop there the recogniser refuses, so it runs at most once); else None. Nothing else may
-    change memory there: no atomic, no call of the source's functions, no write through a pointer."""
+    window loops (a loop there the recogniser refuses, so it runs at most once) and the last thing the point does;
+    else None. Nothing else may change memory there: no atomic, no call of the source's functions, no write
+    through a pointer."""
     kernel = model.kernel
     masked = mask(kernel.source)
     writes = [a for a in kernel.accesses if a.write and a.start >= model.nest.end]
@@ -469,6 +474,9 @@ def _store_after(model: Window) -> tuple[Statement, Access] | None:
                       if s.kind == "simple" and s.start <= target.start < s.end), None)
     if statement is None or masked[statement.start:target.start].strip() or \
             not re.fullmatch(r"\s*=(?!=)[^;]*;", masked[target.end:statement.end]):
+        return None
+    # The point's last deed: nothing after it may read the element it stores, as a reference or an intrinsic would.
+    if re.sub(r"\breturn\s*;|[\s;}]", "", masked[statement.end:kernel.body_end]):
         return None
     return statement, target
 
