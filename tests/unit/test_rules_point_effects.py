@@ -7,13 +7,9 @@ import pytest
 from services.generator.rules import points
 from services.generator.rules.cuda_text import mask
 from tests.corpus_kernels import corpus
+from tests.unit.rules_variants import edited
 
 CONV2D = next(kernel for kernel in corpus() if kernel.name == "conv2d").spec()
-
-
-def edited(old: str, new: str):
-    assert old in CONV2D.source, old
-    return CONV2D.model_validate({**CONV2D.model_dump(), "source": CONV2D.source.replace(old, new)})
 
 
 @pytest.mark.parametrize("text, names", [
@@ -45,8 +41,5 @@ def test_the_second_declarator_of_conv2ds_sizes_is_its_own_local():
      "changes g_seen, which it does not declare"),
 ])
 def test_what_a_later_declarator_or_a_comma_expression_hides_is_still_seen(old, new, reason):
-    spec = edited(old, new)
-    if "g_seen" in new:
-        spec = spec.model_validate({**spec.model_dump(),
-                                    "source": "__device__ int g_seen;\n" + spec.source})
+    spec = edited(edited(CONV2D, 'extern "C"', '__device__ int g_seen;\n\nextern "C"'), old, new)
     assert reason in (points.hidden_effects(points.recognise(spec)) or "none")
