@@ -373,6 +373,16 @@ def _more_declarators(body: str) -> list[tuple[str, str]]:
     return found
 
 
+def own_statement(kernel: PointKernel, masked: str, access: Access) -> tuple[Statement, int] | None:
+    """The simple statement `access` begins (`out[i] = value;`) and how many loops enclose it; None where the
+    access lies inside a larger statement."""
+    statement, loops = next(((s, depth) for s, depth in walk(masked, list(kernel.statements))
+                             if s.kind == "simple" and s.start <= access.start < s.end), (None, 0))
+    if statement is None or masked[statement.start:access.start].strip():
+        return None
+    return statement, loops
+
+
 def changed_parameter(kernel: PointKernel) -> str | None:
     """Why a rewrite running the point body for several points a thread cannot take this kernel: its body
     assigns, increments or decrements a parameter, and would hand the next point the changed value; else None."""

@@ -25,7 +25,6 @@ from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import Access, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, one_thread_per_point
-from services.generator.rules.statements import walk
 from shared.domain.spec import KernelSpec
 
 TILE_SIZES, ROW_COUNTS = [16, 32, 64], [2, 4, 8, 16]
@@ -62,10 +61,10 @@ def recognise(spec: KernelSpec) -> Transposed:
     if len(stores) != 1 or not stores[0].plain_store:
         raise NotRecognised(f"it makes {len(stores)} stores; a transpose makes one plain store (`out[w] = value;`)")
     store = stores[0]
-    statement, loops = next(((s, depth) for s, depth in walk(masked, list(kernel.statements))
-                             if s.kind == "simple" and s.start <= store.start < s.end), (None, 0))
-    if statement is None or masked[statement.start:store.start].strip():
+    own = points.own_statement(kernel, masked, store)
+    if own is None:
         raise NotRecognised("its store is not a statement of its own")
+    statement, loops = own
     if loops:
         raise NotRecognised("its store is made in a loop, which the tile would run whole in each of its passes")
     if (why := points.changed_parameter(kernel) or points.hidden_effects(kernel)) is not None:

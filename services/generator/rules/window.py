@@ -471,11 +471,10 @@ def _store_after(model: Window) -> tuple[Statement, Access] | None:
     if target.array not in kernel.array_types or re.search(r"\bvolatile\b", declared) or \
             re.search(r"\batomic\w*\s*\(|\basm\b", masked[model.nest.end:kernel.body_end]):
         return None
-    statement = next((s for s, _ in walk(masked, list(kernel.statements))
-                      if s.kind == "simple" and s.start <= target.start < s.end), None)
-    if statement is None or masked[statement.start:target.start].strip() or \
-            not re.fullmatch(r"\s*=(?!=)[^;]*;", masked[target.end:statement.end]):
+    own = points.own_statement(kernel, masked, target)
+    if own is None or not re.fullmatch(r"\s*=(?!=)[^;]*;", masked[target.end:own[0].end]):
         return None
+    statement = own[0]
     # The point's last deed: nothing after it may read the element it stores, as a reference or an intrinsic would.
     if re.sub(r"\breturn\s*;|[\s;}]", "", masked[statement.end:kernel.body_end]):
         return None
