@@ -118,13 +118,13 @@ def test_from_settings_takes_the_spec_over_the_settings(messages_api, prompt, sl
 
     providers.append(ClaudeProvider.from_settings(settings, GeneratorSpec(), sleep=sleeps.append))
     providers.append(ClaudeProvider.from_settings(
-        settings, GeneratorSpec(model="claude-opus-4-5", max_tokens=16000, temperature=0.7), sleep=sleeps.append))
+        settings, GeneratorSpec(model="claude-opus-4-6", max_tokens=16000, temperature=0.7), sleep=sleeps.append))
     for provider in providers:
         provider.complete(prompt)
 
     defaults, chosen = (r.body for r in messages_api.requests)
     assert (defaults["model"], defaults["max_tokens"], "temperature" in defaults) == ("claude-haiku-4-5", 2048, False)
-    assert (chosen["model"], chosen["max_tokens"], chosen["temperature"]) == ("claude-opus-4-5", 16000, 0.7)
+    assert (chosen["model"], chosen["max_tokens"], chosen["temperature"]) == ("claude-opus-4-6", 16000, 0.7)
     assert all(sent_key(r.headers) == KEY for r in messages_api.requests)
 
 

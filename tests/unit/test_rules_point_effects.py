@@ -43,3 +43,15 @@ def test_the_second_declarator_of_conv2ds_sizes_is_its_own_local():
 def test_what_a_later_declarator_or_a_comma_expression_hides_is_still_seen(old, new, reason):
     spec = edited(edited(CONV2D, 'extern "C"', '__device__ int g_seen;\n\nextern "C"'), old, new)
     assert reason in (points.hidden_effects(points.recognise(spec)) or "none")
+
+
+@pytest.mark.parametrize("body, once", [
+    ("int w = a - b + 1, h = c; out[y * w + x] = s;", True),
+    ("int w = a; { int w = x; out[w] = s; }", False),  # shadowed in a block
+    ("int w = a; { int w(x); out[w] = s; }", False),  # shadowed by direct initialisation
+    ("int w = a; { int w{x}; out[w] = s; }", False),
+    ("int w = a; for (int w = 0; w < 4; w++) s += w;", False),
+    ("int h = a, w = b; int v = w;", True),
+])
+def test_declared_once_counts_every_declaration_of_a_name(body, once):
+    assert points.declared_once(body, "w") is once

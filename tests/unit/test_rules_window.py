@@ -201,6 +201,12 @@ TAKEN = {
     "a subscript wrapping through a cast": with_out_shape(
         edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * width + (unsigned char)(x + 1) + 3] = sum;"),
         ["height - k + 1", "width"]),
+    "a subscript wrapping through a local": with_out_shape(
+        edited(CONV2D, "out[y * out_w + x] = sum;", "unsigned char c8 = x + 1;\n        out[y * width + c8 + 3] = sum;"),
+        ["height - k + 1", "width"]),
+    # A local of the parameters alone is the same at every point, whatever its conversions: a pitch.
+    "a pitch converted from the parameters": edited(CONV2D, "int out_w = width - k + 1,",
+                                                    "int out_w = (unsigned short)(width - k + 1u),"),
 }
 
 
@@ -227,10 +233,12 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
         assert "stored_at" not in code
     if case == "a value that moves its subscript":
         assert "{ stored[slot] = (o++, sum); stored_at[slot] = &out[o]; }" in code
-    if case in ("a mirrored store", "a subscript wrapping through a cast"):
+    if case in ("a mirrored store", "a subscript wrapping through a cast", "a subscript wrapping through a local"):
         assert "if (stored_at[0] != nullptr && stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && " \
                "stored_at[3] == stored_at[0] + 3 && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" \
                in code
+    if case == "a pitch converted from the parameters":
+        assert "if (stored_at[0] != nullptr && stored_at[1] != nullptr && " in code
     if case in ("two stores after the window", "an accumulating store"):
         assert "stored_at" not in code and "finish(x_first + c, y_first + r, window_sum[r][c]);" in code
 
@@ -243,20 +251,20 @@ def test_the_one_store_after_the_window_is_recorded_and_each_row_issues_its_stor
     assert "decltype(&out[0]) stored_at[4];\n        float stored[4];\n        auto finish = [&](const int x, const int y, " \
            "const float window_value, const int slot) {" in code
     assert "sum = window_value;\n                { stored[slot] = sum; stored_at[slot] = &out[y * out_w + x]; }" in code
-    # out[y * out_w + x] names a local, out_w: the four addresses are compared before a vector takes them.
+    # out[y * out_w + x] names the point's indices and out_w, a local of the parameters alone: four points that
+    # store, store side by side.
     assert """                for (int c = 0; c < 4; c++) {
                     stored_at[c] = nullptr;
                     finish(x_first + c, y_first + r, window_sum[r][c], c);
                 }
                 // the row's stores together, which the L2 takes as whole writes: one vector where they lie side by side
-                if (stored_at[0] != nullptr && stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && stored_at[3] == stored_at[0] + 3 && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
+                if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
                     *reinterpret_cast<float4 *>(stored_at[0]) = {stored[0], stored[1], stored[2], stored[3]};
                 } else {
                     #pragma unroll
                     for (int c = 0; c < 4; c++) if (stored_at[c] != nullptr) *stored_at[c] = stored[c];
                 }""" in code
-    # box_blur's out[row * w + col] is written with the point's indices and parameters alone, moving by one along
-    # col: four points that store, store side by side.
+    # box_blur's out[row * w + col], of the point's indices and parameters alone, likewise.
     assert "if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && " \
            "stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" in \
            normalised(window(BOX_BLUR).source)
@@ -413,7 +421,8 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "blur": [{"w": 45, "h": 37, "r": 2}, {"w": 64, "h": 23, "r": 2}, {"w": 30, "h": 21, "r": 1}],
              "box_blur": [{"w": 45, "h": 37}, {"w": 64, "h": 23}, {"w": 7, "h": 6}],
              # rows of 256 columns rotated by one: the last point of a thread wraps to the row's start
-             "a subscript wrapping through a cast": [{"height": 8, "width": 260, "k": 5}]}
+             "a subscript wrapping through a cast": [{"height": 8, "width": 260, "k": 5}],
+             "a subscript wrapping through a local": [{"height": 8, "width": 260, "k": 5}]}
 
 
 EMULATED = [*((name, order) for name in KERNELS for order in ("register_window", "plan")),
@@ -422,7 +431,9 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "an accumulating store", "a mirrored store",
                                                      "a reference written after the store",
                                                      "a value that moves its subscript",
-                                                     "a subscript wrapping through a cast"))]
+                                                     "a subscript wrapping through a cast",
+                                                     "a subscript wrapping through a local",
+                                                     "a pitch converted from the parameters"))]
 
 
 @needs_gxx

@@ -358,6 +358,14 @@ def declared_names(body: str) -> set[str]:
     return set(_DECLARED.findall(body)) | {name for name, _ in _more_declarators(body)}
 
 
+def declared_once(body: str, name: str) -> bool:
+    """Whether `body` (masked) declares `name` exactly once, and nowhere in a form declared_names does not read
+    (`int n(5);`, `int n{5};`), so that one definition holds for it throughout."""
+    count = sum(match[1] == name for match in _DECLARED.finditer(body)) + \
+        sum(found == name for found, _ in _more_declarators(body))
+    return count == 1 and not re.search(rf"(?<![\w.]){name}\s*[({{]", body)
+
+
 def _more_declarators(body: str) -> list[tuple[str, str]]:
     """(name, `*` or `&` or "") of each declarator after the first of a declaration that begins a statement or a
     for's initialiser: `int w = a, h = b;`. A comma expression (`t = a * b, g = 1;`) declares nothing."""

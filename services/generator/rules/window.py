@@ -423,14 +423,12 @@ def _finish_points(model: Window, n: _Names, store: tuple[Statement, Access] | N
         stores = ["// the row's stores one after another, which the L2 takes as whole writes", "#pragma unroll",
                   one_by_one]
     else:
-        # A subscript written with the point's indices, the parameters (none declared again) and numbers alone,
-        # moving by one along x, stores the four points side by side wherever each stores; any other (a local, a
-        # cast that may wrap, a call) is compared.
-        kernel = model.kernel
-        redeclared = points.declared_names(mask(kernel.source)[kernel.body_start:kernel.body_end])
-        written = set(_NAME.findall(mask(target.subscript)))
-        moving = target.poly is not None and affine.is_unit(affine.stride(target.poly, kernel.axes[0].name)) and \
-            written <= {axis.name for axis in kernel.axes} | (set(kernel.parameters) - redeclared)
+        # A subscript written with the point's indices, numbers and names the same for the four points alone,
+        # moving by one along x, stores the four points side by side wherever each stores; any other (a cast that
+        # may wrap, a call, a local of the indices) is compared.
+        moving = target.poly is not None and \
+            affine.is_unit(affine.stride(target.poly, model.kernel.axes[0].name)) and \
+            set(_NAME.findall(mask(target.subscript))) <= {axis.name for axis in model.kernel.axes} | _row_constants(model)
         side_by_side = " && ".join([
             *(f"{n.stored_at}[{c}] != nullptr" if moving else
               f"{n.stored_at}[{c}] == {n.stored_at}[0] + {c}" if c else f"{n.stored_at}[0] != nullptr"
@@ -454,6 +452,16 @@ def _finish_points(model: Window, n: _Names, store: tuple[Statement, Access] | N
             "    }",
             *("    " + line for line in stores),
             "}"]
+
+
+def _row_constants(model: Window) -> set[str]:
+    """The names whose value is the same at every point: scalar parameters the point body does not declare again,
+    and its locals defined once from those alone (conv2d's `out_w = width - k + 1`, whatever conversions)."""
+    kernel = model.kernel
+    body = mask(kernel.source)[kernel.body_start:kernel.body_end]
+    scalars = set(kernel.parameters) - set(kernel.array_types) - points.declared_names(body)
+    return scalars | {name for name, poly in kernel.locals.items()
+                      if affine.names(poly) <= scalars and points.declared_once(body, name)}
 
 
 def _store_after(model: Window) -> tuple[Statement, Access] | None:
