@@ -14,20 +14,13 @@ import pytest
 
 from services.generator import rules
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
-from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ROW_CUMSUM, array, scalar, spec
+from tests.unit.rules_variants import ROW_CUMSUM, array, edited, scalar, spec
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature
 from tests.unit.test_rules_vectorize16 import GXX, _in_child, needs_gxx
 
 SEGMENTED = next(kernel for kernel in corpus() if kernel.name == "segmented_scan").spec()
 READ, ADD = "const int t = threadIdx.x >= offset ? buf[threadIdx.x - offset] : 0;", "buf[threadIdx.x] += t;"
-
-
-def edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
-    assert old in base.source, old
-    return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
-
 
 HELPER = spec(r"""
 // Each block scans the first blockDim.x values of its row in place, in double, through a __device__ helper on a

@@ -21,7 +21,7 @@ from services.generator import rules
 from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
 from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import VARIANTS, sample
+from tests.unit.rules_variants import VARIANTS, edited, sample
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature, plan_applied
 from tests.unit.test_rules_vectorize16 import _in_child, needs_gxx
 from tests.unit.test_rules_vectorize_aligned import ptx
@@ -36,11 +36,6 @@ KERNELS = {"conv2d": CONV2D, "correlate": VARIANTS["correlate"][1], "box3_int": 
 
 def window(spec_: KernelSpec):
     return rules.apply("register_window", spec_, spec_.as_candidate())
-
-
-def edited(spec_: KernelSpec, old: str, new: str) -> KernelSpec:
-    assert old in spec_.source, old
-    return spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace(old, new)})
 
 
 def with_out_shape(spec_: KernelSpec, shape: list[str]) -> KernelSpec:

@@ -335,8 +335,8 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     outside = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]
     if _DEREFERENCE.search(body) or _MEMBER_WRITE.search(body):
         return "its point body reads or writes through a pointer or a member"
-    if ALIAS.search(body) or any(indirect for _, indirect in _more_declarators(body)) or \
-            re.search(r"\bstatic\b", body):
+    more = _more_declarators(body)
+    if ALIAS.search(body) or any(indirect for _, indirect in more) or re.search(r"\bstatic\b", body):
         return "its point body declares a pointer, a reference or a static"
     functions = functions_named(outside)
     called = next((m[1] for m in CALLED.finditer(body) if m[1] in functions), None)
@@ -345,7 +345,7 @@ def hidden_effects(kernel: PointKernel) -> str | None:
     atomics = len(re.findall(r"\batomic\w*\s*\(", body))
     if atomics != len(_ADDING_ATOMIC.findall(body)):
         return "its point body reads an atomic's result, or makes an atomic that does not add up"
-    declared = declared_names(body)
+    declared = set(_DECLARED.findall(body)) | {name for name, _ in more}
     changed = {m[1] or m[2] for m in re.finditer(
         rf"(?<![\w.\]])([A-Za-z_]\w*)\s*(?:\)\s*)*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*(?:\(\s*)*([A-Za-z_]\w*)",
         body)}
