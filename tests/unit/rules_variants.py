@@ -1310,6 +1310,9 @@ VARIANTS["squares_into_a_bin_of_the_data"] = ("hierarchical_reduction", edited(
     SUM_OF_SQUARES, "atomicAdd(&acc[0], v * v);", "atomicAdd(&acc[(int)v & 0], v * v);"))
 
 # SHADE_2D reading through the read-only cache: the lanes take the elements the __ldg reads.
+# A lower bound on x too: the row's first and last points are tested.
+VARIANTS["vectors_under_a_lower_bound"] = ("vectorize", edited(SHADE_2D, "if (row < h && col < w)",
+                                                               "if (row < h && col < w && col > 0)"))
 VARIANTS["shade_2d_ldg_vectors"] = ("vectorize", edited(SHADE_2D, "in[row * w + col] * gain[col]",
                                                         "__ldg(&in[row * w + col]) * __ldg(&gain[col])"))
 
@@ -1400,8 +1403,6 @@ NOT_OF_SHAPE = {
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
         "{ out[row * w + col] = in[row * w + col] * gain[col]; __stcs(out + row * w + col, 1.0f); }"),
         "it uses out otherwise than indexed"),
-    "vectors_under_a_lower_bound": ("vectorize", edited(
-        SHADE_2D, "if (row < h && col < w)", "if (row < h && col < w && col > 0)"), "as `col < width` alone"),
     "a_row_broadcast_is_not_a_transpose": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "2.0f * idata[x * width + y]", "2.0f * idata[y]"), "nor along x against loads"),
     "elementwise_is_not_a_stencil": ("register_blocking", ADD_BIAS_2D, "it reads no input around the point"),

@@ -310,8 +310,10 @@ struct kforge_dim3 { unsigned int x, y, z; };
 static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
 #define __device__
+#define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
 template <typename T> static T __ldg(const T *p) { return *p; }
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
@@ -336,35 +338,35 @@ SHARED = "#define __shared__ static\n"  # a block's shared arrays: one for its t
 
 
 def build(source: str, kernel_name: str, directory, defines: dict, threads: bool = False) -> ctypes.CDLL:
-    """The kernel as host code with `kforge_launch(gx, gy, bx, by, args...)` running every thread of a 2D launch in
-    turn, or with `threads` a block's threads at once (THREADED); the launcher's own names start kforge_, which no
-    kernel parameter takes, and the tune parameters are -D defines, as NVRTC gets them."""
+    """The kernel as host code with `kforge_launch(gx, gy, gz, bx, by, bz, args...)` running every thread of a 3D
+    launch in turn, or with `threads` a block's threads at once (THREADED); the launcher's own names start kforge_,
+    which no kernel parameter takes, and the tune parameters are -D defines, as NVRTC gets them."""
     kernel = find_kernel(source, kernel_name)
     parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
-    one_thread = f"""blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx, 0}};
-                threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx, 0}};
+    one_thread = f"""blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx % kforge_gy, kforge_b / (kforge_gx * kforge_gy)}};
+                threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx % kforge_by, kforge_t / (kforge_bx * kforge_by)}};
                 {kernel_name}({', '.join(names)});"""
     each_thread = f"""
-        for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by; ++kforge_t) {{
+        for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by * kforge_bz; ++kforge_t) {{
                 {one_thread}
         }}"""
     if threads:
         each_thread = f"""
-        std::barrier<> kforge_barrier(kforge_bx * kforge_by);
+        std::barrier<> kforge_barrier(kforge_bx * kforge_by * kforge_bz);
         kforge_block = &kforge_barrier;
         std::vector<std::thread> kforge_running;
-        for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by; ++kforge_t)
+        for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by * kforge_bz; ++kforge_t)
             kforge_running.emplace_back([&, kforge_t] {{
                 {one_thread}
                 kforge_barrier.arrive_and_drop();
             }});
         for (std::thread &kforge_thread : kforge_running) kforge_thread.join();"""
     launcher = f"""
-extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned kforge_bx, unsigned kforge_by{"".join(", " + p for p in parameters)})
+extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned kforge_gz, unsigned kforge_bx, unsigned kforge_by, unsigned kforge_bz{"".join(", " + p for p in parameters)})
 {{
-    gridDim = {{kforge_gx, kforge_gy, 1}}; blockDim = {{kforge_bx, kforge_by, 1}};
-    for (unsigned kforge_b = 0; kforge_b < kforge_gx * kforge_gy; ++kforge_b) {{{each_thread}
+    gridDim = {{kforge_gx, kforge_gy, kforge_gz}}; blockDim = {{kforge_bx, kforge_by, kforge_bz}};
+    for (unsigned kforge_b = 0; kforge_b < kforge_gx * kforge_gy * kforge_gz; ++kforge_b) {{{each_thread}
     }}
 }}
 """
@@ -382,9 +384,9 @@ extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned k
 def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0) -> dict[str, bytes]:
     """The kernel at `spec_`'s launch geometry for `params`, on seeded arrays placed 16-byte aligned (the window's
     input `shift` elements past that); every array's bytes after."""
-    (gx, gy, _), (bx, by, _) = spec_.launch_geometry(params)
+    (gx, gy, gz), (bx, by, bz) = spec_.launch_geometry(params)
     rng = np.random.default_rng(3)
-    held, arguments, types = {}, [], [ctypes.c_uint] * 4
+    held, arguments, types = {}, [], [ctypes.c_uint] * 6
     for arg in spec_.args:
         if arg.is_array:
             count, dtype = int(np.prod(spec_.shape_of(arg))), np.dtype(arg.dtype)
@@ -402,7 +404,7 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0) -
     library.kforge_launch.argtypes = types
 
     def launch() -> dict[str, bytes]:
-        library.kforge_launch(gx, gy, bx, by, *arguments)
+        library.kforge_launch(gx, gy, gz, bx, by, bz, *arguments)
         return {name: placed.tobytes() for name, placed in held.items()}
     return _in_child(launch)
 

@@ -47,7 +47,9 @@ CATALOG = (
     Rule("vectorize", "Load and store 128 bits at a time (four 4-byte elements, eight halves or bfloat16s, or sixteen "
                       "bytes; a kernel's narrower arrays move as many elements as its widest, in fewer bytes) as "
                       "aligned structs, taken only when every array is aligned at run time (else the element loop), "
-                      "each lane computed as the kernel wrote it, with a scalar loop for the last elements.",
+                      "each lane computed as the kernel wrote it, with a scalar loop for the last elements. On a "
+                      "stencil, the input its points read around them comes into registers once, as whole aligned "
+                      "vectors and the elements beside them.",
          rendered=True),
     Rule("unroll", "Unroll every loop that has no unroll pragma yet by the tunable loop_unroll_factor.",
          "loop_unroll_factor", (1, 2, 4, 8), 4, alternatives=("batch_loads",)),

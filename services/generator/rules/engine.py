@@ -174,7 +174,7 @@ def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carri
     shape, model, reasons = recognise(spec)
     if shape is None or rule.id not in shape.rules:
         shapes = offering(rule.id)
-        why = "; ".join(reasons.get(s.name) or _refusal(s, shape, spec) for s in shapes)
+        why = "; ".join(dict.fromkeys(reasons.get(s.name) or _refusal(s, shape, spec) for s in shapes))
         found = f" (it is {shape.kind})" if shape is not None and shape.kind not in why else ""
         return f"{rule.id} takes {' or '.join(s.kind for s in shapes)}, and this one is not: {why}{found}"
     reason = shape.reason(rule.id, model, reading(spec))
@@ -198,7 +198,9 @@ def _refusal(offered: Shape, found: Shape, spec: KernelSpec) -> str:
         offered.recognise(reading(spec))
     except ValueError as exc:
         return str(exc)
-    return f"it is {found.kind}, which {', '.join(found.rules)} restructures"
+    rules = found.rules
+    return f"it is {found.kind}, which {' and '.join([', '.join(rules[:-1]), rules[-1]] if len(rules) > 1 else rules)} " \
+           f"restructure{'' if len(rules) > 1 else 's'}"
 
 
 def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout, tuple[str, ...]]:

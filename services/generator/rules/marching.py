@@ -70,6 +70,23 @@ def _steps(offset: affine.Poly, stride: affine.Poly) -> bool:
     return steps != 0 and offset == {t: c * steps for t, c in stride.items()}
 
 
+def _vectors_reason(kernel: PointKernel, spec: KernelSpec) -> str | None:
+    try:
+        point_vectors.model(kernel, spec)
+    except NotRecognised as exc:
+        return str(exc)
+    return None
+
+
+def _vectors(kernel: PointKernel, factor: str | None, spec: KernelSpec) -> tuple[str, Layout]:
+    """Vectors along x (point_vectors.py), and with `factor` that many points along the slowest axis a thread."""
+    rows = point_vectors.model(kernel, spec)
+    grid = {"x": [spec.block_size_names[0], rows.lanes]}
+    if factor is not None:
+        grid["xyz"[len(kernel.axes) - 1]] = [spec.block_size_names[len(kernel.axes) - 1], factor]
+    return points.with_body(kernel, point_vectors.render(rows, factor, spec)), Layout(grid_div=grid)
+
+
 def _render(kernel: PointKernel, factor: str, spec: KernelSpec, note: list[str]) -> tuple[str, Layout]:
     axis = len(kernel.axes) - 1
     taken = identifiers(kernel.source)
@@ -88,22 +105,11 @@ class PointsShape:
         return _marchable(spec)
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
-        if rule_id == "vectorize":
-            try:
-                point_vectors.model(kernel, spec)
-            except NotRecognised as exc:
-                return str(exc)
-        return None
+        return _vectors_reason(kernel, spec) if rule_id == "vectorize" else None
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if "vectorize" in features:
-            rows = point_vectors.model(kernel, spec)
-            marched = "elements_per_thread" in features
-            lines = point_vectors.render(rows, "elements_per_thread" if marched else None, spec)
-            grid = {"x": [spec.block_size_names[0], rows.lanes]}
-            if marched:
-                grid["xyz"[len(kernel.axes) - 1]] = [spec.block_size_names[len(kernel.axes) - 1], "elements_per_thread"]
-            return points.with_body(kernel, lines), Layout(grid_div=grid)
+            return _vectors(kernel, "elements_per_thread" if "elements_per_thread" in features else None, spec)
         axis = "xyz"[len(kernel.axes) - 1]
         spacing = "a block width apart" if axis == "x" else "consecutive"
         note = [f"// Each thread runs the point body for elements_per_thread points along {axis}, {spacing};",
@@ -114,7 +120,7 @@ class PointsShape:
 class StencilShape:
     name = "stencil"
     kind = "a stencil (it reads an input around the point it writes)"
-    rules = ("register_blocking",)
+    rules = ("register_blocking", "vectorize")
 
     def recognise(self, spec: KernelSpec) -> PointKernel:
         kernel = _marchable(spec)
@@ -126,9 +132,11 @@ class StencilShape:
         return kernel
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
-        return None
+        return _vectors_reason(kernel, spec) if rule_id == "vectorize" else None
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        if "vectorize" in features:
+            return _vectors(kernel, "points_per_thread" if "register_blocking" in features else None, spec)
         axis = "xyz"[len(kernel.axes) - 1]
         array = neighbourhood(kernel)
         note = [f"// Register blocking: each thread computes points_per_thread consecutive points along {axis}, "

@@ -3,7 +3,9 @@
 
 Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard, `if (x <
 W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears in the
-condition only as `x < W`, W a scalar argument the problem size along x covers. BODY is statements and ifs (no loop,
+condition only as `x < W` (or `x <= W - 1`), W arithmetic of scalar arguments the problem size along x covers, and
+in lower bounds `x >= L` or `x > L`, L free of x: the condition then holds for a row's consecutive points where it
+holds for the first and the last. BODY is statements and ifs (no loop,
 return or jump; no reference, pointer or lambda declared) that change no parameter and make no atomic. The arrays it
 takes as vectors are array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers) it indexes at one
 subscript moving by exactly 1 along x, of the indices and scalar parameters alone, used no other way (no pointer
@@ -13,9 +15,11 @@ taken so where every access is made whenever BODY runs (none in an if's branch, 
 writes under a condition too (a mask, a clamp in place), where its subscript is the point's place in the box the
 guard bounds, `x + W * y + W * H * z` (no two points share an element, so a lane that does not store writes back
 what it read and undoes nobody's store), and its elements exist (BODY touches it wherever it runs, or its shape in
-args holds the box). Every other array it only reads (a bias per row, a gather, neighbours, a read under a
-condition), and each lane reads it as written, where its point would. Each point is then computed once, by one
-lane, as by one thread, and touches the elements it touched.
+args holds the box). An array it only reads around the point (a stencil's input: subscripts each moving by
+exactly 1 along x, apart by offsets free of the indices, `in[i - 1]`, `in[i + nx]`, `in[i - plane]`), every access
+made whenever BODY runs, is read into a window of registers (Window). Every other array it only reads (a bias per
+row, a gather, neighbours under a condition), and each lane reads it as written, where its point would. Each
+point is then computed once, by one lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
 V the lanes of 16 bytes of the widest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
@@ -25,10 +29,14 @@ x) and every vector's first element is aligned to what the vector moves (a row p
 otherwise), each vector's array is loaded as a struct of V elements so aligned (16 bytes for the widest arrays; 4
 for bytes beside floats) unless BODY writes it before reading it, BODY runs once
 per lane on the lane's elements, and the written arrays are stored whole (a lane that stores nothing keeps what was
-loaded). Otherwise the
-thread runs the point body as written, guard included, for each of its V points. Every point is thus computed as
-the kernel wrote it.
+loaded). A window's subscripts are grouped by their part other than a number; a group's elements that some lane
+reads come into a register array before the lanes run, each aligned vector all of whose elements are read as one
+struct (its alignment tested with the others'), the rest one by one, and each lane reads its element from there.
+So the rows a stencil reads come from memory once, 16 bytes a load, and no element its points do not read is
+touched. Otherwise the thread runs the point body as written, guard included, for each of its V points. Every
+point is thus computed as the kernel wrote it.
 """
+import dataclasses
 import re
 import textwrap
 from dataclasses import dataclass
@@ -55,6 +63,18 @@ class Rows:
     lanes: int
     moved: dict[str, int]  # each array -> the bytes its vector moves, and so the alignment it needs
     reads: dict[int, tuple[int, int]]  # each access (by its start) -> the span its lane's element replaces
+    windows: dict[str, "Window"] = dataclasses.field(default_factory=dict)  # neighbourhoods read into registers
+    lower_bounded: bool = False  # the guard bounds x from below too, so it is tested at the row's first point
+
+
+@dataclass(frozen=True)
+class Window:
+    """An array read around the point (a stencil's input): its subscripts, each the point's place plus an offset
+    free of the indices, grouped by the offset's part other than a number. A group's elements for the V lanes are
+    read once into a register array, the aligned vectors wholly read by some lane as vectors, the rest one by one."""
+    element: str  # its element type as declared
+    groups: tuple[tuple[affine.Poly, tuple[int, ...]], ...]  # (the subscript less its number, the numbers added)
+    at: dict[int, tuple[int, int]]  # each access (by its start) -> (its group, the number it adds)
 
 
 def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
@@ -71,12 +91,19 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     condition = masked[guard.head[0]:guard.head[1]]
     conjuncts = top_level_conjuncts(condition)
     bounds = [c for c in conjuncts if re.search(rf"\b{x}\b", c)]
-    bound = re.fullmatch(rf"\s*{x}\s*<\s*(?P<w>[^<>=!&|?,^]+)|\s*(?P<v>[^<>=!&|?,^]+)>\s*{x}\s*", bounds[0]) \
-        if len(bounds) == 1 else None
-    if bound is None or len(re.findall(rf"\b{x}\b", bounds[0])) != 1:
-        raise NotRecognised(f"its guard `{' '.join(condition.split())}` does not bound {x} as `{x} < width` alone")
-    if not grid_stride.bound_covered(spec, 0, bound["w"] or bound["v"]):
-        raise NotRecognised(f"its bound on {x}, `{' '.join((bound['w'] or bound['v']).split())}`, is not a scalar "
+    uppers = [found for c in bounds if (found := re.fullmatch(
+        rf"\s*{x}\s*<\s*(?P<w>{_OPERAND})|\s*(?P<v>{_OPERAND})>\s*{x}\s*"
+        rf"|\s*{x}\s*<=\s*(?P<last>{_OPERAND})|\s*(?P<last_>{_OPERAND})>=\s*{x}\s*", c))]
+    lowers = [c for c in bounds if re.fullmatch(rf"\s*{x}\s*>=?\s*{_OPERAND}|\s*{_OPERAND}<=?\s*{x}\s*", c)]
+    if len(uppers) != 1 or len(uppers) + len(lowers) != len(bounds) or \
+            any(len(re.findall(rf"\b{x}\b", c)) != 1 for c in bounds):
+        raise NotRecognised(f"its guard `{' '.join(condition.split())}` does not bound {x} as `{x} < width` alone "
+                            f"(and `{x} >= start`)")
+    bound = uppers[0]
+    last = bound["last"] or bound["last_"]
+    width_bound = f"({last}) + 1" if last else bound["w"] or bound["v"]  # x below it
+    if not grid_stride.bound_covered(spec, 0, width_bound):
+        raise NotRecognised(f"its bound on {x}, `{' '.join(width_bound.split())}`, is not a scalar "
                             f"argument the problem size covers, so its grid would reach other points")
     if any(guard.head[0] <= a.start < guard.head[1] for a in kernel.accesses):
         raise NotRecognised("its guard reads an array")
@@ -88,24 +115,29 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
         raise NotRecognised(why)
     axis_bounds = {axis.name: found["b"] for axis in kernel.axes for c in conjuncts
                    if (found := re.fullmatch(rf"\s*{axis.name}\s*<\s*(?P<b>[^<>=!&|?,^]+?)\s*", c))}
-    arrays, subscripts = _arrays(kernel, spec, masked, x, body, axis_bounds)
-    other = next((name for name in arrays if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
+    arrays, subscripts, windows = _arrays(kernel, spec, masked, x, body, axis_bounds)
+    other = next((name for name in [*arrays, *windows] if len(re.findall(rf"(?<![\w.]){name}\b", text)) !=
                   sum(a.array == name for a in kernel.accesses)), None)
     if other is not None:
         raise NotRecognised(f"it uses {other} otherwise than indexed (a pointer passed on, or offset), which the "
                             f"lanes' registers would not see")
-    indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses if a.array in arrays]))
+    indexing = " ".join(_index_texts(masked, body, [a.subscript for a in kernel.accesses
+                                                    if a.array in arrays or a.array in windows]))
     if re.search(r"\b(?:short|char|u?int(?:8|16)_t)\b", indexing):
         raise NotRecognised("an index is computed in a narrower integer, which may wrap it")
-    widths = {name: ELEMENT_BYTES[_dtype(kernel, spec, name)] for name in arrays}
+    widths = {name: ELEMENT_BYTES[_dtype(kernel, spec, name)] for name in [*arrays, *windows]}
     lanes = VECTOR_BYTES // max(widths.values())  # 16 bytes of the widest array, elementwise.lanes' choice
     moved = {name: lanes * width for name, width in widths.items()}
     written = {a.array for a in kernel.accesses if a.write}
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
     return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes,
-                moved,
-                {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses if a.array in arrays})
+                moved, {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses
+                        if a.array in arrays or a.array in windows},
+                windows, bool(lowers))
+
+
+_OPERAND = r"[^<>=!&|?,^]+"  # a bound's other side: no comparison, logic or comma of its own
 
 
 def _plain(masked: str, body: tuple[int, int]) -> str | None:
@@ -134,14 +166,16 @@ def _index_texts(masked: str, body: tuple[int, int], subscripts: list[str]) -> l
 
 
 def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tuple[int, int],
-            bounds: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+            bounds: dict[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, Window]]:
     """Each array the lanes take as vectors -> its element type, and -> its one subscript as C arithmetic. Such an
     array is indexed at one subscript moving by exactly 1 along x, each access made whenever BODY runs (none in a
     branch of `?:` or after `&&` or `||`): the stores then rewrite only elements the kernel writes, and the loads
     read only elements it reads (an inner condition may be what keeps an index in bounds: a crop, a pad). An array
     only read, otherwise (a bias per row, a gather, neighbours, under a condition), is left to each lane as
-    written: the lane reads what its point reads."""
-    arrays, subscripts = {}, {}
+    written: the lane reads what its point reads. An array only read around the point, at subscripts each moving
+    by exactly 1 along x and apart by offsets free of the indices, every access made whenever BODY runs, is read
+    into a Window instead (a stencil's input)."""
+    arrays, subscripts, windows = {}, {}, {}
     parts = statements(masked, *body)
     functions = functions_named(masked[:kernel.kernel.name_at] + masked[kernel.body_end:])
     for name in dict.fromkeys(a.array for a in kernel.accesses):
@@ -150,6 +184,10 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tu
                                  for a in accesses)),
                    None)
         conditional = next((a for a in accesses if not made_whenever_run(masked, parts, a.start)), None)
+        if why == _SEVERAL.format(name) and conditional is None and not any(a.write for a in accesses) and \
+                (window := _window(kernel, spec, masked, x, accesses, functions)) is not None:
+            windows[name] = window
+            continue
         if why is None and conditional is not None:
             why = f"{name}[{conditional.subscript}] is read or written only under a condition"
             if any(a.write for a in accesses):
@@ -161,7 +199,35 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tu
             raise NotRecognised(why)
     if not arrays:
         raise NotRecognised(f"no array its point body indexes moves by exactly 1 along {x} at every access")
-    return arrays, subscripts
+    return arrays, subscripts, windows
+
+
+_SEVERAL = "it indexes {} at more than one subscript"
+WINDOW_SPAN = 8  # the most elements a group's numbers may spread over: its registers are that plus the lanes
+
+
+def _window(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, accesses: list,
+            functions: set[str]) -> Window | None:
+    """The array's accesses as a Window, where each would take vectors but for the others' subscripts (so each
+    moves by exactly 1 along x) and the subscripts differ by offsets free of the indices; else None."""
+    if any(_unvectorised(kernel, spec, masked, x, a, a, functions) for a in accesses):
+        return None
+    first = accesses[0].poly
+    groups: dict[tuple, set[int]] = {}
+    at = {}
+    for access in accesses:
+        if affine.names(affine.minus(access.poly, first)) & kernel.index_names:
+            return None
+        key = tuple(sorted((term, c) for term, c in access.poly.items() if term != ()))
+        number = access.poly.get((), 0)
+        groups.setdefault(key, set()).add(number)
+        at[access.start] = (key, number)
+    if any(max(numbers) - min(numbers) > WINDOW_SPAN for numbers in groups.values()):
+        return None
+    keys = list(groups)
+    return Window(pointee(kernel.parameters[accesses[0].array])[1],
+                  tuple((dict(key), tuple(sorted(groups[key]))) for key in keys),
+                  {start: (keys.index(key), number) for start, (key, number) in at.items()})
 
 
 def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first,
@@ -174,7 +240,7 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
         return f"{access.array}[{access.subscript}] does not move by exactly 1 along {x}, in terms of the indices " \
                f"and parameters"
     if poly != first.poly:
-        return f"it indexes {access.array} at more than one subscript"
+        return _SEVERAL.format(access.array)
     if re.search(r"(?<!&)&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
     callee = _callee(masked, access.start) if re.search(r"[(,]\s*$", masked[:access.start]) and \
@@ -266,18 +332,22 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     ax = kernel.axes[0]
     width = model_.lanes
     taken = identifiers(source)
-    names = {key: fresh_name(key, taken) for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j")}
+    names = {key: fresh_name(key, taken) for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j", "e")}
+    elements = {**model_.arrays, **{name: window.element for name, window in model_.windows.items()}}
     structs = {element: fresh_name(f"{re.sub(r'[^A-Za-z0-9]+', '_', element).strip('_')}_x{width}", taken)
-               for element in dict.fromkeys(model_.arrays.values())}
+               for element in dict.fromkeys(elements.values())}
     registers = {name: fresh_name(f"{name}_x{width}", taken) for name in model_.arrays}
+    rows = {name: [(fresh_name(f"{name}_row{g}", taken), fresh_name(f"{name}_vector{g}", taken))
+                   for g in range(len(window.groups))] for name, window in model_.windows.items()}
     x0, k, lane = names["x0"], names["k"], names["lane"]
     lanes_body = points.replace_spans(source[:model_.body[1]], [
-        (*model_.reads[a.start], f"{registers[a.array]}.{lane}[{k}]") for a in kernel.accesses
-        if model_.body[0] <= a.start < model_.body[1] and a.array in model_.arrays])[model_.body[0]:]
+        (*model_.reads[a.start], _lane_element(model_, a, registers, rows, lane, k)) for a in kernel.accesses
+        if model_.body[0] <= a.start < model_.body[1] and a.start in model_.reads])[model_.body[0]:]
     address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
-    aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({address[name]}) & {model_.moved[name] - 1})"
-                         for name in model_.arrays)
-    alignments = {element: model_.moved[name] for name, element in model_.arrays.items()}
+    window_loads, window_vectors = _window_loads(model_, rows, structs, lane, names["e"])
+    aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({at}) & {model_.moved[name] - 1})"
+                         for name, at in [*((name, address[name]) for name in model_.arrays), *window_vectors])
+    alignments = {element: model_.moved[name] for name, element in elements.items()}
     loads = []
     for name in model_.arrays:
         struct = structs[model_.arrays[name]]
@@ -294,10 +364,13 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         *points.lambda_of(names["point"], [ax], points.point_body(kernel)),
         f"bool {names['whole']};",
         f"{{ const {ax.type} {ax.name} = {x0} + ({width} - 1); {names['whole']} = {condition}; }}",
+        *([f"{{ const {ax.type} {ax.name} = {x0}; {names['whole']} = {names['whole']} && ({condition}); }}"]
+          if model_.lower_bounded else []),
         f"const {ax.type} {ax.name} = {x0};",
         f"if ({names['whole']} && ({aligned}) == 0) {{",
         *(INDENT + line for line in [
             *loads,
+            *window_loads,
             "#pragma unroll",
             f"for (int {k} = 0; {k} < {width}; {k}++) {{",
             f"{INDENT}const {ax.type} {ax.name} = {x0} + {k};",
@@ -308,8 +381,10 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         f"{INDENT}for (int {k} = 0; {k} < {width}; {k}++) {names['point']}({x0} + {k});",
         "}"]
     start = f"(({ax.type})blockIdx.x * {ax.block} + threadIdx.x) * {width}"
+    around = f"; the elements of {', '.join(model_.windows)} its points read around them, once, into registers" \
+        if model_.windows else ""
     head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, the {width} elements of "
-            f"{', '.join(model_.arrays)}",
+            f"{', '.join(model_.arrays)}{around}",
             f"// as one aligned struct each, each lane computed as the kernel wrote it, where the guard holds "
             f"for all {width}",
             "// and those arrays are aligned there; else the points one by one.",
@@ -320,3 +395,42 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         return [*head, *(points.definition(a) for a in kernel.axes[1:]), *row]
     marching = {"first": names["first"], "k": names["j"], "point": names["row"]}
     return [*head, *points.march(kernel, kernel.axes[-1].axis, factor, marching, body="\n".join(row), undefined=(0,))]
+
+
+def _lane_element(model_: Rows, access, registers: dict[str, str], rows: dict[str, list[tuple[str, str]]],
+                  lane: str, k: str) -> str:
+    """What a lane reads for the access: its element of the array's vector, or of the window's registers."""
+    if access.array in model_.arrays:
+        return f"{registers[access.array]}.{lane}[{k}]"
+    window = model_.windows[access.array]
+    group, number = window.at[access.start]
+    return f"{rows[access.array][group][0]}[{k} + {number - min(window.groups[group][1])}]"
+
+
+def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], structs: dict[str, str], lane: str,
+                  j: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The lines reading each window group's elements into its registers, and (array, address) of each vector
+    among them. Element e of a group (the subscript less its number, plus e, at the row's first point) is read by
+    a lane where e less one of the group's numbers is a lane; an aligned vector all of whose elements are read is
+    loaded whole, the other elements read one by one: no element the points do not read is touched."""
+    width = model_.lanes
+    lines, vectors = [], []
+    for name, window in model_.windows.items():
+        struct = structs[window.element]
+        for (rest, numbers), (row, vector) in zip(window.groups, rows[name]):
+            low, high = min(numbers), max(numbers) + width - 1
+            read = {e for e in range(low, high + 1) if any(0 <= e - n < width for n in numbers)}
+            lines.append(f"{window.element} {row}[{high - low + 1}];")
+            covered = set()
+            for start in range(low // width * width, high + 1, width):
+                if all(e in read for e in range(start, start + width)):
+                    at = f"&{name}[{affine.spelled(affine.add(rest, {(): start}))}]"
+                    vectors.append((name, at))
+                    covered |= set(range(start, start + width))
+                    lines += [f"{{ const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});",
+                              f"{INDENT}#pragma unroll",
+                              f"{INDENT}for (int {j} = 0; {j} < {width}; {j}++) "
+                              f"{row}[{start - low} + {j}] = {vector}.{lane}[{j}]; }}"]
+            lines += [f"{row}[{e - low}] = {name}[{affine.spelled(affine.add(rest, {(): e}))}];"
+                      for e in sorted(read - covered)]
+    return lines, vectors

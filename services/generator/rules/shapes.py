@@ -18,7 +18,7 @@
   shared_tile;
 - window sum (window.py): 2D, an accumulator adding a window of an input walked by two loops of its own, read
   along rows (a convolution): register_window;
-- stencil (marching.py): 2D/3D, an input read around the point written: register_blocking;
+- stencil (marching.py): 2D/3D, an input read around the point written: register_blocking, vectorize;
 - points (marching.py): one point per thread, anything else: elements_per_thread.
 
 The textual rules (restrict, launch_bounds, unroll, block_size in textual.py; vectorize_loops in loops.py;
