@@ -85,9 +85,13 @@ def test_a_stencil_takes_vectors_and_its_neighbours_come_into_registers(name):
 
 def test_laplace3d_reads_five_vectors_and_two_elements_a_row_of_four():
     code = normalised(applied(KERNELS["laplace3d"], ORDERS["marched"]).source)
-    assert code.count("= *reinterpret_cast<const float_x4 *>(&in[") == 5
+    assert code.count("= *reinterpret_cast<const float_x4 *>(&in_at[") == 5
+    # the rows addressed from the point's own place, the offsets between them of parameters alone
+    assert "const float *in_at = whole ? &in[(long long)nx * (long long)ny * (long long)z + (long long)nx * " \
+           "(long long)y + (long long)x] : in;" in code
+    assert "*reinterpret_cast<const float_x4 *>(&in_at[-1LL * (long long)nx * (long long)ny]);" in code
     # the row's own vector and its two outer neighbours, one by one
-    assert "in_row0[0] = in[-1LL + " in code and "in_row0[5] = in[4LL + " in code
+    assert "in_row0[0] = in_at[-1LL];" in code and "in_row0[5] = in_at[4LL];" in code
     assert "out_x4.lane[k] = in_row0[k + 0] + in_row0[k + 2] + in_row1[k + 0] + in_row2[k + 0] + in_row3[k + 0] + " \
            "in_row4[k + 0] - 6.0f * in_row0[k + 1];" in code
     # the guard bounds x from below too, so the row's first point is tested beside its last
@@ -99,9 +103,9 @@ def test_an_element_no_point_reads_is_not_loaded():
     x0 - 1, x0 + 4 and x0 + 5 one by one, and nothing at x0 + 6 or x0 + 7 (the vector at x0 + 4 is not whole)."""
     code = normalised(applied(SKEWED, ORDERS["vectorize"]).source)
     assert "int a_row0[7];" in code
-    assert code.count("*reinterpret_cast<const int_x4 *>(&a[") == 2  # the row's, and the next row's
-    assert "a_row0[0] = a[-1LL + " in code and "a_row0[5] = a[4LL + " in code and "a_row0[6] = a[5LL + " in code
-    assert "a[6LL + " not in code and "a[7LL + " not in code
+    assert code.count("*reinterpret_cast<const int_x4 *>(&a_at[") == 2  # the row's, and the next row's
+    assert "a_row0[0] = a_at[-1LL];" in code and "a_row0[5] = a_at[4LL];" in code and "a_row0[6] = a_at[5LL];" in code
+    assert "a_at[6LL]" not in code and "a_at[7LL]" not in code
 
 
 def test_a_neighbour_read_under_a_condition_is_read_by_each_lane_as_written():

@@ -339,12 +339,13 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     registers = {name: fresh_name(f"{name}_x{width}", taken) for name in model_.arrays}
     rows = {name: [(fresh_name(f"{name}_row{g}", taken), fresh_name(f"{name}_vector{g}", taken))
                    for g in range(len(window.groups))] for name, window in model_.windows.items()}
+    anchors = {name: fresh_name(f"{name}_at", taken) for name in model_.windows}
     x0, k, lane = names["x0"], names["k"], names["lane"]
     lanes_body = points.replace_spans(source[:model_.body[1]], [
         (*model_.reads[a.start], _lane_element(model_, a, registers, rows, lane, k)) for a in kernel.accesses
         if model_.body[0] <= a.start < model_.body[1] and a.start in model_.reads])[model_.body[0]:]
     address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
-    window_loads, window_vectors = _window_loads(model_, rows, structs, lane, names["e"])
+    window_loads, window_vectors = _window_loads(model_, rows, anchors, structs, lane, names["e"])
     aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({at}) & {model_.moved[name] - 1})"
                          for name, at in [*((name, address[name]) for name in model_.arrays), *window_vectors])
     alignments = {element: model_.moved[name] for name, element in elements.items()}
@@ -367,6 +368,9 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         *([f"{{ const {ax.type} {ax.name} = {x0}; {names['whole']} = {names['whole']} && ({condition}); }}"]
           if model_.lower_bounded else []),
         f"const {ax.type} {ax.name} = {x0};",
+        # each window's rows addressed from one place, the offsets between them of parameters alone
+        *(f"const {window.element} *{anchors[name]} = {names['whole']} ? "
+          f"&{name}[{affine.spelled(window.groups[0][0])}] : {name};" for name, window in model_.windows.items()),
         f"if ({names['whole']} && ({aligned}) == 0) {{",
         *(INDENT + line for line in [
             *loads,
@@ -407,8 +411,8 @@ def _lane_element(model_: Rows, access, registers: dict[str, str], rows: dict[st
     return f"{rows[access.array][group][0]}[{k} + {number - min(window.groups[group][1])}]"
 
 
-def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], structs: dict[str, str], lane: str,
-                  j: str) -> tuple[list[str], list[tuple[str, str]]]:
+def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors: dict[str, str],
+                  structs: dict[str, str], lane: str, j: str) -> tuple[list[str], list[tuple[str, str]]]:
     """The lines reading each window group's elements into its registers, and (array, address) of each vector
     among them. Element e of a group (the subscript less its number, plus e, at the row's first point) is read by
     a lane where e less one of the group's numbers is a lane; an aligned vector all of whose elements are read is
@@ -417,20 +421,22 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], structs:
     lines, vectors = [], []
     for name, window in model_.windows.items():
         struct = structs[window.element]
+        anchor = window.groups[0][0]
         for (rest, numbers), (row, vector) in zip(window.groups, rows[name]):
+            offset = affine.minus(rest, anchor)
             low, high = min(numbers), max(numbers) + width - 1
             read = {e for e in range(low, high + 1) if any(0 <= e - n < width for n in numbers)}
             lines.append(f"{window.element} {row}[{high - low + 1}];")
             covered = set()
             for start in range(low // width * width, high + 1, width):
                 if all(e in read for e in range(start, start + width)):
-                    at = f"&{name}[{affine.spelled(affine.add(rest, {(): start}))}]"
+                    at = f"&{anchors[name]}[{affine.spelled(affine.add(offset, {(): start}))}]"
                     vectors.append((name, at))
                     covered |= set(range(start, start + width))
                     lines += [f"{{ const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});",
                               f"{INDENT}#pragma unroll",
                               f"{INDENT}for (int {j} = 0; {j} < {width}; {j}++) "
                               f"{row}[{start - low} + {j}] = {vector}.{lane}[{j}]; }}"]
-            lines += [f"{row}[{e - low}] = {name}[{affine.spelled(affine.add(rest, {(): e}))}];"
+            lines += [f"{row}[{e - low}] = {anchors[name]}[{affine.spelled(affine.add(offset, {(): e}))}];"
                       for e in sorted(read - covered)]
     return lines, vectors
