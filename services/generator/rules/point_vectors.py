@@ -332,7 +332,8 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     ax = kernel.axes[0]
     width = model_.lanes
     taken = identifiers(source)
-    names = {key: fresh_name(key, taken) for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j", "e")}
+    names = {key: fresh_name(key, taken)
+             for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j", "e", "active", "some")}
     elements = {**model_.arrays, **{name: window.element for name, window in model_.windows.items()}}
     structs = {element: fresh_name(f"{re.sub(r'[^A-Za-z0-9]+', '_', element).strip('_')}_x{width}", taken)
                for element in dict.fromkeys(elements.values())}
@@ -345,9 +346,13 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         (*model_.reads[a.start], _lane_element(model_, a, registers, rows, lane, k)) for a in kernel.accesses
         if model_.body[0] <= a.start < model_.body[1] and a.start in model_.reads])[model_.body[0]:]
     address = {name: f"&{name}[{subscript}]" for name, subscript in model_.subscripts.items()}
-    window_loads, window_vectors = _window_loads(model_, rows, anchors, structs, lane, names["e"])
+    # A stencil's row edges take the vectors too, each lane computed and stored only where its own point's guard
+    # holds: else every warp holding a row's first or last point would also run the points one by one.
+    active = names["active"] if model_.windows else None
+    window_loads, window_vectors = _window_loads(model_, rows, anchors, structs, lane, names["e"], active)
     aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({at}) & {model_.moved[name] - 1})"
-                         for name, at in [*((name, address[name]) for name in model_.arrays), *window_vectors])
+                         for name, at in [*((name, address[name]) for name in model_.arrays),
+                                          *((name, at) for name, at, _ in window_vectors)])
     alignments = {element: model_.moved[name] for name, element in elements.items()}
     loads = []
     for name in model_.arrays:
@@ -361,24 +366,44 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     stores = [f"*reinterpret_cast<{structs[model_.arrays[name]]} *>({address[name]}) = {registers[name]};"
               for name in model_.stored]
     condition = " ".join(mask(source, literals=False)[model_.condition[0]:model_.condition[1]].split())
+    lanes_run = textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT).split("\n")
+    readers: list[str] = []
+    if active is None:
+        whole = [f"bool {names['whole']};",
+                 f"{{ const {ax.type} {ax.name} = {x0} + ({width} - 1); {names['whole']} = {condition}; }}",
+                 *([f"{{ const {ax.type} {ax.name} = {x0}; {names['whole']} = {names['whole']} && ({condition}); }}"]
+                   if model_.lower_bounded else [])]
+    else:
+        every = " && ".join(f"{active}[{lane_}]" for lane_ in range(width))
+        whole = [f"bool {active}[{width}];",
+                 "#pragma unroll",
+                 f"for (int {k} = 0; {k} < {width}; {k}++) {{ const {ax.type} {ax.name} = {x0} + {k}; "
+                 f"{active}[{k}] = {condition}; }}",
+                 f"const bool {names['some']} = {' || '.join(f'{active}[{lane_}]' for lane_ in range(width))};"]
+        names["whole"] = names["some"]  # the vectors serve a row where some of its points are in the guard
+        # a vector is loaded only where an active lane reads one of its elements (so it lies in the array)
+        readers = [f" && ({' || '.join(f'{active}[{r}]' for r in lanes_)})" for _, _, lanes_ in window_vectors
+                   if len(lanes_) < width]
+        lanes_run = [f"{INDENT}if ({active}[{k}]) {{", *(INDENT + line for line in lanes_run), f"{INDENT}}}"]
+        stores = [f"if ({every}) {{", *(INDENT + line for line in stores), "} else {",
+                  *(f"{INDENT}for (int {k} = 0; {k} < {width}; {k}++) if ({active}[{k}]) "
+                    f"{name}[{model_.subscripts[name]} + {k}] = {registers[name]}.{lane}[{k}];"
+                    for name in model_.stored), "}"]
     row = [
         *points.lambda_of(names["point"], [ax], points.point_body(kernel)),
-        f"bool {names['whole']};",
-        f"{{ const {ax.type} {ax.name} = {x0} + ({width} - 1); {names['whole']} = {condition}; }}",
-        *([f"{{ const {ax.type} {ax.name} = {x0}; {names['whole']} = {names['whole']} && ({condition}); }}"]
-          if model_.lower_bounded else []),
+        *whole,
         f"const {ax.type} {ax.name} = {x0};",
         # each window's rows addressed from one place, the offsets between them of parameters alone
         *(f"const {window.element} *{anchors[name]} = {names['whole']} ? "
           f"&{name}[{affine.spelled(window.groups[0][0])}] : {name};" for name, window in model_.windows.items()),
-        f"if ({names['whole']} && ({aligned}) == 0) {{",
+        f"if ({names['whole']} && ({aligned}) == 0{''.join(readers)}) {{",
         *(INDENT + line for line in [
             *loads,
             *window_loads,
             "#pragma unroll",
             f"for (int {k} = 0; {k} < {width}; {k}++) {{",
             f"{INDENT}const {ax.type} {ax.name} = {x0} + {k};",
-            *textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT).split("\n"),
+            *lanes_run,
             "}",
             *stores]),
         "} else {",
@@ -412,11 +437,14 @@ def _lane_element(model_: Rows, access, registers: dict[str, str], rows: dict[st
 
 
 def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors: dict[str, str],
-                  structs: dict[str, str], lane: str, j: str) -> tuple[list[str], list[tuple[str, str]]]:
+                  structs: dict[str, str], lane: str, j: str,
+                  active: str | None) -> tuple[list[str], list[tuple[str, str, tuple[int, ...]]]]:
     """The lines reading each window group's elements into its registers, and (array, address) of each vector
     among them. Element e of a group (the subscript less its number, plus e, at the row's first point) is read by
     a lane where e less one of the group's numbers is a lane; an aligned vector all of whose elements are read is
-    loaded whole, the other elements read one by one: no element the points do not read is touched."""
+    loaded whole, the other elements read one by one: no element the points do not read is touched. With `active`
+    (the lanes whose points the guard admits), each vector comes with the lanes reading it, and an element read
+    one by one is read only where one of its lanes is active."""
     width = model_.lanes
     lines, vectors = [], []
     for name, window in model_.windows.items():
@@ -431,12 +459,16 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors:
             for start in range(low // width * width, high + 1, width):
                 if all(e in read for e in range(start, start + width)):
                     at = f"&{anchors[name]}[{affine.spelled(affine.add(offset, {(): start}))}]"
-                    vectors.append((name, at))
+                    vectors.append((name, at, tuple(sorted({e - n for e in range(start, start + width)
+                                                            for n in numbers if 0 <= e - n < width}))))
                     covered |= set(range(start, start + width))
                     lines += [f"{{ const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});",
                               f"{INDENT}#pragma unroll",
                               f"{INDENT}for (int {j} = 0; {j} < {width}; {j}++) "
                               f"{row}[{start - low} + {j}] = {vector}.{lane}[{j}]; }}"]
-            lines += [f"{row}[{e - low}] = {anchors[name]}[{affine.spelled(affine.add(offset, {(): e}))}];"
-                      for e in sorted(read - covered)]
+            for e in sorted(read - covered):
+                load = f"{row}[{e - low}] = {anchors[name]}[{affine.spelled(affine.add(offset, {(): e}))}];"
+                readers = sorted({e - n for n in numbers if 0 <= e - n < width})
+                lines.append(load if active is None or len(readers) == width else
+                             f"if ({' || '.join(f'{active}[{r}]' for r in readers)}) {load}")
     return lines, vectors
