@@ -1895,3 +1895,62 @@ NOT_OF_SHAPE.update({
     "a row loop is not a column loop": ("split_columns", VARIANTS["row_totals"][1],
                                         "its loop reads no array contiguously along"),
 })
+
+# Kernels whose grid covers exactly the rows there are (every block size divides them), with no guard on the axis a
+# march takes: a grid shrunk by the march would run past the rows (found by review with AddressSanitizer).
+UNGUARDED_ROWS = spec(r"""
+extern "C" __global__ void unguarded_y(float *out, const float *in, int w)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w) out[y * w + x] = 2.0f * in[y * w + x];
+}
+""", "unguarded_y", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w")],
+    {"w": 45, "h": 64}, ["w", "h"], BLOCK_2D, TUNE_2D)
+NOT_OF_SHAPE.update({
+    "a march past unguarded rows": ("elements_per_thread", UNGUARDED_ROWS,
+                                    "out[y * w + x] is under no guard bounding y from above"),
+    "a stencil's march past unguarded rows": ("register_blocking", edited(
+        UNGUARDED_ROWS, "if (x < w) out[y * w + x] = 2.0f * in[y * w + x];",
+        "if (x > 0 && x < w - 1) out[y * w + x] = in[y * w + x - 1] + in[y * w + x + 1] + in[y * w + x];"),
+        "is under no guard bounding y from above"),
+})
+NOT_OF_SHAPE["an element bound to a reference"] = ("vectorize", spec(r"""
+extern "C" __global__ void ref_write(float *a, const float *b, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float &r = a[i]; r = r * 2.0f + b[i]; }
+}
+""", "ref_write", [array("a", ["n"], role="inout"), array("b", ["n"]), scalar("n", "n")], {"n": 4099}, ["n"],
+    {"block_size_x": 256}, {"block_size_x": [128, 256]}), "declares a pointer or a reference")
+# Found by review with a CPU emulation of blocks, barriers and shuffles: a shared array sized for the submitted
+# block (a block_size of 256 overran red[128]); a strided loop bounded by `<=`, read as `< (= n - 1)`.
+NOT_OF_SHAPE.update({
+    "a shared array of the submitted block's size": ("block_size", spec(r"""
+#define THREADS 128
+extern "C" __global__ void row_max(float *out, const float *in, int cols)
+{
+    __shared__ float red[THREADS];
+    const float *x = in + (size_t)blockIdx.x * cols;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, x[c]);
+    red[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = red[0];
+}
+""", "row_max", [array("out", ["rows"], role="out"), array("in", ["rows", "cols"]), scalar("cols", "cols")],
+        {"rows": 5, "cols": 333}, ["rows"], {"block_size_x": 128}, {}, grid_div_x=[1]),
+        "the shared array red[THREADS] of a fixed size"),
+    "a grid-stride loop bounded by <=": ("vectorize_loops", spec(r"""
+extern "C" __global__ void squares(float *sum, const float *x, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i <= n - 1; i += blockDim.x * gridDim.x)
+        atomicAdd(sum, x[i] * x[i]);
+}
+""", "squares", [array("sum", [1], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 3001}, ["n"],
+        {"block_size_x": 256}, {"block_size_x": [128, 256]}), "no strided loop"),
+})

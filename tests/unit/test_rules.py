@@ -20,6 +20,7 @@ from shared.adapters.device.compiler import compile_kernel
 from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
 from tests.corpus_kernels import corpus
+from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature
 
 ARCH = "sm_90"
 # The rules an elementwise kernel takes (the default explicit steps); tests/unit/test_rules_shapes.py covers the rest.
@@ -175,6 +176,48 @@ def test_restrict_follows_the_roles():
     source = rules.apply("restrict", VECTOR_ADD, VECTOR_ADD.as_candidate()).source
     assert ("vector_add(float *__restrict__ c, const float *__restrict__ a, const float *__restrict__ b, int n)"
             in source)
+
+
+# An input the body uses otherwise than read through subscripts keeps its declared constness: a const there would
+# not compile (found by review: each compiled as submitted and failed under NVRTC after restrict).
+NOT_CONST = {
+    "passed to a helper": ("__device__ float fetch(float *p, int i) { return p[i]; }\n", "out[i] = fetch(in, i) * 2.0f;"),
+    "a row pointer": ("", "float *row = in + i; out[i] = row[0] + 1.0f;"),
+    "a pointer chosen": ("", "float *src = i % 2 ? in : out; out[i] = src[i];"),
+    "a reference to an element": ("", "float &r = in[i]; out[i] = r * 2.0f;"),
+    "an element's address passed on": ("__device__ float twice(float *p) { return 2.0f * *p; }\n",
+                                       "out[i] = twice(&in[i]);"),
+    "a cast": ("", "out[i] = reinterpret_cast<float2 *>(in)[i / 2].x;"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_CONST))
+def test_restrict_leaves_an_input_used_otherwise_than_read_as_declared(case):
+    helper, body = NOT_CONST[case]
+    source = (f'{helper}extern "C" __global__ void k(float *out, float *in, int n)\n{{\n'
+              f'    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {{ {body} }}\n}}\n')
+    spec_ = KernelSpec.model_validate({
+        "kernel_name": "k", "source": source, "sizes": {"n": 1000}, "problem_size": ["n"],
+        "args": [{"name": "out", "dtype": "float32", "shape": ["n"], "role": "out"},
+                 {"name": "in", "dtype": "float32", "shape": ["n"]}, {"name": "n", "dtype": "int32", "value": "n"}],
+        "params": {"block_size_x": 256}, "tune_params": {"block_size_x": [128, 256]}})
+    candidate = rules.apply("restrict", spec_, spec_.as_candidate())
+    assert "k(float *__restrict__ out, float *__restrict__ in, int n)" in candidate.source
+    assert_compiles_and_keeps_signature(spec_, candidate)
+
+
+def test_restrict_makes_an_input_read_through_ldg_or_a_const_pointer_const():
+    source = ('extern "C" __global__ void k(float *out, float *in, int n)\n{\n'
+              '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+              '    if (i < n) { const float *p = &in[i]; out[i] = __ldg(&in[i]) + *p; }\n}\n')
+    spec_ = KernelSpec.model_validate({
+        "kernel_name": "k", "source": source, "sizes": {"n": 1000}, "problem_size": ["n"],
+        "args": [{"name": "out", "dtype": "float32", "shape": ["n"], "role": "out"},
+                 {"name": "in", "dtype": "float32", "shape": ["n"]}, {"name": "n", "dtype": "int32", "value": "n"}],
+        "params": {"block_size_x": 256}, "tune_params": {"block_size_x": [128, 256]}})
+    candidate = rules.apply("restrict", spec_, spec_.as_candidate())
+    assert "k(float *__restrict__ out, const float *__restrict__ in, int n)" in candidate.source
+    assert_compiles_and_keeps_signature(spec_, candidate)
 
 
 def test_block_size_makes_blockdim_a_tuned_constant():

@@ -88,7 +88,7 @@ def test_laplace3d_reads_five_vectors_and_two_elements_a_row_of_four():
     assert code.count("= *reinterpret_cast<const float_x4 *>(&in_at[") == 5
     # the rows addressed from the point's own place, the offsets between them of parameters alone
     assert "const float *in_at = some ? &in[(long long)nx * (long long)ny * (long long)z + (long long)nx * " \
-           "(long long)y + (long long)x] : in;" in code
+           "(long long)y + (long long)x] : nullptr;" in code
     assert "*reinterpret_cast<const float_x4 *>(&in_at[-1LL * (long long)nx * (long long)ny]);" in code
     # the row's own vector, and its two outer neighbours one by one where the lane reading each is active
     assert "if (active[0]) in_row0[0] = in_at[-1LL];" in code and "if (active[3]) in_row0[5] = in_at[4LL];" in code

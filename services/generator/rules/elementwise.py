@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, grid_stride
+from services.generator.rules.points import ALIAS
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
                                                  find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
 from services.generator.rules.statements import Statement, body_of, indexed_whenever_run
@@ -303,6 +304,8 @@ def vectorize_reason(kernel: Elementwise, spec: KernelSpec) -> str | None:
                 not grid_stride.array_covers(spec, name, [kernel.bound]):
             return (f"the body touches {name} only under a condition, and its shape in args does not hold "
                     f"{kernel.bound} elements, so a vector may reach past it")
+    if ALIAS.search(body):  # `float &r = a[i];` would bind a lane's register, const where only read
+        return "the body declares a pointer or a reference, which may reach an element past its lane's register"
     pointees = _pointees(kernel)
     for name in kernel.arrays:
         if name not in pointees:

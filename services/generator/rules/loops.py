@@ -202,7 +202,7 @@ def counted_loop(masked: str, uncommented: str, loop: Statement, aliases: dict[s
     if declared is None:
         return None
     c = declared["name"]
-    bound = re.fullmatch(rf"\s*{c}\s*<\s*(?P<end>.+?)\s*", condition, re.DOTALL)
+    bound = re.fullmatch(rf"\s*{c}\s*<(?!=)\s*(?P<end>.+?)\s*", condition, re.DOTALL)
     increment = re.fullmatch(rf"\s*{c}\s*\+=(?P<step>.+)", step, re.DOTALL)
     if bound is None or increment is None:
         return None

@@ -105,7 +105,8 @@ class PointsShape:
         return _marchable(spec)
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
-        return _vectors_reason(kernel, spec) if rule_id == "vectorize" else None
+        return _vectors_reason(kernel, spec) if rule_id == "vectorize" else \
+            points.unbounded(kernel, len(kernel.axes) - 1)
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if "vectorize" in features:
@@ -132,7 +133,8 @@ class StencilShape:
         return kernel
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
-        return _vectors_reason(kernel, spec) if rule_id == "vectorize" else None
+        return _vectors_reason(kernel, spec) if rule_id == "vectorize" else \
+            points.unbounded(kernel, len(kernel.axes) - 1)
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if "vectorize" in features:

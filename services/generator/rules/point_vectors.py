@@ -395,7 +395,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         f"const {ax.type} {ax.name} = {x0};",
         # each window's rows addressed from one place, the offsets between them of parameters alone
         *(f"const {window.element} *{anchors[name]} = {names['whole']} ? "
-          f"&{name}[{affine.spelled(window.groups[0][0])}] : {name};" for name, window in model_.windows.items()),
+          f"&{name}[{affine.spelled(window.groups[0][0])}] : nullptr;" for name, window in model_.windows.items()),
         f"if ({names['whole']} && ({aligned}) == 0{''.join(readers)}) {{",
         *(INDENT + line for line in [
             *loads,

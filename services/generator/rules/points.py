@@ -462,6 +462,25 @@ def interior(kernel: PointKernel, axis: int,
     return bounded and (bounded[1], point_body(kernel, [*replacements, (*bounded[0], "true")]))
 
 
+def unbounded(kernel: PointKernel, axis: int) -> str | None:
+    """Why a thread cannot march along the axis: an access of the point body lies in no guard (an if without else at
+    its top level) bounding the axis's index from above (`y < E`, `y <= E`). The submitted kernel may rely on its
+    grid covering exactly the rows there are (a size every block size divides); a grid shrunk by a march covers a
+    whole number of marches, and the points past the rows would then touch memory no point of it touches."""
+    masked = mask(kernel.source)
+    name = next(a.name for a in kernel.axes if a.axis == axis)
+    above = rf"\s*{name}\s*<=?\s*(?P<e>[^<>=!&|?,]+)|\s*(?P<f>[^<>=!&|?,]+?)\s*>=?\s*{name}\s*"
+
+    def bounding(part: str) -> bool:
+        found = re.fullmatch(above, unparenthesised(part))
+        return found is not None and not re.search(rf"\b{name}\b", found["e"] or found["f"])
+    guards = [s for s in kernel.statements if s.kind == "if" and s.orelse is None and
+              any(bounding(part) for part in top_level_conjuncts(masked[s.head[0]:s.head[1]]))]
+    outside = next((a for a in kernel.accesses if not any(g.start <= a.start < g.end for g in guards)), None)
+    return outside and (f"{outside.array}[{outside.subscript}] is under no guard bounding {name} from above, so a "
+                        f"grid shrunk by a march along {name} would reach past the points the submitted grid covers")
+
+
 def bounded_by_guard(kernel: PointKernel, axis: int) -> tuple[tuple[int, int], str] | None:
     """Where the point body is one guard without else, `if (x < B && REST) ...`, B arithmetic of parameters the
     body does not change: the span of `x < B` in the source and B; else None. A thread's points along the axis

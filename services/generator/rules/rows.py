@@ -182,7 +182,7 @@ def _pass(kernel: PointKernel, masked: str, uncommented: str, loop: Statement) -
     if declared is None:
         raise NotRecognised("its loop does not declare its index, as in `for (int c = 0; c < cols; c++)`")
     c = declared["name"]
-    bound = re.fullmatch(rf"\s*{c}\s*<\s*(?P<end>.+?)\s*", condition, re.DOTALL)
+    bound = re.fullmatch(rf"\s*{c}\s*<(?!=)\s*(?P<end>.+?)\s*", condition, re.DOTALL)
     if bound is None:
         raise NotRecognised(f"its loop runs while `{' '.join(condition.split())}`, not while `{c} < end`")
     if not re.fullmatch(rf"\s*(?:{c}\s*\+\+|\+\+\s*{c}|{c}\s*\+=\s*1|{c}\s*=\s*{c}\s*\+\s*1)\s*", step):

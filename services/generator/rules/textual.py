@@ -28,9 +28,29 @@ def restrict_reason(source: str, spec: KernelSpec) -> str | None:
 def restrict_edit(source: str, spec: KernelSpec) -> str:
     pointers = _pointer_parameters(source, spec)
     assert not isinstance(pointers, str), pointers
+    kernel = find_kernel(source, spec.kernel_name)
+    body = mask(source)[kernel.body_open + 1:kernel.body_close]
     for start, end, text, role in reversed(pointers):
-        source = source[:start] + _restricted(text, role) + source[end:]
+        read_only = role == "in" and _only_read(body, _pointer_parts(text)[2])
+        source = source[:start] + _restricted(text, read_only) + source[end:]
     return source
+
+
+def _only_read(body: str, name: str) -> bool:
+    """Whether the (masked) body uses the array only through subscripts read in place, so that declaring it const
+    leaves the kernel compiling: not passed on, offset, cast or assigned to a pointer (`float *row = in + i`), its
+    element's address taken but for __ldg or a const pointer, nor bound to a reference that is not const."""
+    for use in re.finditer(rf"(?<![\w.>]){name}\b", body):
+        if not re.match(r"\s*\[", body[use.end():]):
+            return False
+        before = body[:use.start()]
+        statement = before[max(before.rfind(";"), before.rfind("{"), before.rfind("}")) + 1:]
+        if re.search(r"&\s*$", before) and not re.search(r"__ldg\s*\(\s*&\s*$", before) and \
+                not statement.lstrip().startswith("const "):
+            return False
+        if re.search(r"&\s*[A-Za-z_]\w*\s*=\s*$", before) and not statement.lstrip().startswith("const "):
+            return False
+    return True
 
 
 def _pointer_parameters(source: str, spec: KernelSpec) -> list[tuple[int, int, str, str]] | str:
@@ -66,10 +86,11 @@ def _pointer_parts(parameter: str) -> tuple[str, list[str], str] | None:
     return " ".join(pointee), qualifiers, name
 
 
-def _restricted(parameter: str, role: str) -> str:
+def _restricted(parameter: str, read_only: bool) -> str:
     pointee, qualifiers, name = _pointer_parts(parameter)
     constant_pointer = " const" if "const" in qualifiers else ""
-    return f"{'const ' if role == 'in' else ''}{pointee} *__restrict__{constant_pointer} {name}"
+    constant = read_only or parameter.lstrip().startswith("const ") or " const " in parameter.split("*")[0]
+    return f"{'const ' if constant else ''}{pointee} *__restrict__{constant_pointer} {name}"
 
 
 # --- launch_bounds: tell the compiler the block size, so it can budget registers for it -----------------
@@ -127,6 +148,11 @@ def block_size_reason(source: str, spec: KernelSpec) -> str | None:
     if re.search(rf"\bblockDim\s*\.\s*x\b|\b{x_name}\b", mask(source)) is None:
         return (f"the kernel never reads its block width (blockDim.x or {x_name}), so which elements its threads "
                 f"cover would change with a tuned {x_name}")
+    fixed = next((m for m in re.finditer(r"(\bextern\s+)?\b__shared__\b[^;]*?([A-Za-z_]\w*)\s*\[([^\]]*)\]",
+                                         mask(source)) if not m[1] and m[3].strip()), None)
+    if fixed is not None:
+        return (f"the kernel declares the shared array {fixed[2]}[{' '.join(fixed[3].split())}] of a fixed size, "
+                f"which a block of another size would overrun or leave partly unfilled")
     return None
 
 
