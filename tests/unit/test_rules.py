@@ -220,6 +220,22 @@ def test_restrict_makes_an_input_read_through_ldg_or_a_const_pointer_const():
     assert_compiles_and_keeps_signature(spec_, candidate)
 
 
+def test_block_size_keeps_a_2d_block_within_1024_threads():
+    """A 2D kernel's tuned width times its height stays a block that launches (found by review: widths of 256 to
+    1,024 were offered beside a height of 8)."""
+    spec_ = KernelSpec.model_validate({
+        "kernel_name": "t", "source": 'extern "C" __global__ void t(float *out, const float *in, int w, int h)\n{\n'
+        "    int x = blockIdx.x * blockDim.x + threadIdx.x;\n    int y = blockIdx.y * blockDim.y + threadIdx.y;\n"
+        "    if (x < w && y < h) out[x * h + y] = in[y * w + x];\n}\n",
+        "sizes": {"w": 100, "h": 60}, "problem_size": ["w", "h"], "params": {"block_size_x": 32, "block_size_y": 8},
+        "tune_params": {},
+        "args": [{"name": "out", "dtype": "float32", "shape": ["w", "h"], "role": "out"},
+                 {"name": "in", "dtype": "float32", "shape": ["h", "w"]},
+                 {"name": "w", "dtype": "int32", "value": "w"}, {"name": "h", "dtype": "int32", "value": "h"}]})
+    assert rules.apply("block_size", spec_, spec_.as_candidate()).restrictions == ["block_size_x * 8 <= 1024"]
+    assert rules.apply("block_size", UNTUNED, UNTUNED.as_candidate()).restrictions == []  # 1D: none needed
+
+
 def test_block_size_makes_blockdim_a_tuned_constant():
     candidate = rules.apply("block_size", UNTUNED, UNTUNED.as_candidate())
     assert "blockDim" not in candidate.source and "blockIdx.x * block_size_x + threadIdx.x" in candidate.source

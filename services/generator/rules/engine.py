@@ -34,6 +34,9 @@ TEXTUAL = {
 }
 
 
+MAX_BLOCK_THREADS = 1024  # every CUDA device since compute capability 2.0
+
+
 class RuleNotApplicable(ValueError):
     """apply() was asked for a rule that check() refuses; the message says why."""
 
@@ -124,8 +127,8 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     space = {**_space(spec, current), **rule.tune_params(spec), **layout.tune_params}
     space.update(_pinned(spec, space))
     restrictions = list(current.restrictions if current.restrictions is not None else spec.restrictions)
-    restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions, *_bounded(spec, rule, space))
-                     if r not in restrictions]
+    restrictions += [r for r in (*rule.restrictions_for(spec), *layout.restrictions, *_bounded(spec, rule, space),
+                                 *_within_a_block(spec, rule, space)) if r not in restrictions]
     divisors = {axis: layout.grid_div.get(axis, getattr(current, f"grid_div_{axis}")) for axis in "xyz"}
     shared = {"size": layout.smem} if layout.smem else current.smem_args
     candidate = CandidateSpec(source=with_header(source, rules), kernel_name=current.kernel_name, params={},
@@ -156,6 +159,17 @@ def _bounded(spec: KernelSpec, rule: Rule, space: dict[str, list[ParamValue]]) -
         return ()
     blocks = [name for name in spec.block_size_names if name in space or name in spec.baseline_params()]
     return (f"{' * '.join(blocks)} <= {bound.group(1)}",)
+
+
+def _within_a_block(spec: KernelSpec, rule: Rule, space: dict[str, list[ParamValue]]) -> tuple[str, ...]:
+    """A tuned block width times the block's other sizes within the 1,024 threads a block may have: block_size
+    offers widths up to 1,024 whatever the block's height."""
+    if rule.id != "block_size":
+        return ()
+    baseline = spec.baseline_params()
+    others = [name if name in space else str(baseline.get(name, 1)) for name in spec.block_size_names[1:]]
+    others = [other for other in others if other != "1"]
+    return (f"{' * '.join([spec.block_size_names[0], *others])} <= {MAX_BLOCK_THREADS}",) if others else ()
 
 
 def _pinned(spec: KernelSpec, space: dict[str, list[ParamValue]]) -> dict[str, list[ParamValue]]:
