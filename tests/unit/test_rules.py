@@ -191,30 +191,28 @@ NOT_CONST = {
 }
 
 
-@pytest.mark.parametrize("case", list(NOT_CONST))
-def test_restrict_leaves_an_input_used_otherwise_than_read_as_declared(case):
-    helper, body = NOT_CONST[case]
+def one_input_kernel(body: str, helper: str = "") -> KernelSpec:
+    """`k(float *out, float *in, int n)` running `body` for each i below n, `helper` defined before it."""
     source = (f'{helper}extern "C" __global__ void k(float *out, float *in, int n)\n{{\n'
               f'    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {{ {body} }}\n}}\n')
-    spec_ = KernelSpec.model_validate({
+    return KernelSpec.model_validate({
         "kernel_name": "k", "source": source, "sizes": {"n": 1000}, "problem_size": ["n"],
         "args": [{"name": "out", "dtype": "float32", "shape": ["n"], "role": "out"},
                  {"name": "in", "dtype": "float32", "shape": ["n"]}, {"name": "n", "dtype": "int32", "value": "n"}],
         "params": {"block_size_x": 256}, "tune_params": {"block_size_x": [128, 256]}})
+
+
+@pytest.mark.parametrize("case", list(NOT_CONST))
+def test_restrict_leaves_an_input_used_otherwise_than_read_as_declared(case):
+    helper, body = NOT_CONST[case]
+    spec_ = one_input_kernel(body, helper)
     candidate = rules.apply("restrict", spec_, spec_.as_candidate())
     assert "k(float *__restrict__ out, float *__restrict__ in, int n)" in candidate.source
     assert_compiles_and_keeps_signature(spec_, candidate)
 
 
 def test_restrict_makes_an_input_read_through_ldg_or_a_const_pointer_const():
-    source = ('extern "C" __global__ void k(float *out, float *in, int n)\n{\n'
-              '    int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
-              '    if (i < n) { const float *p = &in[i]; out[i] = __ldg(&in[i]) + *p; }\n}\n')
-    spec_ = KernelSpec.model_validate({
-        "kernel_name": "k", "source": source, "sizes": {"n": 1000}, "problem_size": ["n"],
-        "args": [{"name": "out", "dtype": "float32", "shape": ["n"], "role": "out"},
-                 {"name": "in", "dtype": "float32", "shape": ["n"]}, {"name": "n", "dtype": "int32", "value": "n"}],
-        "params": {"block_size_x": 256}, "tune_params": {"block_size_x": [128, 256]}})
+    spec_ = one_input_kernel("const float *p = &in[i]; out[i] = __ldg(&in[i]) + *p;")
     candidate = rules.apply("restrict", spec_, spec_.as_candidate())
     assert "k(float *__restrict__ out, const float *__restrict__ in, int n)" in candidate.source
     assert_compiles_and_keeps_signature(spec_, candidate)
