@@ -368,6 +368,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     condition = " ".join(mask(source, literals=False)[model_.condition[0]:model_.condition[1]].split())
     lanes_run = textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT).split("\n")
     readers: list[str] = []
+    served = names["whole"] if active is None else names["some"]  # the test that the vectors serve this row
     if active is None:
         whole = [f"bool {names['whole']};",
                  f"{{ const {ax.type} {ax.name} = {x0} + ({width} - 1); {names['whole']} = {condition}; }}",
@@ -380,7 +381,6 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
                  f"for (int {k} = 0; {k} < {width}; {k}++) {{ const {ax.type} {ax.name} = {x0} + {k}; "
                  f"{active}[{k}] = {condition}; }}",
                  f"const bool {names['some']} = {' || '.join(f'{active}[{lane_}]' for lane_ in range(width))};"]
-        names["whole"] = names["some"]  # the vectors serve a row where some of its points are in the guard
         # a vector is loaded only where an active lane reads one of its elements (so it lies in the array)
         readers = [f" && ({' || '.join(f'{active}[{r}]' for r in lanes_)})" for _, _, lanes_ in window_vectors
                    if len(lanes_) < width]
@@ -394,9 +394,9 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         *whole,
         f"const {ax.type} {ax.name} = {x0};",
         # each window's rows addressed from one place, the offsets between them of parameters alone
-        *(f"const {window.element} *{anchors[name]} = {names['whole']} ? "
+        *(f"const {window.element} *{anchors[name]} = {served} ? "
           f"&{name}[{affine.spelled(window.groups[0][0])}] : nullptr;" for name, window in model_.windows.items()),
-        f"if ({names['whole']} && ({aligned}) == 0{''.join(readers)}) {{",
+        f"if ({served} && ({aligned}) == 0{''.join(readers)}) {{",
         *(INDENT + line for line in [
             *loads,
             *window_loads,

@@ -89,7 +89,7 @@ def _pointer_parts(parameter: str) -> tuple[str, list[str], str] | None:
 def _restricted(parameter: str, read_only: bool) -> str:
     pointee, qualifiers, name = _pointer_parts(parameter)
     constant_pointer = " const" if "const" in qualifiers else ""
-    constant = read_only or parameter.lstrip().startswith("const ") or " const " in parameter.split("*")[0]
+    constant = read_only or "const" in parameter.split("*")[0].split()  # `const float *` or `float const *`
     return f"{'const ' if constant else ''}{pointee} *__restrict__{constant_pointer} {name}"
 
 
