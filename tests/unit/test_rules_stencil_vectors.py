@@ -5,8 +5,8 @@ element of one is read and one by one otherwise; with register_blocking, that fo
 On the H100, laplace3d so written by hand (4 points of a row, 2 planes a thread) reached 86-87% of a copy where
 the z-march of scalar points stops at 78-81%, and reading the neighbours one by one per lane at 64-67%.
 
-Each rewrite compiles with NVRTC and runs on the CPU (g++, every thread of the launch in turn) leaving every array
-bit for bit as the submitted kernel does: at sizes no vector or block divides, with the input aligned and an
+Each rewrite compiles with NVRTC and runs on the CPU (g++, every thread of the launch in turn, AddressSanitizer
+stopping any access past an array's ends) leaving every array bit for bit as the submitted kernel does: at sizes no vector or block divides, with the input aligned and an
 element past (the points one by one), for several block shapes and points per thread. The GPU verifies them too
 (tests/gpu/test_rules_shapes_verified.py).
 """
@@ -22,7 +22,7 @@ from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import VARIANTS, array, edited, scalar, spec
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature
-from tests.unit.test_rules_vectorize16 import needs_gxx
+from tests.unit.test_rules_vectorize16 import EmulatedFault, needs_gxx
 from tests.unit.test_rules_window import build, run
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
@@ -47,9 +47,24 @@ extern "C" __global__ void skewed(int *d, const int *a, int w, int h, int pitch)
                 scalar("w", "w"), scalar("h", "h"), scalar("pitch", "pitch")],
     {"w": 300, "h": 40, "pitch": 304}, ["w", "h"], {"block_size_x": 32, "block_size_y": 4},
     {"block_size_x": [16, 32, 64], "block_size_y": [1, 2, 4, 8]})
+ROW_TAPS = spec(r"""
+// Three taps along rows, weighted per column, added into what out holds: its last row's last vector reaches past
+// the arrays where a row's width is no whole number of vectors.
+extern "C" __global__ void row_taps(float *out, const float *in, const float *weight, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x > 0 && x < w - 1 && y < h) {
+        out[y * w + x] += weight[x] * (in[y * w + x - 1] + in[y * w + x] + in[y * w + x + 1]);
+    }
+}
+""", "row_taps", [array("out", ["h", "w"], role="inout"), array("in", ["h", "w"]), array("weight", ["w"]),
+                  scalar("w", "w"), scalar("h", "h")],
+    {"w": 300, "h": 40}, ["w", "h"], {"block_size_x": 32, "block_size_y": 4},
+    {"block_size_x": [16, 32, 64], "block_size_y": [1, 2, 4, 8]})
 KERNELS = {"laplace3d": CORPUS["laplace3d"], "jacobi2d": CORPUS["jacobi2d"], "heat3d": style("heat3d"),
            "sobel": style("sobel"), "laplacian5": style("laplacian5"), "smooth": VARIANTS["smooth"][1],
-           "diffusion_flat": VARIANTS["diffusion_flat"][1], "skewed": SKEWED}
+           "diffusion_flat": VARIANTS["diffusion_flat"][1], "skewed": SKEWED, "row_taps": ROW_TAPS}
 ORDERS = {"vectorize": ("vectorize",), "marched": ("register_blocking", "vectorize"),
           "plan": ("register_blocking", "vectorize", "restrict", "launch_bounds")}
 # The first size's rows are whole vectors, so aligned rows take the vectors; the second's are not, so rows
@@ -61,7 +76,9 @@ ODD_SIZES = {"laplace3d": [{"nx": 20, "ny": 7, "nz": 6}, {"nx": 22, "ny": 5, "nz
              "laplacian5": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
              "smooth": [{"w": 36, "h": 9}, {"w": 37, "h": 6}],
              "diffusion_flat": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
-             "skewed": [{"w": 37, "h": 9, "pitch": 40}, {"w": 38, "h": 9, "pitch": 41}]}
+             "skewed": [{"w": 37, "h": 9, "pitch": 40}, {"w": 38, "h": 9, "pitch": 41}],
+             # the last row starts aligned (8 x 38 floats), and its last thread's lane 0 alone is in the guard
+             "row_taps": [{"w": 38, "h": 9}, {"w": 37, "h": 5}]}
 
 
 def applied(spec_: KernelSpec, order: tuple[str, ...]):
@@ -100,7 +117,8 @@ def test_laplace3d_reads_five_vectors_and_two_elements_a_row_of_four():
     assert "for (int k = 0; k < 4; k++) { const int x = x0 + k; active[k] = x >= 1 && y >= 1 && z >= 1 && " \
            "x < nx - 1 && y < ny - 1 && z < nz - 1; }" in code
     assert "const bool some = active[0] || active[1] || active[2] || active[3];" in code
-    assert "if (active[0] && active[1] && active[2] && active[3]) {" in code
+    assert "const bool every = active[0] && active[1] && active[2] && active[3];" in code
+    assert "if (every) {\n                *reinterpret_cast<float_x4 *>(&out[" in code
     assert "for (int k = 0; k < 4; k++) if (active[k]) out[(long long)nx * (long long)ny * (long long)z + " \
            "(long long)nx * (long long)y + (long long)x + k] = out_x4.lane[k];" in code
 
@@ -114,6 +132,28 @@ def test_an_element_no_point_reads_is_not_loaded():
     assert "if (active[0]) a_row0[0] = a_at[-1LL];" in code and "if (active[2]) a_row0[5] = a_at[4LL];" in code \
         and "if (active[3]) a_row0[6] = a_at[5LL];" in code
     assert "a_at[6LL]" not in code and "a_at[7LL]" not in code
+
+
+def test_a_vector_is_loaded_whole_only_where_active_lanes_read_all_of_it():
+    """At a row's last point, a vector's elements that only inactive lanes read may lie past the array: such a
+    vector comes element by element, each where a lane reading it is active."""
+    code = " ".join(applied(ROW_TAPS, ORDERS["vectorize"]).source.split())
+    assert "const bool every = active[0] && active[1] && active[2] && active[3];" in code
+    # the output it adds into and the weight per column: each lane's own element
+    assert "if (every) out_x4 = *reinterpret_cast<const float_x4 *>(&out[(long long)w * (long long)y + " \
+           "(long long)x]); else for (int k = 0; k < 4; k++) if (active[k]) out_x4.lane[k] = out[(long long)w * " \
+           "(long long)y + (long long)x + k];" in code
+    assert "else for (int k = 0; k < 4; k++) if (active[k]) weight_x4.lane[k] = weight[(long long)x + k];" in code
+    # the taps' vector x0..x0 + 3: lanes 0 or 1 read x0 and x0 + 1, lanes 2 or 3 read x0 + 2 and x0 + 3
+    assert "if ((active[0] || active[1]) && (active[2] || active[3])) { " \
+           "const float_x4 in_vector0 = *reinterpret_cast<const float_x4 *>(&in_at[0]);" in code
+    assert "} else { if (active[0] || active[1]) in_row0[1] = in_at[0]; " \
+           "if (active[0] || active[1] || active[2]) in_row0[2] = in_at[1LL];" in code
+    # laplace3d's neighbour rows, each element read by its own lane alone
+    laplace = " ".join(applied(KERNELS["laplace3d"], ORDERS["vectorize"]).source.split())
+    assert "if (every) { const float_x4 in_vector1 = *reinterpret_cast<const float_x4 *>" \
+           "(&in_at[-1LL * (long long)nx]);" in laplace
+    assert "if (active[3]) in_row1[3] = in_at[3LL - 1LL * (long long)nx];" in laplace
 
 
 def test_a_neighbour_read_under_a_condition_is_read_by_each_lane_as_written():
@@ -137,7 +177,7 @@ def test_every_point_is_computed_as_the_submitted_kernel_computes_it(tmp_path, n
     spec_ = KERNELS[name]
     candidate = applied(spec_, ORDERS[order])
     marched = "points_per_thread" in (candidate.tune_params or {})
-    blocks = [(16, 2, 1), (32, 1, 2)] if len(spec_.block_size_names) == 3 else [(16, 2, 1), (32, 4, 1)]
+    blocks = [(16, 2, 1), (32, 1, 2)] if len(spec_.problem_size) == 3 else [(16, 2, 1), (32, 4, 1)]
     for sizes, shift in itertools.product(ODD_SIZES[name], (0, 1)):
         at_size = spec_.with_sizes(sizes)
         base = at_size.baseline_params()
@@ -149,6 +189,21 @@ def test_every_point_is_computed_as_the_submitted_kernel_computes_it(tmp_path, n
             defines = {k: v for k, v in params.items() if k not in spec_.block_size_names}
             library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
             assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (sizes, shift, params)
+
+
+@needs_gxx
+def test_the_emulation_tells_a_vector_read_past_the_array(tmp_path):
+    """AddressSanitizer stops the emulated kernel at a read past the array's end, which on the GPU would read
+    another allocation's bytes or fault, and which no comparison of results sees."""
+    candidate = applied(ROW_TAPS, ORDERS["vectorize"])
+    loose = normalised(candidate.source).replace("if (every) weight_x4", "if (some) weight_x4")
+    assert loose != normalised(candidate.source)
+    at_size = ROW_TAPS.with_sizes(ODD_SIZES["row_taps"][0])
+    params = {**at_size.baseline_params(), **candidate.params}
+    run(build(normalised(candidate.source), ROW_TAPS.kernel_name, tmp_path, {}), at_size.for_candidate(candidate),
+        params)
+    with pytest.raises(EmulatedFault):
+        run(build(loose, ROW_TAPS.kernel_name, tmp_path, {}), at_size.for_candidate(candidate), params)
 
 
 @needs_gxx

@@ -380,7 +380,7 @@ def _in_child(work: Callable[[], object]) -> object:
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise EmulatedFault(f"the emulated kernel stopped ({f'signal {-code}' if code < 0 else f'exit {code}'}); "
-                            f"UBSan names a misaligned access in the captured stderr")
+                            f"AddressSanitizer or UBSan names the fault in the captured stderr")
     return pickle.loads(data)
 
 

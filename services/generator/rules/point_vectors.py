@@ -33,7 +33,10 @@ loaded). A window's subscripts are grouped by their part other than a number; a 
 reads come into a register array before the lanes run, each aligned vector all of whose elements are read as one
 struct (its alignment tested with the others'), the rest one by one, and each lane reads its element from there.
 So the rows a stencil reads come from memory once, 16 bytes a load, and no element its points do not read is
-touched. Otherwise the thread runs the point body as written, guard included, for each of its V points. Every
+touched. A stencil takes the vectors where the guard holds for some of the V points (a row's edges too): each lane
+runs, and stores, only where its own point's guard holds, and a vector is loaded whole only where each of its
+elements is one an active lane reads (an array's own vector, where all lanes are active), else element by element:
+beside a row's last point, an element only an inactive lane reads may lie past the array. Otherwise the thread runs the point body as written, guard included, for each of its V points. Every
 point is thus computed as the kernel wrote it.
 """
 import dataclasses
@@ -333,7 +336,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     width = model_.lanes
     taken = identifiers(source)
     names = {key: fresh_name(key, taken)
-             for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j", "e", "active", "some")}
+             for key in ("x0", "k", "lane", "point", "whole", "row", "first", "j", "e", "active", "some", "every")}
     elements = {**model_.arrays, **{name: window.element for name, window in model_.windows.items()}}
     structs = {element: fresh_name(f"{re.sub(r'[^A-Za-z0-9]+', '_', element).strip('_')}_x{width}", taken)
                for element in dict.fromkeys(elements.values())}
@@ -349,25 +352,28 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     # A stencil's row edges take the vectors too, each lane computed and stored only where its own point's guard
     # holds: else every warp holding a row's first or last point would also run the points one by one.
     active = names["active"] if model_.windows else None
-    window_loads, window_vectors = _window_loads(model_, rows, anchors, structs, lane, names["e"], active)
+    every = names["every"]
+    window_loads, window_vectors = _window_loads(model_, rows, anchors, structs, lane, names["e"], active, every)
     aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({at}) & {model_.moved[name] - 1})"
-                         for name, at in [*((name, address[name]) for name in model_.arrays),
-                                          *((name, at) for name, at, _ in window_vectors)])
+                         for name, at in [*((name, address[name]) for name in model_.arrays), *window_vectors])
     alignments = {element: model_.moved[name] for name, element in elements.items()}
     loads = []
     for name in model_.arrays:
         struct = structs[model_.arrays[name]]
-        if name in model_.loaded:
-            qualifier = "" if name in model_.stored else "const "
-            loads.append(f"{qualifier}{struct} {registers[name]} = *reinterpret_cast<const {struct} *>"
-                         f"({address[name]});")
-        else:
+        whole = f"*reinterpret_cast<const {struct} *>({address[name]})"
+        if name not in model_.loaded:
             loads.append(f"{struct} {registers[name]};")
+        elif active is None:
+            loads.append(f"{'' if name in model_.stored else 'const '}{struct} {registers[name]} = {whole};")
+        else:  # whole only where every lane is active: an inactive lane's element may lie past the array
+            loads += [f"{struct} {registers[name]};",
+                      f"if ({every}) {registers[name]} = {whole};",
+                      f"else for (int {k} = 0; {k} < {width}; {k}++) if ({active}[{k}]) "
+                      f"{registers[name]}.{lane}[{k}] = {name}[{model_.subscripts[name]} + {k}];"]
     stores = [f"*reinterpret_cast<{structs[model_.arrays[name]]} *>({address[name]}) = {registers[name]};"
               for name in model_.stored]
     condition = " ".join(mask(source, literals=False)[model_.condition[0]:model_.condition[1]].split())
     lanes_run = textwrap.indent(textwrap.dedent(lanes_body.strip("\n").rstrip()), INDENT).split("\n")
-    readers: list[str] = []
     served = names["whole"] if active is None else names["some"]  # the test that the vectors serve this row
     if active is None:
         whole = [f"bool {names['whole']};",
@@ -375,15 +381,12 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
                  *([f"{{ const {ax.type} {ax.name} = {x0}; {names['whole']} = {names['whole']} && ({condition}); }}"]
                    if model_.lower_bounded else [])]
     else:
-        every = " && ".join(f"{active}[{lane_}]" for lane_ in range(width))
         whole = [f"bool {active}[{width}];",
                  "#pragma unroll",
                  f"for (int {k} = 0; {k} < {width}; {k}++) {{ const {ax.type} {ax.name} = {x0} + {k}; "
                  f"{active}[{k}] = {condition}; }}",
-                 f"const bool {names['some']} = {' || '.join(f'{active}[{lane_}]' for lane_ in range(width))};"]
-        # a vector is loaded only where an active lane reads one of its elements (so it lies in the array)
-        readers = [f" && ({' || '.join(f'{active}[{r}]' for r in lanes_)})" for _, _, lanes_ in window_vectors
-                   if len(lanes_) < width]
+                 f"const bool {names['some']} = {' || '.join(f'{active}[{lane_}]' for lane_ in range(width))};",
+                 f"const bool {every} = {' && '.join(f'{active}[{lane_}]' for lane_ in range(width))};"]
         lanes_run = [f"{INDENT}if ({active}[{k}]) {{", *(INDENT + line for line in lanes_run), f"{INDENT}}}"]
         stores = [f"if ({every}) {{", *(INDENT + line for line in stores), "} else {",
                   *(f"{INDENT}for (int {k} = 0; {k} < {width}; {k}++) if ({active}[{k}]) "
@@ -396,7 +399,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         # each window's rows addressed from one place, the offsets between them of parameters alone
         *(f"const {window.element} *{anchors[name]} = {served} ? "
           f"&{name}[{affine.spelled(window.groups[0][0])}] : nullptr;" for name, window in model_.windows.items()),
-        f"if ({served} && ({aligned}) == 0{''.join(readers)}) {{",
+        f"if ({served} && ({aligned}) == 0) {{",
         *(INDENT + line for line in [
             *loads,
             *window_loads,
@@ -437,14 +440,15 @@ def _lane_element(model_: Rows, access, registers: dict[str, str], rows: dict[st
 
 
 def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors: dict[str, str],
-                  structs: dict[str, str], lane: str, j: str,
-                  active: str | None) -> tuple[list[str], list[tuple[str, str, tuple[int, ...]]]]:
+                  structs: dict[str, str], lane: str, j: str, active: str | None,
+                  every: str) -> tuple[list[str], list[tuple[str, str]]]:
     """The lines reading each window group's elements into its registers, and (array, address) of each vector
     among them. Element e of a group (the subscript less its number, plus e, at the row's first point) is read by
     a lane where e less one of the group's numbers is a lane; an aligned vector all of whose elements are read is
     loaded whole, the other elements read one by one: no element the points do not read is touched. With `active`
-    (the lanes whose points the guard admits), each vector comes with the lanes reading it, and an element read
-    one by one is read only where one of its lanes is active."""
+    (the lanes whose points the guard admits; `every` that all are), an element is read only where one of its
+    lanes is active, and so a vector is loaded whole only where each of its elements has an active reader (else
+    its elements one by one): an element only inactive lanes read may lie past the array, at a row's last point."""
     width = model_.lanes
     lines, vectors = [], []
     for name, window in model_.windows.items():
@@ -453,22 +457,37 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors:
         for (rest, numbers), (row, vector) in zip(window.groups, rows[name]):
             offset = affine.minus(rest, anchor)
             low, high = min(numbers), max(numbers) + width - 1
-            read = {e for e in range(low, high + 1) if any(0 <= e - n < width for n in numbers)}
+            readers = {e: tuple(sorted({e - n for n in numbers if 0 <= e - n < width})) for e in range(low, high + 1)}
+            read = {e for e, lanes_ in readers.items() if lanes_}
             lines.append(f"{window.element} {row}[{high - low + 1}];")
+
+            def element(e: int) -> str:
+                load = f"{row}[{e - low}] = {anchors[name]}[{affine.spelled(affine.add(offset, {(): e}))}];"
+                return load if active is None or len(readers[e]) == width else f"if ({_any(active, readers[e])}) {load}"
             covered = set()
             for start in range(low // width * width, high + 1, width):
-                if all(e in read for e in range(start, start + width)):
+                span = range(start, start + width)
+                if all(e in read for e in span):
                     at = f"&{anchors[name]}[{affine.spelled(affine.add(offset, {(): start}))}]"
-                    vectors.append((name, at, tuple(sorted({e - n for e in range(start, start + width)
-                                                            for n in numbers if 0 <= e - n < width}))))
-                    covered |= set(range(start, start + width))
-                    lines += [f"{{ const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});",
-                              f"{INDENT}#pragma unroll",
-                              f"{INDENT}for (int {j} = 0; {j} < {width}; {j}++) "
-                              f"{row}[{start - low} + {j}] = {vector}.{lane}[{j}]; }}"]
-            for e in sorted(read - covered):
-                load = f"{row}[{e - low}] = {anchors[name]}[{affine.spelled(affine.add(offset, {(): e}))}];"
-                readers = sorted({e - n for n in numbers if 0 <= e - n < width})
-                lines.append(load if active is None or len(readers) == width else
-                             f"if ({' || '.join(f'{active}[{r}]' for r in readers)}) {load}")
+                    vectors.append((name, at))
+                    covered |= set(span)
+                    whole = [f"const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});",
+                             "#pragma unroll",
+                             f"for (int {j} = 0; {j} < {width}; {j}++) {row}[{start - low} + {j}] = {vector}.{lane}[{j}];"]
+                    # each element's readers, less those holding another's (its condition implies theirs) and all
+                    # the lanes (the vectors serve only a row where some lane is active)
+                    needed = {readers[e] for e in span if len(readers[e]) < width}
+                    needed = sorted(lanes_ for lanes_ in needed if not any(set(o) < set(lanes_) for o in needed))
+                    condition = every if len(needed) == width and all(len(lanes_) == 1 for lanes_ in needed) else \
+                        " && ".join(_any(active, lanes_, len(needed) > 1) for lanes_ in needed)
+                    lines += [f"{{ {whole[0]}", *(INDENT + line for line in whole[1:-1]), f"{INDENT}{whole[-1]} }}"] \
+                        if active is None or not needed else [f"if ({condition}) {{", *(INDENT + line for line in whole),
+                                                              "} else {", *(INDENT + element(e) for e in span), "}"]
+            lines += [element(e) for e in sorted(read - covered)]
     return lines, vectors
+
+
+def _any(active: str, lanes_: tuple[int, ...], grouped: bool = False) -> str:
+    """The test that one of the lanes is active, parenthesised where `grouped` joins it to others by &&."""
+    test = " || ".join(f"{active}[{r}]" for r in lanes_)
+    return f"({test})" if grouped and len(lanes_) > 1 else test
