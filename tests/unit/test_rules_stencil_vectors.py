@@ -6,9 +6,9 @@ On the H100, laplace3d so written by hand (4 points of a row, 2 planes a thread)
 the z-march of scalar points stops at 78-81%, and reading the neighbours one by one per lane at 64-67%.
 
 Each rewrite compiles with NVRTC and runs on the CPU (g++, every thread of the launch in turn, AddressSanitizer
-stopping any access past an array's ends) leaving every array bit for bit as the submitted kernel does: at sizes no vector or block divides, with the input aligned and an
-element past (the points one by one), for several block shapes and points per thread. The GPU verifies them too
-(tests/gpu/test_rules_shapes_verified.py).
+stopping any access past an array's ends) leaving every array bit for bit as the submitted kernel does: at sizes no
+vector or block divides, with the input aligned and an element past (the points one by one), for several block
+shapes and points per thread. The GPU verifies them too (tests/gpu/test_rules_shapes_verified.py).
 """
 import itertools
 from pathlib import Path

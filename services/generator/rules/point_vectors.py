@@ -36,8 +36,9 @@ So the rows a stencil reads come from memory once, 16 bytes a load, and no eleme
 touched. A stencil takes the vectors where the guard holds for some of the V points (a row's edges too): each lane
 runs, and stores, only where its own point's guard holds, and a vector is loaded whole only where each of its
 elements is one an active lane reads (an array's own vector, where all lanes are active), else element by element:
-beside a row's last point, an element only an inactive lane reads may lie past the array. Otherwise the thread runs the point body as written, guard included, for each of its V points. Every
-point is thus computed as the kernel wrote it.
+beside a row's last point, an element only an inactive lane reads may lie past the array. Otherwise the thread runs
+the point body as written, guard included, for each of its V points. Every point is thus computed as the kernel
+wrote it.
 """
 import dataclasses
 import re
@@ -418,8 +419,9 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, the {width} elements of "
             f"{', '.join(model_.arrays)}{around}",
             f"// as one aligned struct each, each lane computed as the kernel wrote it, where the guard holds "
-            f"for all {width}",
-            "// and those arrays are aligned there; else the points one by one.",
+            f"for {'one of the' if model_.windows else 'all'} {width}",
+            "// and those arrays are aligned there (each lane where its own point is in the guard); else the points "
+            "one by one." if model_.windows else "// and those arrays are aligned there; else the points one by one.",
             *(f"struct __align__({alignments[element]}) {struct} {{ {element} {lane}[{width}]; }};"
               for element, struct in structs.items()),
             f"const {ax.type} {x0} = {start};"]
@@ -471,18 +473,20 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors:
                     at = f"&{anchors[name]}[{affine.spelled(affine.add(offset, {(): start}))}]"
                     vectors.append((name, at))
                     covered |= set(span)
-                    whole = [f"const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});",
-                             "#pragma unroll",
-                             f"for (int {j} = 0; {j} < {width}; {j}++) {row}[{start - low} + {j}] = {vector}.{lane}[{j}];"]
+                    whole = [f"const {struct} {vector} = *reinterpret_cast<const {struct} *>({at});", "#pragma unroll",
+                             f"for (int {j} = 0; {j} < {width}; {j}++) "
+                             f"{row}[{start - low} + {j}] = {vector}.{lane}[{j}];"]
                     # each element's readers, less those holding another's (its condition implies theirs) and all
                     # the lanes (the vectors serve only a row where some lane is active)
                     needed = {readers[e] for e in span if len(readers[e]) < width}
                     needed = sorted(lanes_ for lanes_ in needed if not any(set(o) < set(lanes_) for o in needed))
                     condition = every if len(needed) == width and all(len(lanes_) == 1 for lanes_ in needed) else \
                         " && ".join(_any(active, lanes_, len(needed) > 1) for lanes_ in needed)
-                    lines += [f"{{ {whole[0]}", *(INDENT + line for line in whole[1:-1]), f"{INDENT}{whole[-1]} }}"] \
-                        if active is None or not needed else [f"if ({condition}) {{", *(INDENT + line for line in whole),
-                                                              "} else {", *(INDENT + element(e) for e in span), "}"]
+                    if active is None or not needed:
+                        lines += [f"{{ {whole[0]}", *(INDENT + line for line in whole[1:-1]), f"{INDENT}{whole[-1]} }}"]
+                    else:
+                        lines += [f"if ({condition}) {{", *(INDENT + line for line in whole), "} else {",
+                                  *(INDENT + element(e) for e in span), "}"]
             lines += [element(e) for e in sorted(read - covered)]
     return lines, vectors
 
