@@ -69,6 +69,7 @@ class Rows:
     reads: dict[int, tuple[int, int]]  # each access (by its start) -> the span its lane's element replaces
     windows: dict[str, "Window"] = dataclasses.field(default_factory=dict)  # neighbourhoods read into registers
     lower_bounded: bool = False  # the guard bounds x from below too, so it is tested at the row's first point
+    held: dict[str, affine.Poly] = dataclasses.field(default_factory=dict)  # each array's elements, by its shape
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,27 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes,
                 moved, {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses
                         if a.array in arrays or a.array in windows},
-                windows, bool(lowers))
+                windows, bool(lowers), {name: held for name in [*arrays, *windows]
+                                        if (held := _held(kernel, spec, name)) is not None})
+
+
+def _held(kernel: PointKernel, spec: KernelSpec, name: str) -> affine.Poly | None:
+    """The elements the array holds as its shape in args declares them, in the kernel's scalar parameters (each
+    size its shape names being the value of one), as a polynomial; None where it cannot be so written."""
+    params = list(kernel.parameters)
+    place = params.index(name) if name in params else None
+    arg = spec.parameters[place] if place is not None and place < len(spec.parameters) else None
+    sizes = {str(a.value): {(params[i],): 1} for i, a in enumerate(spec.parameters[:len(params)])
+             if not a.is_array and isinstance(a.value, str) and re.fullmatch(r"[A-Za-z_]\w*", a.value)}
+    if arg is None or not arg.is_array or not arg.shape:
+        return None
+    held: affine.Poly = {(): 1}
+    try:
+        for dim in arg.shape:
+            held = affine.product(held, affine.parse(str(dim), sizes))
+    except affine.NotAffine:
+        return None
+    return held if affine.names(held) <= set(params) and affine.spelled(held) else None
 
 
 _OPERAND = r"[^<>=!&|?,^]+"  # a bound's other side: no comparison, logic or comma of its own
@@ -345,6 +366,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     rows = {name: [(fresh_name(f"{name}_row{g}", taken), fresh_name(f"{name}_vector{g}", taken))
                    for g in range(len(window.groups))] for name, window in model_.windows.items()}
     anchors = {name: fresh_name(f"{name}_at", taken) for name in model_.windows}
+    places = {name: fresh_name(f"{name}_place", taken) for name in model_.windows if name in model_.held}
     x0, k, lane = names["x0"], names["k"], names["lane"]
     lanes_body = points.replace_spans(source[:model_.body[1]], [
         (*model_.reads[a.start], _lane_element(model_, a, registers, rows, lane, k)) for a in kernel.accesses
@@ -354,7 +376,8 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     # holds: else every warp holding a row's first or last point would also run the points one by one.
     active = names["active"] if model_.windows else None
     every = names["every"]
-    window_loads, window_vectors = _window_loads(model_, rows, anchors, structs, lane, names["e"], active, every)
+    window_loads, window_vectors = _window_loads(model_, rows, anchors, places, structs, lane, names["e"], active,
+                                                 every)
     aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({at}) & {model_.moved[name] - 1})"
                          for name, at in [*((name, address[name]) for name in model_.arrays), *window_vectors])
     alignments = {element: model_.moved[name] for name, element in elements.items()}
@@ -366,9 +389,10 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
             loads.append(f"{struct} {registers[name]};")
         elif active is None:
             loads.append(f"{'' if name in model_.stored else 'const '}{struct} {registers[name]} = {whole};")
-        else:  # whole only where every lane is active: an inactive lane's element may lie past the array
+        else:  # whole where every lane is active or the shape holds it: an inactive lane's may lie past the array
+            inside = f" || {_within(model_, name, model_.subscripts[name])}" if name in model_.held else ""
             loads += [f"{struct} {registers[name]};",
-                      f"if ({every}) {registers[name]} = {whole};",
+                      f"if ({every}{inside}) {registers[name]} = {whole};",
                       f"else for (int {k} = 0; {k} < {width}; {k}++) if ({active}[{k}]) "
                       f"{registers[name]}.{lane}[{k}] = {name}[{model_.subscripts[name]} + {k}];"]
     stores = [f"*reinterpret_cast<{structs[model_.arrays[name]]} *>({address[name]}) = {registers[name]};"
@@ -398,8 +422,11 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
         *whole,
         f"const {ax.type} {ax.name} = {x0};",
         # each window's rows addressed from one place, the offsets between them of parameters alone
+        *(f"const long long {place} = {affine.spelled(model_.windows[name].groups[0][0])};"
+          for name, place in places.items()),
         *(f"const {window.element} *{anchors[name]} = {served} ? "
-          f"&{name}[{affine.spelled(window.groups[0][0])}] : nullptr;" for name, window in model_.windows.items()),
+          f"&{name}[{places.get(name) or affine.spelled(window.groups[0][0])}] : nullptr;"
+          for name, window in model_.windows.items()),
         f"if ({served} && ({aligned}) == 0) {{",
         *(INDENT + line for line in [
             *loads,
@@ -442,7 +469,7 @@ def _lane_element(model_: Rows, access, registers: dict[str, str], rows: dict[st
 
 
 def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors: dict[str, str],
-                  structs: dict[str, str], lane: str, j: str, active: str | None,
+                  places: dict[str, str], structs: dict[str, str], lane: str, j: str, active: str | None,
                   every: str) -> tuple[list[str], list[tuple[str, str]]]:
     """The lines reading each window group's elements into its registers, and (array, address) of each vector
     among them. Element e of a group (the subscript less its number, plus e, at the row's first point) is read by
@@ -450,7 +477,9 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors:
     loaded whole, the other elements read one by one: no element the points do not read is touched. With `active`
     (the lanes whose points the guard admits; `every` that all are), an element is read only where one of its
     lanes is active, and so a vector is loaded whole only where each of its elements has an active reader (else
-    its elements one by one): an element only inactive lanes read may lie past the array, at a row's last point."""
+    its elements one by one): an element only inactive lanes read may lie past the array, at a row's last point.
+    Where the array's shape in args gives its elements, a vector within them is loaded whole too (`places` naming
+    the index of the window's first element at the row's first point): at a row's edges most are."""
     width = model_.lanes
     lines, vectors = [], []
     for name, window in model_.windows.items():
@@ -482,6 +511,9 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors:
                     needed = sorted(lanes_ for lanes_ in needed if not any(set(o) < set(lanes_) for o in needed))
                     condition = every if len(needed) == width and all(len(lanes_) == 1 for lanes_ in needed) else \
                         " && ".join(_any(active, lanes_, len(needed) > 1) for lanes_ in needed)
+                    if name in places:
+                        condition = f"{condition if condition == every else f'({condition})'} || " \
+                                    f"{_within(model_, name, places[name], affine.add(offset, {(): start}))}"
                     if active is None or not needed:
                         lines += [f"{{ {whole[0]}", *(INDENT + line for line in whole[1:-1]), f"{INDENT}{whole[-1]} }}"]
                     else:
@@ -489,6 +521,13 @@ def _window_loads(model_: Rows, rows: dict[str, list[tuple[str, str]]], anchors:
                                   *(INDENT + element(e) for e in span), "}"]
             lines += [element(e) for e in sorted(read - covered)]
     return lines, vectors
+
+
+def _within(model_: Rows, name: str, first: str, more: affine.Poly | None = None) -> str:
+    """The test that the vector of the array's elements from index `first` (C text) plus `more` lies in the
+    elements its shape declares."""
+    start = f"{first} + {affine.spelled(more)}".replace("+ -", "- ") if more else first
+    return f"({start} >= 0 && {start} + {model_.lanes - 1} < {affine.spelled(model_.held[name])})"
 
 
 def _any(active: str, lanes_: tuple[int, ...], grouped: bool = False) -> str:
