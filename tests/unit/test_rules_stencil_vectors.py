@@ -134,40 +134,33 @@ def test_an_element_no_point_reads_is_not_loaded():
     assert "a_at[6LL]" not in code and "a_at[7LL]" not in code
 
 
-def test_a_vector_is_loaded_whole_only_where_its_elements_are_the_arrays():
-    """At a row's last point, a vector's elements that only inactive lanes read may lie past the array: a vector is
-    loaded whole where active lanes read all its elements or the array's shape in args holds them, else element by
-    element, each where a lane reading it is active."""
+def test_where_some_lane_is_not_active_the_vectors_serve_a_row_only_within_its_arrays():
+    """Beside an array's last row, a vector's elements that only inactive lanes read may lie past the array: where
+    some lane is not active, the vectors serve the row only where each lies in its array (active lanes read all
+    its elements, or the array's shape in args holds them), else the points run one by one."""
     code = " ".join(applied(ROW_TAPS, ORDERS["vectorize"]).source.split())
     assert "const bool every = active[0] && active[1] && active[2] && active[3];" in code
-    # the output it adds into and the weight per column: each lane's own element
-    assert "if (every || ((long long)w * (long long)y + (long long)x >= 0 && (long long)w * (long long)y + " \
-           "(long long)x + 3 < (long long)h * (long long)w)) out_x4 = *reinterpret_cast<const float_x4 *>(&out[" \
-           "(long long)w * (long long)y + (long long)x]); else for (int k = 0; k < 4; k++) if (active[k]) " \
-           "out_x4.lane[k] = out[(long long)w * (long long)y + (long long)x + k];" in code
-    assert "if (every || ((long long)x >= 0 && (long long)x + 3 < (long long)w)) weight_x4 = " in code
-    assert "else for (int k = 0; k < 4; k++) if (active[k]) weight_x4.lane[k] = weight[(long long)x + k];" in code
-    # the taps' vector x0..x0 + 3: lanes 0 or 1 read x0 and x0 + 1, lanes 2 or 3 read x0 + 2 and x0 + 3
+    # the output it adds into and the weight per column by their shapes; the taps' vector x0..x0 + 3 also where
+    # lanes 0 or 1 (reading x0 and x0 + 1) and 2 or 3 (x0 + 2 and x0 + 3) are active
     assert "const long long in_place = (long long)w * (long long)y + (long long)x; " \
-           "const float *in_at = some ? &in[in_place] : nullptr;" in code
-    assert "if (((active[0] || active[1]) && (active[2] || active[3])) || (in_place >= 0 && in_place + 3 < " \
-           "(long long)h * (long long)w)) { const float_x4 in_vector0 = *reinterpret_cast<const float_x4 *>" \
-           "(&in_at[0]);" in code
-    assert "} else { if (active[0] || active[1]) in_row0[1] = in_at[0]; " \
-           "if (active[0] || active[1] || active[2]) in_row0[2] = in_at[1LL];" in code
-    # laplace3d's neighbour rows, each element read by its own lane alone
-    laplace = " ".join(applied(KERNELS["laplace3d"], ORDERS["vectorize"]).source.split())
-    assert "if (every || (in_place - 1LL * (long long)nx >= 0 && in_place - 1LL * (long long)nx + 3 < (long long)nx " \
-           "* (long long)ny * (long long)nz)) { const float_x4 in_vector1 = *reinterpret_cast<const float_x4 *>" \
-           "(&in_at[-1LL * (long long)nx]);" in laplace
-    assert "if (active[3]) in_row1[3] = in_at[3LL - 1LL * (long long)nx];" in laplace
-    # where no shape in args gives the array's elements in the kernel's parameters, the lanes alone decide
+           "const float *in_at = some ? &in[in_place] : nullptr; " \
+           "const bool safe = every || ((long long)w * (long long)y + (long long)x >= 0 && (long long)w * " \
+           "(long long)y + (long long)x + 3 < (long long)h * (long long)w) && ((long long)x >= 0 && (long long)x + 3 " \
+           "< (long long)w) && (((active[0] || active[1]) && (active[2] || active[3])) || (in_place >= 0 && " \
+           "in_place + 3 < (long long)h * (long long)w)); if (some && (" in code
+    assert ") == 0 && safe) { float_x4 out_x4 = *reinterpret_cast<const float_x4 *>(&out[" in code
+    # where no shape in args gives the arrays' elements in the kernel's parameters, only a row all of whose lanes
+    # are active takes the vectors
     unshaped = ROW_TAPS.model_validate({**ROW_TAPS.model_dump(), "sizes": {**ROW_TAPS.sizes, "rows": 40}, "args": [
         {**a.model_dump(), "shape": ["rows", "w"]} if a.name in ("out", "in") else a.model_dump()
         for a in ROW_TAPS.args]})
     code = " ".join(applied(unshaped, ORDERS["vectorize"]).source.split())
-    assert "if (every) out_x4 = " in code and "in_place" not in code
-    assert "if ((active[0] || active[1]) && (active[2] || active[3])) { const float_x4 in_vector0" in code
+    assert ") == 0 && every) {" in code and "in_place" not in code and "safe" not in code
+    # laplace3d's rows by the shape of its input, the row's own vector also by the lanes reading it
+    laplace = " ".join(applied(KERNELS["laplace3d"], ORDERS["vectorize"]).source.split())
+    assert "const bool safe = every || (((active[0] || active[1]) && (active[2] || active[3])) || (in_place >= 0 " \
+           "&& in_place + 3 < (long long)nx * (long long)ny * (long long)nz)) && (in_place - 1LL * (long long)nx >= " \
+           "0 && in_place - 1LL * (long long)nx + 3 < (long long)nx * (long long)ny * (long long)nz) && " in laplace
 
 
 def test_a_neighbour_read_under_a_condition_is_read_by_each_lane_as_written():
@@ -210,8 +203,7 @@ def test_the_emulation_tells_a_vector_read_past_the_array(tmp_path):
     """AddressSanitizer stops the emulated kernel at a read past the array's end, which on the GPU would read
     another allocation's bytes or fault, and which no comparison of results sees."""
     candidate = applied(ROW_TAPS, ORDERS["vectorize"])
-    loose = normalised(candidate.source).replace(
-        "if (every || ((long long)x >= 0 && (long long)x + 3 < (long long)w)) weight_x4", "if (some) weight_x4")
+    loose = normalised(candidate.source).replace("== 0 && safe) {", "== 0) {")
     assert loose != normalised(candidate.source)
     at_size = ROW_TAPS.with_sizes(ODD_SIZES["row_taps"][0])
     params = {**at_size.baseline_params(), **candidate.params}
