@@ -163,6 +163,52 @@ def test_where_some_lane_is_not_active_the_vectors_serve_a_row_only_within_its_a
            "0 && in_place - 1LL * (long long)nx + 3 < (long long)nx * (long long)ny * (long long)nz) && " in laplace
 
 
+# A spec counting interior points: the kernel's nx holds the size nx + 2, so a shape's nx is not the parameter nx.
+HALO = spec(r"""
+extern "C" __global__ void halo_rows(float *out, const float *in, int nx, int ny)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= 1 && x < nx - 1 && y < ny) {
+        out[y * nx + x] = 0.5f * (in[y * nx + x - 1] + in[y * nx + x + 1]);
+    }
+}
+""", "halo_rows", [array("out", ["ny", "nx + 2"], role="out"), array("in", ["ny", "nx + 2"]),
+                   scalar("nx", "nx + 2"), scalar("ny", "ny")],
+    {"nx": 254, "ny": 254}, ["nx + 2", "ny"], {"block_size_x": 32, "block_size_y": 4})
+# A shape naming a size spelled like a pointer parameter, k.
+POINTER_NAMED = spec(r"""
+extern "C" __global__ void taps(float *out, const float *in, const float *k, int w, int h, int p)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= 1 && x < w - 1 && y < h) {
+        out[y * p + x] = k[0] * in[y * p + x - 1] + k[1] * in[y * p + x] + k[2] * in[y * p + x + 1];
+    }
+}
+""", "taps", [array("out", ["h", "w + k"], role="out"), array("in", ["h", "w + k"]), array("k", [3]),
+              scalar("w", "w"), scalar("h", "h"), scalar("p", "w + k")],
+    {"w": 254, "h": 254, "k": 2}, ["w", "h"], {"block_size_x": 32, "block_size_y": 4})
+
+
+def test_a_shape_counts_elements_only_through_sizes_that_integer_scalars_hold():
+    """A size a shape names is written in the kernel's parameters only where an integer scalar argument holds it:
+    a parameter spelled like the size may hold another value (nx holding nx + 2) or be a pointer (k)."""
+    for spec_ in (HALO, POINTER_NAMED):
+        code = " ".join(applied(spec_, ORDERS["vectorize"]).source.split())
+        assert "const bool safe = every || " in code and "in_place" not in code
+
+
+@needs_gxx
+def test_a_kernel_counting_interior_points_reads_nothing_past_its_rows(tmp_path):
+    candidate = applied(HALO, ORDERS["vectorize"])
+    at_size = HALO.with_sizes({"nx": 36, "ny": 9})  # the last row starts aligned: 9 rows of 38 floats
+    params = {**at_size.baseline_params(), **candidate.params}
+    expected = run(build(HALO.source, HALO.kernel_name, tmp_path, {}), at_size, at_size.baseline_params())
+    assert run(build(normalised(candidate.source), HALO.kernel_name, tmp_path, {}), at_size.for_candidate(candidate),
+               params) == expected
+
+
 def test_a_neighbour_read_under_a_condition_is_read_by_each_lane_as_written():
     conditional = edited(KERNELS["jacobi2d"], "in[i - 1]", "(x > 1 ? in[i - 1] : 0.0f)")
     code = applied(conditional, ORDERS["vectorize"]).source

@@ -144,14 +144,18 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
 
 
 def _held(kernel: PointKernel, spec: KernelSpec, name: str) -> affine.Poly | None:
-    """The elements the array holds as its shape in args declares them, in the kernel's scalar parameters (each
-    size its shape names being the value of one), as a polynomial; None where it cannot be so written."""
+    """The elements the array holds as its shape in args declares them, in the kernel's scalar parameters, as a
+    polynomial: each size its shape names must be the value of an integer scalar parameter (a parameter spelled
+    like a size may hold another value, `nx` holding the size nx + 2, or be a pointer). None where it cannot be
+    so written."""
     params = list(kernel.parameters)
     place = params.index(name) if name in params else None
     arg = spec.parameters[place] if place is not None and place < len(spec.parameters) else None
     sizes = {str(a.value): {(params[i],): 1} for i, a in enumerate(spec.parameters[:len(params)])
-             if not a.is_array and isinstance(a.value, str) and re.fullmatch(r"[A-Za-z_]\w*", a.value)}
-    if arg is None or not arg.is_array or not arg.shape:
+             if not a.is_array and a.dtype in _SIZE_TYPES and isinstance(a.value, str)
+             and re.fullmatch(r"[A-Za-z_]\w*", a.value)}
+    if arg is None or not arg.is_array or not arg.shape or \
+            not set(re.findall(r"[A-Za-z_]\w*", " ".join(map(str, arg.shape)))) <= set(sizes):
         return None
     held: affine.Poly = {(): 1}
     try:
@@ -159,7 +163,10 @@ def _held(kernel: PointKernel, spec: KernelSpec, name: str) -> affine.Poly | Non
             held = affine.product(held, affine.parse(str(dim), sizes))
     except affine.NotAffine:
         return None
-    return held if affine.names(held) <= set(params) and affine.spelled(held) else None
+    return held if affine.spelled(held) else None
+
+
+_SIZE_TYPES = ("int32", "uint32", "int64", "uint64")
 
 
 _OPERAND = r"[^<>=!&|?,^]+"  # a bound's other side: no comparison, logic or comma of its own
