@@ -117,6 +117,28 @@ def test_a_return_that_is_not_a_leading_guard_stays(body):
     assert squeezed(canon(body)) == squeezed(body)
 
 
+@pytest.mark.parametrize("guarded, moved", [
+    ("{\n        out[j] = in[j];\n    }", "{\n int j = i * 2 + (int)m;\n out[j] = in[j];\n }"),
+    ("out[j] = in[j];", "{\n int j = i * 2 + (int)m;\n out[j] = in[j];\n }"),
+])
+def test_a_declaration_read_only_by_the_last_guard_moves_into_it(guarded, moved):
+    body = canon(f"    int i = threadIdx.x;\n    int j = i * 2 + (int)m;\n    if (i < n) {guarded}")
+    assert squeezed(body) == squeezed(f"int i = threadIdx.x;\n if (i < n) {moved}")
+
+
+@pytest.mark.parametrize("body", [
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (j < n) out[j] = in[j];",  # the guard reads it
+    "    int i = threadIdx.x;\n    float v = in[i];\n    if (i < n) out[i] = v;",  # a load
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) { int j = 3; out[j] = in[i]; }",  # declared again
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) out[j] = in[j];\n    out[0] = 1.0f;",  # not last
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i++ < n) out[j] = in[j];",  # a guard changing i
+    "    int i = threadIdx.x;\n    int j = i * 2, k = 1;\n    if (i < n) out[j] = in[k];",  # two declarators
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) out[j] = in[j]; else out[0] = 0.0f;",
+])
+def test_a_declaration_the_guard_does_not_alone_read_stays(body):
+    assert squeezed(canon(body)) == squeezed(body)
+
+
 def test_a_pointer_into_a_parameters_array_is_replaced_by_the_array_indexed_from_its_offset():
     body = canon("    int r = threadIdx.x;\n    const float *row = in + (size_t)r * 4;\n"
                  "    out[r] = row[1] + *(row + 2) + __ldg(row + 3) + __ldg(row + (r & 1));")

@@ -64,7 +64,10 @@ extern "C" __global__ void row_taps(float *out, const float *in, const float *we
     {"block_size_x": [16, 32, 64], "block_size_y": [1, 2, 4, 8]})
 KERNELS = {"laplace3d": CORPUS["laplace3d"], "jacobi2d": CORPUS["jacobi2d"], "heat3d": style("heat3d"),
            "sobel": style("sobel"), "laplacian5": style("laplacian5"), "smooth": VARIANTS["smooth"][1],
-           "diffusion_flat": VARIANTS["diffusion_flat"][1], "skewed": SKEWED, "row_taps": ROW_TAPS}
+           "diffusion_flat": VARIANTS["diffusion_flat"][1], "skewed": SKEWED, "row_taps": ROW_TAPS,
+           # its index computed before the guard, as many write it
+           "index_first": edited(edited(CORPUS["jacobi2d"], "        int i = y * nx + x;\n", ""),
+                                 "    if (x > 0", "    const int i = y * nx + x;\n    if (x > 0")}
 ORDERS = {"vectorize": ("vectorize",), "marched": ("register_blocking", "vectorize"),
           "plan": ("register_blocking", "vectorize", "restrict", "launch_bounds")}
 # The first size's rows are whole vectors, so aligned rows take the vectors; the second's are not, so rows
@@ -72,6 +75,7 @@ ORDERS = {"vectorize": ("vectorize",), "marched": ("register_blocking", "vectori
 ODD_SIZES = {"laplace3d": [{"nx": 20, "ny": 7, "nz": 6}, {"nx": 22, "ny": 5, "nz": 9}],
              "heat3d": [{"nx": 20, "ny": 7, "nz": 6}, {"nx": 22, "ny": 5, "nz": 9}],
              "jacobi2d": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
+             "index_first": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
              "sobel": [{"w": 36, "h": 9}, {"w": 37, "h": 6}],
              "laplacian5": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
              "smooth": [{"w": 36, "h": 9}, {"w": 37, "h": 6}],

@@ -14,6 +14,10 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
 - an early return (`if (i >= n) return;`) becomes the guard it means: the statements after it run inside
   `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons of integers
   (a float comparison stays `!(v >= t)`: flipped, it would differ on NaN); none for an init-statement;
+- a declaration just before the kernel's last statement, a guard (`int i = y * nx + x; if (x < nx && ...) { ...
+  }`), moves to the start of what the guard runs, where the guard is the only statement after it and its condition
+  does not read the name, and the declaration is one integer or floating local of plain arithmetic (no call, load
+  or side effect) that the guard's statements do not declare again: it is then computed only where it is read;
 - a do-while loop under a guard of its own test (`if (i < n) { const int step = ...; do { ... } while (i < n); }`,
   the guard usually an early return) is the while loop it means, its first test holding already where nothing
   between changes what the test reads; the guard is dropped where it is the last statement of its block and holds
@@ -105,8 +109,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
-        _expand_macros, _deduce_auto, _guard_early_return, _do_as_while, _while_as_for, _second_index_derived,
-        _window_offsets) + (
+        _expand_macros, _deduce_auto, _guard_early_return, _declaration_into_guard, _do_as_while, _while_as_for,
+        _second_index_derived, _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -432,6 +436,40 @@ def _guard_early_return(source: str, kernel_name: str, pinned: frozenset[str]) -
     integers = {**_integer_parameters(source, kernel), **_integer_locals(masked, body[:first])}
     guard = f"if ({_negated(conditions, integers)}) {{\n{indent}{rest}\n{indent}}}"
     return source[:body[first].start] + guard + source[rest_end:]
+
+
+def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    if len(body) < 2 or body[-1].kind != "if" or body[-1].orelse is not None:
+        return source
+    declaration, guard = body[-2], body[-1]
+    found = _PLAIN_DECLARATION.fullmatch(masked, declaration.start, declaration.end)
+    head, then = masked[guard.head[0]:guard.head[1]], masked[guard.body.start:guard.body.end]
+    if found is None or not _is_plain_arithmetic(found["init"]) or re.search(rf"\b{found['name']}\b", head) or \
+            re.search(rf"{_CHANGED}|\b[A-Za-z_]\w*\s*\(", _without_comparisons(head)) or \
+            re.search(rf"\b(?:{_TYPE_WORDS})[\s*&]+{found['name']}\s*[=;,(\[{{]", then):
+        return source
+    text = source[declaration.start:declaration.end].strip()
+    indent = _indent_of(source, guard.start)
+    if guard.body.kind == "block":
+        inner = guard.body.inner[0]
+        moved = f"\n{indent}{INDENT}{text}"
+        guarded = source[guard.start:inner] + moved + source[inner:guard.end]
+    else:
+        guarded = source[guard.start:guard.body.start] + f"{{\n{indent}{INDENT}{text}\n{indent}{INDENT}" + \
+            source[guard.body.start:guard.body.end] + f"\n{indent}}}" + source[guard.body.end:guard.end]
+    return source[:declaration.start] + guarded + source[guard.end:]
+
+
+def _without_comparisons(text: str) -> str:
+    return re.sub(r"[<>!=]=|[<>]", " ", text)
+
+
+# One local of a number type, initialised: the declarations _declaration_into_guard moves.
+_TYPE_WORDS = r"const|unsigned|signed|long|short|int|char|bool|float|double|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|auto"
+_PLAIN_DECLARATION = re.compile(rf"\s*(?:(?:{_TYPE_WORDS})\s+)+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
 
 
 def _is_early_return(statement: Statement, masked: str) -> bool:
