@@ -120,6 +120,9 @@ def test_a_return_that_is_not_a_leading_guard_stays(body):
 @pytest.mark.parametrize("guarded, moved", [
     ("{\n        out[j] = in[j];\n    }", "{\n int j = i * 2 + (int)m;\n out[j] = in[j];\n }"),
     ("out[j] = in[j];", "{\n int j = i * 2 + (int)m;\n out[j] = in[j];\n }"),
+    # a guard declaring the name again keeps it in a block of its own, where its declaration hides the moved one
+    ("{ int r = i / 4, j = i % 4; out[r * 4 + j] = in[i]; }",
+     "{\n int j = i * 2 + (int)m;\n { int r = i / 4, j = i % 4; out[r * 4 + j] = in[i]; }\n }"),
 ])
 def test_a_declaration_read_only_by_the_last_guard_moves_into_it(guarded, moved):
     body = canon(f"    int i = threadIdx.x;\n    int j = i * 2 + (int)m;\n    if (i < n) {guarded}")
@@ -129,14 +132,17 @@ def test_a_declaration_read_only_by_the_last_guard_moves_into_it(guarded, moved)
 @pytest.mark.parametrize("body", [
     "    int i = threadIdx.x;\n    int j = i * 2;\n    if (j < n) out[j] = in[j];",  # the guard reads it
     "    int i = threadIdx.x;\n    float v = in[i];\n    if (i < n) out[i] = v;",  # a load
-    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) { int j = 3; out[j] = in[i]; }",  # declared again
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if ((i >>= 1) < n) out[j] = in[i];",  # a guard shifting i
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (INSIDE) out[i] = in[i];",  # a macro, which may read j
+    "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < g) out[j] = in[i];",  # a global, which may be j
     "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) out[j] = in[j];\n    out[0] = 1.0f;",  # not last
     "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i++ < n) out[j] = in[j];",  # a guard changing i
     "    int i = threadIdx.x;\n    int j = i * 2, k = 1;\n    if (i < n) out[j] = in[k];",  # two declarators
     "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) out[j] = in[j]; else out[0] = 0.0f;",
 ])
 def test_a_declaration_the_guard_does_not_alone_read_stays(body):
-    assert squeezed(canon(body)) == squeezed(body)
+    before = "__device__ int g = 4;\n#ifndef INSIDE\n#define INSIDE (j < n)\n#endif"  # left unexpanded: #ifndef
+    assert squeezed(canon(body, before)) == squeezed(body)
 
 
 def test_a_pointer_into_a_parameters_array_is_replaced_by_the_array_indexed_from_its_offset():

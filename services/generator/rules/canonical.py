@@ -447,26 +447,33 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
     declaration, guard = body[-2], body[-1]
     found = _PLAIN_DECLARATION.fullmatch(masked, declaration.start, declaration.end)
     head, then = masked[guard.head[0]:guard.head[1]], masked[guard.body.start:guard.body.end]
-    if found is None or not _is_plain_arithmetic(found["init"]) or re.search(rf"\b{found['name']}\b", head) or \
-            re.search(rf"{_CHANGED}|\b[A-Za-z_]\w*\s*\(", _without_comparisons(head)) or \
-            re.search(rf"\b(?:{_TYPE_WORDS})[\s*&]+{found['name']}\s*[=;,(\[{{]", then):
+    # the condition may read only what is seen here (no macro or global, which may name the local), and change
+    # nothing
+    known = {mask(source[start:end]).split()[-1] for start, end in kernel.parameters(source) if source[start:end]
+             .strip()} | {m["name"] for s in body[:-2] if (m := _ANY_DECLARATION.fullmatch(masked, s.start, s.end))}
+    read = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) - _LAUNCH_NAMES - _CAST_WORDS
+    if found is None or not _is_plain_arithmetic(found["init"]) or found["name"] in read or not read <= known or \
+            re.search(rf"[{{}}]|{_CHANGED}|\b[A-Za-z_]\w*\s*\(", _without_comparisons(head)):
         return source
     text = source[declaration.start:declaration.end].strip()
     indent = _indent_of(source, guard.start)
-    if guard.body.kind == "block":
-        inner = guard.body.inner[0]
-        moved = f"\n{indent}{INDENT}{text}"
-        guarded = source[guard.start:inner] + moved + source[inner:guard.end]
-    else:
-        guarded = source[guard.start:guard.body.start] + f"{{\n{indent}{INDENT}{text}\n{indent}{INDENT}" + \
-            source[guard.body.start:guard.body.end] + f"\n{indent}}}" + source[guard.body.end:guard.end]
+    if guard.body.kind == "block" and not re.search(_DECLARATOR.format(re.escape(found["name"])), then):
+        guarded = source[guard.start:guard.body.inner[0]] + f"\n{indent}{INDENT}{text}" + \
+            source[guard.body.inner[0]:guard.end]
+    else:  # a block of its own around what the guard runs, where that may declare the name again
+        what = textwrap.indent(source[guard.body.start:guard.body.end], INDENT).lstrip()
+        guarded = source[guard.start:guard.body.start] + f"{{\n{indent}{INDENT}{text}\n{indent}{INDENT}{what}" \
+            f"\n{indent}}}" + source[guard.body.end:guard.end]
     return source[:declaration.start] + guarded + source[guard.end:]
 
 
 def _without_comparisons(text: str) -> str:
-    return re.sub(r"[<>!=]=|[<>]", " ", text)
+    """The text with its comparisons blanked, its shifts and compound assignments (`<<=`) kept."""
+    return re.sub(r"(?<![<>])[<>!=]=|(?<![<>])[<>](?![<>=])", " ", text)
 
 
+_LAUNCH_NAMES = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
+_DECLARATOR = r"(?:[A-Za-z_]\w*\s*[*&]*\s+|,\s*|[A-Za-z_]\w*\s*[*&]+\s*){}\b"  # where the name may be declared
 # One local of a number type, initialised: the declarations _declaration_into_guard moves.
 _TYPE_WORDS = r"const|unsigned|signed|long|short|int|char|bool|float|double|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|auto"
 _PLAIN_DECLARATION = re.compile(rf"\s*(?:(?:{_TYPE_WORDS})\s+)+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
