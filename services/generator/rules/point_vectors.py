@@ -46,8 +46,8 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, grid_stride, points
-from services.generator.rules.cuda_text import (LAMBDA, fresh_name, functions_named, identifiers, mask, pointee,
-                                                top_level_conjuncts)
+from services.generator.rules.cuda_text import (IDENTIFIER, LAMBDA, fresh_name, functions_named, identifiers, mask,
+                                                pointee, top_level_conjuncts)
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
@@ -153,9 +153,9 @@ def _held(kernel: PointKernel, spec: KernelSpec, name: str) -> affine.Poly | Non
     arg = spec.parameters[place] if place is not None and place < len(spec.parameters) else None
     sizes = {str(a.value): {(params[i],): 1} for i, a in enumerate(spec.parameters[:len(params)])
              if not a.is_array and a.dtype in _SIZE_TYPES and isinstance(a.value, str)
-             and re.fullmatch(r"[A-Za-z_]\w*", a.value)}
+             and IDENTIFIER.fullmatch(a.value)}
     if arg is None or not arg.is_array or not arg.shape or \
-            not set(re.findall(r"[A-Za-z_]\w*", " ".join(map(str, arg.shape)))) <= set(sizes):
+            not set(IDENTIFIER.findall(" ".join(map(str, arg.shape)))) <= set(sizes):
         return None
     held: affine.Poly = {(): 1}
     try:
@@ -399,9 +399,8 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     tests += window_tests
     aligned = " | ".join(f"(reinterpret_cast<unsigned long long>({at}) & {model_.moved[name] - 1})"
                          for name, at in [*((name, address[name]) for name in model_.arrays), *window_vectors])
-    # where some lane is not active, the vectors serve the row only where each lies in its array
-    # held as a bool before the test that takes the vectors: inside that test, the H100 ran laplace3d at 72% of a
-    # copy rather than 86%
+    # where some lane is not active, the vectors serve the row only where each lies in its array; the test is held
+    # in a bool before the one that takes the vectors (inside it, the H100 ran laplace3d at 72% of a copy, not 86%)
     safe = None if not tests else every if None in tests else \
         f"{every} || {' && '.join(f'({test})' if len(tests) > 1 else test for test in tests)}"
     tested = "" if safe is None else f" && {every if safe == every else names['safe']}"
