@@ -637,15 +637,16 @@ def slow(
     else:
         why, reason = f"still unfinished after {timeout:g} s", f"not finished within kforge slow --timeout {timeout:g}"
     cancelled = [v.job_id for v in followed.unfinished if stop_embedded_job(rt, v.job_id, reason, "cli")]
-    unfinished = ", ".join(f"{v.job_id} ({kernels[v.job_id]}, {v.status})" for v in followed.unfinished)
-    if cancelled:
-        # A job may end between the deadline and its cancel: it is not called cancelled
-        ended = ", ".join(f"{v.job_id} ({kernels[v.job_id]})" for v in followed.unfinished if v.job_id not in cancelled)
+    if rt.settings.embedded:
+        # A job may end between the deadline and its cancel: it is said to have ended, not to be cancelled
         stopped = ", ".join(f"{v.job_id} ({kernels[v.job_id]}, {v.status})" for v in followed.unfinished
                             if v.job_id in cancelled)
-        console.print(f"[yellow]{escape(why)}[/yellow]: {escape(stopped)}; cancelled, as the in-process workers "
-                      "stop with this command" + (f"; {escape(ended)} ended meanwhile" if ended else ""))
+        ended = ", ".join(f"{v.job_id} ({kernels[v.job_id]})" for v in followed.unfinished if v.job_id not in cancelled)
+        said = ([f"{stopped}; cancelled, as the in-process workers stop with this command"] if stopped else []) + \
+            ([f"{ended} ended meanwhile"] if ended else [])
+        console.print(f"[yellow]{escape(why)}[/yellow]: {escape('; '.join(said))}")
     else:
+        unfinished = ", ".join(f"{v.job_id} ({kernels[v.job_id]}, {v.status})" for v in followed.unfinished)
         console.print(f"[yellow]{escape(why)}[/yellow]: {escape(unfinished)}; left to the workers, `kforge show "
                       "<job>` follows up")
     code = 1 if failed or (followed.stalled is not None and cancelled) else 3

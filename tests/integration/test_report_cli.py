@@ -136,14 +136,15 @@ def test_slow_follows_its_jobs_against_one_deadline_and_cancels_those_unfinished
     assert "still unfinished after 0 s:" in said and "Traceback" not in said
     listed = kforge(two_kernels, "jobs", "--json")
     statuses = {j["job_id"]: j["status"] for j in map(json.loads, listed.stdout.splitlines())}
-    # A job may end between the deadline and its cancel (a replay is quick): it is then said to have ended
+    # A job may end between the deadline and its cancel (a replay is quick, and under load both may): it is then
+    # said to have ended meanwhile, and is not called cancelled
     for kernel, job in jobs.items():
         if statuses[job] == "cancelled":
             assert f"{job} ({kernel}[" in said.split("; cancelled, as the in-process workers stop with this command")[0]
         else:
-            assert statuses[job] == "completed" and f"{job} ({kernel}[" not in said.split("still unfinished")[1].split(
-                "; cancelled")[0]
-    assert "cancelled" in statuses.values()
+            assert statuses[job] == "completed", statuses
+            assert f"{job} ({kernel}[" in said.split(" ended meanwhile")[0].split("; ")[-1], said
+    assert "left to the workers" not in said
 
 
 @no_gpu_only

@@ -139,6 +139,8 @@ def test_a_declaration_read_only_by_the_last_guard_moves_into_it(guarded, moved)
     "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i++ < n) out[j] = in[j];",  # a guard changing i
     "    int i = threadIdx.x;\n    int j = i * 2, k = 1;\n    if (i < n) out[j] = in[k];",  # two declarators
     "    int i = threadIdx.x;\n    int j = i * 2;\n    if (i < n) out[j] = in[j]; else out[0] = 0.0f;",
+    # an index definition, which the recognisers look for beside the others
+    "    int i = threadIdx.x;\n    int j = blockIdx.y * blockDim.y + threadIdx.y;\n    if (i < n) out[j * n + i] = in[i];",
 ])
 def test_a_declaration_the_guard_does_not_alone_read_stays(body):
     before = "__device__ int g = 4;\n#ifndef INSIDE\n#define INSIDE (j < n)\n#endif"  # left unexpanded: #ifndef

@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA,
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA, LAUNCH_NAMES,
                                                 WIDE_INTEGER_TYPE, closing, find_kernel, fresh_name, identifiers,
                                                 mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
@@ -70,7 +70,6 @@ _PURE_BODY_CALLS = re.compile(
     r"make_(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]|"
     r"float|double|int|unsigned|long|short|char|bool|size_t|u?int(?:8|16|32|64)_t|static_cast|__half|__nv_bfloat16"
     % "|".join(_MATH_NAMES))
-_BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
 # A conversion in a step, which the 64-bit polynomial of its value looks through: `(unsigned char)s` of 257 is 1.
 _CAST_IN_STEP = re.compile(r"\b(?:%s|char|short|bool|signed|u?int(?:8|16)_t)\b|_cast\b" % "|".join(_TYPE_WORDS))
 _NARROW = re.compile(r"\b(?:char|short|bool|u?int8_t|u?int16_t)\b")
@@ -263,7 +262,7 @@ class _Names:
         """Whether the name holds an integer whose arithmetic the 64-bit polynomials follow: signed, or 64 bits
         wide (a 32-bit unsigned wraps); threadIdx and the like count too."""
         base = re.split(r"\s*\.", name)[0]
-        if base in _BUILTINS:
+        if base in LAUNCH_NAMES:
             return True
         return _wide_or_signed(self.before.get(name))
 
@@ -440,10 +439,10 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     parts = statements(masked, *inside)
     taken = identifiers(source)
     copies = {name: fresh_name(f"{name}_ahead", taken) for name in (v, *outer)}
-    usable = {*copies, *((set(names.before) | _BUILTINS) - assigned - unreadable - set(outer))}
+    usable = {*copies, *((set(names.before) | LAUNCH_NAMES) - assigned - unreadable - set(outer))}
     own = _Declared(v, " ".join(re.match(rf"\s*({INTEGER_TYPE})", init).group(1).split()), "", -1, False)
     signed_or_wide = [name for name in outer if names.integer(name)] + ([v] if _wide_or_signed(own) else [])
-    integers = {name for name in names.before if names.integer(name)} | set(signed_or_wide) | _BUILTINS
+    integers = {name for name in names.before if names.integer(name)} | set(signed_or_wide) | LAUNCH_NAMES
     wide = {d.name for d in (*names.before.values(), own) if re.fullmatch(WIDE_INTEGER_TYPE, d.type)}
     ahead = _Ahead(masked, _index_locals(masked, inside, names), usable, integers, copies, wide)
     loads, distinct = [], []
@@ -656,7 +655,7 @@ class _Ahead:
             return None
         names = affine.names(poly)
         return poly if self._bases(names) <= self.usable and all(
-            name in self.integers or self._bases({name}) <= _BUILTINS for name in names) else None
+            name in self.integers or self._bases({name}) <= LAUNCH_NAMES for name in names) else None
 
 
 def _renamed(text: str, copies: dict[str, str]) -> str:
@@ -735,7 +734,7 @@ def _moves(poly: affine.Poly, ahead: _Ahead, steps: dict[str, str]) -> str | Non
                 by = affine.parse(steps[name], ahead.known)
             except affine.NotAffine:
                 return None
-            if not all(n in ahead.integers or ahead._bases({n}) <= _BUILTINS for n in affine.names(by)) or \
+            if not all(n in ahead.integers or ahead._bases({n}) <= LAUNCH_NAMES for n in affine.names(by)) or \
                     re.search(r"\d\.|\.\d|\d[eE]|\d[fF]\b", steps[name]) or _CAST_IN_STEP.search(steps[name]) or \
                     name not in ahead.wide and affine.names(by) & ahead.wide:
                 return None  # a float, a cast, or a 64-bit step of a narrower name: the polynomial's step may not be

@@ -70,7 +70,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, calls, closing, find_kernel, fresh_name,
+from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAUNCH_NAMES, calls, closing, find_kernel, fresh_name,
                                                 functions_named, identifiers, mask, outside_brackets,
                                                 split_top_level, unparenthesised)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
@@ -451,8 +451,10 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
     # nothing
     known = {mask(source[start:end]).split()[-1] for start, end in kernel.parameters(source) if source[start:end]
              .strip()} | {m["name"] for s in body[:-2] if (m := _ANY_DECLARATION.fullmatch(masked, s.start, s.end))}
-    read = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) - _LAUNCH_NAMES - _CAST_WORDS
+    read = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) - LAUNCH_NAMES - _CAST_WORDS
+    # an index definition (it reads the launch) stays with the others, where the recognisers look for it
     if found is None or not _is_plain_arithmetic(found["init"]) or found["name"] in read or not read <= known or \
+            set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", found["init"])) & LAUNCH_NAMES or \
             re.search(rf"[{{}}]|{_CHANGED}|\b[A-Za-z_]\w*\s*\(", _without_comparisons(head)):
         return source
     text = source[declaration.start:declaration.end].strip()
@@ -472,7 +474,6 @@ def _without_comparisons(text: str) -> str:
     return re.sub(r"(?<![<>])[<>!=]=|(?<![<>])[<>](?![<>=])", " ", text)
 
 
-_LAUNCH_NAMES = {"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"}
 _DECLARATOR = r"(?:[A-Za-z_]\w*\s*[*&]*\s+|,\s*|[A-Za-z_]\w*\s*[*&]+\s*){}\b"  # where the name may be declared
 # One local of a number type, initialised: the declarations _declaration_into_guard moves.
 _TYPE_WORDS = r"const|unsigned|signed|long|short|int|char|bool|float|double|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|auto"

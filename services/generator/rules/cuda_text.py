@@ -13,6 +13,8 @@ from shared.domain.spec import kernel_base_name
 
 HEADER = "// kforge rules:"
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+# The names CUDA gives every kernel for its place in the launch
+LAUNCH_NAMES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
 # The integer types kernels declare indices and counts with, `std::` spellings included (<cstddef>, <cstdint>).
 INTEGER_TYPE = (r"(?:unsigned\s+long\s+long|unsigned\s+long|unsigned\s+int|unsigned|long\s+long|long|int|"
                 r"(?:std::)?(?:size_t|ptrdiff_t|u?int(?:32|64)_t))")
