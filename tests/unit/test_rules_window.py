@@ -350,10 +350,21 @@ ARRAYS_CHECKED = ["-fsanitize=address", "--param", "asan-stack=0", "--param", "a
                   "-fno-sanitize-address-use-after-scope"]
 
 
+_BUILT: dict[tuple, ctypes.CDLL] = {}  # a library serves every size and placement, as a kernel's binary does
+
+
 def build(source: str, kernel_name: str, directory, defines: dict, threads: bool = False) -> ctypes.CDLL:
     """The kernel as host code with `kforge_launch(gx, gy, gz, bx, by, bz, args...)` running every thread of a 3D
     launch in turn, or with `threads` a block's threads at once (THREADED); the launcher's own names start kforge_,
-    which no kernel parameter takes, and the tune parameters are -D defines, as NVRTC gets them."""
+    which no kernel parameter takes, and the tune parameters are -D defines, as NVRTC gets them. Compiled once per
+    session for each source, defines and threads (a run changes nothing in it: it launches in a child)."""
+    key = (source, kernel_name, tuple(sorted(defines.items())), threads)
+    if key not in _BUILT:
+        _BUILT[key] = _compiled(source, kernel_name, directory, defines, threads)
+    return _BUILT[key]
+
+
+def _compiled(source: str, kernel_name: str, directory, defines: dict, threads: bool) -> ctypes.CDLL:
     kernel = find_kernel(source, kernel_name)
     parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
