@@ -1954,3 +1954,21 @@ extern "C" __global__ void squares(float *sum, const float *x, int n)
 """, "squares", [array("sum", [1], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 3001}, ["n"],
         {"block_size_x": 256}, {"block_size_x": [128, 256]}), "no strided loop"),
 })
+
+# A heat step as many write it: the flat index computed before the guard, the border left as it was.
+HEAT_STEP = spec(r"""
+extern "C" __global__ void heat_step(float *next, const float *cur, int width, int height, float alpha)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int idx = row * width + col;
+    if (col >= 1 && col < width - 1 && row >= 1 && row < height - 1) {
+        next[idx] = cur[idx] + alpha * (cur[idx - 1] + cur[idx + 1] + cur[idx - width] + cur[idx + width]
+                                        - 4.0f * cur[idx]);
+    }
+}
+""", "heat_step", [array("next", ["height", "width"], role="out"), array("cur", ["height", "width"]),
+                   scalar("width", "width"), scalar("height", "height"), scalar("alpha", 0.1, "float32")],
+    {"width": 301, "height": 203}, ["width", "height"], BLOCK_2D, TUNE_2D)
+VARIANTS.update({"heat_step_index_first_vectors": ("vectorize", HEAT_STEP),
+                 "heat_step_index_first_marched": ("register_blocking", HEAT_STEP)})
