@@ -1367,15 +1367,17 @@ NOT_OF_SHAPE = {
         "through a pointer or a member"),
     "vectors_of_a_crop": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "{ if (col < h) out[row * h + col] = in[row * w + col] * gain[col]; }"),
+        "{ const float v = in[row * w + col] * gain[col]; if (col < h) out[row * h + col] = v; }"),
         "it writes out under a condition at row * h + col, not at the point's own place in the box its guard "
         "bounds"),
     "vectors_of_a_flag_per_column": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "if (in[row * w + col] > gain[col]) out[col] = 1.0f;"), "not at the point's own place"),
+        "{ const float v = in[row * w + col]; if (v > gain[col]) out[col] = 1.0f; }"), "not at the point's own place"),
     "vectors_of_a_store_past_a_short_array": ("vectorize", SHADE_2D.model_validate({  # out holds the first row
         **SHADE_2D.model_dump(),
-        "source": SHADE_2D.source.replace("out[row * w + col] = in[", "if (row == 0) out[row * w + col] = in["),
+        "source": SHADE_2D.source.replace("out[row * w + col] = in[row * w + col] * gain[col];",
+                                          "{ const float v = in[row * w + col] * gain[col]; "
+                                          "if (row == 0) out[row * w + col] = v; }"),
         "args": [{**a.model_dump(), "shape": ["w"]} if a.name == "out" else a.model_dump() for a in SHADE_2D.args]}),
         "it touches out only under a condition, and its shape in args does not hold the box its guard bounds"),
     "vectors_of_a_store_in_a_loop": ("vectorize", edited(
@@ -1972,3 +1974,58 @@ extern "C" __global__ void heat_step(float *next, const float *cur, int width, i
     {"width": 301, "height": 203}, ["width", "height"], BLOCK_2D, TUNE_2D)
 VARIANTS.update({"heat_step_index_first_vectors": ("vectorize", HEAT_STEP),
                  "heat_step_index_first_marched": ("register_blocking", HEAT_STEP)})
+
+# Stencils spelled as users spell them, each once refused by vectorize (found by review): a 3D step whose plane and
+# index are locals before the guard, a Jacobi step in unsigned ints leaving on `x == 0`, and nested guards.
+HEAT_3D_PLANE = spec(r"""
+extern "C" __global__ void heat3(float *out, const float *in, int nx, int ny, int nz, float a)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int z = blockIdx.z * blockDim.z + threadIdx.z;
+    size_t plane = (size_t)nx * ny;
+    size_t c = z * plane + (size_t)y * nx + x;
+    if (x >= 1 && x < nx - 1 && y >= 1 && y < ny - 1 && z >= 1 && z < nz - 1) {
+        out[c] = in[c] + a * (in[c - 1] + in[c + 1] + in[c - nx] + in[c + nx] + in[c - plane] + in[c + plane]
+                              - 6.0f * in[c]);
+    }
+}
+""", "heat3", [array("out", ["nz", "ny", "nx"], role="out"), array("in", ["nz", "ny", "nx"]),
+               scalar("nx", "nx"), scalar("ny", "ny"), scalar("nz", "nz"), scalar("a", 0.1, "float32")],
+    {"nx": 64, "ny": 32, "nz": 16}, ["nx", "ny", "nz"], {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+    {"block_size_x": [32, 64], "block_size_y": [1, 2, 4], "block_size_z": [1, 2]})
+JACOBI_UNSIGNED = spec(r"""
+extern "C" __global__ void jacobi_u(float *dst, const float *src, unsigned nx, unsigned ny)
+{
+    unsigned x = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x == 0 || y == 0 || x >= nx - 1 || y >= ny - 1) return;
+    unsigned c = y * nx + x;
+    dst[c] = 0.25f * (src[c - 1] + src[c + 1] + src[c - nx] + src[c + nx]);
+}
+""", "jacobi_u", [array("dst", ["ny", "nx"], role="out"), array("src", ["ny", "nx"]),
+                  scalar("nx", "nx", "uint32"), scalar("ny", "ny", "uint32")],
+    {"nx": 300, "ny": 200}, ["nx", "ny"], BLOCK_2D, TUNE_2D)
+NESTED_GUARDS = spec(r"""
+extern "C" __global__ void nested_le(float *out, const float *in, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (y >= 1 && y <= h - 2) {
+        // the interior columns of an interior row
+        if (x >= 1 && x <= w - 2) {
+            out[y * w + x] = in[y * w + x] - 0.25f * (in[y * w + x - 1] + in[y * w + x + 1] + in[(y - 1) * w + x]
+                                                      + in[(y + 1) * w + x]);
+        }
+    }
+}
+""", "nested_le", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w"), scalar("h", "h")],
+    {"w": 301, "h": 203}, ["w", "h"], BLOCK_2D, TUNE_2D)
+VARIANTS.update({"heat3_plane_before_the_guard_vectors": ("vectorize", HEAT_3D_PLANE),
+                 "jacobi_unsigned_leaving_on_zero_vectors": ("vectorize", JACOBI_UNSIGNED),
+                 "nested_guards_vectors": ("vectorize", NESTED_GUARDS)})
+# The first row alone stored, under a guard nested in the kernel's (out holds that row): one guard once joined.
+VARIANTS["vectors_of_a_first_row_under_nested_guards"] = ("vectorize", SHADE_2D.model_validate({
+    **SHADE_2D.model_dump(),
+    "source": SHADE_2D.source.replace("out[row * w + col] = in[", "if (row == 0) out[row * w + col] = in["),
+    "args": [{**a.model_dump(), "shape": ["w"]} if a.name == "out" else a.model_dump() for a in SHADE_2D.args]}))

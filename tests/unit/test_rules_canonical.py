@@ -147,6 +147,39 @@ def test_a_declaration_the_guard_does_not_alone_read_stays(body):
     assert squeezed(canon(body, before)) == squeezed(body)
 
 
+def test_a_declaration_moves_past_a_product_that_only_looks_like_a_pointer_declarator():
+    # `j * w` in the guard's statements declares nothing: the moved declaration joins them, with no block of its own
+    body = canon("    int i = threadIdx.x;\n    int w = (int)m;\n    int j = i * w;\n"
+                 "    if (i < n) {\n        out[j] = in[j * w];\n    }")
+    assert squeezed(body) == squeezed("int i = threadIdx.x;\n if (i < n) {\n int w = (int)m;\n int j = i * w;\n"
+                                      " out[j] = in[j * w];\n }")
+
+
+@pytest.mark.parametrize("nested, joined", [
+    ("if (i < n) {\n        if (i > 0) {\n            out[i] = in[i];\n        }\n    }",
+     "if (i < n && i > 0) {\n out[i] = in[i];\n }"),
+    ("if (i < n)\n        if (i > 0) out[i] = in[i];", "if (i < n && i > 0) out[i] = in[i];"),
+    # an operator binding less tightly than && keeps its parentheses; a comment goes before the joined guard
+    ("if (i < n || m == 0) {\n        // the rest\n        if (i & 1 ? i > 2 : i > 4) out[i] = in[i];\n    }",
+     "// the rest\n if ((i < n || m == 0) && (i & 1 ? i > 2 : i > 4)) out[i] = in[i];"),
+    ("if (i < n // the end\n        ) {\n        if (i > 0) out[i] = in[i];\n    }",
+     "if (i < n && i > 0) out[i] = in[i];"),
+])
+def test_nested_guards_at_the_end_are_one_guard(nested, joined):
+    assert squeezed(canon(f"    int i = threadIdx.x;\n    {nested}")) == squeezed(f"int i = threadIdx.x;\n {joined}")
+
+
+@pytest.mark.parametrize("body", [
+    "    int i = threadIdx.x;\n    if (i < n) {\n        if (i > 0) out[i] = in[i];\n        out[0] = 1.0f;\n    }",
+    "    int i = threadIdx.x;\n    if (i < n) {\n        if (i > 0) out[i] = in[i]; else out[i] = 0.0f;\n    }",
+    "    int i = threadIdx.x;\n    if (i < n) {\n        if (i > 0) out[i] = in[i];\n    } else out[0] = 0.0f;",
+    # a test of the data, not a bound
+    "    int i = threadIdx.x;\n    if (i < n) {\n        if (in[i] > 0.0f) out[i] = in[i];\n    }",
+])
+def test_guards_nested_with_more_beside_them_stay(body):
+    assert squeezed(canon(body)) == squeezed(body)
+
+
 def test_a_pointer_into_a_parameters_array_is_replaced_by_the_array_indexed_from_its_offset():
     body = canon("    int r = threadIdx.x;\n    const float *row = in + (size_t)r * 4;\n"
                  "    out[r] = row[1] + *(row + 2) + __ldg(row + 3) + __ldg(row + (r & 1));")

@@ -109,7 +109,7 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
-        _expand_macros, _deduce_auto, _guard_early_return, _declaration_into_guard, _do_as_while, _while_as_for,
+        _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _declaration_into_guard, _do_as_while, _while_as_for,
         _second_index_derived, _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
@@ -438,6 +438,51 @@ def _guard_early_return(source: str, kernel_name: str, pinned: frozenset[str]) -
     return source[:body[first].start] + guard + source[rest_end:]
 
 
+def _nested_guards_joined(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """`if (a) { if (b) S }` as the kernel's last statement, neither with an else and b reading no array, is
+    `if (a && b) S`: b is evaluated where a holds, either way. A comment beside the inner if goes before the
+    joined one."""
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    if not body or body[-1].kind != "if" or body[-1].orelse is not None:
+        return source
+    outer = inner = body[-1].body
+    if outer.kind == "block":
+        inside = statements(masked, *outer.inner)
+        if len(inside) != 1:
+            return source
+        inner = inside[0]
+    if inner.kind != "if" or inner.orelse is not None or not all(
+            _is_plain_condition(masked[s.head[0]:s.head[1]]) for s in (body[-1], inner)):
+        return source
+    if "[" in masked[inner.head[0]:inner.head[1]] or calls(masked[inner.head[0]:inner.head[1]]):
+        return source  # a test of the data, which the recognisers read in the body, not as a bound
+    uncommented = mask(source, literals=False)  # a // comment would swallow what follows it
+    conditions = " && ".join(_as_conjunct(" ".join(uncommented[s.head[0]:s.head[1]].split()),
+                                          masked[s.head[0]:s.head[1]]) for s in (body[-1], inner))
+    indent, inner_indent = _indent_of(source, body[-1].start), _indent_of(source, inner.start)
+    comments = [textwrap.dedent(text.strip().strip("{}").strip("\n")).strip() for text in
+                (source[outer.start:inner.start], source[inner.end:outer.end]) if text.strip(" \t\n{}")]
+    before = "".join(comment.replace("\n", "\n" + indent) + "\n" + indent for comment in comments)
+    then = source[inner.head[1] + 1:inner.end]  # after the condition's `)`
+    if inner_indent.startswith(indent):  # one level less deep
+        then = then.replace("\n" + inner_indent, "\n" + indent)
+    return source[:body[-1].start] + before + f"if ({conditions}){then}" + source[body[-1].end:]
+
+
+def _is_plain_condition(masked_head: str) -> bool:
+    """A condition alone: no init-statement and no declaration, whose name would be the if's own."""
+    return ";" not in masked_head and not re.match(r"\s*[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*\s*=", masked_head)
+
+
+def _as_conjunct(condition: str, masked_condition: str) -> str:
+    """The condition as an operand of `&&`: parenthesised where an operator binding less tightly stands at its top
+    level (`||`, `?:`, an assignment or a comma)."""
+    top = _without_comparisons(outside_brackets(masked_condition))
+    return f"({condition})" if re.search(r"\|\||[?,=]", top) else condition
+
+
 def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
@@ -446,7 +491,7 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
         return source
     declaration, guard = body[-2], body[-1]
     found = _PLAIN_DECLARATION.fullmatch(masked, declaration.start, declaration.end)
-    head, then = masked[guard.head[0]:guard.head[1]], masked[guard.body.start:guard.body.end]
+    head = masked[guard.head[0]:guard.head[1]]
     # the condition may read only what is seen here (no macro or global, which may name the local), and change
     # nothing
     known = {mask(source[start:end]).split()[-1] for start, end in kernel.parameters(source) if source[start:end]
@@ -459,7 +504,7 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
         return source
     text = source[declaration.start:declaration.end].strip()
     indent = _indent_of(source, guard.start)
-    if guard.body.kind == "block" and not re.search(_DECLARATOR.format(re.escape(found["name"])), then):
+    if guard.body.kind == "block" and not _may_declare(masked, guard.body, found["name"]):
         guarded = source[guard.start:guard.body.inner[0]] + f"\n{indent}{INDENT}{text}" + \
             source[guard.body.inner[0]:guard.end]
     else:  # a block of its own around what the guard runs, where that may declare the name again
@@ -474,7 +519,22 @@ def _without_comparisons(text: str) -> str:
     return re.sub(r"(?<![<>])[<>!=]=|(?<![<>])[<>](?![<>=])", " ", text)
 
 
-_DECLARATOR = r"(?:[A-Za-z_]\w*\s*[*&]*\s+|,\s*|[A-Za-z_]\w*\s*[*&]+\s*){}\b"  # where the name may be declared
+
+
+def _may_declare(masked: str, block: Statement, name: str) -> bool:
+    """Whether a statement directly in `block` may declare `name`: where a declarator may stand, before the first
+    `=` of each of its comma-separated parts (a nested block, loop or if has a scope of its own)."""
+    first = rf"(?:[A-Za-z_][\w:]*(?:<[^<>]*>)?[\s*&]+)+{re.escape(name)}\s*(?:\[[^\]]*\]\s*)*"
+    later = rf"[\s*&]*{re.escape(name)}\s*(?:\[[^\]]*\]\s*)*"
+    for statement in statements(masked, *block.inner):
+        if statement.kind != "simple":
+            continue
+        text = masked[statement.start:statement.end].rstrip().removesuffix(";")
+        for brackets in ("([{", "([{<"):  # a template's commas, or a comparison's `<`
+            heads = [split_top_level(part, "=")[0] for part in split_top_level(text, ",", brackets)]
+            if re.fullmatch(rf"\s*{first}", heads[0]) or any(re.fullmatch(later, head) for head in heads[1:]):
+                return True
+    return False
 # One local of a number type, initialised: the declarations _declaration_into_guard moves.
 _TYPE_WORDS = r"const|unsigned|signed|long|short|int|char|bool|float|double|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|auto"
 _PLAIN_DECLARATION = re.compile(rf"\s*(?:(?:{_TYPE_WORDS})\s+)+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")

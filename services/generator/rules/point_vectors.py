@@ -99,7 +99,9 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     uppers = [found for c in bounds if (found := re.fullmatch(
         rf"\s*{x}\s*<\s*(?P<w>{_OPERAND})|\s*(?P<v>{_OPERAND})>\s*{x}\s*"
         rf"|\s*{x}\s*<=\s*(?P<last>{_OPERAND})|\s*(?P<last_>{_OPERAND})>=\s*{x}\s*", c))]
-    lowers = [c for c in bounds if re.fullmatch(rf"\s*{x}\s*>=?\s*{_OPERAND}|\s*{_OPERAND}<=?\s*{x}\s*", c)]
+    # x is the launch's index, never negative: `x != 0` (an early return on `x == 0`, negated) is `x >= 1`
+    lowers = [c for c in bounds if re.fullmatch(rf"\s*{x}\s*>=?\s*{_OPERAND}|\s*{_OPERAND}<=?\s*{x}\s*"
+                                                rf"|\s*{x}\s*!=\s*0[uU]?\s*|\s*0[uU]?\s*!=\s*{x}\s*", c)]
     if len(uppers) != 1 or len(uppers) + len(lowers) != len(bounds) or \
             any(len(re.findall(rf"\b{x}\b", c)) != 1 for c in bounds):
         raise NotRecognised(f"its guard `{' '.join(condition.split())}` does not bound {x} as `{x} < width` alone "
