@@ -2029,3 +2029,16 @@ VARIANTS["vectors_of_a_first_row_under_nested_guards"] = ("vectorize", SHADE_2D.
     **SHADE_2D.model_dump(),
     "source": SHADE_2D.source.replace("out[row * w + col] = in[", "if (row == 0) out[row * w + col] = in["),
     "args": [{**a.model_dump(), "shape": ["w"]} if a.name == "out" else a.model_dump() for a in SHADE_2D.args]}))
+# A row's pointer taken before the guard, whose condition reads the row's index after an `&&`.
+ROW_POINTER = spec(r"""
+extern "C" __global__ void row_pointer(float *out, const float *in, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    const float *row = in + (size_t)y * w;
+    if (x > 0 && x < w - 1 && y < h)
+        out[(size_t)y * w + x] = row[x - 1] - 2.0f * row[x] + row[x + 1];
+}
+""", "row_pointer", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w"),
+                     scalar("h", "h")], {"w": 301, "h": 203}, ["w", "h"], BLOCK_2D, TUNE_2D)
+VARIANTS["row_pointer_before_the_guard_vectors"] = ("vectorize", ROW_POINTER)

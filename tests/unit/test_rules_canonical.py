@@ -180,6 +180,12 @@ def test_guards_nested_with_more_beside_them_stay(body):
     assert squeezed(canon(body)) == squeezed(body)
 
 
+def test_a_pointer_whose_offset_a_guard_reads_after_a_logical_and_is_replaced():
+    # `&& i` takes no address of i, which would let i change behind the pointer
+    body = canon("    int i = threadIdx.x;\n    const float *p = in + i;\n    if (m > 0 && i < n) out[i] = p[1];")
+    assert squeezed(body) == squeezed("int i = threadIdx.x;\n if (m > 0 && i < n) out[i] = in[(long long)(i) + (1)];")
+
+
 def test_a_pointer_into_a_parameters_array_is_replaced_by_the_array_indexed_from_its_offset():
     body = canon("    int r = threadIdx.x;\n    const float *row = in + (size_t)r * 4;\n"
                  "    out[r] = row[1] + *(row + 2) + __ldg(row + 3) + __ldg(row + (r & 1));")

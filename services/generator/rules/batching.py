@@ -37,9 +37,9 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA, LAUNCH_NAMES,
-                                                WIDE_INTEGER_TYPE, closing, find_kernel, fresh_name, identifiers,
-                                                mask, pointee, split_top_level)
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA,
+                                                LAUNCH_NAMES, WIDE_INTEGER_TYPE, closing, find_kernel, fresh_name,
+                                                identifiers, mask, pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,

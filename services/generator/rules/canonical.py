@@ -70,8 +70,8 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAUNCH_NAMES, calls, closing, find_kernel, fresh_name,
-                                                functions_named, identifiers, mask, outside_brackets,
+from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAUNCH_NAMES, calls, closing, find_kernel,
+                                                fresh_name, functions_named, identifiers, mask, outside_brackets,
                                                 split_top_level, unparenthesised)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
@@ -109,8 +109,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
-        _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _declaration_into_guard, _do_as_while, _while_as_for,
-        _second_index_derived, _window_offsets) + (
+        _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _declaration_into_guard,
+        _do_as_while, _while_as_for, _second_index_derived, _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -622,9 +622,9 @@ _CHANGED = r"(?:(?<![=!<>])=(?!=)|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<=|>>=|\+\+|--)"
 
 def _changes(name: str, masked: str) -> bool:
     """Whether the text assigns, increments or decrements the variable `name`, or takes its address (`&p[i]`, an
-    element's address, is no change of p)."""
+    element's address, is no change of p; `a && p` is none either)."""
     name = re.escape(name)
-    return bool(re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|&\s*{name}\b(?!\s*\[)", masked))
+    return bool(re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|(?<!&)&\s*{name}\b(?!\s*\[)", masked))
 
 
 def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
