@@ -173,6 +173,10 @@ def tune(
         with follower:
             view = follow_job(rt.store, job_id, follower.show, timeout_s=timeout, stalled=rt.bus.stalled,
                               stall_s=rt.settings.stall_timeout_s)
+            cancelled = not view.finished and stop_embedded_job(
+                rt, job_id, f"not finished within kforge tune --timeout {timeout:g}", "cli")
+            if not view.finished and not cancelled and rt.settings.embedded:  # it ended between deadline and cancel
+                view = follow_job(rt.store, job_id, follower.show, timeout_s=0)
             if view.finished:
                 rt.bus.wait_idle()  # embedded: the in-process workers' last records (TaskProfiled) land before exit
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (_interrupt_on_signals)
@@ -205,8 +209,12 @@ def tune(
             _offer_replay(kernel_spec, kernel, spec)
         _echo_job(rt, job_id, as_json)
         raise typer.Exit(1)
+    if view.status == "cancelled":  # by `kforge cancel`, or the web page, while this command followed it
+        console.print(f"[yellow]cancelled[/yellow]: {escape(view.failure or '')}")
+        _echo_job(rt, job_id, as_json)
+        raise typer.Exit(1)
     follower.summarise()
-    if stop_embedded_job(rt, job_id, f"not finished within kforge tune --timeout {timeout:g}", "cli"):
+    if cancelled:
         console.print(f"[yellow]still {view.status}[/yellow] after {timeout:.0f} s: cancelled, as its in-process "
                       "workers stop with this command")
         _save_best_so_far(rt, job_id, files)

@@ -325,6 +325,25 @@ def test_ctrl_c_cancels_the_tune_within_2_s_and_keeps_its_best_so_far(tmp_path, 
         assert json.loads((tmp_path / "out" / job_id / "history.json").read_text())["result"]["best"] is not None
 
 
+@no_gpu_only
+def test_a_tune_whose_job_is_cancelled_by_another_command_says_so_and_exits_1(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
+    env.update(KFORGE_HOME=str(tmp_path), COLUMNS="200", NO_COLOR="1")
+    process = subprocess.Popen([str(KFORGE), "tune", "examples/matmul.cu", "--replay", "--verbose", "--no-save"],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    printed = []
+    while sum("ConfigMeasured" in line for line in printed) < 2 and (line := process.stdout.readline()):
+        printed.append(line)
+    job_id = re.search(r"job (\w+) submitted", "".join(printed)).group(1)
+    cancelled = kforge(tmp_path, "cancel", job_id)
+    out = "".join(printed) + process.communicate(timeout=60)[0]
+
+    assert cancelled.returncode == 0, _out(cancelled)
+    assert process.returncode == 1, out
+    said = " ".join(out.split())
+    assert "cancelled:" in said and "still cancelled" not in said and "Traceback" not in said
+
+
 def test_a_piped_tune_prints_its_progress_not_a_line_per_configuration_within_80_columns(tmp_path):
     result = kforge(tmp_path, "tune", "examples/vector_add.cu", "--replay", "--no-save", columns=80)
 
