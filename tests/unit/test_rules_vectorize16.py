@@ -410,34 +410,59 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[str,
     """The kernel run on copies of `values` placed 16-byte aligned (the `misaligned` one an element past that),
     at the launch geometry of `spec_` (a candidate's spec) for `params`; each array's bytes after. The launch
     runs in a child process: EmulatedFault when the kernel faults."""
+    return run_each(library, spec_, [params], values, misaligned)[0]
+
+
+def run_each(library: ctypes.CDLL, spec_: KernelSpec, configurations: list[dict], values: dict[str, np.ndarray],
+             misaligned: str | None = None) -> list[dict[str, bytes]]:
+    """run() for each configuration in turn, each on fresh copies of `values`, all in one child (a fork costs
+    more than a launch); a fault is then found again one configuration at a time, to name the one it is at."""
+    launches = [_launch(library, spec_, params, values, misaligned) for params in configurations]
+    try:
+        return _in_child(lambda: [launch() for launch in launches])
+    except EmulatedFault:
+        for params, launch in zip(configurations, launches):
+            try:
+                _in_child(launch)
+            except EmulatedFault as fault:
+                raise EmulatedFault(f"{fault}, at {params}") from None
+        raise
+
+
+def _launch(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[str, np.ndarray],
+            misaligned: str | None) -> Callable[[], dict[str, bytes]]:
+    """One launch for run_each, run where it is called: its arrays placed afresh, its tune parameters set."""
     (grid, _, _), (block, _, _) = spec_.launch_geometry(params)
-    for name in ("block_size_x", "elements_per_thread", "loop_unroll_factor"):
-        if name in params:
-            ctypes.c_int.in_dll(library, name).value = int(params[name])
-    held, arguments, types = {}, [], [ctypes.c_uint, ctypes.c_uint]
+    scalars, types = {}, [ctypes.c_uint, ctypes.c_uint]
     for arg in spec_.args:
         if arg.is_array:
-            data = values[arg.name]
-            shift = data.itemsize if arg.name == misaligned else 0
-            raw = np.zeros(data.nbytes + 32, np.uint8)
-            start = (-raw.ctypes.data) % 16 + shift
-            placed = raw[start:start + data.nbytes]
-            placed[:] = data.view(np.uint8)
-            held[arg.name] = placed
-            arguments.append(placed.ctypes.data)
             types.append(ctypes.c_void_p)
         else:
             value = spec_.scalar_of(arg, params)
             kind = SCALARS[arg.dtype]
-            arguments.append(kind(int(np.asarray(value).view(np.uint16))) if kind is Bits16 else kind(value.item()))
+            scalars[arg.name] = kind(int(np.asarray(value).view(np.uint16))) if kind is Bits16 else kind(value.item())
             types.append(kind)
-    library.kforge_launch.argtypes = types
-    library.kforge_launch.restype = None
 
     def launch() -> dict[str, bytes]:
+        for name in ("block_size_x", "elements_per_thread", "loop_unroll_factor"):
+            if name in params:
+                ctypes.c_int.in_dll(library, name).value = int(params[name])
+        held, arguments = {}, []
+        for arg in spec_.args:
+            if not arg.is_array:
+                arguments.append(scalars[arg.name])
+                continue
+            data = values[arg.name]
+            raw = np.zeros(data.nbytes + 32, np.uint8)
+            start = (-raw.ctypes.data) % 16 + (data.itemsize if arg.name == misaligned else 0)
+            held[arg.name] = raw[start:start + data.nbytes]
+            held[arg.name][:] = data.view(np.uint8)
+            arguments.append(held[arg.name].ctypes.data)
+        library.kforge_launch.argtypes = types
+        library.kforge_launch.restype = None
         library.kforge_launch(grid, block, *arguments)
         return {name: placed.tobytes() for name, placed in held.items()}
-    return _in_child(launch)
+    return launch
 
 
 def assert_computes_every_element_as_submitted(build: HostKernels, spec_: KernelSpec, order: str, width: int) -> None:
@@ -454,10 +479,10 @@ def assert_computes_every_element_as_submitted(build: HostKernels, spec_: Kernel
         at_size = spec_.with_sizes({dimension: size})
         values = inputs(at_size, size)
         expected = run(submitted, at_size, at_size.baseline_params(), values)
-        for params in configurations:
-            config = {**at_size.baseline_params(), **candidate.params, **params}
-            for misaligned in (None, *arrays):
-                got = run(rewritten, at_size.for_candidate(candidate), config, values, misaligned)
+        configs = [{**at_size.baseline_params(), **candidate.params, **params} for params in configurations]
+        for misaligned in (None, *arrays):
+            for params, got in zip(configurations, run_each(rewritten, at_size.for_candidate(candidate), configs,
+                                                            values, misaligned)):
                 assert got == expected, (size, params, misaligned)
 
 
