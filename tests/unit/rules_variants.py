@@ -2042,3 +2042,16 @@ extern "C" __global__ void row_pointer(float *out, const float *in, int w, int h
 """, "row_pointer", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w"),
                      scalar("h", "h")], {"w": 301, "h": 203}, ["w", "h"], BLOCK_2D, TUNE_2D)
 VARIANTS["row_pointer_before_the_guard_vectors"] = ("vectorize", ROW_POINTER)
+# A bound held in a local of the parameters, as `last` for the final column.
+BOUND_LOCAL = spec(r"""
+extern "C" __global__ void bound_local(float *out, const float *in, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    const int last = w - 1;
+    if (x >= 1 && x < last && y < h)
+        out[y * w + x] = in[y * w + x + 1] - in[y * w + x - 1];
+}
+""", "bound_local", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w"),
+                     scalar("h", "h")], {"w": 301, "h": 203}, ["w", "h"], BLOCK_2D, TUNE_2D)
+VARIANTS["bound_in_a_local_vectors"] = ("vectorize", BOUND_LOCAL)

@@ -73,7 +73,8 @@ def test_a_macro_defined_after_the_kernel_is_not_expanded_in_it():
     ("-n", "int"),
 ])
 def test_auto_takes_the_type_cpp_deduces(expression, deduced):
-    body = canon(f"    const auto i = {expression};\n    if (i < n) out[i] = in[i];")
+    # (an else keeps the guard reading i, which a local of parameters alone would be spelled out in)
+    body = canon(f"    const auto i = {expression};\n    if (i < n) out[i] = in[i]; else out[0] = 0.0f;")
     assert body.startswith(f"const {deduced} i = {expression};")
 
 
@@ -153,6 +154,26 @@ def test_a_declaration_moves_past_a_product_that_only_looks_like_a_pointer_decla
                  "    if (i < n) {\n        out[j] = in[j * w];\n    }")
     assert squeezed(body) == squeezed("int i = threadIdx.x;\n if (i < n) {\n int w = (int)m;\n int j = i * w;\n"
                                       " out[j] = in[j * w];\n }")
+
+
+@pytest.mark.parametrize("declared, spelled", [
+    ("const int last = n - 1;", "(int)(n - 1)"),
+    ("long long last = m * 2;", "(long long)(m * 2)"),  # never changed: as good as const
+])
+def test_a_local_of_parameters_in_the_guard_is_spelled_out_as_its_value(declared, spelled):
+    body = canon(f"    int i = threadIdx.x;\n    {declared}\n    if (i > 0 && i < last) out[i] = in[i - 1];")
+    assert squeezed(body) == squeezed(f"int i = threadIdx.x;\n if (i > 0 && i < {spelled}) {{\n {declared}\n"
+                                      f" out[i] = in[i - 1];\n }}")
+
+
+@pytest.mark.parametrize("body", [
+    "    int i = threadIdx.x;\n    int last = n - 1;\n    last -= 1;\n    if (i < last) out[i] = in[i];",  # changed
+    "    int i = threadIdx.x;\n    int last = n - 1;\n    n += 1;\n    if (i < last) out[i] = in[i];",  # n changed
+    "    int i = threadIdx.x;\n    int last = i - 1;\n    if (i < n && last > 0) out[i] = in[last];",  # a local's
+    "    int i = threadIdx.x;\n    float last = in[0];\n    if (i < last) out[i] = in[i];",  # a load
+])
+def test_a_local_of_more_than_unchanged_parameters_stays_in_the_guard(body):
+    assert squeezed(canon(body)) == squeezed(body)
 
 
 @pytest.mark.parametrize("nested, joined", [

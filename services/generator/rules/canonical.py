@@ -109,8 +109,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
-        _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _declaration_into_guard,
-        _do_as_while, _while_as_for, _second_index_derived, _window_offsets) + (
+        _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _guard_locals_spelled_out,
+        _declaration_into_guard, _do_as_while, _while_as_for, _second_index_derived, _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -483,6 +483,38 @@ def _as_conjunct(condition: str, masked_condition: str) -> str:
     return f"({condition})" if re.search(r"\|\||[?,=]", top) else condition
 
 
+def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """In the condition of the kernel's last statement (an if without else), a local of a number type declared
+    at the body's top level from integer parameters alone (`const int last = w - 1;`) is spelled out as its
+    value, `(int)(w - 1)`: the value the local holds there, where nothing changes it or the parameters it reads.
+    The recognisers then read the bound as a parameter's."""
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    if not body or body[-1].kind != "if" or body[-1].orelse is not None:
+        return source
+    guard = body[-1]
+    integers = _integer_parameters(source, kernel)
+    for statement in body[:-1]:
+        found = _PLAIN_DECLARATION.fullmatch(masked, statement.start, statement.end)
+        if found is None or found["name"] in integers or "auto" in found.group().split():
+            continue
+        read = set(_names(found["init"]))
+        if not _is_plain_arithmetic(found["init"]) or not read <= set(integers) or any(
+                _changes(name, masked[statement.end:guard.head[1]]) for name in (found["name"], *read)):
+            continue
+        uses = list(re.finditer(rf"(?<![\w.]){re.escape(found['name'])}\b", masked[guard.head[0]:guard.head[1]]))
+        if not uses:
+            continue
+        kind = " ".join(w for w in masked[statement.start:found.start("name")].split() if w != "const")
+        value = f"({kind})({' '.join(source[found.start('init'):found.end('init')].split())})"
+        head = source[guard.head[0]:guard.head[1]]
+        for use in reversed(uses):
+            head = head[:use.start()] + value + head[use.end():]
+        return source[:guard.head[0]] + head + source[guard.head[1]:]
+    return source
+
+
 def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
@@ -500,7 +532,7 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
     # an index definition (it reads the launch) stays with the others, where the recognisers look for it
     if found is None or not _is_plain_arithmetic(found["init"]) or found["name"] in read or not read <= known or \
             set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", found["init"])) & LAUNCH_NAMES or \
-            re.search(rf"[{{}}]|{_CHANGED}|\b[A-Za-z_]\w*\s*\(", _without_comparisons(head)):
+            re.search(rf"[{{}}]|{_CHANGED}", _without_comparisons(head)) or calls(head, _CAST_WORDS):
         return source
     text = source[declaration.start:declaration.end].strip()
     indent = _indent_of(source, guard.start)
@@ -759,7 +791,8 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
 
 
 def _is_plain_arithmetic(masked: str) -> bool:
-    """Names, numbers, casts, + - * / % and parentheses: no call, load, dereference or side effect."""
+    """Names, numbers, casts, + - * and parentheses: no call, load, dereference or side effect (nor a division,
+    which may trap)."""
     if not _PURE.fullmatch(masked) or re.search(r"\+\+|--", masked):
         return False
     if calls(masked, _CAST_WORDS):
