@@ -1361,6 +1361,9 @@ NOT_OF_SHAPE = {
     "a_transpose_changing_its_parameter": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "    if (x < height", "    width += 0;\n    if (x < height"),
         "changes its parameter width"),
+    "a_transpose_adding_into_its_output": ("shared_tile", edited(
+        TRANSPOSE_GATHERED, "odata[y * height + x] = 2.0f", "odata[y * height + x] += 2.0f"),
+        "its store is not a plain one"),
     "a_transpose_reading_through_a_pointer": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "        odata[y * height + x] = 2.0f * idata[x * width + y];",
         "        odata[y * height + x] = 2.0f * idata[x * width + y] + 0.0f * *idata;"),

@@ -58,8 +58,11 @@ def recognise(spec: KernelSpec) -> Transposed:
     if re.search(r"\batomic\w*\s*\(", masked[kernel.body_start:kernel.body_end]):
         raise NotRecognised("it uses atomics")
     stores = [a for a in kernel.accesses if a.write]
-    if len(stores) != 1 or not stores[0].plain_store:
+    if len(stores) != 1:
         raise NotRecognised(f"it makes {len(stores)} stores; a transpose makes one plain store (`out[w] = value;`)")
+    if not stores[0].plain_store:
+        raise NotRecognised("its store is not a plain one (`out[w] = value;`, not `+=` or the like), as a "
+                            "transpose's is")
     store = stores[0]
     own = points.own_statement(kernel, masked, store)
     if own is None:
