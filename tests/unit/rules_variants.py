@@ -2058,3 +2058,168 @@ extern "C" __global__ void bound_local(float *out, const float *in, int w, int h
 """, "bound_local", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w"),
                      scalar("h", "h")], {"w": 301, "h": 203}, ["w", "h"], BLOCK_2D, TUNE_2D)
 VARIANTS["bound_in_a_local_vectors"] = ("vectorize", BOUND_LOCAL)
+
+# Kernels of the row, atomic, transpose and scan families as users write them (found correct under emulation
+# by review): pitched rows, a leading dimension with alpha and beta, dynamic shared memory, clamped float bins.
+SOFTMAX_BLOCK_PITCH = spec(r"""
+extern "C" __global__ void softmax_rows(float *__restrict__ y, const float *__restrict__ x, int cols, int ld)
+{
+    __shared__ float red[1024];
+    const float *xr = x + (size_t)blockIdx.x * ld;
+    float *yr = y + (size_t)blockIdx.x * ld;
+    unsigned tid = threadIdx.x;
+    float m = -INFINITY;
+    for (int c = tid; c < cols; c += blockDim.x) m = fmaxf(m, xr[c]);
+    red[tid] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] = fmaxf(red[tid], red[tid + s]);
+        __syncthreads();
+    }
+    const float rowmax = red[0];
+    __syncthreads();
+    float sum = 0.0f;
+    for (int c = tid; c < cols; c += blockDim.x) sum += expf(xr[c] - rowmax);
+    red[tid] = sum;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] += red[tid + s];
+        __syncthreads();
+    }
+    const float inv = 1.0f / red[0];
+    for (int c = tid; c < cols; c += blockDim.x) yr[c] = expf(xr[c] - rowmax) * inv;
+}
+""", "softmax_rows", [array("y", ["rows", "ld"], role="out"), array("x", ["rows", "ld"]),
+                      scalar("cols", "cols"), scalar("ld", "ld")],
+    {"rows": 256, "cols": 1000, "ld": 1024}, ["rows"], {"block_size_x": 128}, {"block_size_x": [32, 64, 128, 256]},
+    grid_div_x=[1])
+LAYERNORM_THREAD_PITCH = spec(r"""
+extern "C" __global__ void layernorm_t(float *out, const float *in, const float *gamma, const float *beta,
+                                       unsigned rows, unsigned cols, unsigned pitch, float eps)
+{
+    const unsigned r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const size_t base = (size_t)r * pitch;
+    float mean = 0.0f;
+    for (unsigned c = 0; c < cols; ++c) mean += in[base + c];
+    mean /= cols;
+    float var = 0.0f;
+    for (unsigned c = 0; c < cols; ++c) { float d = in[base + c] - mean; var += d * d; }
+    const float inv = rsqrtf(var / cols + eps);
+    for (unsigned c = 0; c < cols; ++c) out[base + c] = (in[base + c] - mean) * inv * __ldg(&gamma[c]) + __ldg(&beta[c]);
+}
+""", "layernorm_t", [array("out", ["rows", "pitch"], role="out"), array("in", ["rows", "pitch"]),
+                     array("gamma", ["cols"]), array("beta", ["cols"]),
+                     scalar("rows", "rows", "uint32"), scalar("cols", "cols", "uint32"),
+                     scalar("pitch", "pitch", "uint32"), scalar("eps", 1e-5, "float32")],
+    {"rows": 1000, "cols": 300, "pitch": 320}, ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+RMS_NORM_DYNAMIC = spec(r"""
+extern "C" __global__ void rmsnorm_b(float *__restrict__ out, const float *__restrict__ x,
+                                     const float *__restrict__ w, unsigned dim, float eps)
+{
+    extern __shared__ float partial[];
+    const unsigned t = threadIdx.x;
+    const float *row = x + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (unsigned j = t; j < dim; j += blockDim.x) { const float v = row[j]; ss += v * v; }
+    partial[t] = ss;
+    __syncthreads();
+    for (unsigned s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        __syncthreads();
+    }
+    const float scale = rsqrtf(partial[0] / dim + eps);
+    for (unsigned j = t; j < dim; j += blockDim.x) out[(size_t)blockIdx.x * dim + j] = row[j] * scale * __ldg(w + j);
+}
+""", "rmsnorm_b", [array("out", ["rows", "dim"], role="out"), array("x", ["rows", "dim"]), array("w", ["dim"]),
+                   scalar("dim", "dim", "uint32"), scalar("eps", 1e-6, "float32")],
+    {"rows": 512, "dim": 1000}, ["rows"], {"block_size_x": 128}, {"block_size_x": [32, 64, 128, 256]},
+    grid_div_x=[1], smem_args={"size": "block_size_x * 4"})
+GEMV_LDA = spec(r"""
+extern "C" __global__ void sgemv_n(float *y, const float *__restrict__ A, const float *__restrict__ x,
+                                   int m, int n, int lda, float alpha, float beta)
+{
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m) return;
+    float dot = 0.0f;
+    for (int j = 0; j < n; j++)
+        dot += __ldg(&A[(size_t)i * lda + j]) * __ldg(&x[j]);
+    y[i] = alpha * dot + beta * y[i];
+}
+""", "sgemv_n", [array("y", ["m"], role="inout"), array("A", ["m", "lda"]), array("x", ["n"]),
+                 scalar("m", "m"), scalar("n", "n"), scalar("lda", "lda"),
+                 scalar("alpha", 1.5, "float32"), scalar("beta", 0.5, "float32")],
+    {"m": 1000, "n": 500, "lda": 512}, ["m"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+HISTOGRAM_FLOAT_BINS = spec(r"""
+extern "C" __global__ void hist_f(unsigned int *hist, const float *__restrict__ data, size_t n, float lo, float inv_width, int nbins)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x) {
+        int b = (int)((data[i] - lo) * inv_width);
+        if (b < 0) b = 0;
+        if (b >= nbins) b = nbins - 1;
+        atomicAdd(&hist[b], 1u);
+    }
+}
+""", "hist_f", [array("hist", ["nbins"], "uint32", "out"), array("data", ["n"]),
+                scalar("n", "n", "uint64"), scalar("lo", -2.0, "float32"), scalar("inv_width", 8.0, "float32"),
+                scalar("nbins", "nbins")],
+    {"n": 1 << 20, "nbins": 32}, ["n"], {"block_size_x": 256}, {"block_size_x": [64, 128, 256]},
+    grid_div_x=["block_size_x", 4])
+TRANSPOSE_PITCHED = spec(r"""
+extern "C" __global__ void transpose_p(float *__restrict__ dst, const float *__restrict__ src,
+                                       int rows, int cols, int lds, int ldd)
+{
+    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < rows && c < cols)
+        dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+""", "transpose_p", [array("dst", ["cols", "ldd"], role="inout"), array("src", ["rows", "lds"]),
+                     scalar("rows", "rows"), scalar("cols", "cols"), scalar("lds", "lds"), scalar("ldd", "ldd")],
+    {"rows": 300, "cols": 200, "lds": 320, "ldd": 304}, ["cols", "rows"], {"block_size_x": 32, "block_size_y": 8},
+    {"block_size_x": [16, 32, 64], "block_size_y": [2, 4, 8]})
+EXCLUSIVE_SCAN_BLOCK = spec(r"""
+extern "C" __global__ void excl_scan(int *out, int *totals, const int *in, int n)
+{
+    extern __shared__ int tmp[];
+    int tid = threadIdx.x;
+    int gid = blockIdx.x * blockDim.x + tid;
+    int mine = gid < n ? in[gid] : 0;
+    tmp[tid] = mine;
+    __syncthreads();
+    for (int offset = 1; offset < blockDim.x; offset <<= 1) {
+        int add = tid >= offset ? tmp[tid - offset] : 0;
+        __syncthreads();
+        tmp[tid] += add;
+        __syncthreads();
+    }
+    if (gid < n) out[gid] = tmp[tid] - mine;
+    if (tid == blockDim.x - 1) totals[blockIdx.x] = tmp[tid];
+}
+""", "excl_scan", [array("out", ["n"], "int32", "out"), array("totals", ["n"], "int32", "out"),
+                   array("in", ["n"], "int32"), scalar("n", "n")],
+    {"n": 100003}, ["n"], {"block_size_x": 256}, {"block_size_x": [64, 128, 256]},
+    smem_args={"size": "block_size_x * 4"})
+COLUMN_MAX_PITCHED = spec(r"""
+extern "C" __global__ void col_max(float *out, const float *in, int rows, int cols, int pitch)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float m = in[c];
+    for (int r = 1; r < rows; ++r) m = fmaxf(m, in[(size_t)r * pitch + c]);
+    out[c] = m;
+}
+""", "col_max", [array("out", ["cols"], role="out"), array("in", ["rows", "pitch"]),
+                 scalar("rows", "rows"), scalar("cols", "cols"), scalar("pitch", "pitch")],
+    {"rows": 500, "cols": 700, "pitch": 704}, ["cols"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+VARIANTS.update({
+    "softmax_a_block_per_pitched_row_registers": ("row_in_registers", SOFTMAX_BLOCK_PITCH),
+    "softmax_a_block_per_pitched_row_shuffles": ("shuffle_reduction", SOFTMAX_BLOCK_PITCH),
+    "layernorm_a_thread_per_pitched_row": ("warp_per_row", LAYERNORM_THREAD_PITCH),
+    "rms_norm_a_block_per_row_dynamic_shared": ("shuffle_reduction", RMS_NORM_DYNAMIC),
+    "gemv_leading_dimension_alpha_beta": ("warp_per_row", GEMV_LDA),
+    "transpose_pitched_both_sides": ("shared_tile", TRANSPOSE_PITCHED),
+    "histogram_of_float_bins_clamped": ("hierarchical_reduction", HISTOGRAM_FLOAT_BINS),
+    "column_max_pitched": ("split_columns", COLUMN_MAX_PITCHED),
+    "exclusive_scan_of_a_block": ("shuffle_scan", EXCLUSIVE_SCAN_BLOCK),
+})
