@@ -14,10 +14,19 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
 - an early return (`if (i >= n) return;`) becomes the guard it means: the statements after it run inside
   `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons of integers
   (a float comparison stays `!(v >= t)`: flipped, it would differ on NaN); none for an init-statement;
+- guards nested at the kernel's end (`if (y >= 1 && y < h - 1) { if (x >= 1 && x < w - 1) { ... } }`) are one,
+  `if (y >= 1 && y < h - 1 && x >= 1 && x < w - 1) { ... }`, where neither has an else or declares a name and the
+  inner one reads no array and calls nothing (a test of the data stays in the body);
+- in the condition of the kernel's last statement, a guard, a top-level local of integer parameters alone
+  (`const int last = w - 1;`) is spelled out as its value, `(int)(w - 1)`, where nothing can change it or them
+  before the condition: only plain declarations between, no call, change or lambda in the condition, no goto or
+  asm in the body;
 - a declaration just before the kernel's last statement, a guard (`int i = y * nx + x; if (x < nx && ...) { ...
-  }`), moves to the start of what the guard runs, where the guard is the only statement after it and its condition
-  does not read the name, and the declaration is one integer or floating local of plain arithmetic (no call, load
-  or side effect) that the guard's statements do not declare again: it is then computed only where it is read;
+  }`), moves to the start of what the guard runs, where the guard is the only statement after it, its condition
+  does not read the name and reads nothing but parameters, earlier locals and the launch geometry, calls and
+  changes nothing, and the declaration is one integer or floating local of plain arithmetic (no call, load or
+  side effect) that reads no launch name (an index definition stays beside the others): it is then computed only
+  where it is read, in a block of its own where the guard's statements may declare the name again;
 - a do-while loop under a guard of its own test (`if (i < n) { const int step = ...; do { ... } while (i < n); }`,
   the guard usually an early return) is the while loop it means, its first test holding already where nothing
   between changes what the test reads; the guard is dropped where it is the last statement of its block and holds
@@ -70,9 +79,9 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAUNCH_NAMES, calls, closing, find_kernel,
-                                                fresh_name, functions_named, identifiers, mask, outside_brackets,
-                                                split_top_level, unparenthesised)
+from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAMBDA, LAUNCH_NAMES, calls, closing,
+                                                find_kernel, fresh_name, functions_named, identifiers, mask,
+                                                outside_brackets, split_top_level, unparenthesised)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -439,31 +448,36 @@ def _guard_early_return(source: str, kernel_name: str, pinned: frozenset[str]) -
 
 
 def _nested_guards_joined(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
-    """`if (a) { if (b) S }` as the kernel's last statement, neither with an else and b reading no array, is
-    `if (a && b) S`: b is evaluated where a holds, either way. A comment beside the inner if goes before the
-    joined one."""
+    """`if (a) { if (b) S }` as the kernel's last statement, neither with an else, neither condition declaring a
+    name, and b reading no array and calling nothing, is `if (a && b) S`: b is evaluated where a holds, either
+    way. Comments on lines of their own beside the inner if go before the joined one; with a comment anywhere
+    else in the two ifs' heads, the guards stay as written."""
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     body = statements(masked, kernel.body_open + 1, kernel.body_close)
     if not body or body[-1].kind != "if" or body[-1].orelse is not None:
         return source
     outer = inner = body[-1].body
+    gaps = []  # the text inside the outer block beside the inner if
     if outer.kind == "block":
         inside = statements(masked, *outer.inner)
         if len(inside) != 1:
             return source
         inner = inside[0]
+        gaps = [(outer.inner[0], inner.start), (inner.end, outer.inner[1])]
     if inner.kind != "if" or inner.orelse is not None or not all(
             _is_plain_condition(masked[s.head[0]:s.head[1]]) for s in (body[-1], inner)):
         return source
-    if "[" in masked[inner.head[0]:inner.head[1]] or calls(masked[inner.head[0]:inner.head[1]]):
+    if "[" in masked[inner.head[0]:inner.head[1]] or _calls(masked[inner.head[0]:inner.head[1]]):
         return source  # a test of the data, which the recognisers read in the body, not as a bound
-    uncommented = mask(source, literals=False)  # a // comment would swallow what follows it
-    conditions = " && ".join(_as_conjunct(" ".join(uncommented[s.head[0]:s.head[1]].split()),
+    uncommented = mask(source, literals=False)
+    kept = set().union(*(range(a, b) for a, b in gaps))
+    if any(uncommented[i] != source[i] and i not in kept for i in range(body[-1].start, inner.head[1])):
+        return source  # a comment in a head would be lost
+    conditions = " && ".join(_as_conjunct(" ".join(source[s.head[0]:s.head[1]].split()),
                                           masked[s.head[0]:s.head[1]]) for s in (body[-1], inner))
     indent, inner_indent = _indent_of(source, body[-1].start), _indent_of(source, inner.start)
-    comments = [textwrap.dedent(text.strip().strip("{}").strip("\n")).strip() for text in
-                (source[outer.start:inner.start], source[inner.end:outer.end]) if text.strip(" \t\n{}")]
+    comments = [textwrap.dedent(source[a:b].strip("\n")).strip() for a, b in gaps if source[a:b].strip()]
     before = "".join(comment.replace("\n", "\n" + indent) + "\n" + indent for comment in comments)
     then = source[inner.head[1] + 1:inner.end]  # after the condition's `)`
     if inner_indent.startswith(indent):  # one level less deep
@@ -472,8 +486,31 @@ def _nested_guards_joined(source: str, kernel_name: str, pinned: frozenset[str])
 
 
 def _is_plain_condition(masked_head: str) -> bool:
-    """A condition alone: no init-statement and no declaration, whose name would be the if's own."""
-    return ";" not in masked_head and not re.match(r"\s*[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*\s*=", masked_head)
+    """A condition alone: no init-statement and no declaration (`const int k = n - i`, `int k{n}`), whose name
+    would be the if's own."""
+    return ";" not in masked_head and not _ANY_DECLARATION.fullmatch(masked_head + ";") and not re.match(
+        r"\s*(?:[A-Za-z_][\w:<>]*[\s*&]+)+[A-Za-z_]\w*\s*(?:=(?!=)|\{)", masked_head)
+
+
+def _calls(masked: str) -> bool:
+    """Whether the text calls anything: a function by name, or what a parenthesised expression yields
+    (`(*fp)(n)`); a cast (`(int)(w - 1)`) is no call."""
+    if calls(masked, _CAST_WORDS):
+        return True
+    for found in re.finditer(r"\)\s*\(", masked):
+        depth, at = 0, found.start()
+        while at >= 0:
+            depth += {")": 1, "(": -1}.get(masked[at], 0)
+            if depth == 0:
+                break
+            at -= 1
+        if not _CAST.fullmatch(masked, at, found.start() + 1):
+            return True
+    return False
+
+
+_CAST = re.compile(r"\(\s*(?:(?:const|unsigned|signed|long|short|int|char|bool|float|double|size_t|ptrdiff_t|"
+                   r"u?int(?:8|16|32|64)_t)\s*)+\**\s*\)")
 
 
 def _as_conjunct(condition: str, masked_condition: str) -> str:
@@ -485,33 +522,41 @@ def _as_conjunct(condition: str, masked_condition: str) -> str:
 
 def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     """In the condition of the kernel's last statement (an if without else), a local of a number type declared
-    at the body's top level from integer parameters alone (`const int last = w - 1;`) is spelled out as its
-    value, `(int)(w - 1)`: the value the local holds there, where nothing changes it or the parameters it reads.
-    The recognisers then read the bound as a parameter's."""
+    at the body's top level from integer parameters alone with + - * (`const int last = w - 1;`) is spelled out
+    as its value, `(int)(w - 1)`. Only where nothing can change the local or those parameters before the
+    condition reads it: the statements between are plain declarations (no call, assignment or reference), the
+    condition calls and changes nothing and holds no lambda, and the body has no goto or asm. The recognisers
+    then read the bound as a parameter's."""
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    if not body or body[-1].kind != "if" or body[-1].orelse is not None:
+    if not body or body[-1].kind != "if" or body[-1].orelse is not None or \
+            re.search(r"\b(?:goto|asm)\b", masked[kernel.body_open:kernel.body_close]):
         return source
     guard = body[-1]
+    head = masked[guard.head[0]:guard.head[1]]
+    if _calls(head) or LAMBDA.search(head) or re.search(_CHANGED, _without_comparisons(head)):
+        return source
     integers = _integer_parameters(source, kernel)
-    for statement in body[:-1]:
+    uncommented = mask(source, literals=False)  # a // comment in the value would swallow what follows it
+    for at, statement in enumerate(body[:-1]):
         found = _PLAIN_DECLARATION.fullmatch(masked, statement.start, statement.end)
-        if found is None or found["name"] in integers or "auto" in found.group().split():
+        if found is None or found["name"] in integers or "auto" in found.group().split() or \
+                not _is_plain_arithmetic(found["init"]) or not set(_names(found["init"])) <= set(integers):
             continue
-        read = set(_names(found["init"]))
-        if not _is_plain_arithmetic(found["init"]) or not read <= set(integers) or any(
-                _changes(name, masked[statement.end:guard.head[1]]) for name in (found["name"], *read)):
-            continue
-        uses = list(re.finditer(rf"(?<![\w.]){re.escape(found['name'])}\b", masked[guard.head[0]:guard.head[1]]))
+        if not all((between := _PLAIN_DECLARATION.fullmatch(masked, s.start, s.end)) and
+                   _is_plain_arithmetic(between["init"]) for s in body[at + 1:-1]):
+            return source
+        # not a member (`p->last`, `.last`) or a qualified name (`Kind::last`)
+        uses = list(re.finditer(rf"(?<![\w.>:]){re.escape(found['name'])}\b", head))
         if not uses:
             continue
         kind = " ".join(w for w in masked[statement.start:found.start("name")].split() if w != "const")
-        value = f"({kind})({' '.join(source[found.start('init'):found.end('init')].split())})"
-        head = source[guard.head[0]:guard.head[1]]
+        value = f"({kind})({' '.join(uncommented[found.start('init'):found.end('init')].split())})"
+        condition = source[guard.head[0]:guard.head[1]]
         for use in reversed(uses):
-            head = head[:use.start()] + value + head[use.end():]
-        return source[:guard.head[0]] + head + source[guard.head[1]:]
+            condition = condition[:use.start()] + value + condition[use.end():]
+        return source[:guard.head[0]] + condition + source[guard.head[1]:]
     return source
 
 
@@ -532,7 +577,7 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
     # an index definition (it reads the launch) stays with the others, where the recognisers look for it
     if found is None or not _is_plain_arithmetic(found["init"]) or found["name"] in read or not read <= known or \
             set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", found["init"])) & LAUNCH_NAMES or \
-            re.search(rf"[{{}}]|{_CHANGED}", _without_comparisons(head)) or calls(head, _CAST_WORDS):
+            re.search(rf"[{{}}]|{_CHANGED}", _without_comparisons(head)) or _calls(head):
         return source
     text = source[declaration.start:declaration.end].strip()
     indent = _indent_of(source, guard.start)
@@ -543,7 +588,9 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
         what = textwrap.indent(source[guard.body.start:guard.body.end], INDENT).lstrip()
         guarded = source[guard.start:guard.body.start] + f"{{\n{indent}{INDENT}{text}\n{indent}{INDENT}{what}" \
             f"\n{indent}}}" + source[guard.body.end:guard.end]
-    return source[:declaration.start] + guarded + source[guard.end:]
+    between = source[declaration.end:guard.start]  # a comment after the declaration stays where it was
+    return source[:declaration.start] + (between.lstrip() if between.strip() else "") + guarded + \
+        source[guard.end:]
 
 
 def _without_comparisons(text: str) -> str:
@@ -554,17 +601,24 @@ def _without_comparisons(text: str) -> str:
 
 
 def _may_declare(masked: str, block: Statement, name: str) -> bool:
-    """Whether a statement directly in `block` may declare `name`: where a declarator may stand, before the first
-    `=` of each of its comma-separated parts (a nested block, loop or if has a scope of its own)."""
-    first = rf"(?:[A-Za-z_][\w:]*(?:<[^<>]*>)?[\s*&]+)+{re.escape(name)}\s*(?:\[[^\]]*\]\s*)*"
-    later = rf"[\s*&]*{re.escape(name)}\s*(?:\[[^\]]*\]\s*)*"
+    """Whether a statement directly in `block` may declare `name` (a nested block, loop or if has a scope of its
+    own): where a declarator may stand, the last name of a comma-separated part before its `=`, with what
+    brackets hold blanked (`float d(1.5f)`, `float d{1.5f}`), after a type for the first part; or a name a
+    structured binding (`auto [c, d] = ...`) declares."""
+    name = re.escape(name)
     for statement in statements(masked, *block.inner):
         if statement.kind != "simple":
             continue
         text = masked[statement.start:statement.end].rstrip().removesuffix(";")
+        if re.match(rf"\s*(?:const\s+)?auto\s*&*\s*\[[^\]]*\b{name}\b", text):
+            return True
         for brackets in ("([{", "([{<"):  # a template's commas, or a comparison's `<`
-            heads = [split_top_level(part, "=")[0] for part in split_top_level(text, ",", brackets)]
-            if re.fullmatch(rf"\s*{first}", heads[0]) or any(re.fullmatch(later, head) for head in heads[1:]):
+            raw = [split_top_level(part, "=")[0] for part in split_top_level(text, ",", brackets)]
+            heads = [re.sub(r"\{[^{}]*\}", " ", outside_brackets(head)) for head in raw]
+            if re.match(r"\s*[A-Za-z_]", heads[0]) and (
+                    re.search(rf"[\w>*&]\s*[*&]*\s*\b{name}\s*$", heads[0]) or  # or `int (d) = 3`
+                    re.search(rf"[\w>*&]\s*\(\s*[*&]*\s*{name}\s*\)\s*$", raw[0])) or \
+                    any(re.fullmatch(rf"[\s*&(]*{name}\s*\)?\s*", head) for head in heads[1:]):
                 return True
     return False
 # One local of a number type, initialised: the declarations _declaration_into_guard moves.
