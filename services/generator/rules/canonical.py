@@ -480,23 +480,25 @@ def _nested_guards_joined(source: str, kernel_name: str, pinned: frozenset[str])
     comments = [textwrap.dedent(source[a:b].strip("\n")).strip() for a, b in gaps if source[a:b].strip()]
     before = "".join(comment.replace("\n", "\n" + indent) + "\n" + indent for comment in comments)
     then = source[inner.head[1] + 1:inner.end]  # after the condition's `)`
+    if "\\\n" in then:
+        return source  # a literal continued on the next line, whose spaces re-indenting would change
     if inner_indent.startswith(indent):  # one level less deep
         then = then.replace("\n" + inner_indent, "\n" + indent)
     return source[:body[-1].start] + before + f"if ({conditions}){then}" + source[body[-1].end:]
 
 
 def _is_plain_condition(masked_head: str) -> bool:
-    """A condition alone: no init-statement and no declaration (`const int k = n - i`, `int k{n}`), whose name
-    would be the if's own."""
-    return ";" not in masked_head and not _ANY_DECLARATION.fullmatch(masked_head + ";") and not re.match(
-        r"\s*(?:[A-Za-z_][\w:<>]*[\s*&]+)+[A-Za-z_]\w*\s*(?:=(?!=)|\{)", masked_head)
+    """A condition alone: no init-statement and no declaration, whose name would be the if's own. A declaration
+    in a condition has an initialiser, `=` or braces, so a condition with neither (but in a comparison) holds
+    none; an assignment is refused with them."""
+    return not re.search(r"[;={}]", _without_comparisons(masked_head))
 
 
 def _calls(masked: str) -> bool:
-    """Whether the text calls anything: a function by name, or what a parenthesised expression yields
-    (`(*fp)(n)`); a cast (`(int)(w - 1)`) is no call."""
-    if calls(masked, _CAST_WORDS):
-        return True
+    """Whether the text calls anything: a function by name or a template's instance, or what a parenthesised
+    expression yields (`(*fp)(n)`); a cast (`(int)(w - 1)`) is no call."""
+    if calls(masked, _CAST_WORDS) or re.search(r"[A-Za-z_]\w*\s*<[^;{}]*>\s*\(", masked):
+        return True  # (a template's call, `f<1 + 1>(n)`, or a comparison that reads like one)
     for found in re.finditer(r"\)\s*\(", masked):
         depth, at = 0, found.start()
         while at >= 0:
@@ -520,13 +522,31 @@ def _as_conjunct(condition: str, masked_condition: str) -> str:
     return f"({condition})" if re.search(r"\|\||[?,=]", top) else condition
 
 
+def _plain_names(source: str, kernel, before: list[Statement], masked: str) -> set[str]:
+    """The names whose reading calls and changes nothing: the kernel's parameters of number or pointer type and
+    the top-level locals of number type declared by `before` (a class's operator could do anything, an
+    unexpanded macro anything at all)."""
+    names = set()
+    for start, end in kernel.parameters(source):
+        words = mask(source[start:end]).replace("*", " * ").split()
+        if words and ("*" in words or all(re.fullmatch(_TYPE_WORDS, w) or w in ("volatile", "__restrict__")
+                                          for w in words[:-1])):
+            names.add(words[-1])
+    for statement in before:
+        found = _PLAIN_DECLARATION.fullmatch(masked, statement.start, statement.end)
+        if found and ("auto" not in found.group().split() or _is_plain_arithmetic(found["init"])):
+            names.add(found["name"])
+    return names
+
+
 def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     """In the condition of the kernel's last statement (an if without else), a local of a number type declared
     at the body's top level from integer parameters alone with + - * (`const int last = w - 1;`) is spelled out
     as its value, `(int)(w - 1)`. Only where nothing can change the local or those parameters before the
-    condition reads it: the statements between are plain declarations (no call, assignment or reference), the
-    condition calls and changes nothing and holds no lambda, and the body has no goto or asm. The recognisers
-    then read the bound as a parameter's."""
+    condition reads it: the statements between are plain declarations, the condition and they read nothing but
+    parameters of number or pointer type, locals of number type and the launch geometry, and call and change
+    nothing, the condition holds no lambda, and the body has no goto or asm. The recognisers then read the bound
+    as a parameter's."""
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     body = statements(masked, kernel.body_open + 1, kernel.body_close)
@@ -535,7 +555,9 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
         return source
     guard = body[-1]
     head = masked[guard.head[0]:guard.head[1]]
-    if _calls(head) or LAMBDA.search(head) or re.search(_CHANGED, _without_comparisons(head)):
+    plain = _plain_names(source, kernel, body[:-1], masked) | LAUNCH_NAMES | _CAST_WORDS
+    if _calls(head) or LAMBDA.search(head) or re.search(rf"[;{{}}]|{_CHANGED}", _without_comparisons(head)) or \
+            not set(_names(head)) <= plain:
         return source
     integers = _integer_parameters(source, kernel)
     uncommented = mask(source, literals=False)  # a // comment in the value would swallow what follows it
@@ -545,10 +567,12 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
                 not _is_plain_arithmetic(found["init"]) or not set(_names(found["init"])) <= set(integers):
             continue
         if not all((between := _PLAIN_DECLARATION.fullmatch(masked, s.start, s.end)) and
-                   _is_plain_arithmetic(between["init"]) for s in body[at + 1:-1]):
+                   _is_plain_arithmetic(between["init"]) and set(_names(between["init"])) <= plain
+                   for s in body[at + 1:-1]):
             return source
-        # not a member (`p->last`, `.last`) or a qualified name (`Kind::last`)
-        uses = list(re.finditer(rf"(?<![\w.>:]){re.escape(found['name'])}\b", head))
+        uses = list(re.finditer(rf"(?<![\w.]){re.escape(found['name'])}\b", head))
+        if any(re.search(r"(?:\.|->|::|(?<!&)&)\s*$", head[:use.start()]) for use in uses):
+            return source  # a member's name, a qualified one, or the local's address
         if not uses:
             continue
         kind = " ".join(w for w in masked[statement.start:found.start("name")].split() if w != "const")
@@ -571,11 +595,11 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
     head = masked[guard.head[0]:guard.head[1]]
     # the condition may read only what is seen here (no macro or global, which may name the local), and change
     # nothing
-    known = {mask(source[start:end]).split()[-1] for start, end in kernel.parameters(source) if source[start:end]
-             .strip()} | {m["name"] for s in body[:-2] if (m := _ANY_DECLARATION.fullmatch(masked, s.start, s.end))}
+    known = _plain_names(source, kernel, body[:-2], masked)
     read = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) - LAUNCH_NAMES - _CAST_WORDS
     # an index definition (it reads the launch) stays with the others, where the recognisers look for it
     if found is None or not _is_plain_arithmetic(found["init"]) or found["name"] in read or not read <= known or \
+            not set(_names(found["init"])) <= known | LAUNCH_NAMES | _CAST_WORDS or \
             set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", found["init"])) & LAUNCH_NAMES or \
             re.search(rf"[{{}}]|{_CHANGED}", _without_comparisons(head)) or _calls(head):
         return source
@@ -584,6 +608,8 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
     if guard.body.kind == "block" and not _may_declare(masked, guard.body, found["name"]):
         guarded = source[guard.start:guard.body.inner[0]] + f"\n{indent}{INDENT}{text}" + \
             source[guard.body.inner[0]:guard.end]
+    elif "\\\n" in source[guard.body.start:guard.body.end]:
+        return source  # a literal continued on the next line, whose spaces indenting would change
     else:  # a block of its own around what the guard runs, where that may declare the name again
         what = textwrap.indent(source[guard.body.start:guard.body.end], INDENT).lstrip()
         guarded = source[guard.start:guard.body.start] + f"{{\n{indent}{INDENT}{text}\n{indent}{INDENT}{what}" \
@@ -604,13 +630,16 @@ def _may_declare(masked: str, block: Statement, name: str) -> bool:
     """Whether a statement directly in `block` may declare `name` (a nested block, loop or if has a scope of its
     own): where a declarator may stand, the last name of a comma-separated part before its `=`, with what
     brackets hold blanked (`float d(1.5f)`, `float d{1.5f}`), after a type for the first part; or a name a
-    structured binding (`auto [c, d] = ...`) declares."""
+    structured binding (`auto [c, d] = ...`), an enum or a declarator of a pointer or reference in parentheses
+    (`float (*d)(float)`) declares."""
     name = re.escape(name)
     for statement in statements(masked, *block.inner):
         if statement.kind != "simple":
             continue
         text = masked[statement.start:statement.end].rstrip().removesuffix(";")
-        if re.match(rf"\s*(?:const\s+)?auto\s*&*\s*\[[^\]]*\b{name}\b", text):
+        if re.match(rf"\s*(?:const\s+)?auto\s*&*\s*\[[^\]]*\b{name}\b", text) or \
+                re.match(rf"\s*enum\b.*\b{name}\b", text, re.DOTALL) or \
+                re.search(rf"\(\s*[*&]+\s*{name}\s*\)", text):  # an enumerator, `(*d)(float)`, `(&d)[1]`
             return True
         for brackets in ("([{", "([{<"):  # a template's commas, or a comparison's `<`
             raw = [split_top_level(part, "=")[0] for part in split_top_level(text, ",", brackets)]
@@ -849,7 +878,7 @@ def _is_plain_arithmetic(masked: str) -> bool:
     which may trap)."""
     if not _PURE.fullmatch(masked) or re.search(r"\+\+|--", masked):
         return False
-    if calls(masked, _CAST_WORDS):
+    if _calls(masked):
         return False
     return not re.search(r"(?:^|[-+*/%(])\s*\*", masked)  # a unary * is a load
 
