@@ -182,7 +182,8 @@ ZERO = "__device__ bool zero(int &v) { v = 0; return true; }"
 
 @pytest.mark.parametrize("body", [  # found by review: each once compared against a value the local did not hold
     "    int i = threadIdx.x;\n    const int last = n - 1;\n    if (zero(n) && i < last) out[i] = in[i];",
-    "    int i = threadIdx.x;\n    const int last = n - 1;\n    bool t = (zero)(n);\n    if (t && i < last) out[i] = in[i];",
+    "    int i = threadIdx.x;\n    const int last = n - 1;\n    bool t = (zero)(n);\n"
+    "    if (t && i < last) out[i] = in[i];",
     "    int i = threadIdx.x;\n    const int last = n - 1;\n    if (HALVE && i < last) out[i] = in[i];",
     "    int i = threadIdx.x;\n    const int last = n - 1;\n    if (i < *&last) out[i] = in[i];",
     "    int i = threadIdx.x;\n    const int last = n - 1;\n    zero(n);\n    if (i < last) out[i] = in[i];",
@@ -199,7 +200,8 @@ def test_a_local_spelled_out_leaves_members_and_comments_alone():
     body = canon("    int i = threadIdx.x;\n    const int last = n // the count\n        - 1;\n"
                  "    if (i < last) out[i] = in[i];")
     assert "if (i < (int)(n - 1))" in squeezed(body)
-    member = "    int i = threadIdx.x;\n    const int last = n - 1;\n    if (i < last && i != in[0] -> last) out[i] = 0;"
+    member = ("    int i = threadIdx.x;\n    const int last = n - 1;\n"
+              "    if (i < last && i != in[0] -> last) out[i] = 0;")
     assert squeezed(canon(member.replace("in[0]", "((const P *)in)"), "struct P { int last; };")) == \
         squeezed(member.replace("in[0]", "((const P *)in)"))
 
@@ -214,7 +216,8 @@ def test_a_guard_declaring_the_name_again_in_any_spelling_keeps_the_moved_one_ap
 
 
 def test_a_declaration_stays_before_a_guard_calling_through_a_pointer_and_its_comment_with_it():
-    for body in ("    int i = threadIdx.x;\n    auto fp = &zero;\n    int d = n * 2;\n    if (i < n && (*fp)(n)) out[i] = d;",
+    for body in ("    int i = threadIdx.x;\n    auto fp = &zero;\n    int d = n * 2;\n"
+                 "    if (i < n && (*fp)(n)) out[i] = d;",
                  "    int i = threadIdx.x;\n    int d = (zero)(n);\n    if (i < n) out[i] = in[i] + d;"):
         assert squeezed(canon(body, ZERO)) == squeezed(body)
     moved = canon("    int i = threadIdx.x;\n    int d = i * 2;  // doubled\n    if (i < n) out[i] = d;")
