@@ -198,8 +198,8 @@ def test_a_local_that_may_change_behind_its_name_is_not_spelled_out(body):
 
 def test_a_local_spelled_out_leaves_members_and_comments_alone():
     body = canon("    int i = threadIdx.x;\n    const int last = n // the count\n        - 1;\n"
-                 "    if (i < last) out[i] = in[i];")
-    assert "if (i < (int)(n - 1))" in squeezed(body)
+                 "    if (i < last && threadIdx.y == 0) out[i] = in[i];")  # .y names no local
+    assert "if (i < (int)(n - 1) && threadIdx.y == 0)" in squeezed(body)
     member = ("    int i = threadIdx.x;\n    const int last = n - 1;\n"
               "    if (i < last && i != in[0] -> last) out[i] = 0;")
     assert squeezed(canon(member.replace("in[0]", "((const P *)in)"), "struct P { int last; };")) == \

@@ -517,9 +517,8 @@ _CAST = re.compile(r"\(\s*(?:(?:const|unsigned|signed|long|short|int|char|bool|f
 
 def _as_conjunct(condition: str, masked_condition: str) -> str:
     """The condition as an operand of `&&`: parenthesised where an operator binding less tightly stands at its top
-    level (`||`, `?:`, an assignment or a comma)."""
-    top = _without_comparisons(outside_brackets(masked_condition))
-    return f"({condition})" if re.search(r"\|\||[?,=]", top) else condition
+    level (`||`, `?:` or a comma; _is_plain_condition refuses an assignment)."""
+    return f"({condition})" if re.search(r"\|\||[?,]", outside_brackets(masked_condition)) else condition
 
 
 def _plain_names(source: str, kernel, before: list[Statement], masked: str) -> set[str]:
@@ -557,7 +556,7 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
     head = masked[guard.head[0]:guard.head[1]]
     plain = _plain_names(source, kernel, body[:-1], masked) | LAUNCH_NAMES | _CAST_WORDS
     if _calls(head) or LAMBDA.search(head) or re.search(rf"[;{{}}]|{_CHANGED}", _without_comparisons(head)) or \
-            not set(_names(head)) <= plain:
+            not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) <= plain:  # a member's name is its object's
         return source
     integers = _integer_parameters(source, kernel)
     uncommented = mask(source, literals=False)  # a // comment in the value would swallow what follows it
