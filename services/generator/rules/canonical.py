@@ -447,16 +447,22 @@ def _guard_early_return(source: str, kernel_name: str, pinned: frozenset[str]) -
     return source[:body[first].start] + guard + source[rest_end:]
 
 
+def _ending_in_a_guard(source: str, kernel_name: str) -> tuple | None:
+    """The kernel, its masked source and its body's statements, where the last is an if without else; else None."""
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    return (kernel, masked, body) if body and body[-1].kind == "if" and body[-1].orelse is None else None
+
+
 def _nested_guards_joined(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     """`if (a) { if (b) S }` as the kernel's last statement, neither with an else, neither condition declaring a
     name, and b reading no array and calling nothing, is `if (a && b) S`: b is evaluated where a holds, either
     way. Comments on lines of their own beside the inner if go before the joined one; with a comment anywhere
     else in the two ifs' heads, the guards stay as written."""
-    kernel = find_kernel(source, kernel_name)
-    masked = mask(source)
-    body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    if not body or body[-1].kind != "if" or body[-1].orelse is not None:
+    if (ending := _ending_in_a_guard(source, kernel_name)) is None:
         return source
+    _, masked, body = ending
     outer = inner = body[-1].body
     gaps = []  # the text inside the outer block beside the inner if
     if outer.kind == "block":
@@ -506,7 +512,7 @@ def _calls(masked: str) -> bool:
             if depth == 0:
                 break
             at -= 1
-        if not _CAST.fullmatch(masked, at, found.start() + 1):
+        if at < 0 or not _CAST.fullmatch(masked, at, found.start() + 1):  # unbalanced: not read as a cast
             return True
     return False
 
@@ -519,6 +525,11 @@ def _as_conjunct(condition: str, masked_condition: str) -> str:
     """The condition as an operand of `&&`: parenthesised where an operator binding less tightly stands at its top
     level (`||`, `?:` or a comma; _is_plain_condition refuses an assignment)."""
     return f"({condition})" if re.search(r"\|\||[?,]", outside_brackets(masked_condition)) else condition
+
+
+def _names_read(masked: str) -> set[str]:
+    """The names a (masked) expression reads: a member's name (`.y` of threadIdx.y) is its object's part."""
+    return set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", masked))
 
 
 def _plain_names(source: str, kernel, before: list[Statement], masked: str) -> set[str]:
@@ -546,17 +557,16 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
     parameters of number or pointer type, locals of number type and the launch geometry, and call and change
     nothing, the condition holds no lambda, and the body has no goto or asm. The recognisers then read the bound
     as a parameter's."""
-    kernel = find_kernel(source, kernel_name)
-    masked = mask(source)
-    body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    if not body or body[-1].kind != "if" or body[-1].orelse is not None or \
-            re.search(r"\b(?:goto|asm)\b", masked[kernel.body_open:kernel.body_close]):
+    if (ending := _ending_in_a_guard(source, kernel_name)) is None:
+        return source
+    kernel, masked, body = ending
+    if re.search(r"\b(?:goto|asm)\b", masked[kernel.body_open:kernel.body_close]):
         return source
     guard = body[-1]
     head = masked[guard.head[0]:guard.head[1]]
     plain = _plain_names(source, kernel, body[:-1], masked) | LAUNCH_NAMES | _CAST_WORDS
     if _calls(head) or LAMBDA.search(head) or re.search(rf"[;{{}}]|{_CHANGED}", _without_comparisons(head)) or \
-            not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) <= plain:  # a member's name is its object's
+            not _names_read(head) <= plain:
         return source
     integers = _integer_parameters(source, kernel)
     uncommented = mask(source, literals=False)  # a // comment in the value would swallow what follows it
@@ -584,22 +594,20 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
 
 
 def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
-    kernel = find_kernel(source, kernel_name)
-    masked = mask(source)
-    body = statements(masked, kernel.body_open + 1, kernel.body_close)
-    if len(body) < 2 or body[-1].kind != "if" or body[-1].orelse is not None:
+    if (ending := _ending_in_a_guard(source, kernel_name)) is None or len(ending[2]) < 2:
         return source
+    kernel, masked, body = ending
     declaration, guard = body[-2], body[-1]
     found = _PLAIN_DECLARATION.fullmatch(masked, declaration.start, declaration.end)
     head = masked[guard.head[0]:guard.head[1]]
     # the condition may read only what is seen here (no macro or global, which may name the local), and change
     # nothing
     known = _plain_names(source, kernel, body[:-2], masked)
-    read = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", head)) - LAUNCH_NAMES - _CAST_WORDS
+    read = _names_read(head) - LAUNCH_NAMES - _CAST_WORDS
     # an index definition (it reads the launch) stays with the others, where the recognisers look for it
     if found is None or not _is_plain_arithmetic(found["init"]) or found["name"] in read or not read <= known or \
             not set(_names(found["init"])) <= known | LAUNCH_NAMES | _CAST_WORDS or \
-            set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", found["init"])) & LAUNCH_NAMES or \
+            _names_read(found["init"]) & LAUNCH_NAMES or \
             re.search(rf"[{{}}]|{_CHANGED}", _without_comparisons(head)) or _calls(head):
         return source
     text = source[declaration.start:declaration.end].strip()
@@ -621,8 +629,6 @@ def _declaration_into_guard(source: str, kernel_name: str, pinned: frozenset[str
 def _without_comparisons(text: str) -> str:
     """The text with its comparisons blanked, its shifts and compound assignments (`<<=`) kept."""
     return re.sub(r"(?<![<>])[<>!=]=|(?<![<>])[<>](?![<>=])", " ", text)
-
-
 
 
 def _may_declare(masked: str, block: Statement, name: str) -> bool:
@@ -649,6 +655,8 @@ def _may_declare(masked: str, block: Statement, name: str) -> bool:
                     any(re.fullmatch(rf"[\s*&(]*{name}\s*\)?\s*", head) for head in heads[1:]):
                 return True
     return False
+
+
 # One local of a number type, initialised: the declarations _declaration_into_guard moves.
 _TYPE_WORDS = r"const|unsigned|signed|long|short|int|char|bool|float|double|size_t|ptrdiff_t|u?int(?:8|16|32|64)_t|auto"
 _PLAIN_DECLARATION = re.compile(rf"\s*(?:(?:{_TYPE_WORDS})\s+)+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
@@ -738,7 +746,8 @@ def _changes(name: str, masked: str) -> bool:
     """Whether the text assigns, increments or decrements the variable `name`, or takes its address (`&p[i]`, an
     element's address, is no change of p; `a && p` is none either)."""
     name = re.escape(name)
-    return bool(re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|(?<!&)&\s*{name}\b(?!\s*\[)", masked))
+    return bool(re.search(rf"(?<![\w.]){name}\s*{_CHANGED}|(?:\+\+|--)\s*{name}\b|(?<!&)&\s*{name}\b(?!\s*\[)",
+                          masked))
 
 
 def _inline_array_pointers(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
