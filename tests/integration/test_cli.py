@@ -285,18 +285,24 @@ def test_a_tune_past_its_timeout_is_cancelled_and_leaves_the_files_of_its_best_s
     assert {"history.json", "overview.txt", "transcript.log"} <= {p.name for p in job_dir.iterdir()}
 
 
-def _tune_matmul_then_interrupt(home: Path, signals: int) -> tuple[subprocess.CompletedProcess, float]:
-    """`kforge tune` of matmul in replay (a minute of compiles without a GPU), interrupted as Ctrl-C does it
-    (SIGINT to the terminal's foreground process group) once its third configuration is printed, `signals`
-    times back to back; returns what it printed, and the seconds from the first signal to its exit."""
+def _tune_matmul_searching(home: Path, *args: str) -> tuple[subprocess.Popen, list[str]]:
+    """`kforge tune` of matmul in replay (a minute of compiles without a GPU), started in a session of its own,
+    and the lines it printed up to its third configuration."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
     env.update(KFORGE_HOME=str(home), COLUMNS="200", NO_COLOR="1")
-    process = subprocess.Popen([str(KFORGE), "tune", "examples/matmul.cu", "--replay", "--verbose", "--out",
-                                str(home / "out")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([str(KFORGE), "tune", "examples/matmul.cu", "--replay", "--verbose", *args],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     printed = []
     while sum("ConfigMeasured" in line for line in printed) < 3 and (line := process.stdout.readline()):
         printed.append(line)
+    return process, printed
+
+
+def _tune_matmul_then_interrupt(home: Path, signals: int) -> tuple[subprocess.CompletedProcess, float]:
+    """_tune_matmul_searching interrupted as Ctrl-C does it (SIGINT to the terminal's foreground process group),
+    `signals` times back to back; returns what it printed, and the seconds from the first signal to its exit."""
+    process, printed = _tune_matmul_searching(home, "--out", str(home / "out"))
     sent = time.monotonic()
     for _ in range(signals):
         os.killpg(process.pid, signal.SIGINT)
@@ -327,16 +333,10 @@ def test_ctrl_c_cancels_the_tune_within_2_s_and_keeps_its_best_so_far(tmp_path, 
 
 @no_gpu_only
 def test_a_tune_whose_job_is_cancelled_by_another_command_says_so_and_exits_1(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "KFORGE_GPUS")}
-    env.update(KFORGE_HOME=str(tmp_path), COLUMNS="200", NO_COLOR="1")
-    process = subprocess.Popen([str(KFORGE), "tune", "examples/matmul.cu", "--replay", "--verbose", "--no-save"],
-                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    printed = []
-    while sum("ConfigMeasured" in line for line in printed) < 2 and (line := process.stdout.readline()):
-        printed.append(line)
+    process, printed = _tune_matmul_searching(tmp_path, "--no-save")
     job_id = re.search(r"job (\w+) submitted", "".join(printed)).group(1)
     cancelled = kforge(tmp_path, "cancel", job_id)
-    out = "".join(printed) + process.communicate(timeout=60)[0]
+    out = "".join(printed) + "".join(process.communicate(timeout=60))
 
     assert cancelled.returncode == 0, _out(cancelled)
     assert process.returncode == 1, out
