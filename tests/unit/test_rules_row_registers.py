@@ -40,7 +40,22 @@ ROW_SPREAD_TERSE = ROW_SPREAD.model_validate({**ROW_SPREAD.model_dump(), "source
     "    float m = -3.0e38f;\n    for", "    float m = -3.0e38f; for").replace(
     "    for (int c = threadIdx.x; c < cols; c += blockDim.x) out",
     "    if (cols > 0)\n        for (int c = threadIdx.x; c < cols; c += blockDim.x) out")})
-EMULATED = {"row_spread": ROW_SPREAD, "row_spread_terse": ROW_SPREAD_TERSE}
+# Two passes over the row whose results do not depend on which thread takes which element: the aligned rows'
+# vectors of four then run as the submitted kernel does, bit for bit (a thread's maximum above does depend on it,
+# so ROW_SPREAD runs with its output an element off alignment, which keeps every row element by element).
+ROW_TWICE = spec(r"""
+extern "C" __global__ void row_twice(float *out, const float *in, int cols)
+{
+    const float *row = in + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) out[(size_t)blockIdx.x * cols + c] = row[c] * 0.5f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) out[(size_t)blockIdx.x * cols + c] += row[c] * row[c];
+}
+""", "row_twice", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]), scalar("cols", "cols")],
+    {"rows": 3, "cols": 200}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32, 64]}, grid_div_x=[1])
+EMULATED = {"row_spread": ROW_SPREAD, "row_spread_terse": ROW_SPREAD_TERSE, "row_twice": ROW_TWICE}
+# The placements each runs at: every array aligned (where cols % 4 == 0 every row then takes vectors, else the
+# rows that happen to be aligned), and the output an element off, which keeps every row element by element.
+PLACEMENTS = {"row_spread": ["out"], "row_spread_terse": ["out"], "row_twice": [None, "out"]}
 KERNELS = {"softmax": CORPUS["softmax"], "layernorm": CORPUS["layernorm"], "l2_normalise": VARIANTS["l2_normalise"][1],
            "rms_norm": VARIANTS["rms_norm"][1], "several_warps": SEVERAL_WARPS, **EMULATED}
 # The plan's order with unroll in place of its alternative batch_loads (which the plan otherwise tries first).
@@ -70,10 +85,11 @@ def test_softmax_reads_its_row_once_into_registers_in_unrolled_loops():
     candidate = registers(spec_)
     code = mask(candidate.source)
     assert "float row_regs[row_chunks];" in code and "row_regs[k] = row[c];" in code
-    assert code.count("#pragma unroll\n    for (int k = 0; k < row_chunks; k++) {") == 3
+    assert code.count("#pragma unroll\n        for (int k = 0; k < row_chunks; k++) {") == 3
     assert code.count("const int c = tid + k * blockDim.x;") == 3
     assert code.count("for (int c = tid + row_chunks * blockDim.x; c < cols; c += blockDim.x)") == 3
-    assert code.count("row[c]") == 4  # the store, and the three loops past the registers
+    # The store, the three loops past the registers, and the three aligned passes' last cols % 4 elements.
+    assert code.count("row[c]") == 7
     assert "m = fmaxf(m, row_regs[k]);" in code and "dst[c] = expf(row_regs[k] - m) / sum;" in code
     assert "__syncwarp" not in code and code.count("__syncthreads") == mask(spec_.source).count("__syncthreads")
     assert candidate.restrictions == ["row_chunks * block_size_x >= cols",
@@ -83,6 +99,47 @@ def test_softmax_reads_its_row_once_into_registers_in_unrolled_loops():
     assert [(c["block_size_x"], c["row_chunks"]) for c in sample(candidate, spec_, 10)] == \
         [(64, 16), (128, 8), (256, 4), (512, 2), (1024, 1)]
     assert candidate.grid_div_x == spec_.grid_div_x
+
+
+def test_where_the_row_and_output_are_aligned_the_passes_hold_vectors_of_four():
+    """One test before the first pass, of every array the passes touch, chooses for the whole row: vectors of
+    four, the thread's first (row_chunks + 3) / 4 of them held, else the elements one by one as above."""
+    code = mask(registers(CORPUS["softmax"]).source)
+    assert "float4 row_regs4[(row_chunks + 3) / 4];" in code
+    assert code.count("const bool aligned = (reinterpret_cast<unsigned long long>(&row[0]) & 15) == 0 && "
+                      "(reinterpret_cast<unsigned long long>(&dst[0]) & 15) == 0;") == 1
+    assert code.index("const bool aligned") < code.index("row_regs4[k] = ") and code.count("if (aligned) {") == 3
+    assert code.count("for (int k = 0; k < (row_chunks + 3) / 4; k++) {") == 3
+    assert code.count("row_regs4[k] = reinterpret_cast<const float4 *>(&row[0])[v];") == 1
+    assert "m = fmaxf(m, row_regs4[k].w);" in code and "sum += expf(row_regs4[k].w - m);" in code
+    assert "dst4.w = expf(row_regs4[k].w - m) / sum;" in code
+    assert code.count("for (int v = tid + (row_chunks + 3) / 4 * blockDim.x; v < vectors; v += blockDim.x) {") == 3
+    assert code.count("reinterpret_cast<float4 *>(&dst[0])[v] = dst4;") == 2
+    assert code.count("for (int c = 4 * vectors + tid; c < cols; c += blockDim.x)") == 3
+
+
+def test_a_warp_per_row_stepping_by_the_literal_warp_width_holds_vectors_too():
+    code = mask(registers(VARIANTS["rms_norm"][1]).source)
+    assert "float4 xr_regs4[(row_chunks + 3) / 4];" in code and code.count("if (aligned) {") == 2
+    assert "xr_regs4[k] = reinterpret_cast<const float4 *>(&xr[0])[v];" in code
+    assert code.count("const int v = threadIdx.x + k * 32;") == 2
+
+
+# An output row moved between the passes, and an output address that depends on threadIdx.x: a test of
+# alignment before the first pass would not hold for the later passes, or not for every thread of the row.
+UNTESTABLE = {
+    "moved": CORPUS["softmax"].source.replace("    sum = red[0];\n", "    sum = red[0];\n    dst += cols;\n"),
+    "per_thread": CORPUS["softmax"].source.replace("cols;\n    const int tid = threadIdx.x;",
+                                                   "cols + threadIdx.x % 2;\n    const int tid = threadIdx.x;"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTESTABLE))
+def test_the_passes_stay_element_by_element_where_one_test_cannot_tell_alignment_for_the_row(case):
+    spec_ = CORPUS["softmax"]
+    changed = spec_.model_validate({**spec_.model_dump(), "source": UNTESTABLE[case]})
+    code = registers(changed).source
+    assert changed.source != spec_.source and "row_regs[k] = row[c];" in code and "row_regs4" not in code
 
 
 def test_the_registers_take_the_budget_of_the_element_type():
@@ -103,8 +160,10 @@ def test_a_pass_that_breaks_out_is_refused():
 
 def test_a_pass_sharing_a_line_or_under_an_if_takes_lines_of_its_own_and_braces():
     code = registers(ROW_SPREAD_TERSE).source
-    assert "float m = -3.0e38f;\n    #pragma unroll\n    for (int k = 0;" in code
-    assert "if (cols > 0)\n        {\n            #pragma unroll\n            for (int k = 0;" in code
+    assert "float m = -3.0e38f;\n    const bool aligned = " in code
+    assert "} else {\n        #pragma unroll\n        for (int k = 0;" in code
+    assert "if (cols > 0)\n        {\n            if (aligned) {" in code
+    assert "} else {\n                #pragma unroll\n                for (int k = 0;" in code
 
 
 def test_the_submitted_unroll_pragma_moves_to_the_loop_past_the_registers():
@@ -169,8 +228,10 @@ def test_the_plan_holds_the_row_in_registers_and_the_unroll_rule_keeps_their_pra
     assert rules.applied(planned.source) == ("row_in_registers", "shuffle_reduction", "restrict", "unroll",
                                              "launch_bounds")
     code = mask(planned.source)
-    assert code.count("#pragma unroll\n    for (int k = 0; k < row_chunks; k++)") == 3
-    assert code.count("#pragma unroll loop_unroll_factor\n    for (int c = ") == 3  # the loops past the registers
+    assert code.count("#pragma unroll\n        for (int k = 0; k < row_chunks; k++)") == 3
+    assert code.count("#pragma unroll\n        for (int k = 0; k < (row_chunks + 3) / 4; k++)") == 3
+    # The loops past the registers, of elements and of vectors, and the aligned passes' last cols % 4 elements.
+    assert code.count("#pragma unroll loop_unroll_factor\n        for (int ") == 9
 
 
 # --- every rewrite compiles, keeps the signature, and holds the row in registers ---------------------------
@@ -199,20 +260,21 @@ def build(tmp_path_factory):
     return HostKernels(tmp_path_factory.mktemp("emulated"))
 
 
-def built(build: HostKernels, source: str) -> ctypes.CDLL:
+def built(build: HostKernels, source: str, kernel_name: str) -> ctypes.CDLL:
     """The kernel as host code, row_chunks a variable of the library (the emulation's other tune parameters are)."""
-    return build('extern "C" { int row_chunks = 1; }\n' + normalised(source), ROW_SPREAD.kernel_name)
+    return build('extern "C" { int row_chunks = 1; }\n' + normalised(source), kernel_name)
 
 
-def runs_as_submitted(build: HostKernels, spec_: KernelSpec, rewritten: ctypes.CDLL, cols: int, params: dict) -> bool:
+def runs_as_submitted(build: HostKernels, spec_: KernelSpec, rewritten: ctypes.CDLL, cols: int, params: dict,
+                      misaligned: str | None) -> bool:
     """Whether the rewrite at `params` leaves the arrays as the submitted kernel at the same block size does (a
-    thread's maximum is over the elements the block size gives it)."""
+    thread's maximum is over the elements the block size gives it), `misaligned` an element off alignment."""
     at_size = spec_.with_sizes({"cols": cols})
     values = {name: data.ravel() for name, data in inputs(at_size, cols).items()}  # run() places flat arrays
     config = {**at_size.baseline_params(), **params}
-    expected = run(build(spec_.source, spec_.kernel_name), at_size, config, values)
+    expected = run(build(spec_.source, spec_.kernel_name), at_size, config, values, misaligned)
     ctypes.c_int.in_dll(rewritten, "row_chunks").value = params["row_chunks"]
-    return run(rewritten, at_size.for_candidate(registers(spec_)), config, values) == expected
+    return run(rewritten, at_size.for_candidate(registers(spec_)), config, values, misaligned) == expected
 
 
 @needs_gxx
@@ -223,16 +285,24 @@ def test_every_element_is_read_and_written_at_rows_shorter_and_longer_than_the_r
     rows the registers cover, do not fill, and leave elements past (then read from global memory by each pass)."""
     spec_ = EMULATED[name]
     candidate = registers(spec_)
-    rewritten = built(build, candidate.source)
-    for params in sample(candidate, spec_, 10):
-        assert runs_as_submitted(build, spec_, rewritten, cols, {**candidate.params, **params}), params
+    assert "_regs4" in candidate.source
+    rewritten = built(build, candidate.source, spec_.kernel_name)
+    for misaligned in PLACEMENTS[name]:
+        for params in sample(candidate, spec_, 10):
+            assert runs_as_submitted(build, spec_, rewritten, cols, {**candidate.params, **params}, misaligned), \
+                (params, misaligned)
 
 
 @needs_gxx
-def test_the_emulation_tells_a_rewrite_that_skips_the_elements_past_the_registers(build):
-    candidate = registers(ROW_SPREAD)
-    broken = candidate.source.replace("c = threadIdx.x + row_chunks * blockDim.x", "c = cols")
+@pytest.mark.parametrize("misaligned, skipped", [
+    ("out", ("c = threadIdx.x + row_chunks * blockDim.x", "c = cols")),
+    (None, ("v = threadIdx.x + (row_chunks + 3) / 4 * blockDim.x", "v = vectors")),
+])
+def test_the_emulation_tells_a_rewrite_that_skips_the_elements_past_the_registers(build, misaligned, skipped):
+    """Element by element (the output off alignment) and in vectors of four (every array aligned)."""
+    candidate = registers(ROW_TWICE)
+    broken = candidate.source.replace(*skipped)
     assert broken != candidate.source
     params = {"block_size_x": 32, "row_chunks": 8}
-    assert runs_as_submitted(build, ROW_SPREAD, built(build, broken), 200, params)  # the registers cover the row
-    assert not runs_as_submitted(build, ROW_SPREAD, built(build, broken), 257, params)
+    assert runs_as_submitted(build, ROW_TWICE, built(build, broken, "row_twice"), 200, params, misaligned)
+    assert not runs_as_submitted(build, ROW_TWICE, built(build, broken, "row_twice"), 1009, params, misaligned)

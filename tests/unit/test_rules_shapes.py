@@ -374,6 +374,18 @@ def test_warp_per_row_then_vectorize_loops_gives_128_bit_row_loads():
     assert rules.applied(widened.source) == ("warp_per_row", "vectorize_loops")
 
 
+def test_a_warps_loop_stepping_by_the_literal_warp_width_takes_vectors_where_the_spec_fixes_the_block_at_it():
+    """rms_norm's lanes step by 32 in blocks 32 wide (the spec's only x block size): the loop covers the row once,
+    as one stepping by blockDim.x does. With the x block size tuned, 32 is not the block width, and it does not."""
+    spec = VARIANTS["rms_norm"][1]
+    assert spec.tune_params["block_size_x"] == [32] and "j += 32" in spec.source
+    widened = mask(rules.apply("vectorize_loops", spec, spec.as_candidate()).source)
+    assert widened.count("reinterpret_cast<const float4 *>(&xr[0])[v") == 2
+    assert "for (int v = threadIdx.x; v < vectors; v += 32) {" in widened and "vectors_; v_ += 32) {" in widened
+    tuned = spec.model_validate({**spec.model_dump(), "tune_params": {**spec.tune_params, "block_size_x": [32, 64]}})
+    assert rules.check("vectorize_loops", tuned, tuned.as_candidate()) is not None
+
+
 def test_warp_per_row_keeps_a_fused_accumulation_as_written():
     """`acc = fmaf(A[..], x[c], acc)` stays one rounding per element in each lane's loop, widened or not, and only
     the lanes' partial sums are added (by the shuffles)."""

@@ -2,14 +2,15 @@
 
 A loop `for (int c = START; c < END; c += STEP)` whose threads together cover 0..END-1 once (START threadIdx.x
 stepping by the block width, a block walking a row; or the global index stepping by the grid's width, a grid-stride
-loop; written with blockDim.x, the block-size define or a local equal to either) processes element c with the same
-code whichever thread runs it. The arrays it indexes `X[BASE + c]` (BASE not changing in the loop, one BASE per
-array, 4-byte elements, X indexed no other way in the loop) can be taken four consecutive elements at a time:
-vector v (c = 4v .. 4v+3) is loaded as one float4/int4/uint4 per array, the body runs once per lane with
-X[BASE + c] read from (or written into) that lane, and the written vectors are stored back whole; any other access
-(`hist[data[c]]`) stays as it is, at the lane's c. The last END % 4 elements take the original loop, started at
-4 * (END / 4). The vector loop needs each &X[BASE] 16-byte aligned: a row of a matrix whose width is not a multiple
-of four is not, so the rewrite checks every address at run time and runs the original loop when one is not.
+loop; written with blockDim.x, the block-size define, a local equal to either, or the literal x block size where the
+spec fixes it) processes element c with the same code whichever thread runs it. The arrays it indexes `X[BASE + c]`
+(BASE not changing in the loop, one BASE per array, 4-byte elements, X indexed no other way in the loop) can be
+taken four consecutive elements at a time: vector v (c = 4v .. 4v+3) is loaded as one float4/int4/uint4 per array,
+the body runs once per lane with X[BASE + c] read from (or written into) that lane, and the written vectors are
+stored back whole; any other access (`hist[data[c]]`) stays as it is, at the lane's c. The last END % 4 elements
+take the original loop, started at 4 * (END / 4). The vector loop needs each &X[BASE] 16-byte aligned: a row of a
+matrix whose width is not a multiple of four is not, so the rewrite checks every address at run time and runs the
+original loop when one is not.
 
 The elements are spread over threads differently, which reorders what a thread accumulates (float sums round
 differently, as any reordered sum does), and nothing else: a loop body that breaks out, returns, waits for other
@@ -109,7 +110,7 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
         body = statements(masked, kernel.body_open + 1, kernel.body_close)
     except Unparsed:
         return [], []
-    widths = {"blockDim.x", spec.block_size_names[0]}
+    widths = {"blockDim.x", spec.block_size_names[0], *_fixed_width(spec)}
     aliases = affine_locals(masked, kernel.body_open + 1, kernel.body_close)
     types = _element_types(source, kernel, spec, masked)
     found, reasons = [], []
@@ -133,6 +134,14 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
     inner = [loop for loop in found if not any(other is not loop and loop.loop.start <= other.loop.start
                                                 and other.loop.end <= loop.loop.end for other in found)]
     return inner, reasons
+
+
+def _fixed_width(spec: KernelSpec) -> set[str]:
+    """The x block size as a literal where the spec fixes it (a warp's loop stepping by 32 in blocks 32 wide)."""
+    name = spec.block_size_names[0]
+    values = set(spec.tune_params.get(name, [])) or {spec.baseline_params().get(name)}
+    value = next(iter(values))
+    return {str(value)} if len(values) == 1 and isinstance(value, int) and value > 0 else set()
 
 
 class _Refused(ValueError):
@@ -227,12 +236,19 @@ def strided_loop(masked: str, uncommented: str, loop: Statement, widths: set[str
     if counted is None:
         return None
     for width in widths:
-        block = counted.first == {("threadIdx.x",): 1} and counted.stride == {(width,): 1}
-        grid = counted.first == {tuple(sorted(("blockIdx.x", width))): 1, ("threadIdx.x",): 1} and \
-            counted.stride == {tuple(sorted((width, "gridDim.x"))): 1}
+        block = counted.first == {("threadIdx.x",): 1} and counted.stride == _times(width)
+        grid = counted.first == {**_times(width, "blockIdx.x"), ("threadIdx.x",): 1} and \
+            counted.stride == _times(width, "gridDim.x")
         if block or grid:
             return counted.index, counted.type, counted.start, counted.end, counted.step
     return None
+
+
+def _times(width: str, *names: str) -> affine.Poly:
+    """The block width (a name, or a literal: the x block size the spec fixes) times `names`, as a polynomial."""
+    if width.isdigit():
+        return {tuple(sorted(names)): int(width)}
+    return {tuple(sorted((*names, width))): 1}
 
 
 def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
@@ -327,18 +343,46 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
     c, type_ = loop.variable, loop.type
     end = loop.end if re.fullmatch(r"\w+", loop.end) else f"({loop.end})"
     start = loop.start if re.fullmatch(r"[\w.]+", loop.start) else f"({loop.start})"
-    body_span = loop.loop.body.inner if loop.loop.body.kind == "block" else (loop.loop.body.start, loop.loop.body.end)
     original = source[loop.loop.start:loop.loop.end]
-    body_text = mask(source, literals=False)[body_span[0]:body_span[1]]
     aligned = " && ".join(aligned_16(f"&{a.name}[{a.base}]") for a in loop.arrays)
+    pragma = [loop.pragma] if loop.pragma else []
+    body_statement = source[loop.loop.body.start:loop.loop.body.end]
+    tail = f"for ({type_} {c} = 4 * {vectors} + {start}; {c} < {loop.end}; {c} += {loop.step}) {body_statement}"
+    return ["{",
+            f"{INDENT}// 128-bit loads and stores when every array of the loop is 16-byte aligned at its first element",
+            f"{INDENT}// (then four lanes per vector, and the last {end} % 4 elements one by one); else the loop as "
+            f"it was.",
+            f"{INDENT}if ({aligned}) {{",
+            f"{INDENT * 2}const {type_} {vectors} = {end} / 4;",
+            *(INDENT * 2 + line for line in pragma),
+            f"{INDENT * 2}for ({type_} {v} = {loop.start}; {v} < {vectors}; {v} += {loop.step}) {{",
+            *(INDENT * 3 + line for line in vector_lines(source, loop, v, registers)),
+            f"{INDENT * 2}}}",
+            *(INDENT * 2 + line for line in pragma),
+            *(INDENT * 2 + line for line in reindent(tail)),
+            f"{INDENT}}} else {{",
+            *(INDENT * 2 + line for line in pragma),
+            *(INDENT * 2 + line for line in reindent(original)),
+            f"{INDENT}}}",
+            "}"]
+
+
+def vector_lines(source: str, loop: VectorLoop, v: str, registers: dict[str, str],
+                 held: frozenset[str] = frozenset()) -> list[str]:
+    """The statements of `loop`'s vector v: each array's vector loaded into its register (`registers` names them;
+    the `held` arrays' registers hold their vector already), the body once per lane with X[BASE + c] read from
+    (or written into) the lane, then the written vectors stored whole."""
+    c, type_ = loop.variable, loop.type
+    body_span = loop.loop.body.inner if loop.loop.body.kind == "block" else (loop.loop.body.start, loop.loop.body.end)
+    body_text = mask(source, literals=False)[body_span[0]:body_span[1]]
     loads, stores = [], []
     for a in loop.arrays:
         pointer = f"&{a.name}[{a.base}]"
-        if a.loaded:
+        if a.loaded and a.name not in held:
             qualifier = "" if a.written else "const "
             loads.append(f"{qualifier}{a.vector} {registers[a.name]} = "
                          f"reinterpret_cast<const {a.vector} *>({pointer})[{v}];")
-        else:
+        elif a.name not in held:
             loads.append(f"{a.vector} {registers[a.name]};")
         if a.written:
             stores.append(f"reinterpret_cast<{a.vector} *>({pointer})[{v}] = {registers[a.name]};")
@@ -352,26 +396,7 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
         index = [f"const {type_} {c} = 4 * {v} + {lane};"] if re.search(rf"\b{c}\b", mask(replaced)) else []
         single = len(split_top_level(mask(replaced), ";")) == 2 and "{" not in replaced and not index
         lanes += block if single else ["{", *(INDENT + line for line in [*index, *block]), "}"]
-    pragma = [loop.pragma] if loop.pragma else []
-    body_statement = source[loop.loop.body.start:loop.loop.body.end]
-    tail = f"for ({type_} {c} = 4 * {vectors} + {start}; {c} < {loop.end}; {c} += {loop.step}) {body_statement}"
-    return ["{",
-            f"{INDENT}// 128-bit loads and stores when every array of the loop is 16-byte aligned at its first element",
-            f"{INDENT}// (then four lanes per vector, and the last {end} % 4 elements one by one); else the loop as "
-            f"it was.",
-            f"{INDENT}if ({aligned}) {{",
-            f"{INDENT * 2}const {type_} {vectors} = {end} / 4;",
-            *(INDENT * 2 + line for line in pragma),
-            f"{INDENT * 2}for ({type_} {v} = {loop.start}; {v} < {vectors}; {v} += {loop.step}) {{",
-            *(INDENT * 3 + line for line in [*loads, *lanes, *stores]),
-            f"{INDENT * 2}}}",
-            *(INDENT * 2 + line for line in pragma),
-            *(INDENT * 2 + line for line in reindent(tail)),
-            f"{INDENT}}} else {{",
-            *(INDENT * 2 + line for line in pragma),
-            *(INDENT * 2 + line for line in reindent(original)),
-            f"{INDENT}}}",
-            "}"]
+    return [*loads, *lanes, *stores]
 
 
 def aligned_16(pointer: str) -> str:
