@@ -40,9 +40,10 @@ ROW_SPREAD_TERSE = ROW_SPREAD.model_validate({**ROW_SPREAD.model_dump(), "source
     "    float m = -3.0e38f;\n    for", "    float m = -3.0e38f; for").replace(
     "    for (int c = threadIdx.x; c < cols; c += blockDim.x) out",
     "    if (cols > 0)\n        for (int c = threadIdx.x; c < cols; c += blockDim.x) out")})
-# Two passes over the row whose results do not depend on which thread takes which element: the aligned rows'
-# vectors of four then run as the submitted kernel does, bit for bit (a thread's maximum above does depend on it,
-# so ROW_SPREAD runs with its output an element off alignment, which keeps every row element by element).
+# A warp per row (the spec fixes the x block size at 32) passing over it twice: a row's threads are one warp, so
+# the passes take vectors of four where the arrays are aligned, and its results do not depend on which thread takes
+# which element, so the emulation runs them as the submitted kernel does, bit for bit. ROW_SPREAD's rows are wider
+# than a warp and its threads combine nothing: its passes stay element by element.
 ROW_TWICE = spec(r"""
 extern "C" __global__ void row_twice(float *out, const float *in, int cols)
 {
@@ -51,11 +52,8 @@ extern "C" __global__ void row_twice(float *out, const float *in, int cols)
     for (int c = threadIdx.x; c < cols; c += blockDim.x) out[(size_t)blockIdx.x * cols + c] += row[c] * row[c];
 }
 """, "row_twice", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]), scalar("cols", "cols")],
-    {"rows": 3, "cols": 200}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32, 64]}, grid_div_x=[1])
+    {"rows": 3, "cols": 200}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32]}, grid_div_x=[1])
 EMULATED = {"row_spread": ROW_SPREAD, "row_spread_terse": ROW_SPREAD_TERSE, "row_twice": ROW_TWICE}
-# The placements each runs at: every array aligned (where cols % 4 == 0 every row then takes vectors, else the
-# rows that happen to be aligned), and the output an element off, which keeps every row element by element.
-PLACEMENTS = {"row_spread": ["out"], "row_spread_terse": ["out"], "row_twice": [None, "out"]}
 KERNELS = {"softmax": CORPUS["softmax"], "layernorm": CORPUS["layernorm"], "l2_normalise": VARIANTS["l2_normalise"][1],
            "rms_norm": VARIANTS["rms_norm"][1], "several_warps": SEVERAL_WARPS, **EMULATED}
 # The plan's order with unroll in place of its alternative batch_loads (which the plan otherwise tries first).
@@ -160,10 +158,28 @@ def test_a_pass_that_breaks_out_is_refused():
 
 def test_a_pass_sharing_a_line_or_under_an_if_takes_lines_of_its_own_and_braces():
     code = registers(ROW_SPREAD_TERSE).source
+    assert "float m = -3.0e38f;\n    #pragma unroll\n    for (int k = 0;" in code
+    assert "if (cols > 0)\n        {\n            #pragma unroll\n            for (int k = 0;" in code
+    # A warp per row takes vectors too: the test of alignment begins its own line, then an if and its else.
+    warp = ROW_SPREAD_TERSE.model_validate({**ROW_SPREAD_TERSE.model_dump(), "tune_params": {"block_size_x": [32]}})
+    code = registers(warp).source
     assert "float m = -3.0e38f;\n    const bool aligned = " in code
     assert "} else {\n        #pragma unroll\n        for (int k = 0;" in code
     assert "if (cols > 0)\n        {\n            if (aligned) {" in code
     assert "} else {\n                #pragma unroll\n                for (int k = 0;" in code
+
+
+def test_rows_wider_than_a_warp_whose_threads_combine_nothing_across_it_stay_element_by_element():
+    """Vectors give a thread other elements: only where a row's threads combine what they hold across all of
+    them (a barrier, or a row of one warp) does that change no more than a sum's order. A row of several warps
+    each adding up its own lanes (the GPU's verifier rejected its vectors) and threads that keep their own
+    maxima keep their elements; the same threads as one warp per row take vectors."""
+    for spec_ in (SEVERAL_WARPS, ROW_SPREAD):
+        assert max(spec_.tune_params["block_size_x"]) > 32 and "__syncthreads" not in spec_.source
+        assert "_regs4" not in registers(spec_).source
+    one_warp = SEVERAL_WARPS.model_validate({**SEVERAL_WARPS.model_dump(),
+                                             "tune_params": {**SEVERAL_WARPS.tune_params, "block_size_x": [32]}})
+    assert "_regs4" in registers(one_warp).source
 
 
 def test_the_submitted_unroll_pragma_moves_to_the_loop_past_the_registers():
@@ -285,9 +301,9 @@ def test_every_element_is_read_and_written_at_rows_shorter_and_longer_than_the_r
     rows the registers cover, do not fill, and leave elements past (then read from global memory by each pass)."""
     spec_ = EMULATED[name]
     candidate = registers(spec_)
-    assert "_regs4" in candidate.source
+    assert ("_regs4" in candidate.source) == (spec_ is ROW_TWICE)
     rewritten = built(build, candidate.source, spec_.kernel_name)
-    for misaligned in PLACEMENTS[name]:
+    for misaligned in (None, "in", "out"):  # all aligned (the rows that are, where cols % 4 != 0), or not
         for params in sample(candidate, spec_, 10):
             assert runs_as_submitted(build, spec_, rewritten, cols, {**candidate.params, **params}, misaligned), \
                 (params, misaligned)
