@@ -366,7 +366,7 @@ def test_the_histogram_keeps_per_block_bins_in_dynamic_shared_memory():
 def test_warp_per_row_then_vectorize_loops_gives_128_bit_row_loads():
     spec = CORPUS["gemv"].spec()
     candidate = rules.apply("warp_per_row", spec, spec.as_candidate())
-    assert candidate.grid_div_x == ["block_size_y"] and candidate.tune_params["block_size_x"] == [32]
+    assert candidate.grid_div_x == ["block_size_y"] and candidate.tune_params["block_size_x"] == [4, 8, 16, 32]
     assert rules.check("vectorize_loops", spec, candidate) is None
     widened = rules.apply("vectorize_loops", spec, candidate)
     assert "reinterpret_cast<const float4 *>(&A[(size_t)r * cols + 0])[v]" in widened.source
@@ -394,7 +394,7 @@ def test_warp_per_row_keeps_a_fused_accumulation_as_written():
     code = mask(candidate.source)
     assert "for (int c = threadIdx.x; c < cols; c += block_size_x)\n            acc = fmaf(A[(size_t)r * cols + c], " \
         "x[c], acc);" in code
-    assert code.count("acc +=") == 1 and "acc += __shfl_xor_sync(0xffffffffu, acc, offset);" in code
+    assert code.count("acc +=") == 1 and "acc += __shfl_xor_sync(row_lanes, acc, offset);" in code
     widened = mask(rules.apply("vectorize_loops", spec, candidate).source)
     assert "acc = fmaf(A4.w, x4.w, acc);" in widened and widened.count("acc +=") == 1
 

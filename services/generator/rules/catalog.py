@@ -76,9 +76,9 @@ CATALOG = (
                             "lie side by side, with the window's size fixed at the spec's value; edge threads and "
                             "other window sizes run the kernel as written.", "window_rows", (1, 2, 4, 8), 4,
          rendered=True),
-    Rule("warp_per_row", "Give each row a warp instead of a thread: the 32 lanes split the row's loop, so their "
-                         "loads are coalesced, and add their partial sums with __shfl_xor_sync; block_size_y "
-                         "rows per block.", rendered=True),
+    Rule("warp_per_row", "Give each row a warp instead of a thread, or for short rows a part of one (block_size_x "
+                         "lanes of 4 to 32): the lanes split the row's loop, so their loads are coalesced, and add "
+                         "their partial sums with __shfl_xor_sync; block_size_y rows per block.", rendered=True),
     Rule("split_columns", "Split the loop of a thread walking its column down the rows among block_size_y "
                           "threads of the column, each taking every block_size_y-th row, so more loads are in "
                           "flight; after a barrier the column's first thread combines their sums, maxima or minima "

@@ -15,17 +15,19 @@ is aliased, declared twice, updated within an expression or, if an integer, give
 comparison, `count += (v > 0.0f)`, is an int term). Neighbouring threads read addresses a row apart, so no load is
 coalesced.
 
-Rendered: a block of block_size_x (32) x block_size_y threads takes block_size_y rows, one per warp
-(row = blockIdx.x * block_size_y + threadIdx.y). The lanes split each loop (c = START + lane, stepping 32), so a
-warp reads 32 consecutive elements of its row at once, and a lane meets the same elements in every loop that
-starts at the same place. After a loop the lanes combine their accumulators with __shfl_xor_sync, which leaves
-every lane the row's values, so what runs between the loops runs in every lane as it ran in the thread. A sum
-that does not enter its loop at zero (a bias, or a second pass into it) enters it at zero in every lane but
-lane 0. After the last loop lane 0 goes on with the rest of the row alone. The loop bodies stay as written, so
-each lane accumulates as the thread did (an fmaf chain stays one): partial sums are added in another order
-(within float rounding), and a maximum or minimum of numbers is the same in any order (a NaN aside, which
-the comparison forms keep or drop by where it stands). The lane loops are ones
-the vectorize_loops rule can widen to 128-bit loads.
+Rendered: a block of block_size_x x block_size_y threads takes block_size_y rows, block_size_x lanes per row (row =
+blockIdx.x * block_size_y + threadIdx.y): a warp (32) for long rows, a power-of-two part of one (4 to 16) for short
+ones such as CSR's, so that few lanes idle. The lanes split each loop (c = START + lane, stepping block_size_x), so
+they read consecutive elements of their row at once, and a lane meets the same elements in every loop that starts at
+the same place. After a loop the row's lanes combine their accumulators with __shfl_xor_sync (offsets below
+block_size_x, under the mask of just those lanes, which share the row and so its guard and every branch before the
+shuffles: a warp's other rows may have ended), which leaves every lane the row's values, so what runs between the
+loops runs in every lane as it ran in the thread. A sum that does not enter its loop at zero (a bias, or a second
+pass into it) enters it at zero in every lane but lane 0. After the last loop lane 0 goes on with the rest of the
+row alone. The loop bodies stay as written, so each lane accumulates as the thread did (an fmaf chain stays one):
+partial sums are added in another order (within float rounding), and a maximum or minimum of numbers is the same in
+any order (a NaN aside, which the comparison forms keep or drop by where it stands). The lane loops are ones the
+vectorize_loops rule can widen to 128-bit loads.
 """
 import re
 from collections.abc import Callable
@@ -43,6 +45,7 @@ from shared.domain.spec import KernelSpec
 ACCUMULATOR_TYPES = r"(?:float|double|unsigned\s+long\s+long|long\s+long|unsigned\s+int|unsigned|int)"
 ZERO = r"(?:0+(?:\.0*)?[fF]?|0*\.0+[fF]?|0[uUlL]*)"
 ROWS_PER_BLOCK = [1, 2, 4, 8, 16, 32]
+LANES = [4, 8, 16, 32]  # a row's lanes: a whole warp for long rows, a part of one for short rows (CSR's)
 # `sum = fmaf(X, Y, sum)` adds X * Y with one rounding: a sum for a float or double accumulator (for an integer one
 # the float result is truncated at each step, which lanes' partial sums would not repeat).
 FUSED = r"(?:fmaf|fma|__fmaf_rn|__fma_rn)"
@@ -565,7 +568,7 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
     axis = kernel.axes[0]
     lanes, rows = spec.block_size_names[0], spec.block_size_names[1]
     taken = identifiers(kernel.source)
-    offset = fresh_name("offset", taken)
+    offset, group = fresh_name("offset", taken), fresh_name("row_lanes", taken)
     source = kernel.source
     replacements = []
     for number, p in enumerate(model.passes):
@@ -583,9 +586,9 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
             after += [f"// The row's {lanes} lanes combine their {', '.join(a.name for a in p.accumulators)}: each "
                       f"lane then holds the row's.",
                       "#pragma unroll",
-                      f"for (int {offset} = 16; {offset} > 0; {offset} /= 2) {{",
+                      f"for (int {offset} = {lanes} / 2; {offset} > 0; {offset} /= 2) {{",
                       *(INDENT + line for a in p.accumulators for line in combined(
-                          a, f"__shfl_xor_sync({_FULL_MASK}, {a.name}, {offset})",
+                          a, f"__shfl_xor_sync({group}, {a.name}, {offset})",
                           fresh_name(f"{a.name}_of_lane", taken) if a.kind != "sum" and a.function is None else None)),
                       "}"]
         if number == len(model.passes) - 1 and re.search(r"[^\s}]", mask(source)[p.loop.end:kernel.body_end]):
@@ -594,8 +597,11 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
         replacements.append((p.loop.end, p.loop.end, "".join(f"\n{indent}{line}" for line in after) +
                              (f"\n{indent}" if after and rest_of_line else "")))
     body = points.point_body(kernel, replacements)
-    lines = ["// A warp per row: the lanes split the row's loops, so each warp load reads consecutive elements.",
+    lines = [f"// A warp (or {lanes} lanes of one) per row: the lanes split the row's loops, so each load of theirs",
+             "// reads consecutive elements; the row's lanes, and only they, combine what they hold with shuffles.",
              f"const {axis.type} {axis.name} = ({axis.type})blockIdx.x * {rows} + threadIdx.y;",
+             f"const unsigned {group} = {lanes} == 32 ? {_FULL_MASK}  // the lanes of the warp that share the row",
+             f"{INDENT}: ((1u << ({lanes} % 32)) - 1) << ((threadIdx.y * {lanes}) % 32);",
              *body.split("\n")]
     return points.with_body(kernel, lines)
 
@@ -628,7 +634,7 @@ class RowLoopShape:
 
     def render(self, model: RowLoop, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         lanes, rows = spec.block_size_names[0], spec.block_size_names[1]
-        layout = Layout(tune_params={lanes: [32], rows: ROWS_PER_BLOCK},
+        layout = Layout(tune_params={lanes: LANES, rows: ROWS_PER_BLOCK},
                         defaults={lanes: 32, rows: default_in(ROWS_PER_BLOCK, spec.params.get(rows), 4)},
-                        grid_div={"x": [rows]})
+                        restrictions=(f"{lanes} * {rows} >= 32",), grid_div={"x": [rows]})
         return _render(model, spec), layout
