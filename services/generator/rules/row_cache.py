@@ -21,10 +21,10 @@ reductions stay trees that shuffle_reduction replaces.
 import re
 
 from services.generator.rules import row_registers
-from services.generator.rules.cuda_text import Kernel, closing, fresh_name, identifiers, mask
+from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import replace_spans
-from services.generator.rules.row_passes import (QUALIFIERS, SIZES, RowPasses, at_the_top, indent_at, pass_body,
-                                                 recognise, row_length)
+from services.generator.rules.row_passes import (QUALIFIERS, SIZES, RowPasses, at_the_top, barrier_between, indent_at,
+                                                 pass_body, recognise, row_length)
 from services.generator.rules.shape import Layout, NotRecognised
 from services.generator.rules.statements import Unparsed
 from shared.domain.expressions import ExpressionError, evaluate
@@ -96,12 +96,8 @@ def barrier(model: RowPasses, spec: KernelSpec) -> str | None:
     """None when a barrier already comes between the first pass and every later one, else the one to add."""
     masked, kernel, passes = mask(spec.source), model.kernel, model.passes
     warp = set(model.x_values) == {32}
-    synchronising = {"__syncthreads"} | ({"__syncwarp"} if warp else set())
-    helpers = {name for name in set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", masked))
-               if _calls_barrier(masked, name, kernel)}
     first = passes[0]
-    between = [set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", masked[first.loop.end:p.loop.start])) for p in passes[1:]]
-    if all(names & (synchronising | helpers) for names in between):
+    if all(barrier_between(masked, kernel, first.loop.end, p.loop.start, warp) for p in passes[1:]):
         return None
     if warp:
         return "__syncwarp();"
@@ -110,18 +106,6 @@ def barrier(model: RowPasses, spec: KernelSpec) -> str | None:
         return "__syncthreads();"
     raise NotRecognised("no barrier comes between its first pass over the row and the later ones, and none can be "
                         "added where every thread of the row's block reaches it")
-
-
-def _calls_barrier(masked: str, name: str, kernel: Kernel) -> bool:
-    """Whether `name` is a function of the source (not the kernel) whose body calls __syncthreads."""
-    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked):
-        if match.start() == kernel.name_at or masked.count("{", 0, match.start()) != masked.count("}", 0, match.start()):
-            continue  # the kernel, or a call or a statement inside a function
-        after = re.match(r"\s*\{", masked[closing(masked, match.end() - 1) + 1:])
-        if after is not None:
-            opening = closing(masked, match.end() - 1) + 1 + after.end() - 1
-            return "__syncthreads" in masked[opening:closing(masked, opening)]
-    return False
 
 
 def static_bytes(source: str, spec: KernelSpec) -> int | None:

@@ -298,3 +298,23 @@ def at_the_top(source: str, model: RowPasses, lines: list[str]) -> tuple[int, in
 def indent_at(source: str, at: int) -> str:
     line_start = source.rfind("\n", 0, at) + 1
     return re.match(r"[ \t]*", source[line_start:]).group()
+
+
+def barrier_between(masked: str, kernel: Kernel, start: int, end: int, warp: bool = False) -> bool:
+    """Whether masked[start:end] calls __syncthreads (or __syncwarp, for a warp's row), itself or through a
+    function of the source whose body does."""
+    called = set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", masked[start:end]))
+    return bool(called & ({"__syncthreads"} | ({"__syncwarp"} if warp else set()))) or \
+        any(_calls_barrier(masked, name, kernel) for name in called)
+
+
+def _calls_barrier(masked: str, name: str, kernel: Kernel) -> bool:
+    """Whether `name` is a function of the source (not the kernel) whose body calls __syncthreads."""
+    for match in re.finditer(rf"\b{re.escape(name)}\s*\(", masked):
+        if match.start() == kernel.name_at or masked.count("{", 0, match.start()) != masked.count("}", 0, match.start()):
+            continue  # the kernel, or a call or a statement inside a function
+        after = re.match(r"\s*\{", masked[closing(masked, match.end() - 1) + 1:])
+        if after is not None:
+            opening = closing(masked, match.end() - 1) + 1 + after.end() - 1
+            return "__syncthreads" in masked[opening:closing(masked, opening)]
+    return False

@@ -41,7 +41,8 @@ import re
 from services.generator.rules.cuda_text import LAUNCH_NAMES, fresh_name, identifiers, mask
 from services.generator.rules.loops import VectorLoop, aligned_16, reindent, vector_lines, vector_loops
 from services.generator.rules.points import ASSIGNMENT, INDENT, replace_spans
-from services.generator.rules.row_passes import Pass, RowPasses, at_the_top, indent_at, pass_body, row_length
+from services.generator.rules.row_passes import (Pass, RowPasses, at_the_top, barrier_between, indent_at, pass_body,
+                                                 row_length)
 from services.generator.rules.shape import Layout
 from services.generator.rules.tree import unroll_pragma
 from shared.domain.spec import KernelSpec
@@ -184,14 +185,14 @@ def _widened_passes(model: RowPasses, spec: KernelSpec) -> tuple[VectorLoop, ...
     row alike, whether all the arrays they touch are 16-byte aligned: each array's address is made of what is
     declared before that pass, nothing changes it between the passes, and none of it depends on threadIdx.x.
     Else none: the passes then hold the row element by element only."""
-    source = spec.source
-    if not _combined_across_the_row(model, source):
+    source, masked = spec.source, mask(spec.source)
+    if not _combined_across_the_row(model, masked):
         return ()
     found = {loop.loop.start: loop for loop in vector_loops(source, spec)[0]}
     loops = tuple(found.get(p.loop.start) for p in model.passes)
-    if None in loops or any(model.array not in {a.name for a in loop.arrays} for loop in loops):
+    if None in loops or any(model.array not in {a.name for a in loop.arrays} for loop in loops) or \
+            not _touched_only_by_the_passes(model, loops, masked):
         return ()
-    masked = mask(source)
     before = masked[model.kernel.body_open + 1:model.passes[0].loop.start]
     between = masked[model.passes[0].loop.start:model.passes[-1].loop.end]
     parameters = {re.findall(r"[A-Za-z_]\w*", mask(source[a:b]))[-1] for a, b in model.kernel.parameters(source)}
@@ -205,13 +206,35 @@ def _widened_passes(model: RowPasses, spec: KernelSpec) -> tuple[VectorLoop, ...
     return loops
 
 
-def _combined_across_the_row(model: RowPasses, source: str) -> bool:
-    """Whether what the row's threads hold is combined across all of them, so that which thread takes which
-    element changes no more than a sum's order: the kernel waits at __syncthreads (a block's reduction in shared
-    memory), or a row's threads are a warp at most (the x block size fixed at 32 or less, shuffles reaching all of
-    them). A kernel that only shuffles within each warp of a wider row (rows_of_several_warps_without_a_barrier)
-    gives each warp its own elements' result, which vectors would change."""
-    return bool(re.search(r"\b__syncthreads\s*\(", mask(source))) or max(model.x_values) <= 32
+def _combined_across_the_row(model: RowPasses, masked: str) -> bool:
+    """Whether what the row's threads hold is combined across all of them before the next pass reads it, so that
+    which thread takes which element changes no more than a sum's order: a row's threads are a warp at most (the x
+    block size fixed at 32 or less, shuffles reaching all of them), or a barrier comes between every two passes (a
+    block's reduction in shared memory). A row of several warps that each add up their own lanes
+    (rows_of_several_warps_without_a_barrier) gives each warp its own elements' result, which vectors would change."""
+    return max(model.x_values) <= 32 or all(barrier_between(masked, model.kernel, earlier.loop.end, later.loop.start)
+                                            for earlier, later in zip(model.passes, model.passes[1:]))
+
+
+def _touched_only_by_the_passes(model: RowPasses, loops: tuple[VectorLoop, ...], masked: str) -> bool:
+    """Whether the kernel touches the arrays of the passes, and the parameters they point into, nowhere but in the
+    passes and the declarations of those pointers: the vectors give each thread other elements than any other loop
+    over them would, with no barrier between them (an output smoothed after its pass, say)."""
+    names = {a.name for loop in loops for a in loop.arrays}
+    start, end = model.kernel.body_open + 1, model.kernel.body_close
+    pointers = {re.findall(r"[A-Za-z_]\w*", masked[a:b])[-1] for a, b in model.kernel.parameters(masked)
+                if "*" in masked[a:b]}
+    spans = [(p.loop.start, p.loop.end) for p in model.passes]
+    for name in sorted(names):
+        definition = re.search(rf"\*\s*(?:const\s+)?(?:__restrict__\s+)?{name}\s*=([^;]*);", masked[start:end])
+        if definition:
+            names |= _names(definition.group(1)) & pointers
+            spans.append((start + definition.start(), start + definition.end()))
+    outside = list(masked[start:end])
+    for a, b in spans:
+        outside[a - start:b - start] = " " * (b - a)
+    rest = "".join(outside)
+    return not any(re.search(rf"(?<![\w.]){re.escape(name)}\b", rest) for name in names)
 
 
 def _names(expression: str) -> set[str]:
