@@ -17,17 +17,17 @@ A thread reads back only what it stored itself, so no barrier is needed; and onc
 indexed by constants only, so it stays in registers rather than local memory. The loop past them keeps the
 submitted loop's unroll pragma, if it had one (the unrolled loop takes its place).
 
-Where every pass is a loop vectorize_loops can widen (loops.py), the row's elements are 4 bytes and the threads of a
-row combine what they hold across all of them (_combined_across_the_row), the passes also take vectors of four, as
-vectorize_loops would: the thread's first (row_chunks + 3) / 4 vectors of the row are held in vector registers, the
-vectors past them are read from the row, and the last END % 4 elements are taken one by one. One test before the
-first pass, that every array the passes touch is 16-byte aligned, chooses between the vectors and the elements for
-all passes, so what a later pass reads from the registers is what the first stored there; it may, because each
-array's address is declared before the first pass, does not change between the passes and does not depend on
-threadIdx.x (so every thread of a row takes the same branch). In the vectors, a thread takes other elements than it
-did, which reorders what it accumulates (float sums round differently, as any reordered sum does); a kernel whose
-results still depend on which thread takes which element (a thread's own maximum written out) fails the verifier
-there, as it would under vectorize_loops.
+Where every pass is a loop vectorize_loops can widen (loops.py), the row's elements are 4 bytes, the threads of a
+row combine what they hold across all of them (_combined_across_the_row) and nothing but the passes touches their
+arrays (_touched_only_by_the_passes), the passes also take vectors of four, as vectorize_loops would: the thread's
+first (row_chunks + 3) / 4 vectors of the row are held in vector registers, the vectors past them are read from the
+row, and the last END % 4 elements are taken one by one. One test before the first pass, that every array the passes
+touch is 16-byte aligned, chooses between the vectors and the elements for all passes, so what a later pass reads
+from the registers is what the first stored there; it may, because each array's address is declared before the first
+pass, does not change between the passes and does not depend on threadIdx.x (so every thread of a row takes the same
+branch). In the vectors, a thread takes other elements than it did, which reorders what it accumulates (float sums
+round differently, as any reordered sum does); a kernel whose results still depend on which thread takes which
+element (a thread's own maximum written out) fails the verifier there, as it would under vectorize_loops.
 
 row_chunks is tuned over the powers of two that keep at most REGISTER_BYTES of the row per thread, restricted to
 the fewest block widths that cover the spec's row (more only hold idle registers, fewer read the rest again);
@@ -181,10 +181,10 @@ def _vector_pass(source: str, loop: VectorLoop, array: str, held: str, others: d
 
 def _widened_passes(model: RowPasses, spec: KernelSpec) -> tuple[VectorLoop, ...]:
     """Each pass as vectorize_loops reads it, where every pass can take vectors of four, the threads of a row
-    combine what they hold across all of them, and one test before the first pass tells, for every thread of a
-    row alike, whether all the arrays they touch are 16-byte aligned: each array's address is made of what is
-    declared before that pass, nothing changes it between the passes, and none of it depends on threadIdx.x.
-    Else none: the passes then hold the row element by element only."""
+    combine what they hold across all of them, nothing but the passes touches their arrays, and one test before
+    the first pass tells, for every thread of a row alike, whether all the arrays they touch are 16-byte aligned:
+    each array's address is made of what is declared before that pass, nothing changes it between the passes, and
+    none of it depends on threadIdx.x. Else none: the passes then hold the row element by element only."""
     source, masked = spec.source, mask(spec.source)
     if not _combined_across_the_row(model, masked):
         return ()
