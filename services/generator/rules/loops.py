@@ -378,12 +378,10 @@ def vector_lines(source: str, loop: VectorLoop, v: str, registers: dict[str, str
     loads, stores = [], []
     for a in loop.arrays:
         pointer = f"&{a.name}[{a.base}]"
-        if a.loaded and a.name not in held:
+        if a.name not in held:  # a held array's register is filled already
             qualifier = "" if a.written else "const "
-            loads.append(f"{qualifier}{a.vector} {registers[a.name]} = "
-                         f"reinterpret_cast<const {a.vector} *>({pointer})[{v}];")
-        elif a.name not in held:
-            loads.append(f"{a.vector} {registers[a.name]};")
+            loads.append(f"{qualifier}{a.vector} {registers[a.name]} = reinterpret_cast<const {a.vector} *>({pointer})"
+                         f"[{v}];" if a.loaded else f"{a.vector} {registers[a.name]};")
         if a.written:
             stores.append(f"reinterpret_cast<{a.vector} *>({pointer})[{v}] = {registers[a.name]};")
     lanes = []

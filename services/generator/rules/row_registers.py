@@ -38,7 +38,7 @@ from global memory by every pass: the two are alternatives (catalog.py).
 """
 import re
 
-from services.generator.rules.cuda_text import LAUNCH_NAMES, fresh_name, identifiers, mask
+from services.generator.rules.cuda_text import CAST_WORDS, LAUNCH_NAMES, fresh_name, identifiers, mask
 from services.generator.rules.loops import VectorLoop, aligned_16, reindent, vector_lines, vector_loops
 from services.generator.rules.points import ASSIGNMENT, INDENT, replace_spans
 from services.generator.rules.row_passes import (Pass, RowPasses, at_the_top, barrier_between, indent_at, pass_body,
@@ -49,8 +49,8 @@ from shared.domain.spec import KernelSpec
 
 CHUNKS = "row_chunks"
 REGISTER_BYTES = 128  # of the row per thread: 32 registers of 4 bytes, beside what the kernel needs of its own
-TYPE_WORDS = {"const", "unsigned", "signed", "long", "short", "int", "char", "float", "double", "size_t", "ptrdiff_t",
-              "int32_t", "int64_t", "uint32_t", "uint64_t"}  # the words of a cast in an address: `(size_t)r * cols`
+# The words of a cast in an address (`(size_t)r * cols`): no name the address reads.
+TYPE_WORDS = CAST_WORDS | {"const", "signed", "short", "char", "float", "double"}
 HELD = f"({CHUNKS} + 3) / 4"  # the vectors of four a thread holds in the aligned passes: its elements, rounded up
 
 
@@ -89,6 +89,8 @@ def render(model: RowPasses, spec: KernelSpec) -> tuple[str, Layout]:
         comment.append("// a thread holding its first row_chunks of them (rounded up to whole vectors) in vector "
                        "registers.")
         declarations.append(f"{row_vector} {held}[{HELD}];")
+        pointers = dict.fromkeys(f"&{a.name}[{a.base}]" for loop in widened for a in loop.arrays)
+        flag_line = f"const bool {flag} = {' && '.join(aligned_16(pointer) for pointer in pointers)};"
     edits = [at_the_top(source, model, [*comment, *declarations])]
     for number, p in enumerate(model.passes):
         store = f"{registers}[{k}] = {model.array}[{model.subscript}];" if number == 0 else None
@@ -103,8 +105,6 @@ def render(model: RowPasses, spec: KernelSpec) -> tuple[str, Layout]:
             at = indent if p.in_block else indent + INDENT
             others = {a.name: fresh_name(f"{a.name}4", taken) for a in widened[number].arrays
                       if a.name != model.array}
-            pointers = dict.fromkeys(f"&{a.name}[{a.base}]" for loop in widened for a in loop.arrays)
-            flag_line = f"const bool {flag} = {' && '.join(aligned_16(pointer) for pointer in pointers)};"
             vector = _vector_pass(source, widened[number], model.array, f"{held}[{k}]", others, k, names,
                                   number == 0)
             lines = [*([flag_line] if number == 0 else []), f"if ({flag}) {{", *(INDENT + line for line in vector),
@@ -188,17 +188,18 @@ def _widened_passes(model: RowPasses, spec: KernelSpec) -> tuple[VectorLoop, ...
     source, masked = spec.source, mask(spec.source)
     if not _combined_across_the_row(model, masked):
         return ()
+    declared = {re.findall(r"[A-Za-z_]\w*", masked[a:b])[-1]: masked[a:b] for a, b in model.kernel.parameters(masked)}
+    pointers = {name for name, declaration in declared.items() if "*" in declaration}
     found = {loop.loop.start: loop for loop in vector_loops(source, spec)[0]}
     loops = tuple(found.get(p.loop.start) for p in model.passes)
     if None in loops or any(model.array not in {a.name for a in loop.arrays} for loop in loops) or \
-            not _touched_only_by_the_passes(model, loops, masked):
+            not _touched_only_by_the_passes(model, loops, masked, pointers):
         return ()
     before = masked[model.kernel.body_open + 1:model.passes[0].loop.start]
     between = masked[model.passes[0].loop.start:model.passes[-1].loop.end]
-    parameters = {re.findall(r"[A-Za-z_]\w*", mask(source[a:b]))[-1] for a, b in model.kernel.parameters(source)}
     names = {name for loop in loops for a in loop.arrays for name in (a.name, *_names(a.base))}
     for name in names:
-        if name not in parameters and not re.search(rf"(?<![\w.]){name}\b", before):
+        if name not in declared and not re.search(rf"(?<![\w.]){name}\b", before):
             return ()
         if re.search(rf"(?<![\w.])\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b", between) or \
                 _reads_the_lane(name, before, set()):
@@ -216,14 +217,14 @@ def _combined_across_the_row(model: RowPasses, masked: str) -> bool:
                                             for earlier, later in zip(model.passes, model.passes[1:]))
 
 
-def _touched_only_by_the_passes(model: RowPasses, loops: tuple[VectorLoop, ...], masked: str) -> bool:
-    """Whether the kernel touches the arrays of the passes, and the parameters they point into, nowhere but in the
-    passes and the declarations of those pointers: the vectors give each thread other elements than any other loop
-    over them would, with no barrier between them (an output smoothed after its pass, say)."""
+def _touched_only_by_the_passes(model: RowPasses, loops: tuple[VectorLoop, ...], masked: str,
+                                pointers: set[str]) -> bool:
+    """Whether the kernel touches the arrays of the passes, and the parameters they point into (of `pointers`, the
+    kernel's pointer parameters), nowhere but in the passes and the declarations of those pointers: the vectors
+    give each thread other elements than any other loop over them would, with no barrier between them (an output
+    smoothed after its pass, say)."""
     names = {a.name for loop in loops for a in loop.arrays}
     start, end = model.kernel.body_open + 1, model.kernel.body_close
-    pointers = {re.findall(r"[A-Za-z_]\w*", masked[a:b])[-1] for a, b in model.kernel.parameters(masked)
-                if "*" in masked[a:b]}
     spans = [(p.loop.start, p.loop.end) for p in model.passes]
     for name in sorted(names):
         definition = re.search(rf"\*\s*(?:const\s+)?(?:__restrict__\s+)?{name}\s*=([^;]*);", masked[start:end])
