@@ -2223,3 +2223,91 @@ VARIANTS.update({
     "column_max_pitched": ("split_columns", COLUMN_MAX_PITCHED),
     "exclusive_scan_of_a_block": ("shuffle_scan", EXCLUSIVE_SCAN_BLOCK),
 })
+
+# --- accumulations into a few addresses by kernels of one point per thread on 2D and 3D grids -------------
+IMAGE_SUM_2D = spec(r"""
+// The sum of an image's pixels: a thread per pixel, each adding its own with one atomic.
+extern "C" __global__ void image_sum(float *total, const float *img, int width, int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < width && y < height) atomicAdd(total, img[y * width + x]);
+}
+""", "image_sum", [array("total", [1], role="out"), array("img", ["height", "width"]), scalar("width", "width"),
+                   scalar("height", "height")],
+    {"width": 1920, "height": 1080}, ["width", "height"], {"block_size_x": 32, "block_size_y": 8},
+    {"block_size_x": [16, 32, 64], "block_size_y": [4, 8, 16]})
+MASKED_STATS_2D = spec(r"""
+// How many pixels of a pitched frame pass a threshold, and the brightest of them: an early return at the frame's
+// edge, a count and a maximum per pixel by integer atomics.
+extern "C" __global__ void masked_stats(unsigned int *passing, int *brightest, const int *frame, int cols, int rows,
+                                        int pitch, int threshold)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (col >= cols || row >= rows) return;
+    const int v = frame[row * pitch + col];
+    if (v > threshold) {
+        atomicAdd(passing, 1u);
+        atomicMax(brightest, v);
+    }
+}
+""", "masked_stats", [array("passing", [1], "uint32", "out"), array("brightest", [1], "int32", "out"),
+                      array("frame", ["rows", "pitch"], "int32", range=[0, 4096]), scalar("cols", "cols"),
+                      scalar("rows", "rows"), scalar("pitch", "pitch"), scalar("threshold", 3000)],
+    {"cols": 1000, "rows": 700, "pitch": 1024}, ["cols", "rows"], {"block_size_x": 32, "block_size_y": 4},
+    {"block_size_x": [32, 64], "block_size_y": [2, 4, 8]})
+ENERGY_3D = spec(r"""
+// The energy of a field on a 3D grid: each point adds its squared value, in double precision.
+extern "C" __global__ void field_energy(double *energy, const float *field, int nx, int ny, int nz)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int j = blockIdx.y * blockDim.y + threadIdx.y;
+    int k = blockIdx.z * blockDim.z + threadIdx.z;
+    if (i < nx && j < ny && k < nz) {
+        const double v = field[((size_t)k * ny + j) * nx + i];
+        atomicAdd(&energy[0], v * v);
+    }
+}
+""", "field_energy", [array("energy", [1], "float64", "out"), array("field", ["nz", "ny", "nx"]),
+                      scalar("nx", "nx"), scalar("ny", "ny"), scalar("nz", "nz")],
+    {"nx": 200, "ny": 120, "nz": 90}, ["nx", "ny", "nz"], {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+    {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]})
+VARIANTS.update({
+    "image_sum_2d": ("hierarchical_reduction", IMAGE_SUM_2D),
+    "masked_stats_2d": ("hierarchical_reduction", MASKED_STATS_2D),
+    "field_energy_3d": ("hierarchical_reduction", ENERGY_3D),
+})
+NOT_OF_SHAPE["a 2D accumulation whose guard leaves its rows unbounded"] = ("hierarchical_reduction", edited(
+    IMAGE_SUM_2D, "if (x < width && y < height)", "if (x < width)"), "is under no guard bounding y from above")
+
+# Shared memory sized from a number in args, while the kernel reads the length from a parameter a call may set
+# higher (a review's finding: the row, or the bins, would overflow it).
+NOT_OF_SHAPE["a row length given as a number, read from a parameter"] = ("row_in_shared", RMS_NORM.model_validate({
+    **RMS_NORM.model_dump(),
+    "args": [{**a.model_dump(), "value": 1024} if a.name == "dim" else a.model_dump() for a in RMS_NORM.args]}),
+    "comes from dim, which args gives as the number 1024")
+NOT_OF_SHAPE["bins counted by a parameter given as a number"] = ("hierarchical_reduction", spec(r"""
+extern "C" __global__ void hist(unsigned int *counts, const int *key, int n, int nbins)
+{
+    for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < n; i += gridDim.x * blockDim.x) {
+        int b = key[i];
+        if (b >= 0 && b < nbins) atomicAdd(&counts[b], 1u);
+    }
+}
+""", "hist", [array("counts", [256], "uint32", "out"), array("key", ["n"], "int32", range=[0, 256]), scalar("n", "n"),
+              scalar("nbins", 256)], {"n": 1 << 20}, ["n"], grid_div_x=["block_size_x", 8]),
+    "reads the length of counts from nbins, which args gives as the number 256")
+IMAGE_HISTOGRAM_2D = spec(r"""
+// The histogram of an 8-bit grey image: a thread per pixel, each adding one to its value's bin.
+extern "C" __global__ void grey_histogram(unsigned int *hist, const unsigned char *img, int w, int h)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h) atomicAdd(&hist[img[y * w + x]], 1u);
+}
+""", "grey_histogram", [array("hist", [256], "uint32", "out"), array("img", ["h", "w"], "uint8"), scalar("w", "w"),
+                        scalar("h", "h")],
+    {"w": 1920, "h": 1080}, ["w", "h"], {"block_size_x": 32, "block_size_y": 8},
+    {"block_size_x": [32, 64, 128], "block_size_y": [2, 4, 8]})
+VARIANTS["image_histogram_2d"] = ("hierarchical_reduction", IMAGE_HISTOGRAM_2D)

@@ -287,3 +287,39 @@ def test_the_emulation_tells_a_neighbour_taken_from_the_wrong_lane(tmp_path):
     assert run(build(normalised(candidate.source), spec_.kernel_name, tmp_path, {}),
                at_size.for_candidate(candidate), params) == expected
     assert run(build(broken, spec_.kernel_name, tmp_path, {}), at_size.for_candidate(candidate), params) != expected
+
+
+def _optional_outputs(want: int) -> KernelSpec:
+    """A 2D scaling that also keeps its inputs weighted, and their gradient, when the caller asks (want): w8 and
+    grad are touched only then, and may be null otherwise."""
+    return spec(r"""
+extern "C" __global__ void scale2d(float *out, float *grad, const float *in, const float *w8, int want, int width,
+                                   int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < width && y < height) {
+        float v = in[y * width + x];
+        if (want) v *= w8[y * width + x];
+        out[y * width + x] = 2.0f * v;
+        if (want) grad[y * width + x] = v;
+    }
+}
+""", "scale2d", [array("out", ["height", "width"], role="out"), array("grad", ["height", "width"], role="out"),
+                 array("in", ["height", "width"]), array("w8", ["height", "width"]), scalar("want", want),
+                 scalar("width", "width"), scalar("height", "height")],
+        {"width": 64, "height": 8}, ["width", "height"], {"block_size_x": 16, "block_size_y": 2},
+        {"block_size_x": [16], "block_size_y": [2]})
+
+
+@needs_gxx
+def test_an_output_written_only_under_a_condition_may_be_null_and_is_then_not_taken_as_vectors(tmp_path):
+    """A null pointer passes the alignment test: grad, stored only when want is set, would be loaded and stored
+    back whole as a vector where the kernel as written never touches it (a review found the rewrite faulting)."""
+    for want, null in ((0, "grad"), (1, None)):
+        submitted = _optional_outputs(want)
+        candidate = rules.apply("vectorize", submitted, submitted.as_candidate())
+        assert "grad != nullptr && " in candidate.source
+        base = submitted.baseline_params()
+        expected = run(build(submitted.source, "scale2d", tmp_path, {}), submitted, base, null=null)
+        library = build(normalised(candidate.source), "scale2d", tmp_path, {})
+        assert run(library, submitted.for_candidate(candidate), {**base, **candidate.params}, null=null) == expected

@@ -406,18 +406,18 @@ def inputs(spec_: KernelSpec, seed: int) -> dict[str, np.ndarray]:
 
 
 def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[str, np.ndarray],
-        misaligned: str | None = None) -> dict[str, bytes]:
-    """The kernel run on copies of `values` placed 16-byte aligned (the `misaligned` one an element past that),
-    at the launch geometry of `spec_` (a candidate's spec) for `params`; each array's bytes after. The launch
-    runs in a child process: EmulatedFault when the kernel faults."""
-    return run_each(library, spec_, [params], values, misaligned)[0]
+        misaligned: str | None = None, null: str | None = None) -> dict[str, bytes]:
+    """The kernel run on copies of `values` placed 16-byte aligned (the `misaligned` one an element past that,
+    the `null` one passed as a null pointer), at the launch geometry of `spec_` (a candidate's spec) for `params`;
+    each array's bytes after. The launch runs in a child process: EmulatedFault when the kernel faults."""
+    return run_each(library, spec_, [params], values, misaligned, null)[0]
 
 
 def run_each(library: ctypes.CDLL, spec_: KernelSpec, configurations: list[dict], values: dict[str, np.ndarray],
-             misaligned: str | None = None) -> list[dict[str, bytes]]:
+             misaligned: str | None = None, null: str | None = None) -> list[dict[str, bytes]]:
     """run() for each configuration in turn, each on fresh copies of `values`, all in one child (a fork costs
     more than a launch); a fault is then found again one configuration at a time, to name the one it is at."""
-    launches = [_launch(library, spec_, params, values, misaligned) for params in configurations]
+    launches = [_launch(library, spec_, params, values, misaligned, null) for params in configurations]
     try:
         return _in_child(lambda: [launch() for launch in launches])
     except EmulatedFault:
@@ -430,7 +430,7 @@ def run_each(library: ctypes.CDLL, spec_: KernelSpec, configurations: list[dict]
 
 
 def _launch(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[str, np.ndarray],
-            misaligned: str | None) -> Callable[[], dict[str, bytes]]:
+            misaligned: str | None, null: str | None) -> Callable[[], dict[str, bytes]]:
     """One launch for run_each, run where it is called: its arrays placed afresh, its tune parameters set."""
     (grid, _, _), (block, _, _) = spec_.launch_geometry(params)
     scalars, types = {}, [ctypes.c_uint, ctypes.c_uint]
@@ -451,6 +451,9 @@ def _launch(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[
         for arg in spec_.args:
             if not arg.is_array:
                 arguments.append(scalars[arg.name])
+                continue
+            if arg.name == null:
+                arguments.append(None)
                 continue
             data = values[arg.name]
             raw = np.zeros(data.nbytes + 32, np.uint8)

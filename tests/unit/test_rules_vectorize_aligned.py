@@ -321,3 +321,35 @@ def test_a_widened_grid_stride_loop_reading_through_the_read_only_cache_computes
     for misaligned in (None, "x", "y"):
         assert run(rewritten, at_size.for_candidate(candidate), at_size.baseline_params(), values,
                    misaligned) == expected, misaligned
+
+
+def _optional_weights(has_w: int) -> KernelSpec:
+    """A copy scaled by weights the caller may leave out: with has_w 0, w is never read and may be null."""
+    return spec(r"""
+extern "C" __global__ void weighted_copy(float *y, const float *x, const float *w, int has_w, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        float v = x[i];
+        if (has_w) v *= w[i];
+        y[i] = v;
+    }
+}
+""", "weighted_copy", [array("y", ["n"], role="out"), array("x", ["n"]), array("w", ["n"]), scalar("has_w", has_w),
+                       scalar("n", "n")], {"n": 4099}, ["n"], grid_div_x=["block_size_x", 8])
+
+
+@needs_gxx
+@pytest.mark.parametrize("rule", ["vectorize", "vectorize_loops"])
+def test_an_array_read_only_under_a_condition_may_be_null_and_is_then_not_read_as_vectors(build, rule):
+    """A null pointer is 16-byte aligned: tested for alignment alone, `w` would be loaded as vectors where the
+    kernel as written never reads it, and the rewrite would fault on a call the submitted kernel serves."""
+    for has_w, null in ((0, "w"), (1, None)):
+        submitted = _optional_weights(has_w)
+        candidate = rules.apply(rule, submitted, submitted.as_candidate())
+        assert "w != nullptr && " in candidate.source
+        values = inputs(submitted, seed=has_w)
+        expected = run(build(submitted.source, "weighted_copy"), submitted, submitted.baseline_params(), values,
+                       null=null)
+        got = run(build(normalised(candidate.source), "weighted_copy"), submitted.for_candidate(candidate),
+                  {**submitted.baseline_params(), **candidate.params}, values, null=null)
+        assert got["y"] == expected["y"] and got["y"] != values["y"].tobytes()

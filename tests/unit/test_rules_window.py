@@ -406,11 +406,12 @@ extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned k
     return ctypes.CDLL(str(path.with_suffix(".so")))
 
 
-def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0) -> dict[str, bytes]:
+def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0,
+        null: str | None = None) -> dict[str, bytes]:
     """The kernel at `spec_`'s launch geometry for `params`, on seeded arrays placed 16-byte aligned (the window's
-    input `shift` elements past that); every array's bytes after. The bytes around each array are poisoned, so a
-    read or write past its ends (but for the few bytes before a shifted one) faults (EmulatedFault) even where
-    the vector reaching there would stay within the GPU's allocation."""
+    input `shift` elements past that; the `null` one passed as a null pointer); every array's bytes after. The
+    bytes around each array are poisoned, so a read or write past its ends (but for the few bytes before a shifted
+    one) faults (EmulatedFault) even where the vector reaching there would stay within the GPU's allocation."""
     (gx, gy, gz), (bx, by, bz) = spec_.launch_geometry(params)
     rng = np.random.default_rng(3)
     held, arguments, types, around = {}, [], [ctypes.c_uint] * 6, []
@@ -423,7 +424,7 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0) -
             held[arg.name] = raw[start:start + data.nbytes]
             held[arg.name][:] = data.view(np.uint8)
             around.append((raw.ctypes.data, start, data.nbytes, raw.nbytes))
-            arguments.append(held[arg.name].ctypes.data)
+            arguments.append(None if arg.name == null else held[arg.name].ctypes.data)
             types.append(ctypes.c_void_p)
         else:
             kind = SCALARS[arg.dtype]

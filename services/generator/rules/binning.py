@@ -1,9 +1,10 @@
 """Histograms: atomics into a small array at data-dependent bins, restructured as per-block bins.
 
-Recognised, whatever the names: the kernel is one grid-stride loop, or one point per thread of a 1D grid, whose
-body adds into elements of one array parameter, `atomicAdd(&hist[data[i]], 1u)` or `atomicAdd(counts + key[i],
-w[i])`, and uses that array no other way; its length (its shape in args) is a number or the value of one of the
-kernel's scalar parameters, so the code knows it, and it fits in shared memory. Thousands of threads then hit
+Recognised, whatever the names: the kernel is one grid-stride loop, or one point per thread (of a 1D, 2D or 3D
+grid), whose body adds into elements of one array parameter, `atomicAdd(&hist[data[i]], 1u)` or
+`atomicAdd(counts + key[i], w[i])`, and uses that array no other way; its length (its shape in args) is a number or
+the value of one of the kernel's scalar parameters (a size then, not a number: the shared bins follow it), so the
+code knows it, and it fits in shared memory. Thousands of threads then hit
 the same few hundred addresses in global memory, each atomic a round trip to L2.
 
 Rendered: each block keeps its own bins in dynamic shared memory (the candidate's smem_args: the array's length
@@ -11,7 +12,8 @@ times its element size), zeroed first; the loop adds into them with shared-memor
 block adds each non-empty bin into the array with one global atomic per bin. The same additions are made,
 grouped by block (for float weights, rounded in another order). When the launch divides the grid by the block
 size, elements_per_thread becomes tunable, so each block covers more data per flush of its bins; a kernel of one
-point per thread then runs its point body for that many points a block width apart (points.march).
+point per thread then runs its point body for that many points (points.march: a block width apart along x, or
+consecutive rows or planes of a 2D or 3D grid).
 """
 import re
 from dataclasses import dataclass
@@ -62,8 +64,9 @@ def recognise(spec: KernelSpec) -> Binned:
         point = points.recognise(spec)
     except points.NotPointKernel:
         raise NotRecognised("its body is not one grid-stride loop, nor one point per thread") from None
-    if len(point.axes) != 1 or one_thread_per_point(spec, 0) is not None:
-        raise NotRecognised("its body is not one grid-stride loop, nor one point per thread of a 1D grid launched "
+    if len(point.axes) > len(spec.block_size_names) or \
+            any(one_thread_per_point(spec, axis) is not None for axis in range(len(point.axes))):
+        raise NotRecognised("its body is not one grid-stride loop, nor one point per thread of a grid launched "
                             "one thread per point")
     return _binned(spec, kernel, masked, (point.body_start, point.body_end), point)
 
@@ -98,6 +101,11 @@ def _binned(spec: KernelSpec, kernel: Kernel, masked: str, span: tuple[int, int]
         holder = str(length)  # a fixed number of bins is its own length
     if holder is None:
         raise NotRecognised(f"no parameter of the kernel holds the length of {array} ({length})")
+    if holder != str(length) and re.fullmatch(r"\d+", str(length)):
+        raise NotRecognised(f"the kernel reads the length of {array} from {holder}, which args gives as the number "
+                            f"{length}: bins in shared memory sized from that number would overflow on a call with "
+                            f"more; declare it as a size (sizes: {{{holder}: {length}}}, shape [{holder}] and value "
+                            f"{holder} in args) so that smem_args follows it")
     itemsize = host_dtype(arg.dtype).itemsize
     if evaluate(length, spec.sizes) * itemsize > MAX_SHARED_BYTES:
         raise NotRecognised(f"{array} is larger than the {MAX_SHARED_BYTES} bytes of bins a block keeps")
@@ -146,24 +154,32 @@ def _render(model: Binned) -> str:
 
 
 def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
-    """A kernel of one point per thread as elements_per_thread points a block width apart per thread
-    (points.march), adding into the block's bins, flushed as in a grid-stride loop's rendering."""
+    """A kernel of one point per thread as elements_per_thread points per thread (points.march: along x a block
+    width apart, on a 2D or 3D grid consecutive rows or planes), adding into the block's bins, flushed as in a
+    grid-stride loop's rendering by all the block's threads."""
     length = model.length_parameter
     renamed = [(start, end, bins) for start, end in model.sites]
     body = points.point_body(model.point, renamed)
     names = {name: fresh_name(name, taken) for name in ("first", "k", "point", "interior")}
+    thread, threads = "threadIdx.x", "blockDim.x"
+    for axis in "yz"[:len(model.point.axes) - 1]:
+        thread = f"{thread} + {threads} * threadIdx.{axis}"
+        threads = f"{threads} * blockDim.{axis}"
+    if len(model.point.axes) > 1:
+        thread, threads = f"(int)({thread})", f"(int)({threads})"
     prologue = ["// Per-block bins in shared memory: each thread adds its elements_per_thread points into them, then",
                 f"// each block adds its non-empty bins into {model.array} with one atomic per bin.",
                 f"extern __shared__ {model.element} {bins}[];",
-                f"for (int {b} = threadIdx.x; {b} < {length}; {b} += blockDim.x) {bins}[{b}] = 0;",
+                f"for (int {b} = {thread}; {b} < {length}; {b} += {threads}) {bins}[{b}] = 0;",
                 "__syncthreads();"]
     epilogue = ["__syncthreads();",
-                f"for (int {b} = threadIdx.x; {b} < {length}; {b} += blockDim.x) {{",
+                f"for (int {b} = {thread}; {b} < {length}; {b} += {threads}) {{",
                 f"{INDENT}if ({bins}[{b}] != 0) atomicAdd(&{model.array}[{b}], {bins}[{b}]);",
                 "}"]
-    return points.with_body(model.point, points.march(model.point, 0, "elements_per_thread", names, body,
+    axis = len(model.point.axes) - 1
+    return points.with_body(model.point, points.march(model.point, axis, "elements_per_thread", names, body,
                                                       prologue, epilogue,
-                                                      interior=points.interior(model.point, 0, renamed)))
+                                                      interior=points.interior(model.point, axis, renamed)))
 
 
 class BinnedAtomicsShape:
@@ -175,7 +191,8 @@ class BinnedAtomicsShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Binned, spec: KernelSpec) -> str | None:
-        return None
+        marched = len(model.point.axes) - 1 if model.point is not None else 0
+        return points.unbounded(model.point, marched) if marched else None
 
     def render(self, model: Binned, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         x = spec.block_size_names[0]
@@ -183,6 +200,7 @@ class BinnedAtomicsShape:
         if model.point is not None or x in (spec.grid_div_x or [x]):  # the grid follows the problem size
             space["elements_per_thread"] = EPT_VALUES
             defaults["elements_per_thread"] = default_in(EPT_VALUES, 64)
-            divisors = {"x": [x, "elements_per_thread"]}
+            axis = len(model.point.axes) - 1 if model.point is not None else 0
+            divisors = {"xyz"[axis]: [spec.block_size_names[axis], "elements_per_thread"]}
         return _render(model), Layout(tune_params=space, defaults=defaults, grid_div=divisors,
                                       smem=f"({model.length}) * {model.itemsize}")

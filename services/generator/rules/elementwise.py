@@ -414,8 +414,12 @@ def _vector_loops(kernel: Elementwise, elements_per_thread: bool) -> list[str]:
     for name, register in registers.items():
         text = re.sub(rf"\b{name}\s*\[\s*{i}\s*\]", f"{register}.{lane}[{k}]", text)
     index = [f"const {kernel.index_type} {i} = {width} * {v} + {k};"] if re.search(rf"\b{i}\b", mask(text)) else []
-    aligned = " && ".join(f"(reinterpret_cast<unsigned long long>({name}) & {_vector_bytes(kernel, name) - 1}) == 0"
-                          for name in kernel.arrays)
+    # An array the body indexes only under a condition may be passed null, which the element loop never reads.
+    body = mask(through_ldg(kernel.body, kernel.index))
+    aligned = " && ".join(
+        ("" if indexed_whenever_run(body, 0, len(body), name) else f"{name} != nullptr && ")
+        + f"(reinterpret_cast<unsigned long long>({name}) & {_vector_bytes(kernel, name) - 1}) == 0"
+        for name in kernel.arrays)
     first = _first(kernel)
     return [f"// Vectors of up to 128 bits when every array is aligned to one: the first {bound} / {width} * {width} "
             f"elements as vectors",

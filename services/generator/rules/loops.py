@@ -20,7 +20,7 @@ the elements over the blocks differently, so it is left alone in a kernel that w
 loop over its own row keeps each block's elements.
 """
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.generator.rules import affine, grid_stride
 from services.generator.rules.canonical import canonical
@@ -49,6 +49,9 @@ class VectorArray:
     vector: str  # float4 | int4 | uint4
     written: bool
     loaded: bool  # read before written, or written only in part: the vector is loaded first
+    # Indexed only under a condition (`has_w ? w[i] : 1.0f`): the caller may pass a null pointer, which the loop
+    # as written never reads but a vector would.
+    conditional: bool = False
 
 
 @dataclass(frozen=True)
@@ -310,8 +313,9 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     for name in arrays:
         if other_uses.get(name) or re.search(rf"\b{name}\b(?!\s*\[)", text):
             raise _Refused(f"{where} uses {name} other than as {name}[base + {c}]")
-        if not indexed_whenever_run(masked, *inside, name) and \
-                not (arrays[name].base == "0" and grid_stride.array_covers(spec, name, [end])):
+        conditional = not indexed_whenever_run(masked, *inside, name)
+        arrays[name] = replace(arrays[name], conditional=conditional)
+        if conditional and not (arrays[name].base == "0" and grid_stride.array_covers(spec, name, [end])):
             raise _Refused(f"{where} touches {name} only under a condition, and its shape in args does not hold the "
                            f"loop's elements, so a vector of four may reach past it")
         # Stored whole, a vector writes back what its lanes did not store. Each thread of a grid-stride loop owns
@@ -328,7 +332,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
             first = split_top_level(text, ";")[0]
             plain = re.match(rf"\s*{array.name}\s*\[[^\]]*\]\s*=(?!=)", first)
             loaded = not (plain and not re.search(rf"\b{array.name}\b", first[plain.end():]))
-        final.append(VectorArray(array.name, array.base, array.vector, array.written, loaded))
+        final.append(replace(array, loaded=loaded))
     pragma = ""
     before = masked[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
     if re.match(r"#\s*pragma\s+unroll\b", before):
@@ -344,7 +348,7 @@ def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
     end = loop.end if re.fullmatch(r"\w+", loop.end) else f"({loop.end})"
     start = loop.start if re.fullmatch(r"[\w.]+", loop.start) else f"({loop.start})"
     original = source[loop.loop.start:loop.loop.end]
-    aligned = " && ".join(aligned_16(f"&{a.name}[{a.base}]") for a in loop.arrays)
+    aligned = " && ".join(vector_ready(a) for a in loop.arrays)
     pragma = [loop.pragma] if loop.pragma else []
     body_statement = source[loop.loop.body.start:loop.loop.body.end]
     tail = f"for ({type_} {c} = 4 * {vectors} + {start}; {c} < {loop.end}; {c} += {loop.step}) {body_statement}"
@@ -395,6 +399,13 @@ def vector_lines(source: str, loop: VectorLoop, v: str, registers: dict[str, str
         single = len(split_top_level(mask(replaced), ";")) == 2 and "{" not in replaced and not index
         lanes += block if single else ["{", *(INDENT + line for line in [*index, *block]), "}"]
     return [*loads, *lanes, *stores]
+
+
+def vector_ready(array: VectorArray) -> str:
+    """The run-time test that `array` may be read as vectors: 16-byte aligned, and not null where the loop reads
+    it only under a condition (a null pointer is aligned, and the loop as written would not have read it)."""
+    aligned = aligned_16(f"&{array.name}[{array.base}]")
+    return f"{array.name} != nullptr && {aligned}" if array.conditional else aligned
 
 
 def aligned_16(pointer: str) -> str:

@@ -70,6 +70,9 @@ class Rows:
     windows: dict[str, "Window"] = dataclasses.field(default_factory=dict)  # neighbourhoods read into registers
     lower_bounded: bool = False  # the guard bounds x from below too, so it is tested at the row's first point
     held: dict[str, affine.Poly] = dataclasses.field(default_factory=dict)  # each array's elements, by its shape
+    # The arrays taken as vectors that BODY touches only under a condition (`if (want) grad[at] = v;`): the caller
+    # may pass them null, which the kernel as written then never touches but a vector would.
+    optional: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,14 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     written = {a.array for a in kernel.accesses if a.write}
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
+    parts = statements(masked, *body)
+    optional = tuple(name for name in arrays if not any(made_whenever_run(masked, parts, a.start)
+                                                        for a in kernel.accesses if a.array == name))
     return Rows(kernel, guard.head, body, arrays, subscripts, loaded, tuple(n for n in arrays if n in written), lanes,
                 moved, {a.start: _ldg_span(masked, a) or (a.start, a.end) for a in kernel.accesses
                         if a.array in arrays or a.array in windows},
                 windows, bool(lowers), {name: held for name in [*arrays, *windows]
-                                        if (held := _held(kernel, spec, name)) is not None})
+                                        if (held := _held(kernel, spec, name)) is not None}, optional)
 
 
 def _held(kernel: PointKernel, spec: KernelSpec, name: str) -> affine.Poly | None:
@@ -440,7 +446,8 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
           f"&{name}[{places.get(name) or affine.spelled(window.groups[0][0])}] : nullptr;"
           for name, window in model_.windows.items()),
         *([] if safe in (None, every) else [f"const bool {names['safe']} = {safe};"]),
-        f"if ({served} && ({aligned}) == 0{tested}) {{",
+        f"if ({served} && {''.join(f'{name} != nullptr && ' for name in model_.optional)}({aligned}) == 0"
+        f"{tested}) {{",
         *(INDENT + line for line in [
             *loads,
             *window_loads,

@@ -1,20 +1,25 @@
 """Accumulation into a few fixed addresses with atomics, restructured as a hierarchical reduction.
 
-Recognised: a kernel of one point per thread along x (services/generator/rules/points.py) whose point body
+Recognised: a kernel of one point per thread (services/generator/rules/points.py), on a 1D, 2D or 3D grid, whose
+point body
 adds into one or a few addresses that do not depend on the point, `atomicAdd(total, x[i])`,
 `atomicAdd(&out[0], a[i] * b[i])`, `atomicAdd(sums + 1, v)`, or takes their minimum or maximum on integers
 (`atomicMin(lo, v)`, `atomicMax(&range[1], v)`), each call a statement of its own and each address taking one of
 the three. Every such atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
 
-Rendered: each thread runs the point body for elements_per_thread points (a block width apart, so loads stay
-coalesced), adding each value into a register of the address's element type instead of the atomic (or keeping
-the smaller or larger, from the type's largest or smallest value); each warp then combines its 32 registers with
-__shfl_down_sync, warp 0 combines the warps' (one shared slot per warp), and one atomic per block and address
-adds (or takes the minimum or maximum of) the block's. The additions happen in another order, which for floats
-is the rounding any reordered sum has (the verifier's tolerance for a kernel whose sum depends on the order);
-a minimum or maximum is the same in any order.
-Blocks must be whole warps: the rewrite tunes block_size_x over multiples of 32.
+Rendered: each thread runs the point body for elements_per_thread points (along x a block width apart, so loads
+stay coalesced; on a 2D or 3D grid consecutive rows or planes, as elements_per_thread marches there), adding each
+value into a register of the address's element type instead of the atomic (or keeping the smaller or larger, from
+the type's largest or smallest value); each warp then combines its 32 registers with __shfl_down_sync, warp 0
+combines the warps' (one shared slot per warp), and one atomic per block and address adds (or takes the minimum
+or maximum of) the block's. The additions happen in another order, which for floats is the rounding any
+reordered sum has (the verifier's tolerance for a kernel whose sum depends on the order); a minimum or maximum is
+the same in any order.
+Blocks must be whole warps: the rewrite tunes block_size_x over multiples of 32, and a 2D or 3D block over the
+spec's sizes whose threads make whole warps (x fastest, as the hardware makes warps of them).
 """
+import itertools
+import math
 import re
 from dataclasses import dataclass
 
@@ -84,13 +89,15 @@ def recognise(spec: KernelSpec) -> Accumulation:
         kernel = points.recognise(spec)
     except points.NotPointKernel as exc:
         raise NotRecognised(str(exc)) from None
-    if len(kernel.axes) != 1:
-        raise NotRecognised("it has a 2D or 3D grid; the hierarchical reduction takes one index")
-    if (why := one_thread_per_point(spec, 0)) is not None:
-        raise NotRecognised(why)
-    for name in spec.block_size_names[1:]:
+    dimensions = len(kernel.axes)
+    if dimensions > len(spec.block_size_names):
+        raise NotRecognised(f"the spec names no block size for its {'xyz'[dimensions - 1]} axis")
+    for axis in range(dimensions):
+        if (why := one_thread_per_point(spec, axis)) is not None:
+            raise NotRecognised(why)
+    for name in spec.block_size_names[dimensions:]:
         if any(v != 1 for v in spec.tune_params.get(name, [spec.params.get(name, 1)])):
-            raise NotRecognised(f"its block is not one-dimensional ({name} is not 1)")
+            raise NotRecognised(f"its block has more dimensions than its grid of points ({name} is not 1)")
     source, masked = spec.source, mask(spec.source)
     uncommented = mask(source, literals=False)
     body = masked[kernel.body_start:kernel.body_end]
@@ -167,9 +174,12 @@ class Partial:
     pad: str  # what the lanes past the block's last warp contribute: the combination's identity
 
 
-def block_reduction(partials: list[Partial], width: str, taken: set[str], finish: list[str]) -> list[str]:
-    """Lines that combine each partial over the block (warp shuffles, one shared slot per warp, warp 0
-    combining the slots), leaving the block's results in thread 0's registers, where `finish` runs."""
+def block_reduction(partials: list[Partial], width: str, taken: set[str], finish: list[str],
+                    thread: str = "threadIdx.x") -> list[str]:
+    """Lines that combine each partial over the block of `width` threads, a whole number of warps (warp shuffles,
+    one shared slot per warp, warp 0 combining the slots), leaving the block's results in the registers of its
+    thread 0, where `finish` runs. `thread` is a thread's place in the block: its x index in a 1D block, in a 2D
+    or 3D one its x, y and z indices flattened as the warps are made of them (x fastest)."""
     lane, warp, offset = (fresh_name(n, taken) for n in ("lane", "warp", "offset"))
     slots = [fresh_name(f"warp_{p.name}", taken) for p in partials]
 
@@ -181,7 +191,7 @@ def block_reduction(partials: list[Partial], width: str, taken: set[str], finish
                *(INDENT + combined(p, f"__shfl_down_sync(0xffffffffu, {p.name}, {offset})") for p in partials),
                "}"]
     return [*(f"__shared__ {p.type} {slot}[32];" for p, slot in zip(partials, slots)),
-            f"const int {lane} = threadIdx.x % 32, {warp} = threadIdx.x / 32;",
+            f"const int {lane} = {thread} % 32, {warp} = {thread} / 32;",
             *shuffle,
             f"if ({lane} == 0) {{",
             *(f"{INDENT}{slot}[{warp}] = {p.name};" for p, slot in zip(partials, slots)),
@@ -210,11 +220,42 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
                 "// and address takes the block's.",
                 *(f"{t.type} {s} = {t.start};" for t, s in zip(model.targets, sums))]
     partials = [Partial(s, t.type, ATOMICS[t.atomic], t.start) for t, s in zip(model.targets, sums)]
-    epilogue = block_reduction(partials, kernel.axes[0].block, taken,
-                               [f"{t.atomic}({t.address}, {s});" for t, s in zip(model.targets, sums)])
-    lines = points.march(kernel, 0, "elements_per_thread", names, body, prologue, epilogue,
-                         interior=points.interior(kernel, 0, combined))
+    finish = [f"{t.atomic}({t.address}, {s});" for t, s in zip(model.targets, sums)]
+    if len(kernel.axes) == 1:
+        epilogue = block_reduction(partials, kernel.axes[0].block, taken, finish)
+    else:
+        blocks = [f"blockDim.{'xyz'[axis]}" for axis in range(len(kernel.axes))]
+        thread = "threadIdx.x"
+        for axis in range(1, len(kernel.axes)):
+            thread = f"{thread} + {' * '.join(blocks[:axis])} * threadIdx.{'xyz'[axis]}"
+        epilogue = block_reduction(partials, " * ".join(blocks), taken, finish, f"(int)({thread})")
+    axis = len(kernel.axes) - 1
+    lines = points.march(kernel, axis, "elements_per_thread", names, body, prologue, epilogue,
+                         interior=points.interior(kernel, axis, combined))
     return points.with_body(kernel, lines)
+
+
+def _block_layout(spec: KernelSpec, dimensions: int) -> Layout:
+    """The block sizes a 2D or 3D reduction tunes over: the spec's (else common ones) for each axis, restricted to
+    blocks of whole warps and at most 1024 threads; the spec's block where it is one of them."""
+    names = spec.block_size_names[:dimensions]
+    fallback = [[32, 64, 128, 256], [1, 2, 4, 8], [1, 2, 4]]
+    values = {name: block_values(spec, axis, lambda v: 1 <= v <= 1024, fallback[axis])
+              for axis, name in enumerate(names)}
+    threads = " * ".join(names)
+    restrictions = (f"({threads}) % 32 == 0", f"{threads} <= 1024")
+    combinations = [dict(zip(names, c)) for c in itertools.product(*values.values())
+                    if math.prod(c) % 32 == 0 and math.prod(c) <= 1024]
+    if not combinations:
+        values = {name: fallback[axis] for axis, name in enumerate(names)}
+        combinations = [dict(zip(names, c)) for c in itertools.product(*values.values())
+                        if math.prod(c) % 32 == 0 and math.prod(c) <= 1024]
+    given = {name: spec.params.get(name, 1) for name in names}
+    block = given if given in combinations else \
+        min(combinations, key=lambda c: abs(math.prod(c.values()) - 256))
+    return Layout(tune_params={**values, "elements_per_thread": EPT_VALUES}, defaults={**block,
+                  "elements_per_thread": 16}, restrictions=restrictions,
+                  grid_div={"xyz"[dimensions - 1]: [names[-1], "elements_per_thread"]})
 
 
 class AtomicAccumulationShape:
@@ -226,9 +267,11 @@ class AtomicAccumulationShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Accumulation, spec: KernelSpec) -> str | None:
-        return None
+        return points.unbounded(model.kernel, len(model.kernel.axes) - 1) if len(model.kernel.axes) > 1 else None
 
     def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        if len(model.kernel.axes) > 1:
+            return _render(model, spec), _block_layout(spec, len(model.kernel.axes))
         x = spec.block_size_names[0]
         values = block_values(spec, 0, lambda v: v % 32 == 0 and 32 <= v <= 1024, BLOCK_SIZES)
         layout = Layout(tune_params={x: values, "elements_per_thread": EPT_VALUES},

@@ -43,6 +43,8 @@ def reason(model: RowPasses, spec: KernelSpec) -> str | None:
     static = static_bytes(spec.source, spec)
     if static is None:
         return "the kernel's static shared memory cannot be sized, so whether the row fits beside it is unknown"
+    if (fixed := _fixed_by_a_number(model, spec)) is not None:
+        return fixed
     room = SHARED_BYTES - static
     if not any(row_bytes(model, spec, y) <= room for y in model.y_values):
         y = min(model.y_values)
@@ -54,6 +56,20 @@ def reason(model: RowPasses, spec: KernelSpec) -> str | None:
         barrier(model, spec)
     except NotRecognised as exc:
         return str(exc)
+    return None
+
+
+def _fixed_by_a_number(model: RowPasses, spec: KernelSpec) -> str | None:
+    """Why the row's shared memory cannot follow its length: the kernel reads the length from a parameter that
+    args gives as a number, so smem_args would hold that number while a call may pass a longer row."""
+    end = model.passes[0].head.end
+    passed = [name for name in re.findall(r"[A-Za-z_]\w*", end) if any(p.name == name and not p.is_array
+                                                                        for p in spec.parameters)]
+    if passed and not set(re.findall(r"[A-Za-z_]\w*", model.length)) & set(spec.sizes):
+        return (f"the row's length `{end}` comes from {', '.join(passed)}, which args gives as the number "
+                f"{model.length}: shared memory sized from that number would overflow on a call with a longer row; "
+                f"declare the length as a size (sizes: {{{passed[0]}: {model.length}}}, and value: {passed[0]} in "
+                f"args) so that smem_args follows it")
     return None
 
 

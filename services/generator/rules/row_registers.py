@@ -39,7 +39,7 @@ from global memory by every pass: the two are alternatives (catalog.py).
 import re
 
 from services.generator.rules.cuda_text import CAST_WORDS, LAUNCH_NAMES, fresh_name, identifiers, mask
-from services.generator.rules.loops import VectorLoop, aligned_16, reindent, vector_lines, vector_loops
+from services.generator.rules.loops import VectorLoop, reindent, vector_lines, vector_loops, vector_ready
 from services.generator.rules.points import ASSIGNMENT, INDENT, replace_spans
 from services.generator.rules.row_passes import (Pass, RowPasses, at_the_top, barrier_between, indent_at, pass_body,
                                                  row_length)
@@ -89,8 +89,8 @@ def render(model: RowPasses, spec: KernelSpec) -> tuple[str, Layout]:
         comment.append("// a thread holding its first row_chunks of them (rounded up to whole vectors) in vector "
                        "registers.")
         declarations.append(f"{row_vector} {held}[{HELD}];")
-        pointers = dict.fromkeys(f"&{a.name}[{a.base}]" for loop in widened for a in loop.arrays)
-        flag_line = f"const bool {flag} = {' && '.join(aligned_16(pointer) for pointer in pointers)};"
+        tests = dict.fromkeys(vector_ready(a) for loop in widened for a in loop.arrays)
+        flag_line = f"const bool {flag} = {' && '.join(tests)};"
     edits = [at_the_top(source, model, [*comment, *declarations])]
     for number, p in enumerate(model.passes):
         store = f"{registers}[{k}] = {model.array}[{model.subscript}];" if number == 0 else None
