@@ -28,8 +28,8 @@ from shared.domain.dtypes import host_dtype
 from shared.domain.expressions import evaluate
 from shared.domain.spec import KernelSpec
 
-SHARED_ATOMIC_TYPES = {"int", "unsigned", "unsigned int", "float", "double", "unsigned long long",
-                       "unsigned long long int"}
+SHARED_ATOMIC_TYPES = {"int", "int32_t", "unsigned", "unsigned int", "uint32_t", "float", "double",
+                       "unsigned long long", "unsigned long long int"}
 MAX_SHARED_BYTES = 32 * 1024
 EPT_VALUES = [4, 8, 16, 32, 64, 128, 256]
 

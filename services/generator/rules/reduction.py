@@ -31,13 +31,13 @@ from services.generator.rules.statements import walk
 from shared.domain.spec import KernelSpec
 
 # Element types __shfl_down_sync and atomicAdd both take.
-SUMMABLE = {"float", "double", "int", "unsigned", "unsigned int", "long long", "long long int", "unsigned long long",
-            "unsigned long long int"}
+SUMMABLE = {"float", "double", "int", "int32_t", "unsigned", "unsigned int", "uint32_t", "long long", "long long int",
+            "unsigned long long", "unsigned long long int"}
 MAX_TARGETS = 4
 # atomicMin and atomicMax: the integer types they take, with the identity of each (a register's start, and what a
 # lane past the block's last warp contributes).
-EXTREMES = {"int": ("2147483647", "(-2147483647 - 1)"), "unsigned": ("0xffffffffu", "0u"),
-            "unsigned int": ("0xffffffffu", "0u"),
+EXTREMES = {"int": ("2147483647", "(-2147483647 - 1)"), "int32_t": ("2147483647", "(-2147483647 - 1)"),
+            "unsigned": ("0xffffffffu", "0u"), "unsigned int": ("0xffffffffu", "0u"), "uint32_t": ("0xffffffffu", "0u"),
             "long long": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
             "long long int": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
             "unsigned long long": ("0xffffffffffffffffull", "0ull"),
