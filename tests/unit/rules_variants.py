@@ -2278,13 +2278,13 @@ VARIANTS.update({
     "masked_stats_2d": ("hierarchical_reduction", MASKED_STATS_2D),
     "field_energy_3d": ("hierarchical_reduction", ENERGY_3D),
 })
-# Threads march along x where the guard bounds it, else along the slowest axis (here y, a grid whose width every
-# block width divides), and not at all where no guard bounds either.
+# Threads march along the slowest axis, which the guard must bound (here y alone, on a grid whose width every
+# block width divides).
 VARIANTS["image_sum_2d_rows_guarded"] = ("hierarchical_reduction", IMAGE_SUM_2D.model_validate({
     **edited(IMAGE_SUM_2D, "if (x < width && y < height)", "if (y < height)").model_dump(),
     "sizes": {"width": 1024, "height": 1000}}))
-NOT_OF_SHAPE["a 2D accumulation under no guard"] = ("hierarchical_reduction", edited(
-    IMAGE_SUM_2D, "if (x < width && y < height) ", ""), "is under no guard bounding y from above")
+NOT_OF_SHAPE["a 2D accumulation whose guard leaves its rows unbounded"] = ("hierarchical_reduction", edited(
+    IMAGE_SUM_2D, "if (x < width && y < height)", "if (x < width)"), "is under no guard bounding y from above")
 
 # Shared memory sized from a number in args, while the kernel reads the length from a parameter a call may set
 # higher (a review's finding: the row, or the bins, would overflow it).

@@ -13,7 +13,7 @@ block adds each non-empty bin into the array with one global atomic per bin. The
 grouped by block (for float weights, rounded in another order). When the launch divides the grid by the block
 size, elements_per_thread becomes tunable, so each block covers more data per flush of its bins; a kernel of one
 point per thread then runs its point body for that many points (points.march: a block width apart along x, or
-where no guard bounds x, consecutive rows or planes of a 2D or 3D grid).
+consecutive rows or planes of a 2D or 3D grid).
 """
 import re
 from dataclasses import dataclass
@@ -154,9 +154,9 @@ def _render(model: Binned) -> str:
 
 
 def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
-    """A kernel of one point per thread as elements_per_thread points per thread (points.march, along
-    points.reducing_axis), adding into the block's bins, flushed as in a grid-stride loop's rendering by all the
-    block's threads."""
+    """A kernel of one point per thread as elements_per_thread points per thread (points.march: along x a block
+    width apart, on a 2D or 3D grid consecutive rows or planes), adding into the block's bins, flushed as in a
+    grid-stride loop's rendering by all the block's threads."""
     length = model.length_parameter
     renamed = [(start, end, bins) for start, end in model.sites]
     body = points.point_body(model.point, renamed)
@@ -176,7 +176,7 @@ def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
                 f"for (int {b} = {thread}; {b} < {length}; {b} += {threads}) {{",
                 f"{INDENT}if ({bins}[{b}] != 0) atomicAdd(&{model.array}[{b}], {bins}[{b}]);",
                 "}"]
-    axis = points.reducing_axis(model.point)
+    axis = len(model.point.axes) - 1
     return points.with_body(model.point, points.march(model.point, axis, "elements_per_thread", names, body,
                                                       prologue, epilogue,
                                                       interior=points.interior(model.point, axis, renamed)))
@@ -193,7 +193,7 @@ class BinnedAtomicsShape:
     def reason(self, rule_id: str, model: Binned, spec: KernelSpec) -> str | None:
         if model.point is None or len(model.point.axes) == 1:
             return None
-        return points.unbounded(model.point, points.reducing_axis(model.point))
+        return points.unbounded(model.point, len(model.point.axes) - 1)
 
     def render(self, model: Binned, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         x = spec.block_size_names[0]
@@ -201,7 +201,7 @@ class BinnedAtomicsShape:
         if model.point is not None or x in (spec.grid_div_x or [x]):  # the grid follows the problem size
             space["elements_per_thread"] = EPT_VALUES
             defaults["elements_per_thread"] = default_in(EPT_VALUES, 64)
-            axis = points.reducing_axis(model.point) if model.point is not None else 0
+            axis = len(model.point.axes) - 1 if model.point is not None else 0
             divisors = {"xyz"[axis]: [spec.block_size_names[axis], "elements_per_thread"]}
         return _render(model), Layout(tune_params=space, defaults=defaults, grid_div=divisors,
                                       smem=f"({model.length}) * {model.itemsize}")

@@ -420,8 +420,8 @@ def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], bo
     stencil's rows or planes) are loaded by the same thread, where the unrolled code can keep them in
     registers. The grid along `axis` must be `factor` times smaller: its candidate divides it by that too. The
     `undefined` axes' indices are left to `body` (vectors along x define their own). With `interior`, (B, a body
-    for points below B), a thread whose last point is below B runs that body for each of its points instead
-    (bounded_by_guard says why that is the same)."""
+    for points below B, a condition or ''), a thread whose last point is below B (and where the condition holds)
+    runs that body for each of its points instead (bounded_by_guard and interior say why that is the same)."""
     marched = next(a for a in kernel.axes if a.axis == axis)
     others = [definition(a) for a in kernel.axes if a.axis != axis and a.axis not in undefined]
     first, k, point = names["first"], names["k"], names["point"]
@@ -442,11 +442,13 @@ def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], bo
              *lambda_of(point, [marched], body if body is not None else point_body(kernel))]
     if interior is None:
         return [*lines, *unrolled(point), *epilogue]
-    bound, inside = interior
+    bound, inside, rest = interior
     whole = names["interior"]
+    tested = f"({marched.type})({last}) < ({bound})" + (f" && {rest}" if rest else "")
     return [*lines,
             *lambda_of(whole, [marched], inside),
-            f"if (({marched.type})({last}) < ({bound})) {{  // the thread's last point, so each, is below the bound",
+            f"if ({tested}) {{  // the thread's last point, so each, is below the bound"
+            + (", and the rest of the guard holds" if rest else ""),
             *(INDENT + line for line in unrolled(whole)),
             "} else {",
             *(INDENT + line for line in unrolled(point)),
@@ -455,18 +457,32 @@ def march(kernel: PointKernel, axis: int, factor: str, names: dict[str, str], bo
 
 
 def interior(kernel: PointKernel, axis: int,
-             replacements: list[tuple[int, int, str]]) -> tuple[str, str] | None:
-    """march's `interior` for the point body with `replacements` made: (B, that body with its guard's `x < B`
-    made true), where bounded_by_guard finds the conjunct; else None."""
+             replacements: list[tuple[int, int, str]]) -> tuple[str, str, str] | None:
+    """march's `interior` for the point body with `replacements` made, where bounded_by_guard finds the conjunct
+    `x < B`: (B, the body for points below B, the rest of the guard tested once for all of a thread's points, or
+    ''). Where the guard's other conjuncts are comparisons that read neither the marched index nor memory (`y <
+    height`), they hold at every point of the thread or at none: they are tested once, and the body below B is
+    the guard's own, so no point's loads wait behind a branch of their own (on the H200, one such branch per
+    point kept a 2D sum's loads one at a time, 1.5x slower); else the body with `x < B` made true."""
     bounded = bounded_by_guard(kernel, axis)
-    return bounded and (bounded[1], point_body(kernel, [*replacements, (*bounded[0], "true")]))
-
-
-def reducing_axis(kernel: PointKernel) -> int:
-    """The axis a reduction's threads march along: x where a guard bounds it, so a block's points lie in runs of
-    block width x points along each of its rows (on the H200 a 2D sum of 64 MB ran 1.6x faster so than with the
-    block's points in short runs down consecutive rows); else the slowest axis."""
-    return 0 if unbounded(kernel, 0) is None else len(kernel.axes) - 1
+    if bounded is None:
+        return None
+    (start, end), bound = bounded
+    guard = kernel.statements[0]
+    name = next(a.name for a in kernel.axes if a.axis == axis)
+    masked, uncommented = mask(kernel.source), mask(kernel.source, literals=False)
+    rest, at = [], guard.head[0]
+    for part in top_level_conjuncts(masked[guard.head[0]:guard.head[1]]):
+        if at + len(part) - len(part.lstrip()) != start:
+            rest.append((part, " ".join(uncommented[at:at + len(part)].split())))
+        at += len(part) + len("&&")
+    if not rest or any(re.search(rf"\b{name}\b|[\[(]|=|\+\+|--", re.sub(r"[<>!=]=", "", part)) for part, _ in rest):
+        return bound, point_body(kernel, [*replacements, (start, end, "true")]), ""
+    inside = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
+    text = replace_spans(kernel.source[:inside[1]], [r for r in replacements if inside[0] <= r[0] < inside[1]])
+    lines = [line.rstrip() for line in text[inside[0]:].split("\n")]
+    body = textwrap.dedent("\n".join(line for line in lines if line.strip()))
+    return bound, body, " && ".join(shown for _, shown in rest)
 
 
 def unbounded(kernel: PointKernel, axis: int) -> str | None:

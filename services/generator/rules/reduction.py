@@ -7,8 +7,8 @@ adds into one or a few addresses that do not depend on the point, `atomicAdd(tot
 (`atomicMin(lo, v)`, `atomicMax(&range[1], v)`), each call a statement of its own and each address taking one of
 the three. Every such atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
 
-Rendered: each thread runs the point body for elements_per_thread points (along x a block width apart, so loads
-stay coalesced, on any grid whose guard bounds x; else consecutive rows or planes: points.reducing_axis), adding
+Rendered: each thread runs the point body for elements_per_thread points (a block width apart along x, so loads
+stay coalesced; on a 2D or 3D grid consecutive rows or planes, as elements_per_thread marches there), adding
 each value into a register of the address's element type instead of the atomic (or keeping the smaller or larger,
 from the type's largest or smallest value); each warp then combines its 32 registers with __shfl_down_sync, warp 0
 combines the warps' (one shared slot per warp), and one atomic per block and address adds (or takes the minimum
@@ -229,13 +229,13 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
         for axis in range(1, len(kernel.axes)):
             thread = f"{thread} + {' * '.join(blocks[:axis])} * threadIdx.{'xyz'[axis]}"
         epilogue = block_reduction(partials, " * ".join(blocks), taken, finish, f"(int)({thread})")
-    axis = points.reducing_axis(kernel)
+    axis = len(kernel.axes) - 1
     lines = points.march(kernel, axis, "elements_per_thread", names, body, prologue, epilogue,
                          interior=points.interior(kernel, axis, combined))
     return points.with_body(kernel, lines)
 
 
-def _block_layout(spec: KernelSpec, dimensions: int, axis: int) -> Layout:
+def _block_layout(spec: KernelSpec, dimensions: int) -> Layout:
     """The block sizes a 2D or 3D reduction tunes over: the spec's (else common ones) for each axis, restricted to
     blocks of whole warps and at most 1024 threads; the spec's block where it is one of them."""
     names = spec.block_size_names[:dimensions]
@@ -255,7 +255,7 @@ def _block_layout(spec: KernelSpec, dimensions: int, axis: int) -> Layout:
         min(combinations, key=lambda c: abs(math.prod(c.values()) - 256))
     return Layout(tune_params={**values, "elements_per_thread": EPT_VALUES}, defaults={**block,
                   "elements_per_thread": 16}, restrictions=restrictions,
-                  grid_div={"xyz"[axis]: [names[axis], "elements_per_thread"]})
+                  grid_div={"xyz"[dimensions - 1]: [names[-1], "elements_per_thread"]})
 
 
 class AtomicAccumulationShape:
@@ -267,13 +267,11 @@ class AtomicAccumulationShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Accumulation, spec: KernelSpec) -> str | None:
-        return points.unbounded(model.kernel, points.reducing_axis(model.kernel)) if len(model.kernel.axes) > 1 \
-            else None
+        return points.unbounded(model.kernel, len(model.kernel.axes) - 1) if len(model.kernel.axes) > 1 else None
 
     def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if len(model.kernel.axes) > 1:
-            return _render(model, spec), _block_layout(spec, len(model.kernel.axes),
-                                                       points.reducing_axis(model.kernel))
+            return _render(model, spec), _block_layout(spec, len(model.kernel.axes))
         x = spec.block_size_names[0]
         values = block_values(spec, 0, lambda v: v % 32 == 0 and 32 <= v <= 1024, BLOCK_SIZES)
         layout = Layout(tune_params={x: values, "elements_per_thread": EPT_VALUES},
