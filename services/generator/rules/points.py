@@ -460,7 +460,7 @@ def interior(kernel: PointKernel, axis: int,
              replacements: list[tuple[int, int, str]]) -> tuple[str, str, str] | None:
     """march's `interior` for the point body with `replacements` made, where bounded_by_guard finds the conjunct
     `x < B`: (B, the body for points below B, the rest of the guard tested once for all of a thread's points, or
-    ''). Where the guard's other conjuncts are comparisons that read neither the marched index nor memory (`y <
+    ''). Where the guard's other conjuncts are comparisons of the other indices and parameters alone (`y <
     height`), they hold at every point of the thread or at none: they are tested once, and the body below B is
     the guard's own, so no point's loads wait behind a branch of their own (on the H200, one such branch per
     point kept a 2D sum's loads one at a time, 1.5x slower); else the body with `x < B` made true."""
@@ -469,14 +469,15 @@ def interior(kernel: PointKernel, axis: int,
         return None
     (start, end), bound = bounded
     guard = kernel.statements[0]
-    name = next(a.name for a in kernel.axes if a.axis == axis)
     masked, uncommented = mask(kernel.source), mask(kernel.source, literals=False)
     rest, at = [], guard.head[0]
     for part in top_level_conjuncts(masked[guard.head[0]:guard.head[1]]):
         if at + len(part) - len(part.lstrip()) != start:
             rest.append((part, " ".join(uncommented[at:at + len(part)].split())))
         at += len(part) + len("&&")
-    if not rest or any(re.search(rf"\b{name}\b|[\[(]|=|\+\+|--", re.sub(r"[<>!=]=", "", part)) for part, _ in rest):
+    fixed = set(kernel.parameters) | {a.name for a in kernel.axes if a.axis != axis}  # neither changes in a march
+    if not rest or any(re.search(r"[\[(?,]|\|\||=|\+\+|--", re.sub(r"[<>!=]=", "", part)) or
+                       not set(IDENTIFIER.findall(part)) <= fixed for part, _ in rest):
         return bound, point_body(kernel, [*replacements, (start, end, "true")]), ""
     inside = guard.body.inner if guard.body.kind == "block" else (guard.body.start, guard.body.end)
     text = replace_spans(kernel.source[:inside[1]], [r for r in replacements if inside[0] <= r[0] < inside[1]])

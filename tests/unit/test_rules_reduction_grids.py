@@ -1,0 +1,63 @@
+"""hierarchical_reduction on 2D and 3D grids of one point per thread (tests/unit/rules_variants.py: an image's sum,
+a masked count and maximum, a field's energy, a grey image's histogram; tests/corpus/styles: image_mean,
+grey_hist). The GPU verifies each against the submitted kernel (tests/gpu/test_rules_shapes_verified.py); here,
+the rewrite's structure: a thread's consecutive rows (planes), the block reduced over its flattened threads in
+blocks of whole warps, and the rest of the guard tested once for a thread's points below the bound."""
+import re
+
+from services.generator import rules
+from tests.unit.rules_variants import ENERGY_3D, IMAGE_HISTOGRAM_2D, IMAGE_SUM_2D, MASKED_STATS_2D, edited
+
+
+def _applied(spec):
+    return rules.apply("hierarchical_reduction", spec, spec.as_candidate())
+
+
+def test_a_2d_sum_marches_down_rows_and_reduces_its_block_over_flattened_threads():
+    candidate = _applied(IMAGE_SUM_2D)
+    code = candidate.source
+    assert candidate.grid_div_y == ["block_size_y", "elements_per_thread"] and candidate.grid_div_x is None
+    assert candidate.restrictions == ["(block_size_x * block_size_y) % 32 == 0", "block_size_x * block_size_y <= 1024"]
+    assert all(IMAGE_SUM_2D.for_candidate(candidate).restrictions_hold({**candidate.params, **p})
+               is ((p["block_size_x"] * p["block_size_y"]) % 32 == 0)
+               for p in ({"block_size_x": 16, "block_size_y": 4}, {"block_size_x": 16, "block_size_y": 2}))
+    assert "const int first = (blockIdx.y * blockDim.y + threadIdx.y) * elements_per_thread;" in code
+    assert "const int lane = (int)(threadIdx.x + blockDim.x * threadIdx.y) % 32" in code
+    assert "lane < (blockDim.x * blockDim.y + 31) / 32 ? warp_sum0[lane] : (float)0;" in code
+    assert code.count("atomicAdd(") == 1 and "atomicAdd(total, sum0);" in code
+
+
+def test_the_rest_of_the_guard_is_tested_once_for_a_threads_points_below_the_bound():
+    """`x < width` reads neither y, the marched index, nor memory: it holds at all of a thread's points or at none,
+    so the points below the bound run the guard's body alone (one branch per point kept the loads one at a time)."""
+    code = _applied(IMAGE_SUM_2D).source
+    assert "if ((int)(first + (elements_per_thread - 1)) < (height) && x < width) {" in code
+    interior = re.search(r"auto interior = \[&\]\(const int y\) \{\n(.*?)\n    \};", code, re.S)[1]
+    assert interior.strip() == "sum0 += img[y * width + x];"
+    # a conjunct that reads memory stays in each point's guard
+    masked = edited(IMAGE_SUM_2D, "if (x < width && y < height)", "if (x < width && y < height && img[x] > 0.0f)")
+    code = _applied(masked).source
+    assert "if ((int)(first + (elements_per_thread - 1)) < (height)) {" in code
+    assert "if (x < width && true && img[x] > 0.0f) sum0 += img[y * width + x];" in code
+
+
+def test_an_early_return_guard_with_two_integer_atomics_keeps_each_target():
+    code = _applied(MASKED_STATS_2D).source
+    assert "atomicAdd(passing, sum0);" in code and "atomicMax(brightest, high1);" in code
+    assert "unsigned int sum0 = (unsigned int)0;" in code and "int high1 = (-2147483647 - 1);" in code
+
+
+def test_a_3d_field_marches_through_planes_and_flattens_three_thread_indices():
+    candidate = _applied(ENERGY_3D)
+    assert candidate.grid_div_z == ["block_size_z", "elements_per_thread"]
+    assert "(int)(threadIdx.x + blockDim.x * threadIdx.y + blockDim.x * blockDim.y * threadIdx.z) % 32" in \
+        candidate.source
+    assert "(block_size_x * block_size_y * block_size_z) % 32 == 0" in candidate.restrictions
+
+
+def test_a_2d_histogram_zeroes_and_flushes_its_bins_with_every_thread_of_the_block():
+    candidate = _applied(IMAGE_HISTOGRAM_2D)
+    code = candidate.source
+    assert code.count("for (int b = (int)(threadIdx.x + blockDim.x * threadIdx.y); b < 256; "
+                      "b += (int)(blockDim.x * blockDim.y))") == 2
+    assert candidate.smem_args.size == "(256) * 4" and candidate.grid_div_y == ["block_size_y", "elements_per_thread"]
