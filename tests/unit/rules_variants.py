@@ -2316,3 +2316,47 @@ extern "C" __global__ void grey_histogram(unsigned int *hist, const unsigned cha
     {"w": 1920, "h": 1080}, ["w", "h"], {"block_size_x": 32, "block_size_y": 8},
     {"block_size_x": [32, 64, 128], "block_size_y": [2, 4, 8]})
 VARIANTS["image_histogram_2d"] = ("hierarchical_reduction", IMAGE_HISTOGRAM_2D)
+MSE_2D_UNSIGNED = spec(r"""
+// A mean squared error over an image, C++ linkage, unsigned indices and sizes, a local flat index in the guard.
+__global__ void mse(const float* pred, const float* target, float* loss, unsigned int W, unsigned int H)
+{
+    unsigned int c = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c < W && r < H) {
+        unsigned int i = r * W + c;
+        float d = pred[i] - target[i];
+        atomicAdd(loss, d * d / (W * H));
+    }
+}
+""", "mse", [array("pred", ["H", "W"]), array("target", ["H", "W"]), array("loss", [1], role="out"),
+             scalar("W", "W", "uint32"), scalar("H", "H", "uint32")],
+    {"W": 1000, "H": 600}, ["W", "H"], {"block_size_x": 16, "block_size_y": 16},
+    {"block_size_x": [16, 32], "block_size_y": [8, 16]})
+SOLID_COUNT_3D = spec(r"""
+// Voxels above a threshold, counted with an int atomic; threads outside the volume return first.
+extern "C" __global__ void count_solid(int *solid, const unsigned char *vox, int nx, int ny, int nz)
+{
+    int x = threadIdx.x + blockIdx.x * blockDim.x;
+    int y = threadIdx.y + blockIdx.y * blockDim.y;
+    int z = threadIdx.z + blockIdx.z * blockDim.z;
+    if (x >= nx || y >= ny || z >= nz) return;
+    if (vox[(z * ny + y) * nx + x] > 127) atomicAdd(solid, 1);
+}
+""", "count_solid", [array("solid", [1], "int32", "out"), array("vox", ["nz", "ny", "nx"], "uint8"),
+                     scalar("nx", "nx"), scalar("ny", "ny"), scalar("nz", "nz")],
+    {"nx": 250, "ny": 120, "nz": 70}, ["nx", "ny", "nz"], {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+    {"block_size_x": [32, 64], "block_size_y": [4], "block_size_z": [1, 2]})
+SUM_2D_GRID_STRIDE = spec(r"""
+// A matrix's sum through nested grid-stride loops, one atomic per element.
+extern "C" __global__ void sum2d(float *total, const float *a, int w, int h)
+{
+    for (int y = blockIdx.y * blockDim.y + threadIdx.y; y < h; y += blockDim.y * gridDim.y)
+        for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < w; x += blockDim.x * gridDim.x)
+            atomicAdd(total, a[y * w + x]);
+}
+""", "sum2d", [array("total", [1], role="out"), array("a", ["h", "w"]), scalar("w", "w"), scalar("h", "h")],
+    {"w": 1030, "h": 700}, ["w", "h"], {"block_size_x": 32, "block_size_y": 8},
+    {"block_size_x": [32, 64], "block_size_y": [4, 8]})
+VARIANTS.update({"mse_2d_unsigned": ("hierarchical_reduction", MSE_2D_UNSIGNED),
+                 "solid_count_3d": ("hierarchical_reduction", SOLID_COUNT_3D),
+                 "sum_2d_grid_stride": ("hierarchical_reduction", SUM_2D_GRID_STRIDE)})
