@@ -61,3 +61,12 @@ def test_a_2d_histogram_zeroes_and_flushes_its_bins_with_every_thread_of_the_blo
     assert code.count("for (int b = (int)(threadIdx.x + blockDim.x * threadIdx.y); b < 256; "
                       "b += (int)(blockDim.x * blockDim.y))") == 2
     assert candidate.smem_args.size == "(256) * 4" and candidate.grid_div_y == ["block_size_y", "elements_per_thread"]
+
+
+def test_a_conjunct_of_the_guard_that_the_march_may_change_or_that_joins_by_or_stays_in_each_point():
+    """Only comparisons of the other indices and the parameters are tested once: `y` (the marched index) through a
+    local, or a conjunct holding `||`, stays in each point's guard."""
+    through_or = edited(IMAGE_SUM_2D, "if (x < width && y < height)", "if (y < height && (x < width || width < 0))")
+    code = _applied(through_or).source
+    assert "if ((int)(first + (elements_per_thread - 1)) < (height)) {" in code
+    assert "if (true && (x < width || width < 0)) sum0 += img[y * width + x];" in code
