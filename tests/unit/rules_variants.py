@@ -2284,7 +2284,7 @@ VARIANTS["image_sum_2d_rows_guarded"] = ("hierarchical_reduction", IMAGE_SUM_2D.
     **edited(IMAGE_SUM_2D, "if (x < width && y < height)", "if (y < height)").model_dump(),
     "sizes": {"width": 1024, "height": 1000}}))
 NOT_OF_SHAPE["a 2D accumulation whose guard leaves its rows unbounded"] = ("hierarchical_reduction", edited(
-    IMAGE_SUM_2D, "if (x < width && y < height)", "if (x < width)"), "is under no guard bounding y from above")
+    IMAGE_SUM_2D, "if (x < width && y < height)", "if (x < width)"), "is not one guard bounding y from above")
 
 # Shared memory sized from a number in args, while the kernel reads the length from a parameter a call may set
 # higher (a review's finding: the row, or the bins, would overflow it).
@@ -2360,3 +2360,13 @@ extern "C" __global__ void sum2d(float *total, const float *a, int w, int h)
 VARIANTS.update({"mse_2d_unsigned": ("hierarchical_reduction", MSE_2D_UNSIGNED),
                  "solid_count_3d": ("hierarchical_reduction", SOLID_COUNT_3D),
                  "sum_2d_grid_stride": ("hierarchical_reduction", SUM_2D_GRID_STRIDE)})
+# Work outside every guard (a review's finds): a grid shrunk by a march would do it past the submitted grid's points.
+NOT_OF_SHAPE["a 2D sum read through pointer arithmetic under no guard"] = ("hierarchical_reduction", edited(
+    IMAGE_SUM_2D, "if (x < width && y < height) atomicAdd(total, img[y * width + x]);",
+    "atomicAdd(total, __ldg(img + y * width + x));"), "is not one guard bounding y from above")
+NOT_OF_SHAPE["a 1D sum under no guard"] = ("hierarchical_reduction", edited(
+    ATOMIC_SUM, "if (i < n) ", ""), "is not one guard bounding i from above")
+NOT_OF_SHAPE["a 2D histogram in blocks deeper than its grid"] = ("hierarchical_reduction",
+    IMAGE_HISTOGRAM_2D.model_validate({**IMAGE_HISTOGRAM_2D.model_dump(),
+                                       "params": {"block_size_x": 16, "block_size_y": 4, "block_size_z": 2}}),
+    "its block has more dimensions than its grid of points (block_size_z is not 1)")

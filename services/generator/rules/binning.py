@@ -68,6 +68,9 @@ def recognise(spec: KernelSpec) -> Binned:
             any(one_thread_per_point(spec, axis) is not None for axis in range(len(point.axes))):
         raise NotRecognised("its body is not one grid-stride loop, nor one point per thread of a grid launched "
                             "one thread per point")
+    for name in spec.block_size_names[len(point.axes):]:  # every slice of such a block would flush the bins again
+        if any(v != 1 for v in spec.tune_params.get(name, [spec.params.get(name, 1)])):
+            raise NotRecognised(f"its block has more dimensions than its grid of points ({name} is not 1)")
     return _binned(spec, kernel, masked, (point.body_start, point.body_end), point)
 
 
@@ -191,9 +194,7 @@ class BinnedAtomicsShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Binned, spec: KernelSpec) -> str | None:
-        if model.point is None or len(model.point.axes) == 1:
-            return None
-        return points.unbounded(model.point, len(model.point.axes) - 1)
+        return None if model.point is None else points.marched_under_its_guard(model.point, len(model.point.axes) - 1)
 
     def render(self, model: Binned, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         x = spec.block_size_names[0]

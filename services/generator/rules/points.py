@@ -486,6 +486,19 @@ def interior(kernel: PointKernel, axis: int,
     return bound, body, " && ".join(shown for _, shown in rest)
 
 
+def marched_under_its_guard(kernel: PointKernel, axis: int) -> str | None:
+    """Why a reduction's threads cannot march along the axis: unless the point body is one guard bounding it (`if
+    (y < height) ...`, bounded_by_guard), some of its work (an atomic of a count, a read through `*(p + i)`) may
+    lie outside every guard, and a grid shrunk by a march, covering whole marches, would do it at points past
+    those the submitted grid covers."""
+    if bounded_by_guard(kernel, axis) is not None:
+        return None
+    name = next(a.name for a in kernel.axes if a.axis == axis)
+    return (f"its point body is not one guard bounding {name} from above (`if ({name} < bound && ...)`, or an early "
+            f"return), so a grid shrunk by a march along {name} would do its work past the points the submitted "
+            f"grid covers")
+
+
 def unbounded(kernel: PointKernel, axis: int) -> str | None:
     """Why a thread cannot march along the axis: an access of the point body lies in no guard (an if without else at
     its top level) bounding the axis's index from above (`y < E`, `y <= E`). The submitted kernel may rely on its

@@ -267,7 +267,7 @@ class AtomicAccumulationShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Accumulation, spec: KernelSpec) -> str | None:
-        return points.unbounded(model.kernel, len(model.kernel.axes) - 1) if len(model.kernel.axes) > 1 else None
+        return points.marched_under_its_guard(model.kernel, len(model.kernel.axes) - 1)
 
     def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if len(model.kernel.axes) > 1:
