@@ -22,7 +22,7 @@ from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, 
 from services.generator.rules.loops import strided_loop
 from services.generator.rules import points
 from services.generator.rules.points import INDENT
-from services.generator.rules.shape import Layout, NotRecognised, default_in, one_thread_per_point
+from services.generator.rules.shape import Layout, NotRecognised, deeper_block, default_in, one_thread_per_point
 from services.generator.rules.statements import body_of
 from shared.domain.dtypes import host_dtype
 from shared.domain.expressions import evaluate
@@ -68,9 +68,8 @@ def recognise(spec: KernelSpec) -> Binned:
             any(one_thread_per_point(spec, axis) is not None for axis in range(len(point.axes))):
         raise NotRecognised("its body is not one grid-stride loop, nor one point per thread of a grid launched "
                             "one thread per point")
-    for name in spec.block_size_names[len(point.axes):]:  # every slice of such a block would flush the bins again
-        if any(v != 1 for v in spec.tune_params.get(name, [spec.params.get(name, 1)])):
-            raise NotRecognised(f"its block has more dimensions than its grid of points ({name} is not 1)")
+    if (why := deeper_block(spec, len(point.axes))) is not None:  # each slice of the block would flush the bins
+        raise NotRecognised(why)
     return _binned(spec, kernel, masked, (point.body_start, point.body_end), point)
 
 
@@ -164,10 +163,7 @@ def _render_points(model: Binned, bins: str, b: str, taken: set[str]) -> str:
     renamed = [(start, end, bins) for start, end in model.sites]
     body = points.point_body(model.point, renamed)
     names = {name: fresh_name(name, taken) for name in ("first", "k", "point", "interior")}
-    thread, threads = "threadIdx.x", "blockDim.x"
-    for axis in "yz"[:len(model.point.axes) - 1]:
-        thread = f"{thread} + {threads} * threadIdx.{axis}"
-        threads = f"{threads} * blockDim.{axis}"
+    thread, threads = points.flattened_block(len(model.point.axes))
     if len(model.point.axes) > 1:
         thread, threads = f"(int)({thread})", f"(int)({threads})"
     prologue = ["// Per-block bins in shared memory: each thread adds its elements_per_thread points into them, then",

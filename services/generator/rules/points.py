@@ -486,6 +486,16 @@ def interior(kernel: PointKernel, axis: int,
     return bound, body, " && ".join(shown for _, shown in rest)
 
 
+def flattened_block(dimensions: int) -> tuple[str, str]:
+    """(a thread's place in its block, the block's threads) over the block's first `dimensions` axes, x fastest,
+    as the hardware makes warps of them."""
+    thread, threads = "threadIdx.x", "blockDim.x"
+    for axis in "yz"[:dimensions - 1]:
+        thread = f"{thread} + {threads} * threadIdx.{axis}"
+        threads = f"{threads} * blockDim.{axis}"
+    return thread, threads
+
+
 def marched_under_its_guard(kernel: PointKernel, axis: int) -> str | None:
     """Why a reduction's threads cannot march along the axis: unless the point body is one guard bounding it (`if
     (y < height) ...`, bounded_by_guard), some of its work (an atomic of a count, a read through `*(p + i)`) may

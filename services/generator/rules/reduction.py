@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from services.generator.rules import points
 from services.generator.rules.cuda_text import IDENTIFIER, closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import INDENT, PointKernel
-from services.generator.rules.shape import Layout, NotRecognised, block_values, default_in, one_thread_per_point
+from services.generator.rules.shape import (Layout, NotRecognised, block_values, deeper_block, default_in,
+                                            one_thread_per_point)
 from services.generator.rules.statements import walk
 from shared.domain.spec import KernelSpec
 
@@ -95,9 +96,8 @@ def recognise(spec: KernelSpec) -> Accumulation:
     for axis in range(dimensions):
         if (why := one_thread_per_point(spec, axis)) is not None:
             raise NotRecognised(why)
-    for name in spec.block_size_names[dimensions:]:
-        if any(v != 1 for v in spec.tune_params.get(name, [spec.params.get(name, 1)])):
-            raise NotRecognised(f"its block has more dimensions than its grid of points ({name} is not 1)")
+    if (why := deeper_block(spec, dimensions)) is not None:
+        raise NotRecognised(why)
     source, masked = spec.source, mask(spec.source)
     uncommented = mask(source, literals=False)
     body = masked[kernel.body_start:kernel.body_end]
@@ -224,11 +224,8 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     if len(kernel.axes) == 1:
         epilogue = block_reduction(partials, kernel.axes[0].block, taken, finish)
     else:
-        blocks = [f"blockDim.{'xyz'[axis]}" for axis in range(len(kernel.axes))]
-        thread = "threadIdx.x"
-        for axis in range(1, len(kernel.axes)):
-            thread = f"{thread} + {' * '.join(blocks[:axis])} * threadIdx.{'xyz'[axis]}"
-        epilogue = block_reduction(partials, " * ".join(blocks), taken, finish, f"(int)({thread})")
+        thread, threads = points.flattened_block(len(kernel.axes))
+        epilogue = block_reduction(partials, threads, taken, finish, f"(int)({thread})")
     axis = len(kernel.axes) - 1
     lines = points.march(kernel, axis, "elements_per_thread", names, body, prologue, epilogue,
                          interior=points.interior(kernel, axis, combined))
@@ -244,12 +241,14 @@ def _block_layout(spec: KernelSpec, dimensions: int) -> Layout:
               for axis, name in enumerate(names)}
     threads = " * ".join(names)
     restrictions = (f"({threads}) % 32 == 0", f"{threads} <= 1024")
-    combinations = [dict(zip(names, c)) for c in itertools.product(*values.values())
-                    if math.prod(c) % 32 == 0 and math.prod(c) <= 1024]
+
+    def whole_warps(values: dict[str, list[int]]) -> list[dict[str, int]]:
+        return [dict(zip(names, c)) for c in itertools.product(*values.values())
+                if math.prod(c) % 32 == 0 and math.prod(c) <= 1024]
+    combinations = whole_warps(values)
     if not combinations:
         values = {name: fallback[axis] for axis, name in enumerate(names)}
-        combinations = [dict(zip(names, c)) for c in itertools.product(*values.values())
-                        if math.prod(c) % 32 == 0 and math.prod(c) <= 1024]
+        combinations = whole_warps(values)
     given = {name: spec.params.get(name, 1) for name in names}
     block = given if given in combinations else \
         min(combinations, key=lambda c: abs(math.prod(c.values()) - 256))

@@ -73,6 +73,15 @@ def block_widths(spec: KernelSpec, axis: int) -> list[str]:
     return [name, *aliases]
 
 
+def deeper_block(spec: KernelSpec, dimensions: int) -> str | None:
+    """Why the block is not as flat as a grid of `dimensions` axes: a block size past them that is not 1 (its
+    threads along that axis would each repeat the block's points)."""
+    for name in spec.block_size_names[dimensions:]:
+        if any(v != 1 for v in spec.tune_params.get(name, [spec.params.get(name, 1)])):
+            return f"its block has more dimensions than its grid of points ({name} is not 1)"
+    return None
+
+
 def one_thread_per_point(spec: KernelSpec, axis: int) -> str | None:
     """None when the spec launches one thread per point along the axis (grid = problem size / block size),
     else why not: a rewrite that changes how many points a thread handles divides that grid."""
