@@ -265,7 +265,7 @@ PRELUDE = r"""
 #include <cmath>
 struct kforge_dim3 { unsigned int x, y, z; };
 static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;
-extern "C" { int block_size_x = 1, elements_per_thread = 1, loop_unroll_factor = 1; }
+extern "C" { int block_size_x = 1, elements_per_thread = 1, loop_unroll_factor = 1, vectors_in_flight = 1; }
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -444,7 +444,7 @@ def _launch(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[
             types.append(kind)
 
     def launch() -> dict[str, bytes]:
-        for name in ("block_size_x", "elements_per_thread", "loop_unroll_factor"):
+        for name in ("block_size_x", "elements_per_thread", "loop_unroll_factor", "vectors_in_flight"):
             if name in params:
                 ctypes.c_int.in_dll(library, name).value = int(params[name])
         held, arguments = {}, []
@@ -459,7 +459,7 @@ def _launch(library: ctypes.CDLL, spec_: KernelSpec, params: dict, values: dict[
             raw = np.zeros(data.nbytes + 32, np.uint8)
             start = (-raw.ctypes.data) % 16 + (data.itemsize if arg.name == misaligned else 0)
             held[arg.name] = raw[start:start + data.nbytes]
-            held[arg.name][:] = data.view(np.uint8)
+            held[arg.name][:] = data.reshape(-1).view(np.uint8)
             arguments.append(held[arg.name].ctypes.data)
         library.kforge_launch.argtypes = types
         library.kforge_launch.restype = None

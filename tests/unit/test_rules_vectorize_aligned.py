@@ -353,3 +353,59 @@ def test_an_array_read_only_under_a_condition_may_be_null_and_is_then_not_read_a
         got = run(build(normalised(candidate.source), "weighted_copy"), submitted.for_candidate(candidate),
                   {**submitted.baseline_params(), **candidate.params}, values, null=null)
         assert got["y"] == expected["y"] and got["y"] != values["y"].tobytes()
+
+
+# Loops whose threads take many vectors each, so vectors_in_flight's passes and their last, partial pass all run.
+_SPARSE_GRID_ADD = GRID_STRIDE_ADD_LDG.model_validate({**GRID_STRIDE_ADD_LDG.model_dump(),
+                                                       "grid_div_x": ["block_size_x", 64]})
+_GAINED_ROWS = spec(r"""
+// Each block scales its row by a gain per column: a block's loop over its row, one output, two inputs.
+extern "C" __global__ void gained_rows(float *out, const float *in, const float *gain, int cols)
+{
+    const int row = blockIdx.x;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        out[row * cols + c] = in[row * cols + c] * gain[c];
+}
+""", "gained_rows", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]),
+                     array("gain", ["cols"]), scalar("cols", "cols")],
+    {"rows": 3, "cols": 1000}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32, 64]}, grid_div_x=[])
+
+
+@needs_gxx
+@pytest.mark.parametrize("submitted, sizes", [(_SPARSE_GRID_ADD, {"n": n}) for n in (3, 4, 4099, 64 * 256 + 13)] +
+                         [(_GAINED_ROWS, {"cols": cols}) for cols in (3, 129, 1000, 1027)])
+def test_vectors_loaded_ahead_are_run_in_order_whatever_their_number(build, submitted, sizes):
+    """A thread loads its next vectors_in_flight vectors together, then runs them in the loop's order (a
+    read-modify-write of y, a block's row): at every number in flight, with the last pass partial, and with each
+    array misaligned, every array ends bit for bit as the submitted kernel leaves it."""
+    candidate = rules.apply("vectorize_loops", submitted, submitted.as_candidate())
+    assert candidate.tune_params["vectors_in_flight"] == [1, 2, 4]
+    at_size = submitted.with_sizes(sizes)
+    values = inputs(at_size, sum(sizes.values()))
+    expected = run(build(submitted.source, submitted.kernel_name), at_size, at_size.baseline_params(), values)
+    rewritten = build(normalised(candidate.source), submitted.kernel_name)
+    for in_flight in (1, 2, 4):
+        config = {**at_size.baseline_params(), **candidate.params, "vectors_in_flight": in_flight}
+        for misaligned in (None, *[arg.name for arg in submitted.args if arg.is_array]):
+            assert run(rewritten, at_size.for_candidate(candidate), config, values, misaligned) == expected, (
+                in_flight, misaligned)
+
+
+@needs_gxx
+@pytest.mark.parametrize("submitted, sizes", [(_SPARSE_GRID_ADD, {"n": 18787}), (_GAINED_ROWS, {"cols": 1000})])
+def test_a_pass_past_the_last_vector_is_cut_short(build, submitted, sizes):
+    """The test above sees a pass that would run past the loop's last vector (at these sizes, into the elements
+    the scalar tail or the next row owns): without the rendering's bound on each vector of a pass, the emulated
+    rewrite faults or leaves other arrays."""
+    candidate = rules.apply("vectorize_loops", submitted, submitted.as_candidate())
+    at_size = submitted.with_sizes(sizes)
+    values = inputs(at_size, 7)
+    expected = run(build(submitted.source, submitted.kernel_name), at_size, at_size.baseline_params(), values)
+    config = {**at_size.baseline_params(), **candidate.params, "vectors_in_flight": 4}
+    source = normalised(candidate.source)
+    assert run(build(source, submitted.kernel_name), at_size.for_candidate(candidate), config, values) == expected
+    unbounded = build(source.replace("if (at < vectors) ", ""), submitted.kernel_name)
+    try:
+        assert run(unbounded, at_size.for_candidate(candidate), config, values) != expected
+    except EmulatedFault:
+        pass  # it ran past the arrays

@@ -107,8 +107,9 @@ CATALOG = (
          restrictions=("{x} % 32 == 0", "{x} <= 1024"), alternatives=("scan_vectors",)),
     Rule("vectorize_loops", "Load and store the arrays of each strided loop (over a row, or over the grid) four "
                             "elements at a time through 128-bit vectors when all of them are 16-byte aligned at "
-                            "run time, with a scalar loop for the remaining elements.",
-         alternatives=("row_in_registers", "batch_loads")),
+                            "run time, with a scalar loop for the remaining elements; each thread loads its next "
+                            "vectors_in_flight vectors together before it runs them, in order.",
+         "vectors_in_flight", (1, 2, 4), 2, alternatives=("row_in_registers", "batch_loads")),
     Rule("batch_loads", "Run each loop a thread walks a step (or a stride) at a time in passes of batch_iterations "
                         "iterations, loading first what each iteration of a pass reads first, so the loads are in "
                         "flight together (an in-place march through a volume waits on one load at a time "

@@ -12,6 +12,14 @@ take the original loop, started at 4 * (END / 4). The vector loop needs each &X[
 matrix whose width is not a multiple of four is not, so the rewrite checks every address at run time and runs the
 original loop when one is not.
 
+A thread runs its vectors in passes of `vectors_in_flight` (tunable: 1, 2, 4): a pass loads its vectors first, then
+runs them in the loop's order, each under the loop's own bound, so a thread's elements are taken in the same
+order as by one vector at a time. One 16-byte load per thread in flight leaves DRAM idle between a grid-stride
+loop's iterations: a hand-written int32 sum, minimum and maximum of 134 MB on the H200 reached 85% of a device
+copy with one vector per iteration and 87% with four loaded ahead. Loading a later vector before an earlier one's
+stores reads what the loop as written reads where the arrays are distinct buffers, as the restrict rule assumes:
+each element is its own vector's, and no two vectors of a thread share one.
+
 The elements are spread over threads differently, which reorders what a thread accumulates (float sums round
 differently, as any reordered sum does), and nothing else: a loop body that breaks out, returns, waits for other
 threads, or touches a vectorised array at another index is left alone. A grid-stride loop's vectors also spread
@@ -38,6 +46,7 @@ VECTORS = {"float": "float4", "int": "int4", "signed": "int4", "signed int": "in
            "unsigned": "uint4", "unsigned int": "uint4", "uint32_t": "uint4"}
 DTYPE_VECTORS = {"float32": "float4", "int32": "int4", "uint32": "uint4"}
 LANES = "xyzw"
+IN_FLIGHT = "vectors_in_flight"  # the tune parameter: how many vectors a thread loads before it runs them
 _ESCAPES = ("break", "continue", "return", "goto", "__syncthreads", "__syncwarp", "__shfl_sync", "__shfl_up_sync",
             "__shfl_down_sync", "__shfl_xor_sync", "__shared__")
 
@@ -342,25 +351,44 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
 
 
 def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:
-    v, vectors = fresh_name("v", taken), fresh_name("vectors", taken)
+    v, vectors, k, at = (fresh_name(name, taken) for name in ("v", "vectors", "k", "at"))
     registers = {a.name: fresh_name(f"{a.name}4", taken) for a in loop.arrays}
+    ahead = {a.name: fresh_name(f"{a.name}4_ahead", taken) for a in loop.arrays if a.loaded}
     c, type_ = loop.variable, loop.type
     end = loop.end if re.fullmatch(r"\w+", loop.end) else f"({loop.end})"
     start = loop.start if re.fullmatch(r"[\w.]+", loop.start) else f"({loop.start})"
+    step = loop.step if re.fullmatch(r"[\w.]+", loop.step) else f"({loop.step})"
     original = source[loop.loop.start:loop.loop.end]
     aligned = " && ".join(vector_ready(a) for a in loop.arrays)
     pragma = [loop.pragma] if loop.pragma else []
     body_statement = source[loop.loop.body.start:loop.loop.body.end]
     tail = f"for ({type_} {c} = 4 * {vectors} + {start}; {c} < {loop.end}; {c} += {loop.step}) {body_statement}"
+    unrolled = f"#pragma unroll\nfor (int {k} = 0; {k} < {IN_FLIGHT}; {k}++) {{"
+    loads = [f"if ({at} < {vectors}) {ahead[a.name]}[{k}] = reinterpret_cast<const {a.vector} *>(&{a.name}[{a.base}])"
+             f"[{at}];" for a in loop.arrays if a.loaded]
+    taken_ahead = [f"{'' if a.written else 'const '}{a.vector} {registers[a.name]} = {ahead[a.name]}[{k}];"
+                   for a in loop.arrays if a.loaded]
+    lines = vector_lines(source, loop, at, registers, held=frozenset(ahead))
     return ["{",
             f"{INDENT}// 128-bit loads and stores when every array of the loop is 16-byte aligned at its first element",
             f"{INDENT}// (then four lanes per vector, and the last {end} % 4 elements one by one); else the loop as "
             f"it was.",
+            f"{INDENT}// Each thread loads its next {IN_FLIGHT} vectors together, then runs them in order.",
             f"{INDENT}if ({aligned}) {{",
             f"{INDENT * 2}const {type_} {vectors} = {end} / 4;",
             *(INDENT * 2 + line for line in pragma),
-            f"{INDENT * 2}for ({type_} {v} = {loop.start}; {v} < {vectors}; {v} += {loop.step}) {{",
-            *(INDENT * 3 + line for line in vector_lines(source, loop, v, registers)),
+            f"{INDENT * 2}for ({type_} {v} = {loop.start}; {v} < {vectors}; {v} += {IN_FLIGHT} * {step}) {{",
+            *(f"{INDENT * 3}{a.vector} {ahead[a.name]}[{IN_FLIGHT}];" for a in loop.arrays if a.loaded),
+            *(INDENT * 3 + line for line in unrolled.split("\n")),
+            f"{INDENT * 4}const {type_} {at} = {v} + {k} * {step};",
+            *(INDENT * 4 + line for line in loads),
+            f"{INDENT * 3}}}",
+            *(INDENT * 3 + line for line in unrolled.split("\n")),
+            f"{INDENT * 4}const {type_} {at} = {v} + {k} * {step};",
+            f"{INDENT * 4}if ({at} < {vectors}) {{",
+            *(INDENT * 5 + line for line in [*taken_ahead, *lines]),
+            f"{INDENT * 4}}}",
+            f"{INDENT * 3}}}",
             f"{INDENT * 2}}}",
             *(INDENT * 2 + line for line in pragma),
             *(INDENT * 2 + line for line in reindent(tail)),
