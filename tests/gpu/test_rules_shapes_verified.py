@@ -155,7 +155,7 @@ def test_the_restructured_kernel_is_verified_against_the_submitted_one(process, 
     make, rule_id = CASES[case]
     spec = make().model_validate({**make().model_dump(), "verify": {"timeout_s": 20}})
     candidate = rules.apply(rule_id, spec, spec.as_candidate()) if rule_id else composed(spec, LEFT_OUT.get(case, ()))
-    failures = []
+    failures, verified = [], 0
     for params in sample(candidate, spec, 4):
         configured = candidate.model_copy(update={"params": {**candidate.params, **params}})
         job = spec.model_validate({**spec.model_dump(), "strategy": {"name": "verify",
@@ -167,6 +167,16 @@ def test_the_restructured_kernel_is_verified_against_the_submitted_one(process, 
             f"{answer.type} {getattr(answer, 'check', '')}: {getattr(answer, 'reason', '')} "
             f"[{getattr(answer, 'trial', '')}]")
         print(f"{case:<48} {rules.applied(candidate.source)} {params}: {verdict}")
-        if not isinstance(answer, CandidateVerified):
+        if isinstance(answer, CandidateVerified):
+            verified += 1
+        elif not _without_registers(answer):
             failures.append(f"{params}: {verdict}")
     assert not failures, f"{case}:\n" + "\n".join(failures) + f"\n{candidate.source}"
+    assert verified, f"{case}: no configuration launched\n{candidate.source}"
+
+
+def _without_registers(answer) -> bool:
+    """A configuration that does not launch for want of registers (1,024 threads of a kernel holding several
+    vectors in flight): the tuner skips it as any failed launch, and only a configuration that ran is verified,
+    so it says nothing of the rewrite's correctness."""
+    return getattr(answer, "check", "") == "launch" and "OUT_OF_RESOURCES" in getattr(answer, "reason", "")

@@ -371,7 +371,7 @@ def test_warp_per_row_then_vectorize_loops_gives_128_bit_row_loads():
     assert candidate.grid_div_x == ["block_size_y"] and candidate.tune_params["block_size_x"] == [4, 8, 16, 32]
     assert rules.check("vectorize_loops", spec, candidate) is None
     widened = rules.apply("vectorize_loops", spec, candidate)
-    assert "reinterpret_cast<const float4 *>(&A[(size_t)r * cols + 0])[v]" in widened.source
+    assert "reinterpret_cast<const float4 *>(&A[(size_t)r * cols + 0])[at]" in widened.source
     assert "(reinterpret_cast<unsigned long long>(&A[(size_t)r * cols + 0]) & 15) == 0" in widened.source
     assert rules.applied(widened.source) == ("warp_per_row", "vectorize_loops")
 
@@ -382,8 +382,9 @@ def test_a_warps_loop_stepping_by_the_literal_warp_width_takes_vectors_where_the
     spec = VARIANTS["rms_norm"][1]
     assert spec.tune_params["block_size_x"] == [32] and "j += 32" in spec.source
     widened = mask(rules.apply("vectorize_loops", spec, spec.as_candidate()).source)
-    assert widened.count("reinterpret_cast<const float4 *>(&xr[0])[v") == 2
-    assert "for (int v = threadIdx.x; v < vectors; v += 32) {" in widened and "vectors_; v_ += 32) {" in widened
+    assert widened.count("reinterpret_cast<const float4 *>(&xr[0])[at") == 2
+    assert "for (int v = threadIdx.x; v < vectors; v += vectors_in_flight * 32) {" in widened
+    assert "vectors_; v_ += vectors_in_flight * 32) {" in widened
     tuned = spec.model_validate({**spec.model_dump(), "tune_params": {**spec.tune_params, "block_size_x": [32, 64]}})
     assert rules.check("vectorize_loops", tuned, tuned.as_candidate()) is not None
 
@@ -425,8 +426,8 @@ def test_row_in_shared_composes_with_the_shuffles_and_the_vectors():
     assert rules.applied(planned.source)[:2] == ("row_in_shared", "shuffle_reduction")
     assert "vectorize_loops" in rules.applied(planned.source) and planned.smem_args.size == "cols * 4"
     code = mask(planned.source)
-    assert "reinterpret_cast<float4 *>(&row_cache[0])[v___] = row_cache4__;" in code  # the first pass stores vectors
-    assert "const float4 row_cache4_ = reinterpret_cast<const float4 *>(&row_cache[0])[v__];" in code
+    assert "reinterpret_cast<float4 *>(&row_cache[0])[at__] = row_cache4__;" in code  # the first pass stores vectors
+    assert "row_cache4_ahead_[k_] = reinterpret_cast<const float4 *>(&row_cache[0])[at_];" in code
     assert "__shfl_down_sync" in code
 
 
