@@ -2370,3 +2370,26 @@ NOT_OF_SHAPE["a 2D histogram in blocks deeper than its grid"] = ("hierarchical_r
     IMAGE_HISTOGRAM_2D.model_validate({**IMAGE_HISTOGRAM_2D.model_dump(),
                                        "params": {"block_size_x": 16, "block_size_y": 4, "block_size_z": 2}}),
     "its block has more dimensions than its grid of points (block_size_z is not 1)")
+
+# Per-channel kernels over NCHW tensors as frameworks launch them: a block per channel along y and per image along
+# z (grid_div_y and grid_div_z []), the channel and image read from blockIdx alone, an early return on the row.
+BIAS_RELU_NCHW = spec(r"""
+__global__ void bias_relu_nchw(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ bias,
+                               int N, int C, int HW)
+{
+    int hw = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = blockIdx.y;
+    int n = blockIdx.z;
+    if (hw >= HW) return;
+    size_t idx = ((size_t)n * C + c) * HW + hw;
+    float v = x[idx] + bias[c];
+    y[idx] = v > 0.f ? v : 0.f;
+}
+""", "bias_relu_nchw", [array("y", ["N", "C", "HW"], role="out"), array("x", ["N", "C", "HW"]), array("bias", ["C"]),
+                        scalar("N", "N"), scalar("C", "C"), scalar("HW", "HW")], {"N": 3, "C": 5, "HW": 3135},
+    ["HW", "C", "N"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]}, grid_div_y=[], grid_div_z=[])
+VARIANTS["bias_relu_nchw_block_per_channel"] = ("vectorize", BIAS_RELU_NCHW)
+# The same launched with blocks two channels deep: blockIdx.y is no longer the channel of each of a block's threads.
+NOT_OF_SHAPE["a grid along y of blocks two deep left undivided"] = ("vectorize", BIAS_RELU_NCHW.model_validate({
+    **BIAS_RELU_NCHW.model_dump(), "params": {"block_size_x": 256, "block_size_y": 2}}),
+    "its indices cover the axes x, z")

@@ -19,8 +19,8 @@ from services.generator.rules.shapes import recognise
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import (ATOMIC_SUM, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE, POSITIVES_PER_ROW,
-                                     SHADE_2D, VARIANTS, edited, sample)
+from tests.unit.rules_variants import (ATOMIC_SUM, BIAS_RELU_NCHW, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE,
+                                     POSITIVES_PER_ROW, SHADE_2D, VARIANTS, edited, sample)
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -76,6 +76,16 @@ def test_the_naive_atomic_sum_takes_the_hierarchical_reduction():
 def test_variants_with_other_names_and_styles_are_recognised(case):
     rule_id, spec = VARIANTS[case]
     assert rules.check(rule_id, spec, spec.as_candidate()) is None, rules.check(rule_id, spec, spec.as_candidate())
+
+
+def test_a_grid_of_a_block_per_channel_and_image_is_read_as_one_thread_per_point():
+    """grid_div_y and grid_div_z [] with blocks one thread deep launch a thread per channel and image, as dividing
+    by the block size does: vectorize reads the rows, and its candidate launches the same channels and images."""
+    candidate = rules.apply("vectorize", BIAS_RELU_NCHW, BIAS_RELU_NCHW.as_candidate())
+    params = {**BIAS_RELU_NCHW.baseline_params(), **candidate.params}
+    (grid_x, grid_y, grid_z), block = BIAS_RELU_NCHW.for_candidate(candidate).launch_geometry(params)
+    assert (grid_y, grid_z) == (5, 3) == BIAS_RELU_NCHW.launch_geometry(params)[0][1:] and block == (256, 1, 1)
+    assert grid_x == -(-3135 // (256 * 4)) and "block_size_y" not in candidate.tune_params
 
 
 @pytest.mark.parametrize("case", list(NOT_OF_SHAPE), ids=str)

@@ -83,6 +83,7 @@ def _read(spec: KernelSpec) -> tuple[KernelSpec, Found]:
 
 
 def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
+    spec = _a_block_per_index(spec)
     kept, inlined = canonical(spec, inline=False), canonical(spec)
     pointed = [p for s in (kept, inlined) if (p := grid_stride.point_form(s)) is not None]
     spellings = [inlined, *pointed, *(respelt for s in (kept, inlined, *pointed)
@@ -97,6 +98,19 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
                 _unrendered(spelling, other) < _unrendered(*best):
             best = spelling, other
     return best
+
+
+def _a_block_per_index(spec: KernelSpec) -> KernelSpec:
+    """The spec with each axis launched a block per index (grid_div_y: [] where the block is one thread deep, as a
+    kernel taking its channel from blockIdx.y and its image from blockIdx.z is launched) divided by that block
+    size instead: the same grid, which the recognisers read as one thread per point along the axis."""
+    baseline, divided = spec.baseline_params(), {}
+    for axis, name in enumerate(spec.block_size_names[1:], start=1):
+        letter = "xyz"[axis]
+        if getattr(spec, f"grid_div_{letter}") == [] and baseline.get(name) == 1 and \
+                set(spec.tune_params.get(name, [1])) == {1}:
+            divided[f"grid_div_{letter}"] = [name]
+    return spec.model_validate({**spec.model_dump(), **divided}) if divided else spec
 
 
 def _unrendered(spec: KernelSpec, found: Found) -> int:
