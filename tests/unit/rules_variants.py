@@ -2393,3 +2393,25 @@ VARIANTS["bias_relu_nchw_block_per_channel"] = ("vectorize", BIAS_RELU_NCHW)
 NOT_OF_SHAPE["a grid along y of blocks two deep left undivided"] = ("vectorize", BIAS_RELU_NCHW.model_validate({
     **BIAS_RELU_NCHW.model_dump(), "params": {"block_size_x": 256, "block_size_y": 2}}),
     "its indices cover the axes x, z")
+
+# A loss as users write it: a thread per row of logits walks the row twice (its maximum, then the sum of
+# exponentials) and adds the row's loss into one scalar atomically. The row loops are the kernel's traffic (one
+# atomic per row of 1,000 classes): warp_per_row coalesces them and lane 0 keeps the atomic.
+CROSS_ENTROPY = spec(r"""
+extern "C" __global__ void xent_rows(float *loss, const float *logits, const int *labels, int rows, int classes)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        const float *z = logits + (size_t)r * classes;
+        float m = -INFINITY;
+        for (int j = 0; j < classes; ++j) m = fmaxf(m, z[j]);
+        float s = 0.f;
+        for (int j = 0; j < classes; ++j) s += expf(z[j] - m);
+        atomicAdd(loss, (logf(s) + m - z[labels[r]]) / rows);
+    }
+}
+""", "xent_rows", [array("loss", [1], role="out"), array("logits", ["rows", "classes"]),
+                   array("labels", ["rows"], "int32", range=[0, "classes"]), scalar("rows", "rows"),
+                   scalar("classes", "classes")], {"rows": 300, "classes": 1000}, ["rows"], {"block_size_x": 128},
+    {"block_size_x": [64, 128, 256]})
+VARIANTS["cross_entropy_rows_into_one_scalar"] = ("warp_per_row", CROSS_ENTROPY)

@@ -2,14 +2,16 @@
 
 - elementwise (elementwise.py): one guarded block per index, or a grid-stride loop of it, arrays indexed [i]:
   elements_per_thread, vectorize;
+- row loop (rows.py): one row per thread, loops over the row adding into sums or taking maxima or minima, and
+  storing along it (GEMV, row sums, softmax or layer normalisation a thread per row): warp_per_row. Ahead of
+  the atomics: a thread's loop over its row with an atomic after it (a loss summed over rows) is a row's loads
+  strided across the warp, one atomic per row, and coalescing the loads is what pays;
 - atomic accumulation (reduction.py): one point per thread adding into a few fixed addresses with atomicAdd:
   hierarchical_reduction;
 - warp atomics (warp_atomics.py): accumulators, a grid-stride loop, then shuffles and atomics per warp:
   hierarchical_reduction;
 - binned atomics (binning.py): a grid-stride loop of atomicAdds into a small array's data-dependent bins (a
   histogram): hierarchical_reduction;
-- row loop (rows.py): one row per thread, loops over the row adding into sums or taking maxima or minima, and
-  storing along it (GEMV, row sums, softmax or layer normalisation a thread per row): warp_per_row;
 - column loop (columns.py): one column per thread, one loop down the column adding into sums or taking maxima or
   minima, its loads side by side across threads (column sums or norms): split_columns;
 - row passes (row_passes.py): a block (or a warp) passing over an input row in several loops: row_in_registers
@@ -43,9 +45,9 @@ from services.generator.rules.window import WindowShape
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
-SHAPES: tuple[Shape, ...] = (ElementwiseShape(), AtomicAccumulationShape(), WarpAtomicsShape(), BinnedAtomicsShape(),
-                             RowLoopShape(), ColumnLoopShape(), RowPassesShape(), TransposedShape(), WindowShape(), StencilShape(),
-                             PointsShape())
+SHAPES: tuple[Shape, ...] = (ElementwiseShape(), RowLoopShape(), AtomicAccumulationShape(), WarpAtomicsShape(),
+                             BinnedAtomicsShape(), ColumnLoopShape(), RowPassesShape(), TransposedShape(), WindowShape(),
+                             StencilShape(), PointsShape())
 
 
 def recognise(spec: KernelSpec) -> tuple[Shape | None, Any, dict[str, str]]:
