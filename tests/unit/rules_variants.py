@@ -2415,3 +2415,149 @@ extern "C" __global__ void xent_rows(float *loss, const float *logits, const int
                    scalar("classes", "classes")], {"rows": 300, "classes": 1000}, ["rows"], {"block_size_x": 128},
     {"block_size_x": [64, 128, 256]})
 VARIANTS["cross_entropy_rows_into_one_scalar"] = ("warp_per_row", CROSS_ENTROPY)
+
+# Rows whose first pass reads the row only under a condition (found by review, helper-83): the last chunk shorter
+# than the loop's length, and weights the caller may leave out (null). A copy of the row read first in the pass
+# read past x's end, and through the null pointer.
+CHUNK_NORMALISE = spec(r"""
+extern "C" __global__ void chunk_normalise(float *out, const float *x, int n, int len)
+{
+    __shared__ float red[block_size_x];
+    const int base = blockIdx.x * len;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < len; c += blockDim.x)
+        if (base + c < n) s += x[base + c];
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+        __syncthreads();
+    }
+    const float total = red[0];
+    for (int c = threadIdx.x; c < len; c += blockDim.x)
+        if (base + c < n) out[base + c] = x[base + c] / total;
+}
+""", "chunk_normalise", [array("out", ["n"], role="out"), array("x", ["n"]), scalar("n", "n"), scalar("len", "len")],
+    {"n": 1000, "len": 64}, ["(n + len - 1) // len"], {"block_size_x": 32}, {"block_size_x": [32, 64]},
+    grid_div_x=["1"])
+OPTIONAL_WEIGHT_ROWS = spec(r"""
+extern "C" __global__ void weighted_rows(float *out, const float *x, const float *w, int cols, int use_w)
+{
+    __shared__ float red[block_size_x];
+    const int row = blockIdx.x;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += block_size_x)
+        if (use_w) s += w[(size_t)row * cols + c];
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = block_size_x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+        __syncthreads();
+    }
+    const float total = red[0];
+    for (int c = threadIdx.x; c < cols; c += block_size_x)
+        out[(size_t)row * cols + c] = use_w ? x[(size_t)row * cols + c] * w[(size_t)row * cols + c] / total
+                                            : x[(size_t)row * cols + c];
+}
+""", "weighted_rows", [array("out", ["rows", "cols"], role="out"), array("x", ["rows", "cols"]),
+                       array("w", ["rows", "cols"]), scalar("cols", "cols"), scalar("use_w", 1)],
+    {"rows": 5, "cols": 40}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32, 64]}, grid_div_x=["1"])
+for rule_id in ("row_in_shared", "row_in_registers"):
+    NOT_OF_SHAPE[f"{rule_id}: a ragged last chunk read under its bound"] = (
+        rule_id, CHUNK_NORMALISE, "its first pass over x reads it only under a condition")
+    NOT_OF_SHAPE[f"{rule_id}: optional weights read under their flag"] = (
+        rule_id, OPTIONAL_WEIGHT_ROWS, "its first pass over w reads it only under a condition")
+
+# Integer accumulators fed through casts (found by review, helper-83): a C-style cast to float makes each step
+# truncate the running value, so the lanes' or the column's split sums differ from the loop's; a cast to an
+# integer type keeps the sum exact in any order.
+ROW_THIRDS = spec(r"""
+extern "C" __global__ void thirds(int *out, const int *codes, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        int acc = 0;
+        for (int c = 0; c < cols; c++) acc += (float)codes[r * cols + c] / 3;
+        out[r] = acc;
+    }
+}
+""", "thirds", [array("out", ["rows"], "int32", "out"), array("codes", ["rows", "cols"], "int32", range=[-10, 10]),
+                scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 600, "cols": 80}, ["rows"],
+    {"block_size_x": 128}, {"block_size_x": [64, 128]})
+COLUMN_THIRDS = spec(r"""
+extern "C" __global__ void column_thirds(int *out, const int *codes, int rows, int cols)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < cols) {
+        int acc = 0;
+        for (int i = 0; i < rows; i++) acc += codes[i * cols + j] / (double)3;
+        out[j] = acc;
+    }
+}
+""", "column_thirds", [array("out", ["cols"], "int32", "out"),
+                       array("codes", ["rows", "cols"], "int32", range=[-10, 10]), scalar("rows", "rows"),
+                       scalar("cols", "cols")], {"rows": 900, "cols": 600}, ["cols"], {"block_size_x": 32},
+    {"block_size_x": [32, 64]})
+NOT_OF_SHAPE["an integer row sum of terms cast to float"] = ("warp_per_row", ROW_THIRDS,
+                                                             "a floating-point term, into the integer acc")
+NOT_OF_SHAPE["an integer column sum of terms cast to double"] = ("split_columns", COLUMN_THIRDS,
+                                                                 "a floating-point term, into the integer acc")
+VARIANTS["row_sum_of_codes_cast_to_long_long"] = ("warp_per_row", edited(edited(edited(
+    ROW_THIRDS, "int acc = 0;", "long long acc = 0;"),
+    "acc += (float)codes[r * cols + c] / 3;", "acc += (long long)codes[r * cols + c] * 3;"),
+    "out[r] = acc;", "out[r] = (int)acc;"))
+
+# A row maximum in the comparison form that keeps the element where the comparison fails (found by review,
+# helper-83): a NaN replaces the maximum and the next element replaces the NaN, so the result depends on where the
+# NaN lies ([5, NaN, 1] leaves 1; lanes of four left 5). Refused for rows and for columns.
+ROW_PEAK_MIRROR = spec(r"""
+extern "C" __global__ void row_peak(float *out, const float *in, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        float m = -INFINITY;
+        for (int c = 0; c < cols; c++) {
+            float v = in[r * cols + c];
+            m = v < m ? m : v;
+        }
+        out[r] = m;
+    }
+}
+""", "row_peak", [array("out", ["rows"], role="out"), array("in", ["rows", "cols"]), scalar("rows", "rows"),
+                  scalar("cols", "cols")], {"rows": 600, "cols": 300}, ["rows"], {"block_size_x": 128},
+    {"block_size_x": [64, 128]})
+NOT_OF_SHAPE["a row maximum keeping the element where the comparison fails"] = (
+    "warp_per_row", ROW_PEAK_MIRROR, "so a NaN replaces m and the next element replaces the NaN")
+NOT_OF_SHAPE["a column maximum keeping the element where the comparison fails"] = ("split_columns", spec(r"""
+extern "C" __global__ void column_peak(float *out, const float *in, int rows, int cols)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < cols) {
+        float m = -INFINITY;
+        for (int i = 0; i < rows; i++) m = in[i * cols + j] < m ? m : in[i * cols + j];
+        out[j] = m;
+    }
+}
+""", "column_peak", [array("out", ["cols"], role="out"), array("in", ["rows", "cols"]), scalar("rows", "rows"),
+                     scalar("cols", "cols")], {"rows": 900, "cols": 600}, ["cols"], {"block_size_x": 32},
+    {"block_size_x": [32, 64]}), "where a NaN lies")
+# The same in the form keeping the element where the comparison holds: a NaN never enters, in any order.
+VARIANTS["row_peak_kept_where_greater"] = ("warp_per_row", edited(ROW_PEAK_MIRROR, "m = v < m ? m : v;",
+                                                                  "m = v > m ? v : m;"))
+# A GEMV with a bias and an unroll pragma on its row loop (found by review, helper-83): the lanes' bias reset goes
+# before the pragma, which stays right before its loop.
+GEMV_BIAS_UNROLLED = spec(r"""
+extern "C" __global__ void gemv_bias(float *y, const float *A, const float *x, const float *b, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        float s = b[r];
+        #pragma unroll 4
+        for (int c = 0; c < cols; c++) s += A[r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+""", "gemv_bias", [array("y", ["rows"], role="out"), array("A", ["rows", "cols"]), array("x", ["cols"]),
+                   array("b", ["rows"]), scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 370, "cols": 450},
+    ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
+VARIANTS["gemv_bias_unrolled"] = ("warp_per_row", GEMV_BIAS_UNROLLED)

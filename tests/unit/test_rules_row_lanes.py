@@ -33,6 +33,7 @@ KERNELS = {
 PRELUDE = r"""
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <pthread.h>
 #include <thread>
 #include <vector>
@@ -49,6 +50,14 @@ static pthread_barrier_t kforge_row[1024];
 static float __ldg(const float *p) { return *p; }
 static float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
 static double rsqrt(double v) { return 1.0 / std::sqrt(v); }
+// An atomic add among the host threads (a loss summed over rows into one scalar).
+static std::mutex kforge_atomic;
+template <typename T> static T atomicAdd(T *address, T value) {
+    std::lock_guard<std::mutex> held(kforge_atomic);
+    const T old = *address;
+    *address = old + value;
+    return old;
+}
 // The row's lanes (threadIdx.y's) post their values and read their partner's between two waits of the row: the
 // first keeps a lane from overwriting a value another lane has not read yet. A mask other than exactly the row's
 // lanes of the warp ends the run.

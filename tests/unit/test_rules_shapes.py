@@ -4,6 +4,7 @@ compiles with NVRTC for a sample of its tune space (every configuration when sma
 signature. Numbers are checked on the GPU (tests/gpu/test_rules_shapes_verified.py, bench/memory_bound_table.py);
 here the launch geometry of the rewrites is emulated to show each point is handled once at sizes no tile divides."""
 import itertools
+import re
 from pathlib import Path
 from functools import cache
 
@@ -76,6 +77,13 @@ def test_the_naive_atomic_sum_takes_the_hierarchical_reduction():
 def test_variants_with_other_names_and_styles_are_recognised(case):
     rule_id, spec = VARIANTS[case]
     assert rules.check(rule_id, spec, spec.as_candidate()) is None, rules.check(rule_id, spec, spec.as_candidate())
+
+
+def test_the_lanes_bias_reset_comes_before_the_loops_unroll_pragma():
+    """The pragma applies to the statement after it: a reset put between them would take it from the loop."""
+    spec = VARIANTS["gemv_bias_unrolled"][1]
+    code = rules.apply("warp_per_row", spec, spec.as_candidate()).source
+    assert re.search(r"if \(threadIdx.x != 0\) s = 0;[^\n]*\n\s*#pragma unroll 4\n\s*for \(int c = threadIdx.x;", code)
 
 
 def test_a_grid_of_a_block_per_channel_and_image_is_read_as_one_thread_per_point():

@@ -19,7 +19,7 @@ from services.generator.rules.cuda_text import Kernel, closing, find_kernel, mas
 from services.generator.rules.loops import CountedLoop, affine_locals, counted_loop
 from services.generator.rules.points import ASSIGNMENT, INDENT, replace_spans
 from services.generator.rules.shape import NotRecognised
-from services.generator.rules.statements import Statement, body_of, statements, walk
+from services.generator.rules.statements import Statement, body_of, made_whenever_run, statements, walk
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
@@ -110,6 +110,13 @@ def _model(spec: KernelSpec, kernel: Kernel, masked: str, body: list[Statement],
                         _container(masked, body, kernel_span, loops[n][0]) is not None) for n in numbers)
     first = passes[0]
     source = spec.source
+    # The rewrites keep what the first pass reads of the row by reading it first in its body, so the first pass
+    # must read it wherever its body runs: read under a condition (the last chunk's bound, an optional array),
+    # the row may end there, or the pointer be null, where the kernel as written reads nothing.
+    inner = first.loop.body.inner if first.loop.body.kind == "block" else (first.loop.body.start, first.loop.body.end)
+    if not any(made_whenever_run(masked, statements(masked, *inner), a) for a, _ in first.reads):
+        raise NotRecognised(f"its first pass over {array} reads it only under a condition: a copy of the row read "
+                            f"before that condition would read where the kernel as written does not")
     if len({p.head.end for p in passes}) != 1:
         raise NotRecognised(f"its loops over {array} end at {', '.join(sorted({p.head.end for p in passes}))}: one "
                             f"row has one length")

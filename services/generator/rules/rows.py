@@ -26,8 +26,11 @@ loops runs in every lane as it ran in the thread. A sum that does not enter its 
 pass into it) enters it at zero in every lane but lane 0. After the last loop lane 0 goes on with the rest of the
 row alone. The loop bodies stay as written, so each lane accumulates as the thread did (an fmaf chain stays one):
 partial sums are added in another order (within float rounding), and a maximum or minimum of numbers is the same in
-any order (a NaN aside, which the comparison forms keep or drop by where it stands). The lane loops are ones the
-vectorize_loops rule can widen to 128-bit loads.
+any order: fmaxf and fminf drop a NaN wherever it stands, and a comparison that keeps E where it holds
+(`if (E > m) m = E`) never takes one. The mirror form, keeping E where the comparison fails (`m = E < m ? m : E`),
+takes a NaN and then drops it for the next element, so where the NaN lies decides the result: it is refused. Among
+equal values the lanes may keep another than the first (+0.0 for -0.0, which compare equal).
+The lane loops are ones the vectorize_loops rule can widen to 128-bit loads.
 """
 import re
 from collections.abc import Callable
@@ -246,6 +249,8 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
                 raise
             try:
                 kind, function, counted = _extreme(masked, loop, name)
+            except _OrderDependent:
+                raise
             except NotRecognised:
                 raise not_a_sum from None
         if uses != counted:
@@ -285,6 +290,11 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
         return False
     if re.search(r"\d\.|\.\d|\d[eE][-+]?\d|\b\d+[fF]\b", term) or calls(term):
         return True
+    # A C-style cast, `(float)v` or `(double)v`: a parenthesised type name before an operand. Any but an integer
+    # type may be a floating-point one (review, helper-83: `acc += (float)codes[i] / 3` truncated at each step).
+    for cast in re.finditer(r"\(\s*((?:const\s+)?[A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*)\s*\)\s*(?=[\w(.])", term):
+        if not re.fullmatch(rf"(?:const\s+)?{INTEGER_TYPE}", cast.group(1)):
+            return True
     for word in set(re.findall(r"[A-Za-z_]\w*", term)):
         if word in kernel.array_types:
             element = re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", kernel.array_types[word])
@@ -384,6 +394,10 @@ def _sums_assigned(masked: str, loop: Statement, name: str, type_: str, kernel: 
     return len(expressions)
 
 
+class _OrderDependent(NotRecognised):
+    """A maximum or minimum whose result depends on the order the loop meets its elements."""
+
+
 def _extreme(masked: str, loop: Statement, name: str) -> tuple[str, str | None, int]:
     """(max | min, the function taken with or None, how often the updates mention `name`) when every assignment
     to `name` in the loop keeps the larger (or smaller) of it and a value E that does not read it:
@@ -453,6 +467,11 @@ def _compared(condition: str, name: str, chosen: str, otherwise: str, why: str) 
             {" ".join(chosen.split()), " ".join(otherwise.split())} != {name, " ".join(value.split())} or \
             " ".join(chosen.split()) == " ".join(otherwise.split()):
         raise NotRecognised(why)
+    if " ".join(chosen.split()) == name:  # E kept where the comparison fails, a NaN E among them (review, helper-83)
+        raise _OrderDependent(f"its loop keeps {' '.join(value.split())} where `{condition}` fails, so a NaN replaces "
+                            f"{name} and the next element replaces the NaN: what the loop leaves depends on where a "
+                            f"NaN lies in the row, and lanes splitting it would leave another value (write the "
+                            f"comparison keeping it where it holds, or fmaxf/fminf)")
     greater = operator[1] in (">", ">=")
     left_wins = " ".join(chosen.split()) == " ".join(left.split())
     return "max" if greater == left_wins else "min"
@@ -579,8 +598,10 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
                              f"{p.type} {p.variable} = {first}; {p.variable} < {p.end}; {p.variable} += {lanes}"))
         resets = [f"if (threadIdx.x != 0) {a.name} = 0;  // lane 0 alone carries what {a.name} holds into the loop"
                   for a in p.accumulators if a.kind == "sum" and not a.zero_at_entry]
-        if resets:
-            replacements.append((p.loop.start, p.loop.start, "".join(f"{line}\n{indent}" for line in resets)))
+        if resets:  # before an unroll pragma of the loop, which must stay right before it (review, helper-83)
+            pragma = re.search(r"#[ \t]*pragma[ \t]+unroll[^\n]*\n\s*$", mask(source)[:p.loop.start])
+            at = pragma.start() if pragma else p.loop.start
+            replacements.append((at, at, "".join(f"{line}\n{indent}" for line in resets)))
         after = []
         if p.accumulators:
             after += [f"// The row's {lanes} lanes combine their {', '.join(a.name for a in p.accumulators)}: each "
