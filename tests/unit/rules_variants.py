@@ -2561,3 +2561,32 @@ extern "C" __global__ void gemv_bias(float *y, const float *A, const float *x, c
                    array("b", ["rows"]), scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 370, "cols": 450},
     ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128]})
 VARIANTS["gemv_bias_unrolled"] = ("warp_per_row", GEMV_BIAS_UNROLLED)
+
+# A row's index declared in each pass, as users write it (`const int idx = row * cols + c;`; refused as a row
+# whose index changed, found by review, helper-83): the copy of the row is stored after the declaration.
+ROW_L2_INDEX_LOCALS = spec(r"""
+extern "C" __global__ void row_l2(float *out, const float *x, int cols)
+{
+    __shared__ float red[block_size_x];
+    const int row = blockIdx.x;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int idx = row * cols + c;
+        s += x[idx] * x[idx];
+    }
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(red[0]);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int idx = row * cols + c;
+        out[idx] = x[idx] * inv;
+    }
+}
+""", "row_l2", [array("out", ["rows", "cols"], role="out"), array("x", ["rows", "cols"]), scalar("cols", "cols")],
+    {"rows": 50, "cols": 700}, ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128, 256]}, grid_div_x=[1])
+VARIANTS["row_l2_index_local_in_each_pass"] = ("row_in_shared", ROW_L2_INDEX_LOCALS)
+VARIANTS["row_l2_index_local_in_each_pass_registers"] = ("row_in_registers", ROW_L2_INDEX_LOCALS)

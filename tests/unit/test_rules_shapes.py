@@ -79,6 +79,13 @@ def test_variants_with_other_names_and_styles_are_recognised(case):
     assert rules.check(rule_id, spec, spec.as_candidate()) is None, rules.check(rule_id, spec, spec.as_candidate())
 
 
+def test_a_row_index_declared_in_each_pass_is_read_and_the_copy_stored_after_it():
+    spec = VARIANTS["row_l2_index_local_in_each_pass"][1]
+    code = mask(rules.apply("row_in_shared", spec, spec.as_candidate()).source)
+    assert "const int idx = row * cols + c;\n        x_cache[c] = x[idx];\n        s += x_cache[c] * x_cache[c];" in code
+    assert "out[idx] = x_cache[c] * inv;" in code and code.count("x[idx]") == 1
+
+
 def test_the_lanes_bias_reset_comes_before_the_loops_unroll_pragma():
     """The pragma applies to the statement after it: a reset put between them would take it from the loop."""
     spec = VARIANTS["gemv_bias_unrolled"][1]

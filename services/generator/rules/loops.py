@@ -160,13 +160,14 @@ class _Refused(ValueError):
     pass
 
 
-def affine_locals(masked: str, start: int, end: int) -> dict[str, affine.Poly]:
+def affine_locals(masked: str, start: int, end: int, known: dict[str, affine.Poly] | None = None) \
+        -> dict[str, affine.Poly]:
     """Integer locals of masked[start:end] defined once by an affine expression (`const int tid = threadIdx.x;`),
-    as polynomials of what they are defined by; loop indices, and locals assigned again, are not. (A member's
-    assignment, `s.tid = 0`, is not one of the local `tid`.)"""
+    as polynomials of what they are defined by, through the `known` locals of an enclosing scope; loop indices,
+    and locals assigned again, are not. (A member's assignment, `s.tid = 0`, is not one of the local `tid`.)"""
     text = masked[start:end]
     headers = set(re.findall(rf"\bfor\s*\(\s*(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)", text))
-    found: dict[str, affine.Poly] = {}
+    found: dict[str, affine.Poly] = dict(known or {})
     for match in re.finditer(rf"\b(?:const\s+)?{INTEGER_TYPE}\s+([A-Za-z_]\w*)\s*=\s*([^;,{{}}]+)[;,]", text):
         name = match.group(1)
         if name in headers or len(re.findall(rf"(?<![\w.])\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*"

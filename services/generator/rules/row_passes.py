@@ -76,12 +76,14 @@ def recognise(spec: KernelSpec) -> RowPasses:
     rows: dict[tuple, list[tuple[int, int, int, str]]] = {}  # (X, BASE) -> (loop, start, end, subscript)
     for number, (loop, head) in enumerate(loops):
         inside = loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end)
+        # An index each loop declares for itself (`const int idx = row * cols + c;` in every pass) is the loop's.
+        known = {**aliases, **affine_locals(masked, *inside, aliases)}
         for match in re.finditer(r"(?<![\w.>\]])([A-Za-z_]\w*)\s*\[", masked[inside[0]:inside[1]]):
             opening = inside[0] + match.end() - 1
             close = closing(masked, opening)
             subscript = uncommented[opening + 1:close]
             try:
-                poly = affine.parse(subscript, aliases)
+                poly = affine.parse(subscript, known)
             except affine.NotAffine:
                 continue
             if not affine.is_unit(affine.stride(poly, head.index)):
@@ -114,7 +116,7 @@ def _model(spec: KernelSpec, kernel: Kernel, masked: str, body: list[Statement],
     # must read it wherever its body runs: read under a condition (the last chunk's bound, an optional array),
     # the row may end there, or the pointer be null, where the kernel as written reads nothing.
     inner = first.loop.body.inner if first.loop.body.kind == "block" else (first.loop.body.start, first.loop.body.end)
-    if not any(made_whenever_run(masked, statements(masked, *inner), a) for a, _ in first.reads):
+    if not made_whenever_run(masked, statements(masked, *inner), first.reads[0][0]):
         raise NotRecognised(f"its first pass over {array} reads it only under a condition: a copy of the row read "
                             f"before that condition would read where the kernel as written does not")
     if len({p.head.end for p in passes}) != 1:
@@ -136,7 +138,9 @@ def _model(spec: KernelSpec, kernel: Kernel, masked: str, body: list[Statement],
             raise NotRecognised(f"the kernel writes {array}")
     span = masked[first.loop.start:passes[-1].loop.end]
     subscript = next(s for n, a, b, s in reads if a == first.reads[0][0])
-    names = set(affine.names(affine.parse(subscript))) | set(re.findall(r"[A-Za-z_]\w*", first.head.end)) | {array}
+    inner_aliases = affine_locals(masked, *inner, affine_locals(masked, kernel.body_open + 1, kernel.body_close))
+    names = set(affine.names(affine.parse(subscript, inner_aliases))) | \
+        set(re.findall(r"[A-Za-z_]\w*", first.head.end)) | {array}
     for name in sorted(n for n in names if "." not in n and n != first.head.index):
         if re.search(rf"(?<![\w.])\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b", span):
             raise NotRecognised(f"{name}, which says where the row lies or how long it is, changes between its "
@@ -280,15 +284,16 @@ def row_length(model: RowPasses, spec: KernelSpec) -> int:
 # --- what the renderings of every row rule print ------------------------------------------------------------
 def pass_body(source: str, p: Pass, read: str, store: str | None = None) -> str:
     """The statement a pass's loop runs, each read of the row in it replaced by `read`; `store`, when given,
-    comes first (a single statement is braced to hold both)."""
+    comes right before the statement of the pass's first read (made wherever the body runs, after the locals its
+    subscript may name), or first in a single statement, braced to hold both."""
     body = p.loop.body
     edits = [(a - body.start, b - body.start, read) for a, b in p.reads]
     if store is not None:
         loop_indent = indent_at(source, p.loop.start)
         if body.kind == "block":
-            inner = next((s.start for s in statements(mask(source), *body.inner)), None)
-            at_indent = indent_at(source, inner) if inner is not None else loop_indent + INDENT
-            edits.append((body.inner[0] - body.start, body.inner[0] - body.start, f"\n{at_indent}{store}"))
+            reading = next(s for s in statements(mask(source), *body.inner) if s.start <= p.reads[0][0] < s.end)
+            edits.append((reading.start - body.start, reading.start - body.start,
+                          f"{store}\n{indent_at(source, reading.start)}"))
         else:
             edits += [(0, 0, f"{{\n{loop_indent}{INDENT}{store}\n{loop_indent}{INDENT}"),
                       (body.end - body.start, body.end - body.start, f"\n{loop_indent}}}")]
