@@ -2590,3 +2590,53 @@ extern "C" __global__ void row_l2(float *out, const float *x, int cols)
     {"rows": 50, "cols": 700}, ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128, 256]}, grid_div_x=[1])
 VARIANTS["row_l2_index_local_in_each_pass"] = ("row_in_shared", ROW_L2_INDEX_LOCALS)
 VARIANTS["row_l2_index_local_in_each_pass_registers"] = ("row_in_registers", ROW_L2_INDEX_LOCALS)
+
+# Scans and windows found wrong by review (helper-84, a CPU emulation with a host thread per CUDA thread).
+_SEGMENTED = (TESTS.parent / "examples" / "corpus" / "segmented_scan.cu").read_text()
+_SEGMENT_LOAD = "buf[threadIdx.x] = i < seg ? src[i] : 0;"
+
+
+def _segmented(source: str) -> KernelSpec:
+    return spec(source, "segmented_scan", [array("out", ["segments", "seg"], "int32", "out"),
+                                           array("totals", ["segments"], "int32", "out"),
+                                           array("in", ["segments", "seg"], "int32"), scalar("seg", "seg")],
+                {"segments": 3, "seg": 1000}, ["segments"], {"block_size_x": 128},
+                {"block_size_x": [64, 128, 256]}, grid_div_x=[1])
+
+
+# Prefix sums of squares: the value scanned is an expression of the element, which the vectors dropped.
+NOT_OF_SHAPE["a chunked scan of each element's square"] = ("scan_vectors", _segmented(_SEGMENTED.replace(
+    _SEGMENT_LOAD, "buf[threadIdx.x] = i < seg ? src[i] * src[i] : 0;")), "not one element of a row")
+NOT_OF_SHAPE["a chunked scan of each element times 3, written with if and else"] = ("scan_vectors", _segmented(
+    _SEGMENTED.replace(_SEGMENT_LOAD, "if (i < seg) buf[threadIdx.x] = src[i] * 3;\n        "
+                                      "else buf[threadIdx.x] = 0;")), "not one element of a row")
+# An offset naming the thread: each lane of a vector would read another element than its i's.
+NOT_OF_SHAPE["a chunked scan reading at an offset of the thread's index"] = ("scan_vectors", _segmented(
+    _SEGMENTED.replace(_SEGMENT_LOAD, "buf[threadIdx.x] = i < seg ? src[threadIdx.x + i] : 0;")),
+    "reaches the row through src[threadIdx.x + i]")
+# Rows of a block two or four deep, each scanning its own: the warps' totals were kept for one row of threads.
+ROW_SCANS_2D = spec(r"""
+__device__ void scan_row(int *s)
+{
+    for (int o = 1; o < block_size_x; o *= 2) {
+        const int t = threadIdx.x >= o ? s[threadIdx.x - o] : 0;
+        __syncthreads();
+        s[threadIdx.x] += t;
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void row_scans(int *out, const int *in, int n)
+{
+    __shared__ int tile[block_size_y][block_size_x];
+    const int row = blockIdx.x * block_size_y + threadIdx.y;
+    tile[threadIdx.y][threadIdx.x] = row < n ? in[row * block_size_x + threadIdx.x] : 0;
+    __syncthreads();
+    scan_row(tile[threadIdx.y]);
+    if (row < n) out[row * block_size_x + threadIdx.x] = tile[threadIdx.y][threadIdx.x];
+}
+""", "row_scans", [array("out", ["n", 64], "int32", "out"), array("in", ["n", 64], "int32"), scalar("n", "n")],
+    {"n": 8}, ["n"], {"block_size_x": 64, "block_size_y": 2}, {"block_size_x": [64], "block_size_y": [2, 4]},
+    grid_div_x=["block_size_y"])
+NOT_OF_SHAPE["block scans of rows two and four deep in a block"] = ("shuffle_scan", ROW_SCANS_2D,
+                                                                    "its blocks may be more than one thread deep")

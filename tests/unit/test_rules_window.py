@@ -151,6 +151,11 @@ REFUSED = {
             "col - RADIUS; c <= col + RADIUS", "col - R; c <= col + R"),
         "args": [*BOX_BLUR.model_dump()["args"], {"name": "R", "dtype": "uint32", "value": 2}]}),
         "counts in an unsigned type"),
+    # No guard: the submitted grid covers exactly its outputs at every block size tuned, a grid of whole patches
+    # would not (review, helper-84: reads and stores past the arrays).
+    "a window under no guard": (edited(edited(CONV2D, "if (x < out_w && y < out_h) {", "{"),
+                                       "int out_w = width - k + 1, out_h = height - k + 1;",
+                                       "int out_w = width - k + 1;"), "is under no guard bounding x from above"),
 }
 
 

@@ -18,8 +18,10 @@ total in a __shared__ array of 32, warp 0 scans those totals, and each thread ad
 its own and writes buf[tid] before a last barrier: three barriers and no shared-memory traffic per step instead of
 two barriers per doubling.
 The block must be whole warps, at most 32 of them (the rule restricts the block size to multiples of 32 up to
-1024). Integer sums come out the same; floating-point sums are added in another order, so they round
-differently, within the rounding of the sum, as any reordered sum does. Each thread still scans one element:
+1024), and one row of threads: the warps' totals are kept by threadIdx.x alone, so a block whose rows of threads
+each scan their own is refused. Integer sums come out the same; floating-point sums are added in another order,
+so they round differently, within the rounding of the sum, as any reordered sum does (a prefix of -0.0 values
+stays -0.0, where the loop's added zeros made it +0.0). Each thread still scans one element:
 more per thread changes what surrounds the loop (the chunk the kernel loads into buf, its stores, its reads of buf
 after), which scan_vectors.py rewrites where it recognises it.
 
@@ -57,11 +59,24 @@ class _Refused(ValueError):
 def shuffle_scan_reason(source: str, spec: KernelSpec) -> str | None:
     found, refused = scan_loops(source, spec)
     if found:
-        return whole_warps_reason(spec)
+        return one_row_of_threads_reason(spec) or whole_warps_reason(spec)
     if refused:
         return "no loop doubling an offset up to the block size is a block scan: " + "; ".join(refused)
     return ("the kernel has no shared-memory block scan (a loop doubling offset from 1 to the block size, "
             "`t = tid >= offset ? buf[tid - offset] : 0; __syncthreads(); buf[tid] += t; __syncthreads();`)")
+
+
+def one_row_of_threads_reason(spec: KernelSpec) -> str | None:
+    """Why a block may be more than one thread deep, which the scans' rewrites cannot take: their slots of one total
+    per warp are indexed by threadIdx.x alone, so a block two rows deep, each row scanning its own, wrote every
+    row's totals into the same slots (review, helper-84); None when every block is one row of threads."""
+    baseline = spec.baseline_params()
+    for name in spec.block_size_names[1:]:
+        depths = spec.tune_params.get(name, [baseline.get(name, 1)])
+        if any(depth != 1 for depth in depths):
+            return (f"its blocks may be more than one thread deep ({name} {depths}): the warps' totals are kept "
+                    f"for one row of threads")
+    return None
 
 
 def shuffle_scan_edit(source: str, spec: KernelSpec) -> str:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.loops import LANES, VECTORS, aligned_16
 from services.generator.rules.points import INDENT
-from services.generator.rules.scan import BARRIER, ZERO, Scan, ShuffleNames, scan_loops, shuffle_block_scan, unbraced
+from services.generator.rules.scan import (BARRIER, ZERO, Scan, ShuffleNames, one_row_of_threads_reason, scan_loops,
+                                          shuffle_block_scan, unbraced)
 from services.generator.rules.statements import Statement, Unparsed, for_loops, statements
 from services.generator.rules.tree import UNROLL, compact, replace_loops, unroll_pragma, whole_warps_reason
 from shared.domain.spec import KernelSpec
@@ -65,7 +66,7 @@ class _Refused(ValueError):
 def scan_vectors_reason(source: str, spec: KernelSpec) -> str | None:
     found, refused = chunked_scans(source, spec)
     if found:
-        return whole_warps_reason(spec)
+        return one_row_of_threads_reason(spec) or whole_warps_reason(spec)
     if refused:
         return "no block scan walks a row in chunks as the rule reads them: " + "; ".join(refused)
     return ("the kernel has no shared-memory block scan inside a loop over a row's chunks of the block's width "
@@ -111,12 +112,15 @@ def _chunked(masked: str, loop: Statement, scan: Scan, widths: tuple[str, ...]) 
     if index is not None:
         inside = inside[1:]
     forms = {index[0]} if index else {f"{base}+{tid}", f"{tid}+{base}"}
+    # What an offset before i may not name: i, and what i is made of (an offset naming the thread or the chunk
+    # would read another element than i's in each lane).
+    moving = {*re.findall(r"[\w.]+", "+".join(forms)), base, tid, "threadIdx.x"}
     texts = [compact(s.text(masked)) for s in inside]
     if (len(inside) != 6 or texts[1] != BARRIER or inside[2].start != scan.loop.start or texts[5] != BARRIER):
         raise _Refused(f"is not a load of {buf}[{tid}], a barrier, the scan, a store, the carry's update and a "
                        f"barrier")
-    read = _load(masked, inside[0], buf, tid, forms, compact(length))
-    written, carry, carry_first = _store(masked, inside[3], buf, tid, forms, compact(length))
+    read = _load(masked, inside[0], buf, tid, forms, compact(length), moving)
+    written, carry, carry_first = _store(masked, inside[3], buf, tid, forms, compact(length), moving)
     if texts[4] not in {f"{carry}+={buf}[{w}-1];" for w in widths} | {f"{carry}={carry}+{buf}[{w}-1];"
                                                                         for w in widths}:
         raise _Refused(f"does not add the chunk's total to {carry} (`{carry} += {buf}[{width} - 1];`)")
@@ -164,24 +168,25 @@ def _within(condition: str, forms: set[str], length: str) -> bool:
     return any(condition in (f"{i}<{length}", f"{length}>{i}") for i in forms)
 
 
-def _load(masked: str, statement: Statement, buf: str, tid: str, forms: set[str], length: str) -> _Access:
+def _load(masked: str, statement: Statement, buf: str, tid: str, forms: set[str], length: str,
+          moving: set[str]) -> _Access:
     """The row's element that `buf[tid] = i < n ? src[i] : 0;` (or the if-else) reads."""
     mine = f"{buf}[{tid}]="
     text = compact(statement.text(masked))
     if statement.kind == "simple" and text.startswith(mine):
         choice = re.fullmatch(r"(.+?)\?([A-Za-z_]\w*\[.+\]):(.+);", text[len(mine):])
         if choice and _within(choice.group(1), forms, length) and ZERO.fullmatch(choice.group(3)):
-            return _access(masked, statement, choice.group(2), forms)
+            return _access(masked, statement, choice.group(2), forms, moving)
     elif statement.kind == "if" and statement.orelse is not None:
         then, orelse = unbraced(masked, statement.body), unbraced(masked, statement.orelse)
         if (_within(compact(masked[statement.head[0]:statement.head[1]]), forms, length)
                 and then.startswith(mine) and orelse.startswith(mine) and ZERO.fullmatch(orelse[len(mine):-1])):
-            return _access(masked, statement.body, then[len(mine):-1], forms)
+            return _access(masked, statement.body, then[len(mine):-1], forms, moving)
     raise _Refused(f"does not load {buf}[{tid}] from the row, zero past it (`{buf}[{tid}] = i < n ? src[i] : 0;`)")
 
 
 def _store(masked: str, statement: Statement, buf: str, tid: str, forms: set[str],
-           length: str) -> tuple[_Access, str, bool]:
+           length: str, moving: set[str]) -> tuple[_Access, str, bool]:
     """The row's element that `if (i < n) dst[i] = carry + buf[tid];` writes, the carry, and its side."""
     refused = _Refused(f"does not store carry + {buf}[{tid}] within the row (`if (i < n) dst[i] = carry + "
                        f"{buf}[{tid}];`)")
@@ -191,13 +196,16 @@ def _store(masked: str, statement: Statement, buf: str, tid: str, forms: set[str
                           rf"{re.escape(buf)}\[{re.escape(tid)}\]\+([A-Za-z_]\w*));", unbraced(masked, statement.body))
     if stored is None or not _within(compact(masked[statement.head[0]:statement.head[1]]), forms, length):
         raise refused
-    return _access(masked, statement.body, stored.group(1), forms), stored.group(2) or stored.group(3), \
+    return _access(masked, statement.body, stored.group(1), forms, moving), stored.group(2) or stored.group(3), \
         stored.group(2) is not None
 
 
-def _access(masked: str, statement: Statement, element: str, forms: set[str]) -> _Access:
-    """The array and offset of `X[offset + i]` (compacted in `element`), the offset as the statement writes it."""
+def _access(masked: str, statement: Statement, element: str, forms: set[str], moving: set[str]) -> _Access:
+    """The array and offset of `X[offset + i]` (compacted in `element`, which must be that subscript and nothing
+    else: `src[i] * src[i]` is no element of the row), the offset as the statement writes it."""
     array = element.split("[")[0]
+    if not re.fullmatch(r"[A-Za-z_]\w*\[.*\]", element) or closing(element, len(array)) != len(element) - 1:
+        raise _Refused(f"moves `{element}`, not one element of a row, into the scan")
     at = re.search(rf"\b{array}\s*\[", masked[statement.start:statement.end])
     opening = statement.start + at.end() - 1
     subscript = masked[opening + 1:closing(masked, opening)].strip()
@@ -206,7 +214,7 @@ def _access(masked: str, statement: Statement, element: str, forms: set[str]) ->
             return _Access(array, None)
         tail = re.search(r"\+\s*" + r"\s*".join(re.escape(c) for c in i) + r"\s*$", subscript)
         offset = subscript[:tail.start()].strip() if tail else ""
-        if offset and not _LOWER_THAN_PLUS.search(offset) and not set(re.findall(r"[\w.]+", offset)) & {*i.split("+")}:
+        if offset and not _LOWER_THAN_PLUS.search(offset) and not set(re.findall(r"[\w.]+", offset)) & moving:
             return _Access(array, offset)
     raise _Refused(f"reaches the row through {array}[{subscript}], not {array}[offset + i]")
 

@@ -91,7 +91,10 @@ def recognise(spec: KernelSpec) -> Window:
     if len(kernel.axes) != 2 or len(spec.block_size_names) < 2:
         raise NotRecognised("a window sum here is 2D: two indices (x and y) and block sizes for both")
     for axis in (0, 1):
-        if (why := one_thread_per_point(spec, axis)) is not None:
+        # A thread's 4 x window_rows patch rounds the grid up to whole patches: points past the ones the submitted
+        # grid covers must stop at a guard of their own (review, helper-84: a kernel guarding nothing, whose
+        # grid fit its rows exactly, read and wrote past its arrays).
+        if (why := one_thread_per_point(spec, axis) or points.unbounded(kernel, axis)) is not None:
             raise NotRecognised(why)
     if (why := points.changed_parameter(kernel)) is not None:
         raise NotRecognised(why)
