@@ -2640,3 +2640,32 @@ extern "C" __global__ void row_scans(int *out, const int *in, int n)
     grid_div_x=["block_size_y"])
 NOT_OF_SHAPE["block scans of rows two and four deep in a block"] = ("shuffle_scan", ROW_SCANS_2D,
                                                                     "its blocks may be more than one thread deep")
+
+# Found by review (helper-82): a transpose guarding nothing, whose grid fits its sizes at every block size tuned,
+# but not whole tiles (the tile read and stored past its arrays); and a stencil whose guard reads a mask before it
+# bounds y (&& reads the mask at every point, past it where a march runs past the rows).
+NOT_OF_SHAPE["a transpose under no guard"] = ("shared_tile", spec(r"""
+extern "C" __global__ void transpose_nog(float *out, const float *in, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    out[x * h + y] = in[y * w + x];
+}
+""", "transpose_nog", [array("out", ["w", "h"], role="out"), array("in", ["h", "w"]), scalar("w", "w"),
+                       scalar("h", "h")], {"w": 64, "h": 40}, ["w", "h"], BLOCK_2D,
+    {"block_size_x": [32, 64], "block_size_y": [2, 4, 8]}), "is under no guard bounding x from above")
+MASK_FIRST_STENCIL = spec(r"""
+extern "C" __global__ void masked(float *out, const float *in, const int *mask, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (mask[y * w + x] != 0 && y < h && x < w)
+        out[y * w + x] = in[y * (w + 1) + x] + in[y * (w + 1) + x + 1] + in[(y + 1) * (w + 1) + x];
+}
+""", "masked", [array("out", ["h", "w"], role="out"), array("in", ["h + 1", "w + 1"]), array("mask", ["h", "w"], "int32"),
+                scalar("w", "w"), scalar("h", "h")], {"w": 64, "h": 40}, ["w", "h"], BLOCK_2D, TUNE_2D)
+NOT_OF_SHAPE["a stencil whose guard reads a mask before it bounds y"] = (
+    "register_blocking", MASK_FIRST_STENCIL, "mask[y * w + x] is under no guard bounding y from above")
+NOT_OF_SHAPE["points whose guard reads a mask before it bounds y"] = ("elements_per_thread", edited(
+    MASK_FIRST_STENCIL, "in[y * (w + 1) + x] + in[y * (w + 1) + x + 1] + in[(y + 1) * (w + 1) + x]",
+    "2.0f * in[y * (w + 1) + x]"), "mask[y * w + x] is under no guard bounding y from above")

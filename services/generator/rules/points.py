@@ -521,9 +521,19 @@ def unbounded(kernel: PointKernel, axis: int) -> str | None:
     def bounding(part: str) -> bool:
         found = re.fullmatch(above, unparenthesised(part))
         return found is not None and not re.search(rf"\b{name}\b", found["e"] or found["f"])
-    guards = [s for s in kernel.statements if s.kind == "if" and s.orelse is None and
-              any(bounding(part) for part in top_level_conjuncts(masked[s.head[0]:s.head[1]]))]
-    outside = next((a for a in kernel.accesses if not any(g.start <= a.start < g.end for g in guards)), None)
+    # Where each guard starts guarding: after its first bounding conjunct, since && evaluates an access in the
+    # condition before that conjunct at every point (review, helper-82: `mask[i] != 0 && y < h` read past mask).
+    guarded = []
+    for s in kernel.statements:
+        if s.kind != "if" or s.orelse is not None:
+            continue
+        head, at = masked[s.head[0]:s.head[1]], 0
+        for part in top_level_conjuncts(head):
+            at = head.index(part, at) + len(part)
+            if bounding(part):
+                guarded.append((s.head[0] + at, s.end))
+                break
+    outside = next((a for a in kernel.accesses if not any(start <= a.start < end for start, end in guarded)), None)
     return outside and (f"{outside.array}[{outside.subscript}] is under no guard bounding {name} from above, so a "
                         f"grid shrunk by a march along {name} would reach past the points the submitted grid covers")
 

@@ -47,7 +47,9 @@ def recognise(spec: KernelSpec) -> Transposed:
     if len(kernel.axes) < 2 or len(spec.block_size_names) < 2:
         raise NotRecognised("a transpose has at least two indices (x and y) and block sizes for both")
     for axis in (0, 1):
-        if (why := one_thread_per_point(spec, axis)) is not None:
+        # The tiles round the grid up to whole tiles: points past the ones the submitted grid covers must stop at a
+        # guard of their own (review, helper-82: a transpose guarding nothing read and wrote past its arrays).
+        if (why := one_thread_per_point(spec, axis) or points.unbounded(kernel, axis)) is not None:
             raise NotRecognised(why)
     if any(len(block_widths(spec, axis)) > 1 for axis in (0, 1)):
         raise NotRecognised("a restriction ties another parameter to its block size, which the tile sets")
