@@ -98,14 +98,14 @@ def recognise(spec: KernelSpec) -> RowPasses:
     refusals = []
     for key in sorted(repeated, key=lambda k: (-len({r[0] for r in repeated[k]}), repeated[k][0][1])):
         try:
-            return _model(spec, kernel, masked, body, loops, key[0], repeated[key])
+            return _model(spec, kernel, masked, body, loops, key[0], repeated[key], aliases)
         except NotRecognised as exc:
             refusals.append(str(exc))
     raise NotRecognised("; ".join(refusals))
 
 
 def _model(spec: KernelSpec, kernel: Kernel, masked: str, body: list[Statement], loops: list, array: str,
-           reads: list[tuple[int, int, int, str]]) -> RowPasses:
+           reads: list[tuple[int, int, int, str]], aliases: dict[str, affine.Poly]) -> RowPasses:
     numbers = sorted({r[0] for r in reads})
     kernel_span = (kernel.body_open + 1, kernel.body_close)
     passes = tuple(Pass(*loops[n], tuple((a, b) for m, a, b, _ in reads if m == n),
@@ -138,8 +138,7 @@ def _model(spec: KernelSpec, kernel: Kernel, masked: str, body: list[Statement],
             raise NotRecognised(f"the kernel writes {array}")
     span = masked[first.loop.start:passes[-1].loop.end]
     subscript = next(s for n, a, b, s in reads if a == first.reads[0][0])
-    inner_aliases = affine_locals(masked, *inner, affine_locals(masked, kernel.body_open + 1, kernel.body_close))
-    names = set(affine.names(affine.parse(subscript, inner_aliases))) | \
+    names = set(affine.names(affine.parse(subscript, affine_locals(masked, *inner, aliases)))) | \
         set(re.findall(r"[A-Za-z_]\w*", first.head.end)) | {array}
     for name in sorted(n for n in names if "." not in n and n != first.head.index):
         if re.search(rf"(?<![\w.])\b{name}\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*{name}\b", span):

@@ -42,6 +42,7 @@ from services.generator.rules.cuda_text import (CALLED, CAST_WORDS, IDENTIFIER, 
 from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, default_in, one_thread_per_point
 from services.generator.rules.statements import Statement, walk
+from services.generator.rules.tree import unroll_pragma
 from shared.domain.spec import KernelSpec
 
 # Longest first: `unsigned long long q` is not an `unsigned` named `long`.
@@ -599,8 +600,7 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
         resets = [f"if (threadIdx.x != 0) {a.name} = 0;  // lane 0 alone carries what {a.name} holds into the loop"
                   for a in p.accumulators if a.kind == "sum" and not a.zero_at_entry]
         if resets:  # before an unroll pragma of the loop, which must stay right before it (review, helper-83)
-            pragma = re.search(r"#[ \t]*pragma[ \t]+unroll[^\n]*\n\s*$", mask(source)[:p.loop.start])
-            at = pragma.start() if pragma else p.loop.start
+            at, _ = unroll_pragma(source, p.loop.start)
             replacements.append((at, at, "".join(f"{line}\n{indent}" for line in resets)))
         after = []
         if p.accumulators:
