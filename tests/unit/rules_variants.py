@@ -1257,6 +1257,10 @@ def edited(base: KernelSpec, old: str, new: str) -> KernelSpec:
     return base.model_validate({**base.model_dump(), "source": base.source.replace(old, new)})
 
 
+def with_args(base: KernelSpec, args: list[dict]) -> KernelSpec:
+    return base.model_validate({**base.model_dump(), "args": args})
+
+
 CLAMP_LOW_3D = spec(r"""
 // A volume clamped from below in place: each voxel read in the if's condition, stored only where it is low.
 extern "C" __global__ void clamp_low_3d(float *v, float lo, int nx, int ny, int nz)
@@ -2669,3 +2673,158 @@ NOT_OF_SHAPE["a stencil whose guard reads a mask before it bounds y"] = (
 NOT_OF_SHAPE["points whose guard reads a mask before it bounds y"] = ("elements_per_thread", edited(
     MASK_FIRST_STENCIL, "in[y * (w + 1) + x] + in[y * (w + 1) + x + 1] + in[(y + 1) * (w + 1) + x]",
     "2.0f * in[y * (w + 1) + x]"), "mask[y * w + x] is under no guard bounding y from above")
+
+# Found by review (helper-82): a grid over a band of an image's rows, guarded by the image's height. The submitted
+# grid stops at the band; a grid shrunk by a march covers whole marches, and computed rows past the band under the
+# guard. The guard's bound must be within the problem size along the marched axis.
+BAND_SCALE = spec(r"""
+// The first rows of an image scaled, a band the launch covers; the guard bounds the whole image.
+extern "C" __global__ void band_scale(float *out, const float *in, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h)
+        out[y * w + x] = 2.0f * in[y * w + x];
+}
+""", "band_scale", [array("out", ["h", "w"], role="inout"), array("in", ["h", "w"]), scalar("w", "w"),
+                    scalar("h", "h")], {"w": 64, "h": 100, "band": 64}, ["w", "band"], BLOCK_2D, TUNE_2D)
+BEYOND_THE_BAND = "its guard's bound on y, h, may pass the problem size along y"
+NOT_OF_SHAPE.update({
+    "points of a band guarded by the image's height": ("elements_per_thread", BAND_SCALE, BEYOND_THE_BAND),
+    "a stencil over a band guarded by the image's height": ("register_blocking", with_args(edited(
+        BAND_SCALE, "2.0f * in[y * w + x]", "in[y * w + x] + in[(y + 1) * w + x] + in[(y + 2) * w + x]"),
+        [array("out", ["h", "w"], role="inout"), array("in", ["h + 2", "w"]), scalar("w", "w"), scalar("h", "h")]),
+        BEYOND_THE_BAND),
+    "a window over a band guarded by the image's height": ("register_window", with_args(edited(
+        BAND_SCALE, "out[y * w + x] = 2.0f * in[y * w + x];",
+        "{ float s = 0.0f; for (int i = 0; i < 3; i++) for (int j = 0; j < 3; j++) "
+        "s += in[(y + i) * (w + 2) + x + j]; out[y * w + x] = s; }"),
+        [array("out", ["h", "w"], role="inout"), array("in", ["h + 2", "w + 2"]), scalar("w", "w"), scalar("h", "h")]),
+        BEYOND_THE_BAND),
+    "a transpose of a band guarded by the image's height": ("shared_tile", edited(
+        BAND_SCALE, "out[y * w + x] = 2.0f * in[y * w + x];", "out[x * h + y] = in[y * w + x];"),
+        BEYOND_THE_BAND),
+    "a sum over a band guarded by the image's height": ("hierarchical_reduction", edited(
+        BAND_SCALE, "out[y * w + x] = 2.0f * in[y * w + x];", "atomicAdd(out, in[y * w + x]);"),
+        "its guard's bound on y, h, may pass the problem size along y"),
+})
+
+# A point body that changes a parameter otherwise than by assigning it: through a reference bound to it, through a
+# function of the source taking it by reference (an RNG's state), or through its address. A thread's next point
+# (a vector's next lane) would see the changed value. Found by review (helper-82).
+DITHER = spec(r"""
+// Dithered quantisation: each point draws from a generator seeded by the same state.
+__device__ unsigned int step_state(unsigned int &s) { s = s * 1664525u + 1013904223u; return s; }
+extern "C" __global__ void dither(float *out, const float *in, unsigned int seed, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned int r = step_state(seed);
+        out[i] = floorf(in[i] * 255.0f + (r >> 8) * (1.0f / 16777216.0f));
+    }
+}
+""", "dither", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("seed", 12345, "uint32"), scalar("n", "n")],
+    {"n": 5000}, ["n"])
+GAIN_BY_REFERENCE = spec(r"""
+extern "C" __global__ void fade(float *out, const float *in, float gain, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float &g = gain;
+        out[i] = in[i] * g;
+        g *= 0.5f;
+    }
+}
+""", "fade", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("gain", 2.0, "float32"), scalar("n", "n")],
+    {"n": 5000}, ["n"])
+BY_REFERENCE = "may change its parameter"
+NOT_OF_SHAPE.update({
+    "a parameter changed by a function taking it by reference": ("elements_per_thread", DITHER, BY_REFERENCE),
+    "a parameter changed by a function taking it by reference, vectorised": ("vectorize", DITHER, BY_REFERENCE),
+    "a parameter changed through a reference": ("elements_per_thread", GAIN_BY_REFERENCE, BY_REFERENCE),
+    "a parameter changed through a reference, vectorised": ("vectorize", GAIN_BY_REFERENCE, BY_REFERENCE),
+    "a parameter changed through its address": ("elements_per_thread", edited(
+        GAIN_BY_REFERENCE, "float &g = gain;\n        out[i] = in[i] * g;\n        g *= 0.5f;",
+        "float *g = &gain;\n        out[i] = in[i] * *g;\n        *g *= 0.5f;"), BY_REFERENCE),
+    "a parameter changed through a template's forwarding reference": ("vectorize", edited(
+        DITHER, "__device__ unsigned int step_state(unsigned int &s)",
+        "template <typename T> __device__ unsigned int step_state(T &&s)"), BY_REFERENCE),
+})
+
+# A helper the point body calls that reads the thread's place: the body depends on more than its indices.
+NOT_OF_SHAPE.update({
+    "a helper reading threadIdx.y": ("elements_per_thread", edited(edited(
+        SHADE_2D, "extern \"C\"", "__device__ float row_bias() { return 0.25f * threadIdx.y; }\nextern \"C\""),
+        "in[row * w + col] * gain[col]", "in[row * w + col] * gain[col] + row_bias()"),
+        "it calls row_bias, which uses threadIdx"),
+    "a helper's helper reading the lane by assembly": ("vectorize", edited(edited(
+        SHADE_2D, "extern \"C\"", "__device__ unsigned lane() { unsigned l; asm(\"mov.u32 %0, %%laneid;\" : \"=r\"(l)); "
+                                  "return l; }\n__device__ float jitter() { return 1e-3f * lane(); }\nextern \"C\""),
+        "in[row * w + col] * gain[col]", "in[row * w + col] * gain[col] + jitter()"),
+        "it calls lane, which uses asm"),
+})
+
+# What those refusals leave taken: a read the same at every point made before the guard, a helper taking a
+# parameter by a const reference, and (shared_tile) a value loaded into a local that only the store reads.
+VARIANTS.update({
+    "shade_2d_coefficient_read_before_the_guard": ("elements_per_thread", edited(edited(
+        SHADE_2D, "    if (row < h && col < w)", "    const float lift = gain[0] * 0.125f;\n    if (row < h && col < w)"),
+        "in[row * w + col] * gain[col]", "in[row * w + col] * gain[col] + lift")),
+    "fade_by_a_helper_taking_a_const_reference": ("vectorize", edited(edited(
+        GAIN_BY_REFERENCE, "extern \"C\"", "__device__ float times(const float &g, float v) { return g * v; }\n"
+                                           "extern \"C\""),
+        "        float &g = gain;\n        out[i] = in[i] * g;\n        g *= 0.5f;\n",
+        "        out[i] = times(gain, in[i]);\n")),
+    "transpose_through_a_local": ("shared_tile", edited(
+        TRANSPOSE_DOUBLE, "        out[to] = in[from];", "        const double v = 0.5 * in[from];\n        out[to] = v;")),
+})
+
+# The same for an elementwise kernel launched over a prefix of its arrays: the rewrite's grid-stride loop runs to the
+# guard's bound, past the elements the submitted grid reached.
+PREFIX_SCALE = spec(r"""
+extern "C" __global__ void prefix_scale(float *out, const float *in, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 3.0f * in[i];
+}
+""", "prefix_scale", [array("out", ["n"], role="inout"), array("in", ["n"]), scalar("n", "n")], {"n": 5000, "m": 3000},
+    ["m"])
+NOT_OF_SHAPE.update({
+    "an elementwise prefix guarded by the arrays' length": ("elements_per_thread", PREFIX_SCALE,
+                                                            "its guard's bound, n, may pass its problem size"),
+    "an elementwise prefix guarded by the arrays' length, vectorised": ("vectorize", PREFIX_SCALE,
+                                                                        "its guard's bound, n, may pass its problem size"),
+    "an elementwise body calling a helper that reads the lane": ("vectorize", edited(edited(
+        PREFIX_SCALE, "extern \"C\"", "__device__ float lane_bias() { return 1e-3f * (threadIdx.x & 31); }\nextern \"C\""),
+        "3.0f * in[i]", "3.0f * in[i] + lane_bias()").model_copy(update={"problem_size": ["n"]}),
+        "calls lane_bias, which uses threadIdx"),
+})
+
+# vectorize_loops reads an index local the loop's body defines from its index (`const int at = row * cols + c;`),
+# as users name a row's element, its base spelled from the local's definition.
+GAINED_ROWS_INDEX_LOCAL = spec(r"""
+// Each block scales its row by a gain per column, the row's element named by a local of each iteration.
+extern "C" __global__ void gained_rows_at(float *out, const float *in, const float *gain, int cols)
+{
+    const int row = blockIdx.x;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int at = row * cols + c;
+        out[at] = in[at] * gain[c];
+    }
+}
+""", "gained_rows_at", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]),
+                        array("gain", ["cols"]), scalar("cols", "cols")],
+    {"rows": 3, "cols": 1000}, ["rows"], {"block_size_x": 32}, {"block_size_x": [32, 64]}, grid_div_x=[])
+VARIANTS["gained_rows_index_local"] = ("vectorize_loops", GAINED_ROWS_INDEX_LOCAL)
+DOUBLED_ROWS_INDEX_LOCAL = edited(GAINED_ROWS_INDEX_LOCAL, "in[at] * gain[c]", "in[at] * 2.0f")
+NOT_OF_SHAPE.update({
+    "an index local assigned again": ("vectorize_loops", edited(
+        DOUBLED_ROWS_INDEX_LOCAL, "const int at = row * cols + c;\n", "int at = row * cols + c;\n        at += 0;\n"),
+        "the loop over c indexes no array by c"),
+    "an index local two elements a step": ("vectorize_loops", edited(
+        DOUBLED_ROWS_INDEX_LOCAL, "const int at = row * cols + c;", "const int at = row * cols + 2 * c;"),
+        "the loop over c indexes no array by c"),
+    "an index local from a loaded offset": ("vectorize_loops", edited(
+        DOUBLED_ROWS_INDEX_LOCAL, "const int at = row * cols + c;", "const int at = (int)in[0] + c;"),
+        "the base of out[at] is not plain arithmetic"),
+})

@@ -5,7 +5,7 @@ declarator is an alias."""
 import pytest
 
 from services.generator.rules import points
-from services.generator.rules.cuda_text import mask
+from services.generator.rules.cuda_text import find_kernel, mask
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import edited
 
@@ -55,3 +55,67 @@ def test_what_a_later_declarator_or_a_comma_expression_hides_is_still_seen(old, 
 ])
 def test_declared_once_counts_every_declaration_of_a_name(body, once):
     assert points.declared_once(body, "w") is once
+
+
+# --- a parameter a thread's next point would see changed (points.parameter_changed) --------------------------
+KERNEL = """
+struct Rng { unsigned int seed; };
+__device__ void advance(Rng &r) { r.seed = r.seed * 1664525u + 1013904223u; }
+__device__ float twice(const float &v) { return 2.0f * v; }
+__device__ float first(const float *p) { return p[0]; }
+extern "C" __global__ void k(float *out, const float *in, Rng state, float gain, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        BODY
+    }
+}
+"""
+
+
+VIA = " (through its address or a reference)"
+
+
+def _changed(body: str) -> str | None:
+    source = KERNEL.replace("BODY", body)
+    kernel = find_kernel(source, "k")
+    masked = mask(source)
+    return points.parameter_changed(kernel, masked, kernel.body_open, ["out", "in", "state", "gain", "n"])
+
+
+@pytest.mark.parametrize("body, changed", [
+    ("gain *= 0.5f; out[i] = in[i] * gain;", "changes its parameter gain"),
+    ("(gain) += 1.0f; out[i] = gain;", "changes its parameter gain"),
+    ("state.seed += 1u; out[i] = (float)state.seed;", "changes its parameter state"),
+    ("++state.seed; out[i] = (float)state.seed;", "changes its parameter state"),
+    ("float &g = gain; g = in[i]; out[i] = g;", "may change its parameter gain" + VIA),
+    ("auto &s{state}; s.seed = 1u; out[i] = in[i];", "may change its parameter state" + VIA),
+    ("float *g = &gain; *g = 1.0f; out[i] = in[i];", "may change its parameter gain" + VIA),
+    ("advance(state); out[i] = (float)state.seed;", "may change its parameter state" + VIA),
+    ("advance((state)); out[i] = in[i];", "may change its parameter state" + VIA),
+    # what changes nothing of the parameters: a const reference, an element's address, a pointer argument's data
+    ("const float &g = gain; out[i] = in[i] * g;", None),
+    ("float const &g = gain; out[i] = twice(g);", None),
+    ("out[i] = twice(gain) + first(&in[i]);", None),
+    ("Rng mine = state; advance(mine); out[i] = (float)mine.seed;", None),
+    ("atomicAdd(&out[i], in[i] * gain);", None),
+])
+def test_a_parameter_changed_otherwise_than_by_assignment_is_seen(body, changed):
+    assert _changed(body) == changed
+
+
+@pytest.mark.parametrize("helper, bound", [
+    ("__device__ float f() { return (float)threadIdx.y; }", "calls f, which uses threadIdx"),
+    ("__device__ float g() { return 1.0f; }\n__device__ float f() { return g() + blockDim.x; }", "calls f, which uses blockDim"),
+    ('__device__ float g() { unsigned l; asm("mov.u32 %0, %%laneid;" : "=r"(l)); return (float)l; }\n'
+     "__device__ float f() { return g(); }", "calls g, which uses asm"),
+    ('__device__ float f() { float v; asm("shfl.sync.bfly.b32 %0, %0, 1, 31, -1;" : "+f"(v)); return v; }',
+     "calls f, which uses asm"),
+    # assembly naming neither the thread nor other threads, and a helper that no body reaches
+    ('__device__ float f() { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(1.0f)); return h; }',
+     None),
+    ("__device__ float f() { return 1.0f; }\n__device__ float unused() { return threadIdx.x; }", None),
+])
+def test_a_function_the_body_calls_that_reads_the_thread_is_seen(helper, bound):
+    source = helper + "\n" + KERNEL.replace("BODY", "out[i] = in[i] * f();")
+    assert points.thread_bound_helper(find_kernel(source, "k"), mask(source), mask(source, literals=False)) == bound

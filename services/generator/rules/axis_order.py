@@ -16,7 +16,7 @@ and y along z, one thread deep:
 
 over the problem size with its y and z swapped. Made only where the spec launches blocks one thread deep along z,
 divides the grid by the block sizes alone, and the point body is one guard bounding y and z each below a scalar
-argument its problem size covers (grid_stride.bound_covered): both launches then run every point of that box,
+argument its problem size covers (coverage.bound_covered): both launches then run every point of that box,
 and the guard skips the rest. Along z the new grid must stay within CUDA's 65535 blocks, at the spec's sizes and
 around them.
 """
@@ -24,7 +24,7 @@ import re
 
 from services.generator.rules import points
 from services.generator.rules.cuda_text import mask, top_level_conjuncts
-from services.generator.rules.grid_stride import GRID_LIMIT, bound_covered, sizes_around
+from services.generator.rules.coverage import GRID_LIMIT, bound_covered, sizes_around
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 

@@ -190,7 +190,8 @@ class BinnedAtomicsShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Binned, spec: KernelSpec) -> str | None:
-        return None if model.point is None else points.marched_under_its_guard(model.point, len(model.point.axes) - 1)
+        point = model.point
+        return None if point is None else points.marched_under_its_guard(point, len(point.axes) - 1, spec)
 
     def render(self, model: Binned, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         x = spec.block_size_names[0]

@@ -133,6 +133,19 @@ def functions_named(masked: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", masked)}
 
 
+def defined_functions(masked: str) -> dict[str, list[tuple[str, int, int]]]:
+    """Each function the (masked) text defines, by name: the parameter list and the offsets of the body's braces
+    of each definition (an overload or a template's, each)."""
+    found: dict[str, list[tuple[str, int, int]]] = {}
+    for match in re.finditer(r"\b([A-Za-z_]\w*)\s*\(([^()]*)\)\s*(?:const\s*)?\{", masked):
+        if match[1] not in _STATEMENT_WORDS:
+            found.setdefault(match[1], []).append((match[2], match.end() - 1, closing(masked, match.end() - 1)))
+    return found
+
+
+_STATEMENT_WORDS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype"})
+
+
 # A lambda's definition: captures, parameters, `mutable`, a return type, then its body's brace.
 LAMBDA = re.compile(r"\[[^\[\]]*\]\s*(?:\([^()]*\)\s*)?(?:mutable\s*)?(?:->\s*[\w:]+\s*)?\{")
 

@@ -18,7 +18,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from services.generator.rules import affine, grid_stride
+from services.generator.rules import affine, coverage, points
 from services.generator.rules.points import ALIAS
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
                                                  find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
@@ -301,7 +301,7 @@ def vectorize_reason(kernel: Elementwise, spec: KernelSpec) -> str | None:
         if re.search(rf"&\s*{name}\s*\[", body):
             return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
         if not indexed_whenever_run(body, 0, len(body), name) and \
-                not grid_stride.array_covers(spec, name, [kernel.bound]):
+                not coverage.array_covers(spec, name, [kernel.bound]):
             return (f"the body touches {name} only under a condition, and its shape in args does not hold "
                     f"{kernel.bound} elements, so a vector may reach past it")
     if ALIAS.search(body):  # `float &r = a[i];` would bind a lane's register, const where only read
@@ -465,12 +465,19 @@ def _overwritten_before_read(kernel: Elementwise, name: str) -> bool:
 
 def _depends_on_the_thread(kernel: Elementwise) -> str | None:
     """Why BODY's result depends on which thread runs an element, or on how many it runs, else None: it reads
-    the launch geometry, keeps a static, or changes something it does not declare (a parameter used as
-    per-thread state, `seed = seed * a + c`), which a thread's next element would see changed."""
+    the launch geometry, itself or in a function it calls, keeps a static, or changes something it does not
+    declare (a parameter used as per-thread state, `seed = seed * a + c`, or changed through a reference or a
+    function taking it by one), which a thread's next element would see changed."""
     body = mask(kernel.body)
     geometry = re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim|static)\b", body)
     if geometry:
         return f"its body uses {geometry[1]}, so its elements depend on the thread that runs them"
+    masked = mask(kernel.source)
+    if (helper := points.thread_bound_helper(kernel.kernel, masked, mask(kernel.source, literals=False))) is not None:
+        return f"its body {helper}, so its elements depend on the thread that runs them"
+    parameters = list(points.parameters_of(kernel.source, kernel.kernel))
+    if (changed := points.parameter_changed(kernel.kernel, masked, kernel.kernel.body_open, parameters)) is not None:
+        return f"its body {changed}, which a thread's next element would see changed"
     declared = set(re.findall(r"\b[A-Za-z_][\w:<>]*[\s*&]+([A-Za-z_]\w*)\s*(?:=|;|\[|,)", body))
     changed = {m.group(1) for m in re.finditer(rf"(?<![\w.\]>])\b([A-Za-z_]\w*)\s*(?:{ASSIGNMENT}|\+\+|--)", body)}
     changed |= set(re.findall(r"(?:\+\+|--)\s*([A-Za-z_]\w*)\b(?!\s*\[)", body))
@@ -491,6 +498,10 @@ class ElementwiseShape:
         points out, which the rewrite would then compute); a grid-stride loop covers its range on any grid."""
         if not kernel.grid_stride and (why := one_thread_per_point(spec, 0)) is not None:
             return why
+        if not kernel.grid_stride and not coverage.bound_covered(spec, 0, kernel.bound):
+            # The rewrite's grid-stride loop runs up to the bound: the submitted grid must have reached it too.
+            return (f"its guard's bound, {kernel.bound}, may pass its problem size: the submitted grid stops at the "
+                    f"problem size, and the rewrite's loop would compute the elements between them")
         if (why := _depends_on_the_thread(kernel)) is not None:
             return why
         return vectorize_reason(kernel, spec) if rule_id == "vectorize" else None

@@ -52,14 +52,13 @@ from dataclasses import dataclass, field
 from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, fresh_name, identifiers, mask,
                                                 split_top_level, unparenthesised)
-from services.generator.rules.grid_stride import GRID_LIMIT, sizes_around
+from services.generator.rules.coverage import CAST, GRID_LIMIT, sizes_around
 from services.generator.rules.shape import one_thread_per_point
 from services.generator.rules.statements import Statement, statements
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
 _DECLARATION = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<rest>[^;]*);\s*", re.DOTALL)
-_CAST = re.compile(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)")
 _WARP = 32
 _CASTS = re.compile(r"\(\s*(?:const\s+)?([A-Za-z_][\w\s:]*?)\s*\)\s*[\w(]")
 _INTEGER_WORDS = re.compile(r"\b(?:short|char|int|long|unsigned|signed|bool|size_t|u?int\d+_t|ptrdiff_t)\b")
@@ -133,7 +132,7 @@ def _plain_declaration(statement: Statement, masked: str) -> bool:
     """Whether the statement declares locals from arithmetic alone: no load, call or change of anything else."""
     text = masked[statement.start:statement.end]
     return statement.kind == "simple" and _DECLARATION.fullmatch(text) is not None and \
-        not re.search(rf"\[|\+\+|--|[-+*/%&|^]=|\b(?!{INTEGER_TYPE}\b)[A-Za-z_]\w*\s*\(", _CAST.sub(" ", text))
+        not re.search(rf"\[|\+\+|--|[-+*/%&|^]=|\b(?!{INTEGER_TYPE}\b)[A-Za-z_]\w*\s*\(", CAST.sub(" ", text))
 
 
 def _scalar_polys(spec: KernelSpec, kernel: points.PointKernel) -> dict[str, affine.Poly]:
@@ -246,7 +245,7 @@ def _form(kernel: points.PointKernel, text: str, bases: dict[str, _Form],
 
 def _unwrapped(text: str) -> str:
     """The text without integer casts and parentheses around all of it."""
-    return unparenthesised(_CAST.sub(" ", text))
+    return unparenthesised(CAST.sub(" ", text))
 
 
 def _top_level(text: str) -> str:

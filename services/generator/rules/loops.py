@@ -30,7 +30,7 @@ loop over its own row keeps each block's elements.
 import re
 from dataclasses import dataclass, replace
 
-from services.generator.rules import affine, grid_stride
+from services.generator.rules import affine, coverage
 from services.generator.rules.canonical import canonical
 from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, closing, find_kernel, fresh_name, identifiers, mask,
                                                 split_top_level)
@@ -282,19 +282,26 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     other_uses: dict[str, int] = {}
     parts = statements(masked, *inside)
     stored_whenever_run = set()  # the arrays the body stores into wherever it runs
+    # Index locals the body defines from c (`const int idx = row * cols + c;`), each as what it is defined by
+    indices = {name: poly for name, poly in affine_locals(masked, *inside).items() if c in affine.names(poly)}
     for match in re.finditer(r"(?<![\w.>\]])([A-Za-z_]\w*)\s*\[", text):
         name = match.group(1)
         opening = inside[0] + match.end() - 1
         close = closing(masked, opening)
         subscript = uncommented[opening + 1:close]
         try:
-            poly = affine.parse(subscript)
+            poly = affine.parse(subscript, indices)
         except affine.NotAffine:
             poly = None
         if poly is None or not affine.is_unit(affine.stride(poly, c)):  # a scalar access, whatever it reads
             other_uses[name] = other_uses.get(name, 0) + 1
             continue
-        base = " ".join(re.sub(rf"\b{c}\b", "0", subscript).split())
+        if set(re.findall(r"[A-Za-z_]\w*", subscript)) & set(indices):  # X[idx]: its base spelled from idx's definition
+            base = affine.spelled(affine.without(poly, {c}))
+            if not base:
+                raise _Refused(f"the base of {name}[{' '.join(subscript.split())}] is not plain arithmetic")
+        else:
+            base = " ".join(re.sub(rf"\b{c}\b", "0", subscript).split())
         if set(re.findall(r"[A-Za-z_]\w*", base)) & assigned:
             raise _Refused(f"the base of {name}[{' '.join(subscript.split())}] changes in {where}")
         if name not in types:
@@ -325,7 +332,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
             raise _Refused(f"{where} uses {name} other than as {name}[base + {c}]")
         conditional = not indexed_whenever_run(masked, *inside, name)
         arrays[name] = replace(arrays[name], conditional=conditional)
-        if conditional and not (arrays[name].base == "0" and grid_stride.array_covers(spec, name, [end])):
+        if conditional and not (arrays[name].base == "0" and coverage.array_covers(spec, name, [end])):
             raise _Refused(f"{where} touches {name} only under a condition, and its shape in args does not hold the "
                            f"loop's elements, so a vector of four may reach past it")
         # Stored whole, a vector writes back what its lanes did not store. Each thread of a grid-stride loop owns
@@ -333,13 +340,14 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
         if arrays[name].written and name not in stored_whenever_run and not across_grid:
             raise _Refused(f"{where} stores into {name} only under a condition, and every block walks its elements: "
                            f"a vector stored whole could undo another block's store")
-    # A vector written whole must first hold what the lanes do not write: load it unless the body begins by
-    # storing into the element unconditionally, without reading it.
+    # A vector written whole must first hold what the lanes do not write: load it unless the body begins (after
+    # its index locals) by storing into the element unconditionally, without reading it.
     final = []
+    declaring = rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+({'|'.join(indices) or '(?!)'})\s*="
+    first = next((part for part in split_top_level(text, ";") if not re.match(declaring, part)), "")
     for array in arrays.values():
         loaded = True
         if array.written:
-            first = split_top_level(text, ";")[0]
             plain = re.match(rf"\s*{array.name}\s*\[[^\]]*\]\s*=(?!=)", first)
             loaded = not (plain and not re.search(rf"\b{array.name}\b", first[plain.end():]))
         final.append(replace(array, loaded=loaded))

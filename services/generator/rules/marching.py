@@ -106,7 +106,7 @@ class PointsShape:
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
         return _vectors_reason(kernel, spec) if rule_id == "vectorize" else \
-            points.unbounded(kernel, len(kernel.axes) - 1)
+            points.unbounded(kernel, len(kernel.axes) - 1, spec)
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if "vectorize" in features:
@@ -134,7 +134,7 @@ class StencilShape:
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
         return _vectors_reason(kernel, spec) if rule_id == "vectorize" else \
-            points.unbounded(kernel, len(kernel.axes) - 1)
+            points.unbounded(kernel, len(kernel.axes) - 1, spec)
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if "vectorize" in features:

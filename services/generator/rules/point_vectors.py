@@ -45,7 +45,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from services.generator.rules import affine, grid_stride, points
+from services.generator.rules import affine, coverage, points
 from services.generator.rules.cuda_text import (IDENTIFIER, LAMBDA, fresh_name, functions_named, identifiers, mask,
                                                 pointee, top_level_conjuncts)
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
@@ -112,7 +112,7 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     bound = uppers[0]
     last = bound["last"] or bound["last_"]
     width_bound = f"({last}) + 1" if last else bound["w"] or bound["v"]  # x below it
-    if not grid_stride.bound_covered(spec, 0, width_bound):
+    if not coverage.bound_covered(spec, 0, width_bound):
         raise NotRecognised(f"its bound on {x}, `{' '.join(width_bound.split())}`, is not a scalar "
                             f"argument the problem size covers, so its grid would reach other points")
     if any(guard.head[0] <= a.start < guard.head[1] for a in kernel.accesses):
@@ -316,7 +316,7 @@ def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, par
         return f"it writes {name} under a condition at {accesses[0].subscript}, not at the point's own place in " \
                f"the box its guard bounds, so a vector stored whole may undo another point's store"
     if not any(made_whenever_run(masked, parts, a.start) for a in accesses) and \
-            not grid_stride.array_covers(spec, name, [bounds[axis.name] for axis in axes]):
+            not coverage.array_covers(spec, name, [bounds[axis.name] for axis in axes]):
         return f"it touches {name} only under a condition, and its shape in args does not hold the box its guard " \
                f"bounds, so a vector may reach past it"
     return None

@@ -13,10 +13,10 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from services.generator.rules import affine
+from services.generator.rules import affine, coverage
 from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                find_kernel, functions_named, mask, split_top_level,
-                                                top_level_conjuncts, unparenthesised)
+                                                defined_functions, find_kernel, functions_named, mask,
+                                                split_top_level, top_level_conjuncts, unparenthesised)
 from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, expression_end, walk
 from shared.domain.spec import KernelSpec
@@ -29,6 +29,12 @@ _DECLARATION = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<rest
 _THREAD_BOUND = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads", "__syncwarp", "__shared__",
                  "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
                  "__any_sync", "__all_sync", "__activemask", "goto", "asm")
+
+# What inline assembly in a function the point body calls may not name: the thread's registers, or instructions
+# that talk to other threads. (The point body's own asm is refused whatever it does.)
+_SPECIAL = re.compile(r"%(?:tid|ntid|ctaid|nctaid|laneid|warpid|nwarpid|smid|nsmid|gridid|lanemask\w*|clock\w*|"
+                      r"globaltimer\w*|cluster\w*|dynamic_smem_size|total_smem_size)|\b(?:bar|barrier|shfl|vote|match|"
+                      r"redux|activemask|elect|mbarrier|cp\.async|red|atom)\b|\.shared\b")
 
 
 class NotPointKernel(ValueError):
@@ -120,11 +126,14 @@ def recognise(spec: KernelSpec) -> PointKernel:
     if bound is not None:
         raise NotPointKernel(f"after its index definitions it uses {bound}, so its work depends on more than "
                              f"its indices")
+    if (helper := thread_bound_helper(kernel, masked, uncommented)) is not None:
+        raise NotPointKernel(f"after its index definitions it {helper}, so its work depends on more than its "
+                             f"indices")
     for axis in by_axis:
         if re.search(changing(axis.name), text) \
                 or address_taken(text, axis.name):
             raise NotPointKernel(f"it changes (or takes the address of) its index {axis.name}")
-    parameters = _parameters(source, kernel)
+    parameters = parameters_of(source, kernel)
     if {a.name for a in by_axis} & set(parameters):
         raise NotPointKernel("an index shadows a parameter")
     local_polys, loop_variables = _locals(masked, uncommented, rest, body_start, kernel.body_close)
@@ -133,9 +142,27 @@ def recognise(spec: KernelSpec) -> PointKernel:
     return PointKernel(**{**kernel_point.__dict__, "accesses": tuple(_accesses(kernel_point, masked, uncommented))})
 
 
+def reached_functions(kernel: Kernel, masked: str) -> list[tuple[str, str, tuple[int, int]]]:
+    """(name, parameter list, the span of the body) of each definition of a function of the source that the
+    kernel's body calls, and of those they call in turn."""
+    definitions = {name: [d for d in found if not kernel.name_at <= d[1] < kernel.body_close]
+                   for name, found in defined_functions(masked).items()}
+    found, seen, spans = [], set(), [(kernel.body_open, kernel.body_close)]
+    while spans:
+        start, end = spans.pop()
+        for match in CALLED.finditer(masked, start, end):
+            if definitions.get(match[1]) and match[1] not in seen:
+                seen.add(match[1])
+                found += [(match[1], parameters, (opening + 1, close)) for parameters, opening, close in
+                          definitions[match[1]]]
+                spans += [(opening + 1, close) for _, opening, close in definitions[match[1]]]
+    return found
+
+
 def address_taken(masked: str, name: str) -> bool:
-    """Whether `&name` appears as the unary address-of (not as the second operand of & or &&)."""
-    for match in re.finditer(rf"&\s*\b{name}\b", masked):
+    """Whether `&name` appears as the unary address-of (not as the second operand of & or &&), parenthesised too,
+    of the name itself rather than of an element it points to (`&out[i]`)."""
+    for match in re.finditer(rf"&\s*(?:\(\s*)*\b{name}\b(?!\s*(?:\[|->))", masked):
         before = masked[:match.start()].rstrip()
         if not before or not (before[-1].isalnum() or before[-1] in "_)]&"):
             return True
@@ -211,7 +238,7 @@ def one_thread_along(spec: KernelSpec, axis: int) -> bool:
     return name is not None and name not in spec.tune_params and spec.params.get(name, 1) == 1
 
 
-def _parameters(source: str, kernel: Kernel) -> dict[str, str]:
+def parameters_of(source: str, kernel: Kernel) -> dict[str, str]:
     found = {}
     for start, end in kernel.parameters(source):
         text = mask(source[start:end]).strip()
@@ -392,11 +419,79 @@ def own_statement(kernel: PointKernel, masked: str, access: Access) -> tuple[Sta
 
 
 def changed_parameter(kernel: PointKernel) -> str | None:
-    """Why a rewrite running the point body for several points a thread cannot take this kernel: its body
-    assigns, increments or decrements a parameter, and would hand the next point the changed value; else None."""
-    text = mask(kernel.source)[kernel.body_start:kernel.body_end]
-    changed = next((name for name in kernel.parameters if re.search(changing(name), text)), None)
-    return changed and f"its point body changes its parameter {changed}, which a thread's next point would see changed"
+    """Why a rewrite running the point body for several points a thread cannot take this kernel: its body may
+    change a parameter, and would hand the next point the changed value (parameter_changed); else None."""
+    masked = mask(kernel.source)
+    changed = parameter_changed(kernel.kernel, masked, kernel.body_start, list(kernel.parameters))
+    return changed and f"its point body {changed}, which a thread's next point would see changed"
+
+
+def parameter_changed(kernel: Kernel, masked: str, start: int, parameters: list[str]) -> str | None:
+    """What the kernel's body from `start` on does that may change one of its parameters, else None: it assigns,
+    increments or decrements the parameter or a member of it, takes its address, binds a reference to it that
+    is not const (`float &g = gain;`), or passes it to a function of the source taking that argument by such a
+    reference (an RNG's state)."""
+    text = masked[start:kernel.body_close]
+    by_reference = _by_reference_arguments(text, [(name, parameters) for name, parameters, _ in
+                                                  reached_functions(kernel, masked)])
+    for name in parameters:
+        if re.search(changing(name), text) or re.search(_member_changing(name), text):
+            return f"changes its parameter {name}"
+        if address_taken(text, name) or name in by_reference or _referenced(text, name):
+            return f"may change its parameter {name} (through its address or a reference)"
+    return None
+
+
+def thread_bound_helper(kernel: Kernel, masked: str, uncommented: str) -> str | None:
+    """What a function of the source that the kernel calls (or one those call) does that ties its work to the
+    thread running it, else None: it reads the thread's place, talks to other threads, or runs assembly naming
+    either."""
+    for function, _, (start, end) in reached_functions(kernel, masked):
+        bound = next((word for word in _THREAD_BOUND if re.search(rf"\b{word}\b", masked[start:end])
+                      and (word != "asm" or _SPECIAL.search(uncommented[start:end]))), None)
+        if bound is not None:
+            return f"calls {function}, which uses {bound}"
+    return None
+
+
+def _member_changing(name: str) -> str:
+    """The pattern of a member of `name` assigned, incremented or decremented (`state.seed += 1`)."""
+    member = r"(?:\s*\.\s*[A-Za-z_]\w*)+"
+    return rf"\b{name}{member}\s*(?:\+\+|--|{ASSIGNMENT})|(?:\+\+|--)\s*{name}{member}"
+
+
+def _referenced(text: str, name: str) -> bool:
+    """Whether `text` (masked) binds a reference that is not const to `name` (`float &g = gain;`, `auto &s{st};`)."""
+    for match in re.finditer(rf"(?<![&\w])&\s*[A-Za-z_]\w*\s*(?:=|\{{|\()\s*(?:\(\s*)*{name}\b(?!\s*(?:\[|->|\())",
+                             text):
+        declared = text[max(text.rfind(c, 0, match.start()) for c in ";{}(,") + 1:match.start()]
+        if not _const_referent(declared):
+            return True
+    return False
+
+
+def _const_referent(declared: str) -> bool:
+    """Whether the type written before a reference's `&` is const where it binds: after the last `*` where there is
+    one (`float *const &p`), anywhere else (`const float &g`, `float const &g`)."""
+    return re.search(r"\bconst\b", declared.rpartition("*")[2] if "*" in declared else declared) is not None
+
+
+def _by_reference_arguments(text: str, functions: list[tuple[str, str]]) -> set[str]:
+    """The names `text` (masked) passes, bare or by a member, as an argument that a function of the source takes by
+    a reference that is not const, in any definition of that name."""
+    taking = {}
+    for name, parameters in functions:
+        for place, parameter in enumerate(split_top_level(parameters, ",", "([{<")):
+            if "&" in parameter and not _const_referent(parameter.partition("&")[0]):
+                taking.setdefault(name, set()).add(place)
+    found = set()
+    for match in CALLED.finditer(text):
+        if match[1] in taking:
+            arguments = split_top_level(text[match.end():closing(text, match.end() - 1)], ",")
+            for place in taking[match[1]] & set(range(len(arguments))):
+                if bare := re.fullmatch(r"[\s(]*([A-Za-z_]\w*)[\s)]*(?:\.\s*[A-Za-z_]\w*\s*)*", arguments[place]):
+                    found.add(bare[1])
+    return found
 
 
 def replace_spans(source: str, replacements: list[tuple[int, int, str]]) -> str:
@@ -496,31 +591,50 @@ def flattened_block(dimensions: int) -> tuple[str, str]:
     return thread, threads
 
 
-def marched_under_its_guard(kernel: PointKernel, axis: int) -> str | None:
+def marched_under_its_guard(kernel: PointKernel, axis: int, spec: KernelSpec) -> str | None:
     """Why a reduction's threads cannot march along the axis: unless the point body is one guard bounding it (`if
-    (y < height) ...`, bounded_by_guard), some of its work (an atomic of a count, a read through `*(p + i)`) may
-    lie outside every guard, and a grid shrunk by a march, covering whole marches, would do it at points past
-    those the submitted grid covers."""
-    if bounded_by_guard(kernel, axis) is not None:
-        return None
+    (y < height) ...`, bounded_by_guard) below the problem size, some of its work (an atomic of a count, a read
+    through `*(p + i)`) may lie outside every guard, or at points the submitted grid never reached, and a grid
+    shrunk by a march, covering whole marches, would do it at points past those the submitted grid covers."""
+    bounded = bounded_by_guard(kernel, axis)
     name = next(a.name for a in kernel.axes if a.axis == axis)
-    return (f"its point body is not one guard bounding {name} from above (`if ({name} < bound && ...)`, or an early "
-            f"return), so a grid shrunk by a march along {name} would do its work past the points the submitted "
-            f"grid covers")
+    if bounded is None:
+        return (f"its point body is not one guard bounding {name} from above (`if ({name} < bound && ...)`, or an "
+                f"early return), so a grid shrunk by a march along {name} would do its work past the points the "
+                f"submitted grid covers")
+    spelled = affine.spelled(kernel.poly(bounded[1]) or {("?",): 1}) or bounded[1]
+    return None if coverage.bound_covered(spec, axis, spelled) else _beyond_the_grid(name, bounded[1], axis)
 
 
-def unbounded(kernel: PointKernel, axis: int) -> str | None:
+def _beyond_the_grid(name: str, bound: str, axis: int) -> str:
+    return (f"its guard's bound on {name}, {bound}, may pass the problem size along {AXES[axis]}: the submitted grid "
+            f"stops at the problem size, and a grid shrunk by a march, covering whole marches, would compute points "
+            f"between them")
+
+
+def unbounded(kernel: PointKernel, axis: int, spec: KernelSpec) -> str | None:
     """Why a thread cannot march along the axis: an access of the point body lies in no guard (an if without else at
-    its top level) bounding the axis's index from above (`y < E`, `y <= E`). The submitted kernel may rely on its
-    grid covering exactly the rows there are (a size every block size divides); a grid shrunk by a march covers a
-    whole number of marches, and the points past the rows would then touch memory no point of it touches."""
+    its top level) bounding the axis's index from above (`y < E`, `y <= E`) within the problem size along it (the
+    grid launched for it reaches every point below E: coverage.bound_covered). The submitted kernel may rely on its
+    grid covering exactly the rows there are (a size every block size divides), or on a grid covering a band of an
+    image its guard bounds further (review, helper-82); a grid shrunk by a march covers a whole number of marches,
+    and the points past the rows would then touch memory no point of it touches. A read the same at every point,
+    made by each in a statement of the point body's own (`float c = coef[0];`), reads nothing new at more points."""
     masked = mask(kernel.source)
     name = next(a.name for a in kernel.axes if a.axis == axis)
-    above = rf"\s*{name}\s*<=?\s*(?P<e>[^<>=!&|?,]+)|\s*(?P<f>[^<>=!&|?,]+?)\s*>=?\s*{name}\s*"
+    above = rf"\s*{name}\s*(?P<o><=?)\s*(?P<e>[^<>=!&|?,]+)|\s*(?P<f>[^<>=!&|?,]+?)\s*(?P<p>>=?)\s*{name}\s*"
+    uncovered = []
 
     def bounding(part: str) -> bool:
         found = re.fullmatch(above, unparenthesised(part))
-        return found is not None and not re.search(rf"\b{name}\b", found["e"] or found["f"])
+        if found is None or re.search(rf"\b{name}\b", found["e"] or found["f"]):
+            return False
+        bound = found["e"] or found["f"]
+        spelled = affine.spelled(kernel.poly(bound) or {("?",): 1}) or bound  # the body's locals substituted
+        if coverage.bound_covered(spec, axis, f"({spelled}) + 1" if "=" in (found["o"] or found["p"]) else spelled):
+            return True
+        uncovered.append(" ".join(bound.split()))
+        return False
     # Where each guard starts guarding: after its first bounding conjunct, since && evaluates an access in the
     # condition before that conjunct at every point (review, helper-82: `mask[i] != 0 && y < h` read past mask).
     guarded = []
@@ -533,9 +647,28 @@ def unbounded(kernel: PointKernel, axis: int) -> str | None:
             if bounding(part):
                 guarded.append((s.head[0] + at, s.end))
                 break
-    outside = next((a for a in kernel.accesses if not any(start <= a.start < end for start, end in guarded)), None)
-    return outside and (f"{outside.array}[{outside.subscript}] is under no guard bounding {name} from above, so a "
-                        f"grid shrunk by a march along {name} would reach past the points the submitted grid covers")
+    outside = next((a for a in kernel.accesses if not any(start <= a.start < end for start, end in guarded)
+                    and not _made_alike_at_every_point(kernel, masked, a)), None)
+    if outside is None:
+        return None
+    if uncovered:
+        return _beyond_the_grid(name, uncovered[0], axis)
+    return (f"{outside.array}[{outside.subscript}] is under no guard bounding {name} from above, so a grid shrunk by "
+            f"a march along {name} would reach past the points the submitted grid covers")
+
+
+def _made_alike_at_every_point(kernel: PointKernel, masked: str, access: Access) -> bool:
+    """Whether the access is a read of one element whatever the point (its subscript names parameters alone, which a
+    marched body does not change), in a statement of the point body's top level that every point reaches (before
+    any statement that may return)."""
+    if access.write or access.poly is None or not affine.names(access.poly) <= set(kernel.parameters):
+        return False
+    for statement in kernel.statements:
+        if statement.start <= access.start < statement.end:
+            return statement.kind == "simple"
+        if re.search(r"\breturn\b", masked[statement.start:statement.end]):
+            return False
+    return False
 
 
 def bounded_by_guard(kernel: PointKernel, axis: int) -> tuple[tuple[int, int], str] | None:

@@ -266,7 +266,7 @@ class AtomicAccumulationShape:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Accumulation, spec: KernelSpec) -> str | None:
-        return points.marched_under_its_guard(model.kernel, len(model.kernel.axes) - 1)
+        return points.marched_under_its_guard(model.kernel, len(model.kernel.axes) - 1, spec)
 
     def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
         if len(model.kernel.axes) > 1:

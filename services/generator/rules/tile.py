@@ -25,6 +25,7 @@ from services.generator.rules import affine, points
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import Access, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, one_thread_per_point
+from services.generator.rules.statements import walk
 from shared.domain.spec import KernelSpec
 
 TILE_SIZES, ROW_COUNTS = [16, 32, 64], [2, 4, 8, 16]
@@ -37,6 +38,7 @@ class Transposed:
     value: tuple[int, int]  # the span of VALUE in the source
     element: str  # OUT's element type
     load_side: bool = False  # the loads strided along x and the store contiguous along it: the tile's passes swap
+    value_locals: tuple[tuple[int, int], ...] = ()  # the spans of `T v = load;` statements only VALUE reads
 
 
 def recognise(spec: KernelSpec) -> Transposed:
@@ -49,7 +51,7 @@ def recognise(spec: KernelSpec) -> Transposed:
     for axis in (0, 1):
         # The tiles round the grid up to whole tiles: points past the ones the submitted grid covers must stop at a
         # guard of their own (review, helper-82: a transpose guarding nothing read and wrote past its arrays).
-        if (why := one_thread_per_point(spec, axis) or points.unbounded(kernel, axis)) is not None:
+        if (why := one_thread_per_point(spec, axis) or points.unbounded(kernel, axis, spec)) is not None:
             raise NotRecognised(why)
     if any(len(block_widths(spec, axis)) > 1 for axis in (0, 1)):
         raise NotRecognised("a restriction ties another parameter to its block size, which the tile sets")
@@ -78,9 +80,11 @@ def recognise(spec: KernelSpec) -> Transposed:
     value = (equals + 1, masked.rindex(";", 0, statement.end))
     x, y = kernel.axes[0].name, kernel.axes[1].name
     reads = [a for a in kernel.accesses if not a.write and not (store.start <= a.start < store.end)]
-    outside = [a for a in reads if not value[0] <= a.start < value[1]]
+    loaded = [(a, _value_local(kernel, masked, a, value)) for a in reads if not value[0] <= a.start < value[1]]
+    outside = [a for a, statement in loaded if statement is None]
     if outside:
-        raise NotRecognised(f"it reads {outside[0].array}[{outside[0].subscript}] outside the value it stores")
+        raise NotRecognised(f"it reads {outside[0].array}[{outside[0].subscript}] outside the value it stores, "
+                            f"and not into a local only the value reads")
     if _strided_along(store, x, y):
         if not _coalesced_along(reads, x):
             raise NotRecognised(f"its loads do not move by one along {x}, so a tile would not make them coalesced")
@@ -94,7 +98,31 @@ def recognise(spec: KernelSpec) -> Transposed:
     element = kernel.array_types.get(store.array)
     if element is None:
         raise NotRecognised(f"it stores into {store.array}, which is not a pointer parameter")
-    return Transposed(kernel, store, value, element, load_side)
+    return Transposed(kernel, store, value, element, load_side, tuple(sorted({statement for _, statement in loaded})))
+
+
+def _value_local(kernel: PointKernel, masked: str, access: Access, value: tuple[int, int]) -> tuple[int, int] | None:
+    """The span of the statement declaring a local whose initialiser holds the read, where the local is declared
+    once, in a statement of its own outside any loop (`float v = in[i];`), and nothing but the stored value reads
+    it; else None. The storing pass, its value replaced by the tile's element, leaves that statement out."""
+    statement = next((s for s, loops in walk(masked, list(kernel.statements))
+                      if s.kind == "simple" and s.start <= access.start < s.end and not loops), None)
+    declared = statement and re.match(r"\s*(?:const\s+)?[A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*\s+([A-Za-z_]\w*)\s*=",
+                                      masked[statement.start:statement.end])
+    if not declared or not points.declared_once(masked[kernel.body_start:kernel.body_end], declared[1]):
+        return None
+    uses = [m.start() for m in re.finditer(rf"\b{declared[1]}\b", masked[:kernel.body_end])
+            if m.start() >= kernel.body_start and not statement.start <= m.start() < statement.end]
+    return (statement.start, statement.end) if uses and all(value[0] <= at < value[1] for at in uses) else None
+
+
+def _whole_lines(source: str, span: tuple[int, int]) -> tuple[int, int, str]:
+    """The replacement leaving out the statement at `span`, with its line where it is alone on it."""
+    start, end = span
+    before, after = source.rfind("\n", 0, start), source.find("\n", end)
+    if source[before + 1:start].strip() or (after >= 0 and source[end:after].strip()):
+        return start, end, ""
+    return before + 1, (after + 1 if after >= 0 else end), ""
 
 
 def _strided_along(access: Access, strided: str, unit: str) -> bool:
@@ -122,7 +150,8 @@ def _render(model: Transposed, spec: KernelSpec) -> str:
     at = f"{tile}[{ay.name} - {y0}][{ax.name} - {x0}]"
     along_x, along_y = f"{x0} + threadIdx.x, {y0} + {j}", f"{x0} + {j}, {y0} + threadIdx.x"  # threads along x, y
     loading = points.point_body(kernel, [(model.store.start, model.store.end, at)])
-    storing = points.point_body(kernel, [(model.value[0], model.value[1], f" {at}")])
+    storing = points.point_body(kernel, [(model.value[0], model.value[1], f" {at}"),
+                                         *(_whole_lines(kernel.source, span) for span in model.value_locals)])
     first, then = ("y", "x") if model.load_side else ("x", "y")
     lines = [f"// A shared-memory tile: the block first loads a tile with threads along x reading along {first}, "
              f"where the input",

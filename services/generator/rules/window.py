@@ -94,7 +94,7 @@ def recognise(spec: KernelSpec) -> Window:
         # A thread's 4 x window_rows patch rounds the grid up to whole patches: points past the ones the submitted
         # grid covers must stop at a guard of their own (review, helper-84: a kernel guarding nothing, whose
         # grid fit its rows exactly, read and wrote past its arrays).
-        if (why := one_thread_per_point(spec, axis) or points.unbounded(kernel, axis)) is not None:
+        if (why := one_thread_per_point(spec, axis) or points.unbounded(kernel, axis, spec)) is not None:
             raise NotRecognised(why)
     if (why := points.changed_parameter(kernel)) is not None:
         raise NotRecognised(why)

@@ -1,0 +1,64 @@
+"""What a launch reaches at the spec's sizes and at sizes around them (each size one less or one more, as
+verification trials take them, and all doubled): whether a bound the kernel tests is within the problem size
+along an axis, and whether an array holds the elements below such bounds."""
+import re
+
+from services.generator.rules.cuda_text import INTEGER_TYPE
+from shared.domain.expressions import ExpressionError, evaluate
+from shared.domain.spec import KernelSpec
+
+CAST = re.compile(rf"\(\s*(?:const\s+)?{INTEGER_TYPE}\s*\)")
+GRID_LIMIT = 65535  # blocks along y and along z
+_SUFFIX = re.compile(r"\b(\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")  # 1LL, 4u: the number alone
+
+
+def bound_covered(spec: KernelSpec, axis: int, bound: str) -> bool:
+    """Whether `bound` (C text) is arithmetic of scalar arguments of given values, at most the problem size along
+    the axis at the spec's sizes and around them: a grid launched for the problem size then reaches every index
+    below the bound."""
+    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    expression = _in_sizes(spec, bound)
+    if axis >= len(dims) or axis >= len(spec.block_size_names) or expression is None:
+        return False
+    return _at_most_around(spec, expression, str(dims[axis]))
+
+
+def array_covers(spec: KernelSpec, array: str, bounds: list[str]) -> bool:
+    """Whether the array argument, as the spec declares its shape, holds at least the product of `bounds` (C text
+    of scalar arguments, as bound_covered reads them) elements at the spec's sizes and around them: an element
+    below them then exists whether or not the kernel touches it."""
+    arg = next((a for a in spec.args if a.name == array and a.is_array), None)
+    expressions = [_in_sizes(spec, bound) for bound in bounds]
+    if arg is None or None in expressions:
+        return False
+    held = " * ".join(f"({dim})" for dim in arg.shape) or "1"
+    return _at_most_around(spec, " * ".join(expressions) or "1", held)
+
+
+def _in_sizes(spec: KernelSpec, bound: str) -> str | None:
+    """`bound` (C text) as an expression of the size variables, where it is arithmetic of scalar arguments of
+    given values; else None."""
+    scalars = {arg.name: arg.value for arg in spec.args if not arg.is_array and arg.value is not None}
+    plain = _SUFFIX.sub(r"\1", CAST.sub(" ", bound))
+    if not re.fullmatch(r"[\w\s+\-*/%()]*", plain) or re.search(r"\w\s*\(", plain) or \
+            not set(re.findall(r"[A-Za-z_]\w*", plain)) <= set(scalars):
+        return None
+    return "(" + re.sub(r"[A-Za-z_]\w*", lambda m: f"({scalars[m[0]]})", plain.replace("/", "//")) + ")"
+
+
+def _at_most_around(spec: KernelSpec, smaller: str, larger: str) -> bool:
+    """Whether `smaller` <= `larger` (expressions of the size variables) at the spec's sizes and around them."""
+    variables = spec.variables(spec.baseline_params())
+    try:
+        return all(evaluate(smaller, {**variables, **sizes}) <= evaluate(larger, {**variables, **sizes})
+                   for sizes in sizes_around(spec.sizes))
+    except ExpressionError:
+        return False
+
+
+def sizes_around(sizes: dict[str, int]) -> list[dict[str, int]]:
+    """The spec's sizes, each size one less and one more alone, and all of them doubled and more."""
+    found = [sizes, {k: 2 * v + 3 for k, v in sizes.items()}]
+    for name, value in sizes.items():
+        found += [{**sizes, name: value + 1}] + ([{**sizes, name: value - 1}] if value > 1 else [])
+    return found
