@@ -118,6 +118,9 @@ def cases() -> dict:
     found["variant-block_max-plan"] = (lambda: BLOCK_MAX, None)
     found.update(style_cases())
     found.update({f"variant-{case}-plan": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})
+    # An argmax's places through the whole plan: vectors keep a lane's elements in the row's order.
+    found.update({f"variant-{case}-plan": (lambda s=VARIANTS[case][1]: s, None) for case in ("row_argmax",
+                                                                                             "code_argmin")})
     # Column loops split among a column's threads, with batch_loads' passes over each thread's share of the rows.
     found.update({f"variant-split_{case}-plan": (lambda s=spec: s, None) for case, spec in SPLIT_COLUMNS.items()})
     found.update({f"variant-{case}-plan-row_in_shared": (lambda s=VARIANTS[case][1]: s, None) for case in ROW_VARIANTS})

@@ -1425,9 +1425,9 @@ NOT_OF_SHAPE = {
         "(in[(size_t)r * cols + c] - lo) / span;\n    for (int c = 0; c < cols; c++)\n"
         "        out[(size_t)r * cols + c] += out[(size_t)r * cols + cols - 1 - c];"),
         "it writes out and reads it, or writes it in several places"),
-    "an_argmax_keeps_an_index_with_its_maximum": ("warp_per_row", edited(
+    "a_place_kept_in_a_minimum": ("warp_per_row", edited(
         ROW_RESCALE, "if (v > hi) { hi = v; }", "if (v > hi) { hi = v; lo = c; }"),
-        "its loop assigns lo `"),
+        "its loop reads lo, the place of its maximum, or sets it elsewhere"),
     "a_local_array_accumulated_per_lane": ("warp_per_row", edited(edited(
         ROW_TOTALS, "double t = 0.0;", "double parts[2];\n        double t = 0.0;"),
         "            t += value;", "            parts[k & 1] = value;\n            t += value;"),
@@ -2827,4 +2827,177 @@ NOT_OF_SHAPE.update({
     "an index local from a loaded offset": ("vectorize_loops", edited(
         DOUBLED_ROWS_INDEX_LOCAL, "const int at = row * cols + c;", "const int at = (int)in[0] + c;"),
         "the base of out[at] is not plain arithmetic"),
+})
+
+# Found by review (helper-86): vectorize_loops gives a thread other elements, which the rest of a kernel may rely on.
+# A thread's (or a warp's) own partial result, a second loop reading back what the first stored, conditional
+# stores of a grid-stride loop that blocks along y share, and an element passed to a function by reference.
+PARTIAL_SUMS = spec(r"""
+extern "C" __global__ void partial_sums(int *partial, const int *x, int n)
+{
+    int gid = blockIdx.x * blockDim.x + threadIdx.x;
+    int acc = 0;
+    for (int i = gid; i < n; i += blockDim.x * gridDim.x)
+        acc += x[i];
+    partial[gid] = acc;
+}
+""", "partial_sums", [array("partial", [1024], "int32", "out"), array("x", ["n"], "int32"), scalar("n", "n")],
+    {"n": 100000}, [1024], tune_params={"block_size_x": [128, 256]})
+PER_THREAD = "carries values a thread (or warp) writes as its own result"
+NOT_OF_SHAPE.update({
+    "a grid-stride sum per thread": ("vectorize_loops", PARTIAL_SUMS, PER_THREAD),
+    "a block's row summed per thread": ("vectorize_loops", spec(r"""
+extern "C" __global__ void row_partials(int *partial, const int *in, int cols)
+{
+    const int row = blockIdx.x;
+    int acc = 0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        acc += in[row * cols + c];
+    partial[row * blockDim.x + threadIdx.x] = acc;
+}
+""", "row_partials", [array("partial", ["rows", 128], "int32", "out"), array("in", ["rows", "cols"], "int32"),
+                      scalar("cols", "cols")], {"rows": 4, "cols": 1001}, ["rows"], {"block_size_x": 128},
+        {"block_size_x": [128]}, grid_div_x=[]), PER_THREAD),
+    "a grid-stride sum per warp": ("vectorize_loops", spec(r"""
+extern "C" __global__ void warp_partials(unsigned *partial, const unsigned *x, int n)
+{
+    const int gid = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned acc = 0u;
+    for (int i = gid; i < n; i += blockDim.x * gridDim.x)
+        acc += x[i];
+    for (int d = 16; d > 0; d /= 2) acc += __shfl_down_sync(0xffffffffu, acc, d);
+    if ((threadIdx.x & 31) == 0) partial[gid / 32] = acc;
+}
+""", "warp_partials", [array("partial", [64], "uint32", "out"), array("x", ["n"], "uint32"), scalar("n", "n")],
+        {"n": 50001}, [2048], {"block_size_x": 256}, {"block_size_x": [128, 256]}), PER_THREAD),
+    "a second loop reading back what the first stored": ("vectorize_loops", spec(r"""
+#include <cuda_fp16.h>
+extern "C" __global__ void scale_and_shadow(float *y, half *y_half, const float *x, float s, int n)
+{
+    const int stride = blockDim.x * gridDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        y[i] = x[i] * s;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        y_half[i] = __float2half(y[i]);
+}
+""", "scale_and_shadow", [array("y", ["n"], role="out"), array("y_half", ["n"], "float16", role="out"), array("x", ["n"]),
+                          scalar("s", 3.0, "float32"), scalar("n", "n")], {"n": 10007}, [2048], {"block_size_x": 256},
+        {"block_size_x": [128, 256]}), "touches y, which the kernel reads elsewhere too"),
+    "conditional stores of a grid-stride loop shared by blocks along y": ("vectorize_loops", spec(r"""
+extern "C" __global__ void scale_by_class(float *x, const int *label, const float *gain, int n)
+{
+    const int cls = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        if (label[i] == cls)
+            x[i] = x[i] * gain[cls];
+    }
+}
+""", "scale_by_class", [array("x", ["n"], role="inout"), array("label", ["n"], "int32", range=[0, "k"]),
+                        array("gain", ["k"]), scalar("n", "n")], {"n": 100003, "k": 4}, [64, "k"],
+        {"block_size_x": 256}, grid_div_x=[], grid_div_y=[]),
+        "the grid's blocks along y or z walk the same elements"),
+})
+CLAMP_BY_REFERENCE = spec(r"""
+__device__ void clamp_to(float &v, float lo, float hi) { v = fminf(fmaxf(v, lo), hi); }
+extern "C" __global__ void clampref(float *y, float lo, float hi, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) clamp_to(y[i], lo, hi);
+}
+""", "clampref", [array("y", ["n"], role="inout"), scalar("lo", -1.0, "float32"), scalar("hi", 1.0, "float32"),
+                  scalar("n", "n")], {"n": 5003}, ["n"], tune_params={"block_size_x": [64, 128]})
+NOT_OF_SHAPE.update({
+    "an element passed to a function by reference": ("vectorize", CLAMP_BY_REFERENCE,
+                                                     "passes y[i] to clamp_to, which takes it by reference"),
+    "an element passed to a function by reference in a loop": ("vectorize_loops", edited(
+        CLAMP_BY_REFERENCE, "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) clamp_to(y[i], lo, hi);",
+        "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)\n"
+        "        clamp_to(y[i], lo, hi);").model_copy(
+        update={"grid_div_x": ["block_size_x", 8]}), "passes y[i] to clamp_to, which takes it by reference"),
+})
+# What those leave taken: a row normalised in place, its loops apart by the block's barriers.
+VARIANTS["row_l2_in_place"] = ("vectorize_loops", spec(r"""
+extern "C" __global__ void row_l2_in_place(float *x, int cols)
+{
+    __shared__ float red[block_size_x];
+    float *row = x + (size_t)blockIdx.x * cols;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        s += row[c] * row[c];
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
+        __syncthreads();
+    }
+    const float inv = rsqrtf(red[0] + 1e-6f);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        row[c] *= inv;
+}
+""", "row_l2_in_place", [array("x", ["rows", "cols"], role="inout"), scalar("cols", "cols")], {"rows": 6, "cols": 1000},
+    ["rows"], {"block_size_x": 128}, {"block_size_x": [64, 128, 256]}, grid_div_x=[]))
+
+# warp_per_row takes an argmax (or argmin): a maximum kept with its place, `if (v > best) { best = v; at = c; }`;
+# the lanes keep the smaller place among equal values, the first in the row, as the loop as written keeps it.
+ROW_ARGMAX = spec(r"""
+// The predicted class of each row of logits: the first column holding the row's largest value, a thread per row.
+extern "C" __global__ void row_argmax(int *out, const float *logits, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        float best = logits[(size_t)r * cols];
+        int at = 0;
+        for (int c = 1; c < cols; c++) {
+            float v = logits[(size_t)r * cols + c];
+            if (v > best) { best = v; at = c; }
+        }
+        out[r] = at;
+    }
+}
+""", "row_argmax", [array("out", ["rows"], "int32", "out"), array("logits", ["rows", "cols"]), scalar("rows", "rows"),
+                    scalar("cols", "cols")], {"rows": 700, "cols": 333}, ["rows"])
+CODE_ARGMIN = spec(r"""
+// The first code of each row holding the row's smallest value, from codes of a handful of values (ties everywhere).
+extern "C" __global__ void code_argmin(int *first_min, int *min_code, const int *codes, int rows, int cols)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    int lowest = 2147483647, where = -1;
+    for (int j = 0; j < cols; ++j) {
+        const int code = codes[row * cols + j];
+        if (lowest > code) {
+            where = j;
+            lowest = code;
+        }
+    }
+    first_min[row] = where;
+    min_code[row] = lowest;
+}
+""", "code_argmin", [array("first_min", ["rows"], "int32", "out"), array("min_code", ["rows"], "int32", "out"),
+                     array("codes", ["rows", "cols"], "int32", range=[0, 4]), scalar("rows", "rows"),
+                     scalar("cols", "cols")], {"rows": 700, "cols": 333}, ["rows"])
+VARIANTS.update({"row_argmax": ("warp_per_row", ROW_ARGMAX), "code_argmin": ("warp_per_row", CODE_ARGMIN)})
+NOT_OF_SHAPE.update({
+    "an argmax keeping the last of equal values": ("warp_per_row", edited(ROW_ARGMAX, "if (v > best)", "if (v >= best)"),
+                                                   "keeping the last of equal values"),
+    "an argmax whose place the loop reads": ("warp_per_row", edited(
+        ROW_ARGMAX, "if (v > best) { best = v; at = c; }", "if (v > best && at < c) { best = v; at = c; }"),
+        "its loop assigns best `v`"),
+    "a column argmax split among threads": ("split_columns", spec(r"""
+extern "C" __global__ void column_argmax(int *out, const float *m, int rows, int cols)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < cols) {
+        float best = m[j];
+        int at = 0;
+        for (int r = 1; r < rows; r++) {
+            float v = m[(size_t)r * cols + j];
+            if (v > best) { best = v; at = r; }
+        }
+        out[j] = at;
+    }
+}
+""", "column_argmax", [array("out", ["cols"], "int32", "out"), array("m", ["rows", "cols"]), scalar("rows", "rows"),
+                       scalar("cols", "cols")], {"rows": 4000, "cols": 64}, ["cols"]),
+        "records where its maximum lies (at)"),
 })

@@ -66,6 +66,10 @@ def _check_columns(kernel: PointKernel, masked: str, passes: tuple[RowPass, ...]
         raise NotRecognised("it walks its column in several loops; a column split combines its threads' results "
                             "once, after one loop")
     walk, j = passes[0], kernel.axes[0].name
+    placed = next((a for a in walk.accumulators if a.place is not None), None)
+    if placed is not None:
+        raise NotRecognised(f"it records where its {placed.kind}imum lies ({placed.place}), which a column split's "
+                            f"parts do not combine")
     inside = [a for a in kernel.accesses if walk.loop.body.start <= a.start < walk.loop.body.end
               and a.poly is not None and not a.write]
     if not any(affine.is_unit(affine.stride(a.poly, j)) and affine.stride(a.poly, walk.variable) for a in inside):

@@ -133,6 +133,46 @@ def functions_named(masked: str) -> set[str]:
     return {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^()]*\)\s*(?:\{|;)", masked)}
 
 
+def declared_parameters(masked: str) -> list[tuple[str, str]]:
+    """(name, parameter list) of each function the (masked) text declares or defines; a call statement of that form
+    counts too, which only makes the readers of it more careful."""
+    return [(m[1], m[2]) for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(([^()]*)\)\s*(?:const\s*)?(?:\{|;)", masked)
+            if m[1] not in _STATEMENT_WORDS]
+
+
+def reference_places(functions: list[tuple[str, str]]) -> dict[str, set[int]]:
+    """For each (name, parameter list), the places of the parameters taken by a reference that is not const
+    (`float &v`, a template's `T &&v`), over every declaration of the name."""
+    places: dict[str, set[int]] = {}
+    for name, parameters in functions:
+        found = places.setdefault(name, set())
+        for place, parameter in enumerate(split_top_level(parameters, ",", "([{<")):
+            if "&" in parameter and not const_referent(parameter.partition("&")[0]):
+                found.add(place)
+    return places
+
+
+def const_referent(declared: str) -> bool:
+    """Whether the type written before a reference's `&` is const where it binds: after the last `*` where there is
+    one (`float *const &p`), anywhere else (`const float &g`, `float const &g`)."""
+    return re.search(r"\bconst\b", declared.rpartition("*")[2] if "*" in declared else declared) is not None
+
+
+def passed_by_reference(masked: str, start: int, end: int, places: dict[str, set[int]]) -> str | None:
+    """The function whose call takes masked[start:end] as a whole argument (`f(x[i], 2)`) at a place it takes by a
+    reference that is not const (reference_places); else None."""
+    if not re.search(r"[(,]\s*$", masked[:start]) or not re.match(r"\s*[,)]", masked[end:]):
+        return None
+    depth = 0
+    for i in range(start - 1, -1, -1):
+        depth += (masked[i] == ")") - (masked[i] == "(")
+        if depth < 0:
+            name = re.search(r"([A-Za-z_]\w*)\s*(?:<[\w\s:,*&]*>\s*)?$", masked[:i])
+            place = len(split_top_level(masked[i + 1:start], ",")) - 1
+            return name[1] if name and place in places.get(name[1], ()) else None
+    return None
+
+
 def defined_functions(masked: str) -> dict[str, list[tuple[str, int, int]]]:
     """Each function the (masked) text defines, by name: the parameter list and the offsets of the body's braces
     of each definition (an overload or a template's, each)."""

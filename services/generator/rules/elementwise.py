@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from services.generator.rules import affine, coverage, points
 from services.generator.rules.points import ALIAS
 from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                 find_kernel, fresh_name, identifiers, mask, pointee, split_top_level)
+                                                 declared_parameters, find_kernel, fresh_name, identifiers, mask,
+                                                 passed_by_reference, pointee, reference_places, split_top_level)
 from services.generator.rules.statements import Statement, body_of, indexed_whenever_run
 from services.generator.rules.shape import Layout, block_widths, one_thread_per_point
 from shared.domain.spec import KernelSpec
@@ -292,6 +293,11 @@ def _check_guarded(guarded: str, index: str, array_parameters: dict[str, str]) -
 # --- vectorize: which elementwise kernels can run on 128-bit vectors ------------------------------------
 def vectorize_reason(kernel: Elementwise, spec: KernelSpec) -> str | None:
     body = mask(through_ldg(kernel.body, kernel.index))
+    source = mask(kernel.source)
+    places = reference_places(declared_parameters(source[:kernel.kernel.name_at] + source[kernel.kernel.body_close:]))
+    for element in re.finditer(rf"\b([A-Za-z_]\w*)\s*\[\s*{kernel.index}\s*\]", body):
+        if (called := passed_by_reference(body, element.start(), element.end(), places)) is not None:
+            return f"the body passes {element[0]} to {called}, which takes it by reference, as a lane has it not"
     for name, dtype in kernel.arrays.items():
         if dtype is None:
             return f"{name} is not one of the kernel's array arguments, so it cannot be loaded as vectors"

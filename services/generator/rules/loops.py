@@ -32,11 +32,12 @@ from dataclasses import dataclass, replace
 
 from services.generator.rules import affine, coverage
 from services.generator.rules.canonical import canonical
-from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, closing, find_kernel, fresh_name, identifiers, mask,
+from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, closing, declared_parameters, find_kernel,
+                                                fresh_name, identifiers, mask, passed_by_reference, reference_places,
                                                 split_top_level)
 from services.generator.rules.elementwise import model
-from services.generator.rules.partition import partition
-from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE
+from services.generator.rules.partition import array_accesses, partition, per_thread_outputs
+from services.generator.rules.points import ASSIGNMENT, INDENT, INTEGER_TYPE, declared_names
 from services.generator.rules.shape import one_thread_per_point
 from services.generator.rules.statements import (Statement, Unparsed, indexed_whenever_run, made_whenever_run,
                                                  statements, walk)
@@ -61,6 +62,7 @@ class VectorArray:
     # Indexed only under a condition (`has_w ? w[i] : 1.0f`): the caller may pass a null pointer, which the loop
     # as written never reads but a vector would.
     conditional: bool = False
+    partly_stored: bool = False  # written, but not wherever the body runs: its vector writes back lanes not stored
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class VectorLoop:
     step: str
     arrays: tuple[VectorArray, ...]
     accesses: tuple[tuple[int, int, str], ...]  # (start, end, array) of each X[BASE + c] in the body
+    carries: bool = False  # the body changes a local declared before the loop (a thread's sum)
 
 
 def vectorize_loops_reason(source: str, spec: KernelSpec) -> str | None:
@@ -125,27 +128,84 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
     widths = {"blockDim.x", spec.block_size_names[0], *_fixed_width(spec)}
     aliases = affine_locals(masked, kernel.body_open + 1, kernel.body_close)
     types = _element_types(source, kernel, spec, masked)
+    places = reference_places(declared_parameters(masked[:kernel.name_at] + masked[kernel.body_close:]))
     found, reasons = [], []
     per_block = partition(source, spec)
+    headers = {statement.start: header for statement, _ in walk(masked, body) if statement.kind == "for" and
+               (header := strided_loop(masked, uncommented, statement, widths, aliases)) is not None}
+    element_loops = [(statement.start, statement.end, headers[statement.start][0])
+                     for statement, _ in walk(masked, body) if statement.start in headers]
     for statement, _ in walk(masked, body):
-        if statement.kind != "for":
+        header = headers.get(statement.start) if statement.kind == "for" else None
+        if header is None:
             continue
         try:
-            header = strided_loop(masked, uncommented, statement, widths, aliases)
-            if header is None:
-                continue
             across_grid = "blockIdx.x" in affine.names(affine.parse(header[2], aliases))
             if per_block.outputs and across_grid:
                 raise _Refused(f"the loop over {header[0]} shares the elements out among the grid's blocks, and the "
                                f"kernel writes one result per block ({per_block.describe()}): vectors of four would "
                                f"give each block other elements")
-            found.append(_vector_loop(source, masked, uncommented, statement, header, types, spec, across_grid))
+            vectors = _vector_loop(source, masked, uncommented, statement, header, types, spec, across_grid, places)
+            _check_threads_elsewhere(source, spec, masked, body, vectors, across_grid, element_loops, aliases)
+            found.append(vectors)
         except _Refused as exc:
             reasons.append(str(exc))
     # A loop inside another is rewritten alone: the outer one's text would change under its rewrite.
     inner = [loop for loop in found if not any(other is not loop and loop.loop.start <= other.loop.start
                                                 and other.loop.end <= loop.loop.end for other in found)]
     return inner, reasons
+
+
+def _check_threads_elsewhere(source: str, spec: KernelSpec, masked: str, body: list[Statement], vectors: "VectorLoop",
+                             across_grid: bool, element_loops: list[tuple[int, int, str]],
+                             aliases: dict[str, affine.Poly]) -> None:
+    """Refuses a loop whose elements the rest of the kernel expects each thread to have taken as written (review,
+    helper-86): vectors give a thread other elements. So the loop's state must not reach a result per thread or
+    per warp (`partial[gid] = acc`; an element another strided loop stores at its own index is none), and no array
+    the loop writes may be touched elsewhere, nor an array it takes
+    as vectors written elsewhere (another loop reading back what this one stored), unless a barrier lies between
+    (a block's loops, not in a loop together: the block's threads then see each other's elements)."""
+    loop = vectors.loop
+    where = f"the loop over {vectors.variable}"
+    # A grid-stride loop's thread owns its elements only among the blocks of its row of the grid: blocks along y or
+    # z walk the same elements unless the array's base tells them apart (review, helper-86: a class per blockIdx.y).
+    rows = set(re.findall(r"\bblockIdx\s*\.\s*[yz]\b", masked[body[0].start:body[-1].end] if body else ""))
+    for array in vectors.arrays:
+        if across_grid and array.partly_stored and \
+                not {" ".join(r.split()).replace(" ", "") for r in rows} <= _reached(array.base, aliases):
+            raise _Refused(f"{where} stores into {array.name} only under a condition, and the grid's blocks along y "
+                           f"or z walk the same elements: a vector stored whole could undo another block's store")
+    if vectors.carries and (outputs := per_thread_outputs(source, spec, (loop.start, loop.end), element_loops)):
+        raise _Refused(f"{where} carries values a thread (or warp) writes as its own result ({outputs[0]}), which "
+                       f"would come from other elements")
+    accesses = array_accesses(source, spec)
+    written = set().union(*(names for at, names, write in accesses if write and loop.start <= at < loop.end))
+    taken = set().union(*(names for at, names, _ in accesses
+                          if any(start <= at < end for start, end, _ in vectors.accesses)))
+    for at, names, write in accesses:
+        if loop.start <= at < loop.end or not (names & written or (write and names & taken)):
+            continue
+        if across_grid or not _barrier_between(masked, body, loop, at):
+            array = sorted(names & written or names & taken)[0]
+            raise _Refused(f"{where} touches {array}, which the kernel {'writes' if write else 'reads'} elsewhere "
+                           f"too, expecting each element where the loop as written leaves it")
+
+
+def _reached(text: str, aliases: dict[str, affine.Poly]) -> set[str]:
+    """The names an expression reaches through the kernel's affine locals (`plane` for blockIdx.y)."""
+    try:
+        return affine.names(affine.parse(text, aliases))
+    except affine.NotAffine:
+        return set()
+
+
+def _barrier_between(masked: str, body: list[Statement], loop: Statement, at: int) -> bool:
+    """Whether a __syncthreads() lies between the loop and the offset, and no loop holds both (whose next turn
+    would bring them together again with no barrier between)."""
+    first, last = (loop.end, at) if at >= loop.end else (at, loop.start)
+    together = any(s.kind in ("for", "while", "do") and s.start <= min(at, loop.start) and max(at, loop.end) <= s.end
+                   for s, _ in walk(masked, body) if s is not loop)
+    return not together and re.search(r"\b__syncthreads\s*\(", masked[first:last]) is not None
 
 
 def _fixed_width(spec: KernelSpec) -> set[str]:
@@ -265,7 +325,7 @@ def _times(width: str, *names: str) -> affine.Poly:
 
 
 def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
-                 types: dict[str, str], spec: KernelSpec, across_grid: bool) -> VectorLoop:
+                 types: dict[str, str], spec: KernelSpec, across_grid: bool, places: dict[str, set[int]]) -> VectorLoop:
     c, type_, start, end, step = header
     inside = (loop.body.inner if loop.body.kind == "block" else (loop.body.start, loop.body.end))
     text = masked[inside[0]:inside[1]]
@@ -324,6 +384,9 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
         elif ADDRESS_OF_BEFORE.search(masked[max(0, at - 80):at]):
             raise _Refused(f"{where} takes the address of {name}[{' '.join(subscript.split())}], which a vector "
                            f"lane does not have")
+        elif (called := passed_by_reference(masked, at, stop, places)) is not None:
+            raise _Refused(f"{where} passes {name}[{' '.join(subscript.split())}] to {called}, which takes it by "
+                           f"reference, as a vector lane has it not")
         accesses.append((at, stop, name))
     if not arrays:
         raise _Refused(f"{where} indexes no array by {c}")
@@ -331,7 +394,8 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
         if other_uses.get(name) or re.search(rf"\b{name}\b(?!\s*\[)", text):
             raise _Refused(f"{where} uses {name} other than as {name}[base + {c}]")
         conditional = not indexed_whenever_run(masked, *inside, name)
-        arrays[name] = replace(arrays[name], conditional=conditional)
+        arrays[name] = replace(arrays[name], conditional=conditional,
+                               partly_stored=arrays[name].written and name not in stored_whenever_run)
         if conditional and not (arrays[name].base == "0" and coverage.array_covers(spec, name, [end])):
             raise _Refused(f"{where} touches {name} only under a condition, and its shape in args does not hold the "
                            f"loop's elements, so a vector of four may reach past it")
@@ -356,7 +420,8 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     if re.match(r"#\s*pragma\s+unroll\b", before):
         line = source[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
         pragma = line
-    return VectorLoop(loop, pragma, c, type_, start, end, step, tuple(final), tuple(accesses))
+    carries = bool(assigned - declared_names(text) - {c} - set(arrays))
+    return VectorLoop(loop, pragma, c, type_, start, end, step, tuple(final), tuple(accesses), carries)
 
 
 def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:

@@ -43,7 +43,36 @@ def partition(source: str, spec: KernelSpec) -> Partition:
         return Partition()
 
 
-def _partition(source: str, spec: KernelSpec) -> Partition:
+@dataclass(frozen=True)
+class _Reading:
+    """What the kernel's text says about its writes: its pointer parameters, and what each local is computed from
+    (every name its right-hand sides hold, or only those outside loads: the index arithmetic a share follows)."""
+    masked: str
+    uncommented: str
+    start: int
+    end: int
+    parameters: set[str]
+    assigned: dict[str, list[str]]
+    values: dict[str, set[str]]
+    indices: dict[str, set[str]]
+
+    def reach(self, names: set[str], depends: dict[str, set[str]] | None = None) -> set[str]:
+        depends = self.indices if depends is None else depends
+        seen, todo = set(), list(names)
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(depends.get(name, ()))
+        return seen
+
+    def writes(self) -> list[tuple[str, str, str, int, set[str]]]:
+        """(text, array, address, offset, every name the array and address reach) of each write."""
+        return [(text, base, address, at, self.reach(_names(address) | {base}, self.values))
+                for text, base, address, at in _writes(self.masked, self.uncommented, self.start, self.end)]
+
+
+def _read(source: str, spec: KernelSpec) -> _Reading:
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
     start, end = kernel.body_open + 1, kernel.body_close
@@ -53,28 +82,60 @@ def _partition(source: str, spec: KernelSpec) -> Partition:
         if names and "*" in masked[a:b]:
             parameters.add(names[-1])
     assigned = _assignments(masked, start, end)
-    # What each local is computed from: every name its right-hand sides hold, or only those outside loads (the
-    # index arithmetic a block's share of the elements follows).
     values = {name: set().union(*(_names(rhs) for rhs in texts)) for name, texts in assigned.items()}
     indices = {name: set().union(*(_names(_without_subscripts(rhs)) for rhs in texts))
                for name, texts in assigned.items()}
+    return _Reading(masked, uncommented, start, end, parameters, assigned, values, indices)
 
-    def reach(names: set[str], depends: dict[str, set[str]] = indices) -> set[str]:
-        seen, todo = set(), list(names)
-        while todo:
-            name = todo.pop()
-            if name not in seen:
-                seen.add(name)
-                todo.extend(depends.get(name, ()))
-        return seen
 
+def per_thread_outputs(source: str, spec: KernelSpec, span: tuple[int, int],
+                       element_loops: list[tuple[int, int, str]]) -> list[str]:
+    """The writes outside `span` (a loop of the kernel) into its array parameters, stores or atomics, at an
+    address that depends on the thread's place in its block (`partial[gid] = acc`, `out[gid / 32]`): results per
+    thread or per warp, of whatever elements the thread (or warp) took. A store inside one of `element_loops`
+    ((start, end, index) of loops spreading elements over threads) at an address computed from its index is the
+    element's, not the thread's."""
+    try:
+        reading = _read(source, spec)
+    except ValueError:
+        return []
+    return [text for text, _, address, at, names in reading.writes() if not span[0] <= at < span[1]
+            and names & reading.parameters and _any(names, "threadIdx.") and
+            not any(start <= at < end and index in reading.reach(_names(address), reading.values)
+                    for start, end, index in element_loops)]
+
+
+def array_accesses(source: str, spec: KernelSpec) -> list[tuple[int, set[str], bool]]:
+    """(offset, the array parameters it reaches, whether it writes) of each subscript of the kernel (`x[i]`, a
+    pointer local's `row[c]` reaching x), each atomic's address, and each array parameter passed whole to a call
+    (which may do either)."""
+    try:
+        reading = _read(source, spec)
+    except ValueError:
+        return []
+    masked, params = reading.masked, reading.parameters
+    written = {at for _, _, _, at, _ in reading.writes()}
+    found = [(at, names & params, True) for _, _, _, at, names in reading.writes()]
+    for match in re.finditer(r"(?<![\w.\]>])([A-Za-z_]\w*)\s*\[", masked[reading.start:reading.end]):
+        at = reading.start + match.start()
+        if at not in written:
+            found.append((at, reading.reach({match[1]}, reading.values) & params, False))
+    for name in params:
+        for match in re.finditer(rf"[(,]\s*{name}\s*[,)]", masked[reading.start:reading.end]):
+            found.append((reading.start + match.start(), {name}, True))
+    return found
+
+
+def _partition(source: str, spec: KernelSpec) -> Partition:
+    reading = _read(source, spec)
     outputs = []
-    for text, base, address in _writes(masked, uncommented, start, end):
-        names = reach(_names(address) | {base}, values)
-        if names & parameters and _any(names, "blockIdx.") and not _any(names, "threadIdx.") and text not in outputs:
+    for text, _, _, _, names in reading.writes():
+        if names & reading.parameters and _any(names, "blockIdx.") and not _any(names, "threadIdx.") and \
+                text not in outputs:
             outputs.append(text)
     if not outputs:
         return Partition()
+    masked, start, end, assigned, reach = reading.masked, reading.start, reading.end, reading.assigned, reading.reach
     expressions = [rhs for texts in assigned.values() for rhs in texts]
     expressions += [masked[m.end():closing(masked, m.end() - 1)]
                     for m in re.compile(r"[\w\]]\s*\[").finditer(masked, start, end)]
@@ -104,8 +165,8 @@ def _assignments(masked: str, start: int, end: int) -> dict[str, list[str]]:
     return found
 
 
-def _writes(masked: str, uncommented: str, start: int, end: int) -> list[tuple[str, str, str]]:
-    """(text, array, address) of each store `X[...] = ...` (or op=, ++, --) and each atomic's address."""
+def _writes(masked: str, uncommented: str, start: int, end: int) -> list[tuple[str, str, str, int]]:
+    """(text, array, address, offset) of each store `X[...] = ...` (or op=, ++, --) and each atomic's address."""
     found = []
     for match in re.finditer(r"(?<![\w.\]>])([A-Za-z_]\w*)\s*\[", masked[start:end]):
         opening = start + match.end() - 1
@@ -113,14 +174,14 @@ def _writes(masked: str, uncommented: str, start: int, end: int) -> list[tuple[s
         before = masked[:start + match.start()].rstrip()
         if re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", masked[close + 1:close + 8]) or before.endswith(("++", "--")):
             text = " ".join(uncommented[start + match.start():close + 1].split())
-            found.append((text, match.group(1), masked[opening + 1:close]))
+            found.append((text, match.group(1), masked[opening + 1:close], start + match.start()))
     for match in re.finditer(r"\batomic\w+\s*\(", masked[start:end]):
         opening = start + match.end() - 1
         first = masked[opening + 1:expression_end(masked, opening + 1, end)]
         names = IDENTIFIER.findall(first)
         if names:
             text = " ".join(uncommented[opening + 1:opening + 1 + len(first)].split())
-            found.append((text, names[0], first))
+            found.append((text, names[0], first, match.start() + start))
     return found
 
 

@@ -46,8 +46,8 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, coverage, points
-from services.generator.rules.cuda_text import (IDENTIFIER, LAMBDA, fresh_name, functions_named, identifiers, mask,
-                                                pointee, top_level_conjuncts)
+from services.generator.rules.cuda_text import (IDENTIFIER, LAMBDA, declared_parameters, fresh_name, identifiers, mask,
+                                                passed_by_reference, pointee, reference_places, top_level_conjuncts)
 from services.generator.rules.elementwise import ELEMENT_BYTES, VECTOR_BYTES
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import NotRecognised, one_thread_per_point
@@ -217,7 +217,7 @@ def _arrays(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, body: tu
     into a Window instead (a stencil's input)."""
     arrays, subscripts, windows = {}, {}, {}
     parts = statements(masked, *body)
-    functions = functions_named(masked[:kernel.kernel.name_at] + masked[kernel.body_end:])
+    functions = reference_places(declared_parameters(masked[:kernel.kernel.name_at] + masked[kernel.body_end:]))
     for name in dict.fromkeys(a.array for a in kernel.accesses):
         accesses = [a for a in kernel.accesses if a.array == name]
         why = next(filter(None, (_unvectorised(kernel, spec, masked, x, a, accesses[0], functions)
@@ -247,7 +247,7 @@ WINDOW_SPAN = 8  # the most elements a group's numbers may spread over: its regi
 
 
 def _window(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, accesses: list,
-            functions: set[str]) -> Window | None:
+            functions: dict[str, set[int]]) -> Window | None:
     """The array's accesses as a Window, where each would take vectors but for the others' subscripts (so each
     moves by exactly 1 along x) and the subscripts differ by offsets free of the indices; else None."""
     if any(_unvectorised(kernel, spec, masked, x, a, a, functions) for a in accesses):
@@ -271,7 +271,7 @@ def _window(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, accesses
 
 
 def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, access, first,
-                  functions: set[str]) -> str | None:
+                  functions: dict[str, set[int]]) -> str | None:
     """Why the access's array cannot be taken as vectors of consecutive elements along x, else None."""
     poly = access.poly
     if poly is None or affine.stride(poly, x) != {(): 1} or \
@@ -283,10 +283,8 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
         return _SEVERAL.format(access.array)
     if re.search(r"(?<!&)&\s*$", masked[:access.start]) and (access.write or _ldg_span(masked, access) is None):
         return f"it takes the address of {access.array}[{access.subscript}], which a lane has not"
-    callee = _callee(masked, access.start) if re.search(r"[(,]\s*$", masked[:access.start]) and \
-        re.match(r"\s*[,)]", masked[access.end:]) else None
-    if callee in functions:
-        return f"it passes {access.array}[{access.subscript}] to {callee}, which may take it by reference"
+    if (called := passed_by_reference(masked, access.start, access.end, functions)) is not None:
+        return f"it passes {access.array}[{access.subscript}] to {called}, which takes it by reference"
     declared = pointee(kernel.parameters.get(access.array, ""))
     if declared is None or declared[0] != access.array or _dtype(kernel, spec, access.array) not in ELEMENT_BYTES:
         return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"
@@ -319,17 +317,6 @@ def _stored_whole_reason(kernel: PointKernel, spec: KernelSpec, masked: str, par
             not coverage.array_covers(spec, name, [bounds[axis.name] for axis in axes]):
         return f"it touches {name} only under a condition, and its shape in args does not hold the box its guard " \
                f"bounds, so a vector may reach past it"
-    return None
-
-
-def _callee(masked: str, at: int) -> str | None:
-    """The function whose call's arguments hold the offset, if any."""
-    depth = 0
-    for i in range(at - 1, -1, -1):
-        depth += (masked[i] == ")") - (masked[i] == "(")
-        if depth < 0:
-            name = re.search(r"([A-Za-z_]\w*)\s*$", masked[:i])
-            return name[1] if name else None
     return None
 
 

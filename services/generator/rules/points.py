@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, coverage
 from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                defined_functions, find_kernel, functions_named, mask,
-                                                split_top_level, top_level_conjuncts, unparenthesised)
+                                                const_referent, defined_functions, find_kernel, functions_named,
+                                                mask, passed_by_reference, reference_places, split_top_level,
+                                                top_level_conjuncts, unparenthesised)
 from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, expression_end, walk
 from shared.domain.spec import KernelSpec
@@ -433,7 +434,7 @@ def parameter_changed(kernel: Kernel, masked: str, start: int, parameters: list[
     reference (an RNG's state)."""
     text = masked[start:kernel.body_close]
     by_reference = _by_reference_arguments(text, [(name, parameters) for name, parameters, _ in
-                                                  reached_functions(kernel, masked)])
+                                                  reached_functions(kernel, masked)], parameters)
     for name in parameters:
         if re.search(changing(name), text) or re.search(_member_changing(name), text):
             return f"changes its parameter {name}"
@@ -465,32 +466,24 @@ def _referenced(text: str, name: str) -> bool:
     for match in re.finditer(rf"(?<![&\w])&\s*[A-Za-z_]\w*\s*(?:=|\{{|\()\s*(?:\(\s*)*{name}\b(?!\s*(?:\[|->|\())",
                              text):
         declared = text[max(text.rfind(c, 0, match.start()) for c in ";{}(,") + 1:match.start()]
-        if not _const_referent(declared):
+        if not const_referent(declared):
             return True
     return False
 
 
-def _const_referent(declared: str) -> bool:
-    """Whether the type written before a reference's `&` is const where it binds: after the last `*` where there is
-    one (`float *const &p`), anywhere else (`const float &g`, `float const &g`)."""
-    return re.search(r"\bconst\b", declared.rpartition("*")[2] if "*" in declared else declared) is not None
-
-
-def _by_reference_arguments(text: str, functions: list[tuple[str, str]]) -> set[str]:
-    """The names `text` (masked) passes, bare or by a member, as an argument that a function of the source takes by
-    a reference that is not const, in any definition of that name."""
-    taking = {}
-    for name, parameters in functions:
-        for place, parameter in enumerate(split_top_level(parameters, ",", "([{<")):
-            if "&" in parameter and not _const_referent(parameter.partition("&")[0]):
-                taking.setdefault(name, set()).add(place)
+def _by_reference_arguments(text: str, functions: list[tuple[str, str]], names: list[str]) -> set[str]:
+    """Those of `names` that `text` (masked) passes, bare, parenthesised or by a member, as an argument that a
+    function of the source takes by a reference that is not const, in any declaration of that name."""
+    places = reference_places(functions)
     found = set()
-    for match in CALLED.finditer(text):
-        if match[1] in taking:
-            arguments = split_top_level(text[match.end():closing(text, match.end() - 1)], ",")
-            for place in taking[match[1]] & set(range(len(arguments))):
-                if bare := re.fullmatch(r"[\s(]*([A-Za-z_]\w*)[\s)]*(?:\.\s*[A-Za-z_]\w*\s*)*", arguments[place]):
-                    found.add(bare[1])
+    for match in re.finditer(rf"(?<![\w.])({'|'.join(map(re.escape, names)) or '(?!)'})\b(?:\s*\.\s*[A-Za-z_]\w*)*",
+                             text):
+        start, end = match.start(), match.end()
+        while (opened := re.search(r"\(\s*$", text[:start])) and (closed := re.match(r"\s*\)", text[end:])) and \
+                re.search(r"[(,]\s*$", text[:opened.start()]):
+            start, end = opened.start(), end + closed.end()  # (name) is the argument, its call's ( before it
+        if passed_by_reference(text, start, end, places) is not None:
+            found.add(match[1])
     return found
 
 

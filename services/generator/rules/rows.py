@@ -6,7 +6,8 @@ Recognised: a kernel of one point per thread along x (the row) whose point body 
 loop assigns outside itself is an accumulator declared in the point body before it, which the loop reads nowhere
 else: a sum (`sum += E`, `sum -= E`, `sum++`, `sum = sum + E`, `sum = E + sum`, or for a float or double `sum =
 fmaf(X, Y, sum)`), or an extreme (`m = fmaxf(m, E)` and fmax, max, fminf, fmin, min; `m = E > m ? E : m`, `if (E >
-m) m = E;` and their mirrors). A loop's stores go to an element that moves with its index; an array the kernel both
+m) m = E;` and their mirrors), or an extreme kept with its place (`if (E > m) { m = E; at = c; }`, an argmax or an
+argmin, under a strict comparison). A loop's stores go to an element that moves with its index; an array the kernel both
 writes and reads is read only at the element written, in loops that start at the same place. Outside the loops, the
 row writes memory (`y[r] = sum`) only after the last loop, in the block that holds it. A loop's start and bound are
 plain arithmetic its body does not change; what every lane would run whole changes nothing a lane does not own (no
@@ -29,7 +30,10 @@ partial sums are added in another order (within float rounding), and a maximum o
 any order: fmaxf and fminf drop a NaN wherever it stands, and a comparison that keeps E where it holds
 (`if (E > m) m = E`) never takes one. The mirror form, keeping E where the comparison fails (`m = E < m ? m : E`),
 takes a NaN and then drops it for the next element, so where the NaN lies decides the result: it is refused. Among
-equal values the lanes may keep another than the first (+0.0 for -0.0, which compare equal).
+equal values the lanes may keep another than the first (+0.0 for -0.0, which compare equal). An argmax's lanes
+combine their places too, keeping the smaller among equal values: the loop's strict comparison keeps the first of
+them in the row, and each lane meets its elements in the row's order. (A comparison taking equal values keeps the
+last, which a lane that met none of them cannot tell from its own start: it is refused.)
 The lane loops are ones the vectorize_loops rule can widen to 128-bit loads.
 """
 import re
@@ -70,6 +74,8 @@ class Accumulator:
     kind: str  # sum | max | min
     function: str | None  # the function an extreme is taken with (fmaxf, max, ...); None: by comparison
     zero_at_entry: bool  # a sum declared at zero and not changed before its loop
+    place: str | None = None  # an extreme's companion that records where it was found (`at = c;`): an argmax
+    place_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,9 +238,10 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
         assigned.setdefault(match.group(1), set()).add("++")
     if c in assigned:
         raise NotRecognised(f"its loop body changes the loop index {c}")
+    places = _places(masked, loop, c)
     found = []
     for name, operators in assigned.items():
-        if name in local:
+        if name in local or name in places.values():
             continue
         type_, zero = _declaration(kernel, masked, loop, name)
         uses = len(re.findall(rf"(?<![\w.])(?<!->)\b{name}\b", inside))
@@ -249,7 +256,7 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
             if operators != {"="}:
                 raise
             try:
-                kind, function, counted = _extreme(masked, loop, name)
+                kind, function, counted = _extreme(masked, loop, name, places.get(name), c)
             except _OrderDependent:
                 raise
             except NotRecognised:
@@ -257,8 +264,36 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
         if uses != counted:
             raise NotRecognised(f"its loop reads the accumulator {name}, so the partial results of lanes would "
                                 f"differ from the row's")
-        found.append(Accumulator(name, type_, kind, function, zero))
+        place = places.get(name) if kind != "sum" else None
+        if place is not None and (len(re.findall(rf"(?<![\w.])(?<!->)\b{place}\b", inside)) != 1 or
+                                  assigned[place] != {"="}):
+            raise NotRecognised(f"its loop reads {place}, the place of its {kind}imum, or sets it elsewhere")
+        found.append(Accumulator(name, type_, kind, function, zero, place,
+                                 place and _declaration(kernel, masked, loop, place)[0]))
+    unpaired = next((place for name, place in places.items() if name not in {a.name for a in found}), None)
+    if unpaired is not None:
+        raise NotRecognised(f"its loop records {unpaired} beside a value that is not a maximum or a minimum")
     return tuple(found)
+
+
+def _places(masked: str, loop: Statement, c: str) -> dict[str, str]:
+    """Each local the loop body sets, in an if without else, with its index beside another (`if (v > best) { best =
+    v; at = c; }`): that other -> the local recording its place."""
+    found = {}
+    for statement, _ in walk(masked, [loop.body]):
+        if statement.kind != "if" or statement.orelse is not None or statement.body.kind != "block":
+            continue
+        inner = statement.body.children(masked)
+        texts = [masked[s.start:s.end] for s in inner]
+        if len(inner) != 2 or any(s.kind != "simple" for s in inner):
+            continue
+        assigned = [re.fullmatch(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*);\s*", text, re.DOTALL) for text in texts]
+        if None in assigned:
+            continue
+        at = [a for a in assigned if a[2].strip() == c]
+        if len(at) == 1 and (other := next(a for a in assigned if a is not at[0]))[1] != at[0][1]:
+            found[other[1]] = at[0][1]
+    return found
 
 
 def _updates(masked: str, loop: Statement, name: str, type_: str, kernel: PointKernel) -> int:
@@ -399,26 +434,39 @@ class _OrderDependent(NotRecognised):
     """A maximum or minimum whose result depends on the order the loop meets its elements."""
 
 
-def _extreme(masked: str, loop: Statement, name: str) -> tuple[str, str | None, int]:
+def _extreme(masked: str, loop: Statement, name: str, place: str | None = None, c: str = "") \
+        -> tuple[str, str | None, int]:
     """(max | min, the function taken with or None, how often the updates mention `name`) when every assignment
     to `name` in the loop keeps the larger (or smaller) of it and a value E that does not read it:
     `name = fmaxf(name, E)` (either order; fmax, max, fminf, fmin, min), `name = E > name ? E : name` (any
-    comparison, either side), or `if (E > name) name = E;`."""
+    comparison, either side), or `if (E > name) name = E;`. With a `place`, every assignment is `if (E > name) {
+    name = E; place = c; }` under a strict comparison: the first of equal values keeps its place, as lanes combining
+    equal values by the smaller place keep it (a comparison taking equal values would keep the last, which a lane
+    that met none of them does not know)."""
     why = (f"its loop assigns {name} other than a sum, a maximum or a minimum of it and a value that does not read "
            f"it")
     kinds, functions, counted, inside_ifs = set(), set(), 0, set()
     for statement, _ in walk(masked, [loop.body]):
         if statement.kind == "if" and statement.orelse is None:
-            assignment = _lone_assignment(masked, statement.body, name)
+            assignment = _lone_assignment(masked, statement.body, name, place, c)
             if assignment is not None:
-                kinds.add(_compared(masked[statement.head[0]:statement.head[1]], name, assignment[1], name, why))
+                condition = masked[statement.head[0]:statement.head[1]]
+                kinds.add(_compared(condition, name, assignment[1], name, why))
+                if place is not None and re.search(r"[<>]=", condition):
+                    raise _OrderDependent(f"its loop moves {place} to a value equal to {name} (`"
+                                          f"{' '.join(condition.split())}`), keeping the last of equal values, which "
+                                          f"lanes splitting the row cannot tell")
                 counted += len(re.findall(rf"\b{name}\b", masked[statement.start:statement.end]))
                 inside_ifs.add(assignment[0].start)
+    if place is not None and not inside_ifs:
+        raise NotRecognised(why)
     for statement, _ in walk(masked, [loop.body]):
         text = masked[statement.start:statement.end]
         assignment = re.fullmatch(rf"\s*{name}\s*=(?!=)(?P<value>.*);\s*", text, re.DOTALL)
         if statement.kind != "simple" or assignment is None or statement.start in inside_ifs:
             continue
+        if place is not None:
+            raise NotRecognised(f"its loop assigns {name} apart from {place}, the place it records")
         value = assignment["value"].strip()
         called = re.fullmatch(r"(?P<function>\w+)\s*\((?P<arguments>.*)\)", value, re.DOTALL)
         whole = called and closing(value, called.start("arguments") - 1) == len(value) - 1
@@ -442,9 +490,13 @@ def _extreme(masked: str, loop: Statement, name: str) -> tuple[str, str | None, 
     return kinds.pop(), (functions.pop() if len(functions) == 1 else None), counted
 
 
-def _lone_assignment(masked: str, body: Statement, name: str) -> tuple[Statement, str] | None:
-    """(the statement, E) where the statement controlled is `name = E;` alone, braced or not; else None."""
+def _lone_assignment(masked: str, body: Statement, name: str, place: str | None = None,
+                     c: str = "") -> tuple[Statement, str] | None:
+    """(the statement, E) where the statement controlled is `name = E;` alone, braced or not, or with a `place`
+    beside `place = c;` (in either order); else None."""
     inner = body.children(masked) if body.kind == "block" else [body]
+    if place is not None:
+        inner = [s for s in inner if not re.fullmatch(rf"\s*{place}\s*=\s*{c}\s*;\s*", masked[s.start:s.end])]
     if len(inner) != 1 or inner[0].kind != "simple":
         return None
     assignment = re.fullmatch(rf"\s*{name}\s*=(?!=)(?P<value>.*);\s*", masked[inner[0].start:inner[0].end],
@@ -610,7 +662,9 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
                       f"for (int {offset} = {lanes} / 2; {offset} > 0; {offset} /= 2) {{",
                       *(INDENT + line for a in p.accumulators for line in combined(
                           a, f"__shfl_xor_sync({group}, {a.name}, {offset})",
-                          fresh_name(f"{a.name}_of_lane", taken) if a.kind != "sum" and a.function is None else None)),
+                          fresh_name(f"{a.name}_of_lane", taken) if a.kind != "sum" and a.function is None else None,
+                          (f"__shfl_xor_sync({group}, {a.place}, {offset})", fresh_name(f"{a.place}_of_lane", taken))
+                          if a.place else None)),
                       "}"]
         if number == len(model.passes) - 1 and re.search(r"[^\s}]", mask(source)[p.loop.end:kernel.body_end]):
             after += ["if (threadIdx.x != 0) return;  // lane 0 goes on with the row alone"]
@@ -627,10 +681,13 @@ def _render(model: RowLoop, spec: KernelSpec) -> str:
     return points.with_body(kernel, lines)
 
 
-def combined(accumulator: Accumulator, other: str, held: str | None = None) -> list[str]:
+def combined(accumulator: Accumulator, other: str, held: str | None = None,
+             place: tuple[str, str] | None = None) -> list[str]:
     """Lines folding the value `other` into the accumulator: a sum adds it, an extreme keeps the larger (or smaller)
     by its function or by comparison. A comparison reads `other` twice: with `held` it is read once, into a local
-    of that name (a lane's shuffled value here); without, twice (a thread's part in shared memory, columns.py)."""
+    of that name (a lane's shuffled value here); without, twice (a thread's part in shared memory, columns.py). An
+    argmax also takes (the other's place, a local to hold it), and keeps the smaller place among equal values: the
+    first of them in the row, as the loop keeps it."""
     name = accumulator.name
     if accumulator.kind == "sum":
         return [f"{name} += {other};"]
@@ -639,6 +696,11 @@ def combined(accumulator: Accumulator, other: str, held: str | None = None) -> l
     keeps = ">" if accumulator.kind == "max" else "<"
     if held is None:
         return [f"if ({other} {keeps} {name}) {name} = {other};"]
+    if place is not None and accumulator.place is not None:
+        (other_place, there), at = place, accumulator.place
+        return [f"const {accumulator.type} {held} = {other};",
+                f"const {accumulator.place_type} {there} = {other_place};",
+                f"if ({held} {keeps} {name} || ({held} == {name} && {there} < {at})) {{ {name} = {held}; {at} = {there}; }}"]
     return [f"const {accumulator.type} {held} = {other};", f"if ({held} {keeps} {name}) {name} = {held};"]
 
 

@@ -2,7 +2,8 @@
 
 - elementwise (elementwise.py): one guarded block per index, or a grid-stride loop of it, arrays indexed [i]:
   elements_per_thread, vectorize;
-- row loop (rows.py): one row per thread, loops over the row adding into sums or taking maxima or minima, and
+- row loop (rows.py): one row per thread, loops over the row adding into sums or taking maxima or minima (or
+  their places), and
   storing along it (GEMV, row sums, softmax or layer normalisation a thread per row): warp_per_row. Ahead of
   the atomics: a thread's loop over its row with an atomic after it (a loss summed over rows) is a row's loads
   strided across the warp, one atomic per row, and coalescing the loads is what pays;
