@@ -3001,3 +3001,85 @@ extern "C" __global__ void column_argmax(int *out, const float *m, int rows, int
                        scalar("cols", "cols")], {"rows": 4000, "cols": 64}, ["cols"]),
         "records where its maximum lies (at)"),
 })
+
+# A flag read in the guard before its bounds, the same element at every point (found by review, helper-86): every
+# point evaluates it alike, so a march reads nothing new; after a conjunct of the indices it is not read alike.
+SHADE_2D_ENABLED = with_args(edited(edited(
+    SHADE_2D, "const float *gain, int h, int w)", "const float *gain, const int *enabled, int h, int w)"),
+    "if (row < h && col < w)", "if (enabled[0] && row < h && col < w)"),
+    [*SHADE_2D.model_dump()["args"][:3], array("enabled", [1], "int32", range=[1, 2]), *SHADE_2D.model_dump()["args"][3:]])
+VARIANTS["shade_2d_enabled_flag_in_its_guard"] = ("elements_per_thread", SHADE_2D_ENABLED)
+NOT_OF_SHAPE["a flag read in the guard after a conjunct of the indices"] = ("elements_per_thread", edited(
+    SHADE_2D_ENABLED, "if (enabled[0] && row < h", "if (col > 2 && enabled[0] && row < h"),
+    "enabled[0] is under no guard bounding row from above")
+
+# An elementwise kernel reading a scalar the device holds before its guard (cuBLAS's device pointer mode): every
+# thread reads it alike, and the rewrite reads it once per thread before its loop (found by review, helper-86).
+VARIANTS["axpy_scalar_on_the_device"] = ("vectorize", spec(r"""
+extern "C" __global__ void axpy_dev(float *y, const float *x, const float *alpha, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const float a = alpha[0];  // the scale, where the device holds it
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+""", "axpy_dev", [array("y", ["n"], role="inout"), array("x", ["n"]), array("alpha", [1]), scalar("n", "n")],
+    {"n": 5003}, ["n"], tune_params={"block_size_x": [64, 128, 256]}))
+NOT_OF_SHAPE["a declaration before the guard reading the index"] = ("vectorize", edited(
+    VARIANTS["axpy_scalar_on_the_device"][1], "const float a = alpha[0];", "const float a = alpha[i % 1];"),
+    "a 1D one is elementwise's")
+
+# Found by review (helper-85, a CPU emulation with ASan): reductions that convert what they combine.
+# An int total taking float steps: atomicAdd(int *, float) truncates each step, and the block's register must too.
+VARIANTS["net_steps_truncated_into_an_int"] = ("hierarchical_reduction", spec(r"""
+extern "C" __global__ void net_steps(int *net, const float *delta, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(net, delta[i] * 100.0f);
+}
+""", "net_steps", [array("net", [1], "int32", "out"), array("delta", ["n"], range=[-1, 1]), scalar("n", "n")],
+    {"n": 1 << 20}, ["n"]))
+WARP_SAMPLES = spec(r"""
+extern "C" __global__ void sum_samples(unsigned long long *total, const int *samples, int n)
+{
+    int acc = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        acc += samples[i];
+    for (int offset = 16; offset > 0; offset /= 2)
+        acc += __shfl_down_sync(0xffffffff, acc, offset);
+    if ((threadIdx.x & 31) == 0)
+        atomicAdd(total, (unsigned long long)(long long)acc);
+}
+""", "sum_samples", [array("total", [1], "uint64", "out"), array("samples", ["n"], "int32", range=[1 << 20, 1 << 21]),
+                     scalar("n", "n")], {"n": 1 << 20}, ["n"], grid_div_x=["block_size_x", 4])
+NOT_OF_SHAPE.update({
+    "warp sums widened before their atomic": ("hierarchical_reduction", WARP_SAMPLES,
+                                              "converts acc (int) to unsigned long long for each warp"),
+    "warp sums of floats truncated into an int atomic": ("hierarchical_reduction", with_args(edited(edited(edited(
+        WARP_SAMPLES, "unsigned long long *total, const int *samples", "int *total, const float *samples"),
+        "int acc = 0;", "float acc = 0.0f;"), "(unsigned long long)(long long)acc", "(int)acc"),
+        [array("total", [1], "int32", "out"), array("samples", ["n"], range=[0, 0.1]), scalar("n", "n")]),
+        "converts acc (float) to int for each warp"),
+    "a histogram's loop that returns": ("hierarchical_reduction", spec(r"""
+extern "C" __global__ void keys_hist(unsigned int *hist, const int *keys, int n, int nbins)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        const int k = keys[i];
+        if (k < 0) return;
+        atomicAdd(&hist[k % nbins], 1u);
+    }
+}
+""", "keys_hist", [array("hist", ["nbins"], "uint32", "out"), array("keys", ["n"], "int32", range=[-3, 1000]),
+                   scalar("n", "n"), scalar("nbins", "nbins")], {"n": 1 << 20, "nbins": 64}, ["n"],
+        grid_div_x=["block_size_x", 8]), "its loop uses return"),
+    "a tree over a global array": ("shuffle_reduction", spec(r"""
+extern "C" __global__ void finish_sum(int *partials)
+{
+    const int tid = threadIdx.x;
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) partials[tid] += partials[tid + s];
+        __syncthreads();
+    }
+}
+""", "finish_sum", [array("partials", [256], "int32", "inout", range=[0, 1000])], {}, [1], {"block_size_x": 256},
+        grid_div_x=[]), "the kernel has no shared-memory tree reduction"),
+})

@@ -59,6 +59,11 @@ def recognise(spec: KernelSpec) -> Binned:
         header = strided_loop(masked, uncommented, loop, {"blockDim.x", spec.block_size_names[0]}, {})
         if header is None or "blockIdx" not in header[2]:
             raise NotRecognised("its loop is not a grid-stride loop over the global thread index")
+        # A thread leaving the loop early would skip the block's flush of its bins, and which elements it left
+        # undone would follow the grid (review, helper-85: a return inside the loop lost whole bins).
+        if (escape := re.search(r"\b(return|break|goto)\b", masked[loop.body.start:loop.body.end])) is not None:
+            raise NotRecognised(f"its loop uses {escape[1]}, which would leave the block's bins unflushed, and "
+                                f"elements undone that depend on the grid")
         return _binned(spec, kernel, masked, (loop.body.start, loop.body.end), None)
     try:
         point = points.recognise(spec)

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, coverage, points
 from services.generator.rules.points import ALIAS
-from services.generator.rules.cuda_text import (IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                 declared_parameters, find_kernel, fresh_name, identifiers, mask,
-                                                 passed_by_reference, pointee, reference_places, split_top_level)
+from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
+                                                 declared_parameters, find_kernel, fresh_name, functions_named,
+                                                 identifiers, mask, passed_by_reference, pointee, reference_places,
+                                                 split_top_level)
 from services.generator.rules.statements import Statement, body_of, indexed_whenever_run
 from services.generator.rules.shape import Layout, block_widths, one_thread_per_point
 from shared.domain.spec import KernelSpec
@@ -54,6 +55,7 @@ class Elementwise:
     body: str  # the guarded statements, comments removed, dedented
     arrays: dict[str, str | None]  # the names BODY subscripts -> their dtype (None: not an array argument)
     grid_stride: bool = False  # submitted as a grid-stride loop: correct for any grid, the spec's included
+    prologue: str = ""  # declarations every thread makes alike between its index and its guard, as written
 
 
 def model(spec: KernelSpec) -> Elementwise:
@@ -87,10 +89,11 @@ def model(spec: KernelSpec) -> Elementwise:
     if helper is not None:
         raise NotElementwise(f"the kernel reads {helper}, a local its index is defined from, beyond defining it")
 
-    guard = re.match(r"\s*if\s*\(", body[definition.end():])
+    prologue_end = _prologue_end(body, definition.end(), index, masked[:kernel.name_at] + masked[kernel.body_close:])
+    guard = re.match(r"\s*if\s*\(", body[prologue_end:])
     if guard is None:
         raise NotElementwise(f"the index definition is not followed by a guard `if ({index} < bound)`")
-    condition_open = definition.end() + guard.end() - 1
+    condition_open = prologue_end + guard.end() - 1
     condition_close = closing(body, condition_open)
     condition = re.fullmatch(rf"\s*{index}\s*<\s*(?P<bound>[^<>=!&|?,]+?)\s*", body[condition_open + 1:condition_close])
     if condition is None:
@@ -104,8 +107,28 @@ def model(spec: KernelSpec) -> Elementwise:
     arrays = _check_guarded(guarded, index, _array_parameters(source, kernel, spec))
     text = uncommented[start + guarded_from:start + guarded_to]
     lines = [line.rstrip() for line in text.split("\n") if line.strip()]
+    prologue = [line.rstrip() for line in uncommented[start + definition.end():start + prologue_end].split("\n")
+                if line.strip()]
     return Elementwise(source, kernel, index, " ".join(definition["type"].split()), block_x, bound.strip(),
-                       textwrap.dedent("\n".join(lines)).strip("\n"), arrays)
+                       textwrap.dedent("\n".join(lines)).strip("\n"), arrays,
+                       prologue=textwrap.dedent("\n".join(prologue)).strip("\n"))
+
+
+def _prologue_end(body: str, at: int, index: str, outside: str) -> int:
+    """Where the declarations after the index definition end that every thread makes alike, before its guard: each
+    `T name = E;` with E reading neither the index nor the launch geometry, calling no function of the source and
+    changing nothing (`const float a = alpha[0];`, a scalar a device pointer holds). The rewrite makes them once per
+    thread, before its loop, as every thread of the submitted grid made them."""
+    functions = functions_named(outside)
+    declared = re.compile(r"\s*(?:const\s+)?(?:(?:unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*\s+"
+                          r"(?:const\s+)?[A-Za-z_]\w*\s*=(?!=)(?P<value>[^;{}]*);")
+    while (found := declared.match(body, at)) is not None:
+        value = found["value"]
+        if re.search(rf"\b(?:{index}|threadIdx|blockIdx|blockDim|gridDim|atomic\w*|__\w*sync\w*)\b|\+\+|--|"
+                     rf"(?<![<>=!])=(?!=)", value) or any(m[1] in functions for m in CALLED.finditer(value)):
+            break
+        at = found.end()
+    return at
 
 
 def _grid_stride_model(spec: KernelSpec, kernel: Kernel, masked: str, uncommented: str,
@@ -351,6 +374,7 @@ def render(kernel: Elementwise, elements_per_thread: bool, vectorize: bool) -> s
     else:
         lines = [*_unrolled_by_elements_per_thread(elements_per_thread),
                  *_scalar_loop(kernel, _first(kernel))]
+    lines = [*(kernel.prologue.split("\n") if kernel.prologue else []), *lines]
     body = "\n".join(INDENT + line if line else line for line in lines)
     return f"{kernel.source[:kernel.kernel.body_open + 1]}\n{body}\n{kernel.source[kernel.kernel.body_close:]}"
 

@@ -145,11 +145,24 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
                 raise _Refused(f"the loop over {header[0]} shares the elements out among the grid's blocks, and the "
                                f"kernel writes one result per block ({per_block.describe()}): vectors of four would "
                                f"give each block other elements")
-            vectors = _vector_loop(source, masked, uncommented, statement, header, types, spec, across_grid, places)
-            _check_threads_elsewhere(source, spec, masked, body, vectors, across_grid, element_loops, aliases)
-            found.append(vectors)
+            found.append((_vector_loop(source, masked, uncommented, statement, header, types, spec, across_grid,
+                                       places), across_grid))
         except _Refused as exc:
             reasons.append(str(exc))
+    # Loops the rest of the kernel relies on, given which others take vectors alike (until none more is refused)
+    refused = True
+    while refused:
+        refused = False
+        for vectors, across_grid in list(found):
+            twins = [other for other, _ in found if other is not vectors and _alike(other, vectors)]
+            try:
+                _check_threads_elsewhere(source, spec, masked, body, vectors, across_grid, element_loops, aliases,
+                                         twins)
+            except _Refused as exc:
+                reasons.append(str(exc))
+                found.remove((vectors, across_grid))
+                refused = True
+    found = [vectors for vectors, _ in found]
     # A loop inside another is rewritten alone: the outer one's text would change under its rewrite.
     inner = [loop for loop in found if not any(other is not loop and loop.loop.start <= other.loop.start
                                                 and other.loop.end <= loop.loop.end for other in found)]
@@ -158,13 +171,14 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
 
 def _check_threads_elsewhere(source: str, spec: KernelSpec, masked: str, body: list[Statement], vectors: "VectorLoop",
                              across_grid: bool, element_loops: list[tuple[int, int, str]],
-                             aliases: dict[str, affine.Poly]) -> None:
+                             aliases: dict[str, affine.Poly], twins: list["VectorLoop"]) -> None:
     """Refuses a loop whose elements the rest of the kernel expects each thread to have taken as written (review,
     helper-86): vectors give a thread other elements. So the loop's state must not reach a result per thread or
     per warp (`partial[gid] = acc`; an element another strided loop stores at its own index is none), and no array
-    the loop writes may be touched elsewhere, nor an array it takes
-    as vectors written elsewhere (another loop reading back what this one stored), unless a barrier lies between
-    (a block's loops, not in a loop together: the block's threads then see each other's elements)."""
+    the loop writes may be touched elsewhere, nor an array it takes as vectors written elsewhere (another loop
+    reading back what this one stored), unless a barrier lies between (a block's loops, not in a loop together: the
+    block's threads then see each other's elements), or the other access is a vector of a `twin` (a loop taking
+    vectors alike: _alike), which the same thread makes."""
     loop = vectors.loop
     where = f"the loop over {vectors.variable}"
     # A grid-stride loop's thread owns its elements only among the blocks of its row of the grid: blocks along y or
@@ -182,13 +196,23 @@ def _check_threads_elsewhere(source: str, spec: KernelSpec, masked: str, body: l
     written = set().union(*(names for at, names, write in accesses if write and loop.start <= at < loop.end))
     taken = set().union(*(names for at, names, _ in accesses
                           if any(start <= at < end for start, end, _ in vectors.accesses)))
+    alike = [(start, end) for twin in twins for start, end, _ in twin.accesses]
     for at, names, write in accesses:
-        if loop.start <= at < loop.end or not (names & written or (write and names & taken)):
+        if loop.start <= at < loop.end or not (names & written or (write and names & taken)) or \
+                any(start <= at < end for start, end in alike):
             continue
         if across_grid or not _barrier_between(masked, body, loop, at):
             array = sorted(names & written or names & taken)[0]
             raise _Refused(f"{where} touches {array}, which the kernel {'writes' if write else 'reads'} elsewhere "
                            f"too, expecting each element where the loop as written leaves it")
+
+
+def _alike(one: "VectorLoop", other: "VectorLoop") -> bool:
+    """Whether two vectorised loops give each thread the same elements: the same range and step, and the same
+    arrays at the same bases, so the same test of alignment sends both to their vectors or both to their elements."""
+    def arrays(loop: "VectorLoop") -> set:
+        return {(a.name, a.base, a.conditional) for a in loop.arrays}
+    return (one.start, one.end, one.step) == (other.start, other.end, other.step) and arrays(one) == arrays(other)
 
 
 def _reached(text: str, aliases: dict[str, affine.Poly]) -> set[str]:

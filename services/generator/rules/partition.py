@@ -100,7 +100,7 @@ def per_thread_outputs(source: str, spec: KernelSpec, span: tuple[int, int],
     except ValueError:
         return []
     return [text for text, _, address, at, names in reading.writes() if not span[0] <= at < span[1]
-            and names & reading.parameters and _any(names, "threadIdx.") and
+            and names & reading.parameters and "threadIdx.x" in names and
             not any(start <= at < end and index in reading.reach(_names(address), reading.values)
                     for start, end, index in element_loops)]
 

@@ -652,13 +652,23 @@ def unbounded(kernel: PointKernel, axis: int, spec: KernelSpec) -> str | None:
 
 def _made_alike_at_every_point(kernel: PointKernel, masked: str, access: Access) -> bool:
     """Whether the access is a read of one element whatever the point (its subscript names parameters alone, which a
-    marched body does not change), in a statement of the point body's top level that every point reaches (before
-    any statement that may return)."""
-    if access.write or access.poly is None or not affine.names(access.poly) <= set(kernel.parameters):
+    marched body does not change), made by every point alike: in a statement of the point body's top level that
+    every point reaches (before any statement that may return), or in a guard's condition after conjuncts of
+    parameters alone (`if (enabled[0] && y < h)`), which every point evaluates alike."""
+    fixed = set(kernel.parameters)
+    if access.write or access.poly is None or not affine.names(access.poly) <= fixed:
         return False
     for statement in kernel.statements:
         if statement.start <= access.start < statement.end:
-            return statement.kind == "simple"
+            if statement.kind == "simple":
+                return True
+            if statement.kind != "if" or not statement.head[0] <= access.start < statement.head[1]:
+                return False
+            before = masked[statement.head[0]:access.start]
+            conjuncts = top_level_conjuncts(masked[statement.head[0]:statement.head[1]])
+            earlier = conjuncts[:len(top_level_conjuncts(before)) - 1]
+            return all(set(IDENTIFIER.findall(re.sub(r"\[[^\[\]]*\]", "", part))) <= fixed and
+                       not re.search(r"[=(]|\+\+|--", re.sub(r"[<>!=]=", "", part)) for part in earlier)
         if re.search(r"\breturn\b", masked[statement.start:statement.end]):
             return False
     return False

@@ -65,8 +65,10 @@ class Target:
         return smallest_first if self.atomic == "atomicMin" else largest_first
 
     def combined(self, register: str, value: str) -> str:
+        """The register taking one value as the atomic took it: converted to the element type first (review,
+        helper-85: `atomicAdd(int *, float)` truncates each value, a float added into an int register did not)."""
         if self.atomic == "atomicAdd":
-            return f"{register} += {value};"
+            return f"{register} += ({self.type})({value});"
         return f"{register} = {ATOMICS[self.atomic]}({register}, ({self.type})({value}));"
 
 

@@ -700,7 +700,8 @@ def combined(accumulator: Accumulator, other: str, held: str | None = None,
         (other_place, there), at = place, accumulator.place
         return [f"const {accumulator.type} {held} = {other};",
                 f"const {accumulator.place_type} {there} = {other_place};",
-                f"if ({held} {keeps} {name} || ({held} == {name} && {there} < {at})) {{ {name} = {held}; {at} = {there}; }}"]
+                f"if ({held} {keeps} {name} || ({held} == {name} && {there} < {at})) {{ "
+                f"{name} = {held}; {at} = {there}; }}"]
     return [f"const {accumulator.type} {held} = {other};", f"if ({held} {keeps} {name}) {name} = {held};"]
 
 

@@ -21,7 +21,8 @@ keeps the block size at the submitted kernel's (services/generator/rules/partiti
 import re
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
+from services.generator.rules.cuda_text import (closing, declared_parameters, fresh_name, identifiers, mask,
+                                                split_top_level)
 from services.generator.rules.partition import partition
 from services.generator.rules.points import INDENT
 from services.generator.rules.statements import Statement, Unparsed, for_loops, statements
@@ -97,14 +98,44 @@ def tree_loops(source: str, spec: KernelSpec) -> list[Tree]:
 
 def shared_arrays(masked: str) -> dict[str, str]:
     """The element type of each array a block can share: __shared__ arrays, and pointers a helper receives
-    (`float *red`), which the block's barriers make as visible to it as shared ones."""
+    (`float *red`) where every call of the helper passes it one of those, which the block's barriers make as
+    visible to it as shared ones. A kernel's pointer parameters are global memory (review, helper-85: a tree over
+    a global array was rewritten, and its entries past the first, outputs there, were left otherwise)."""
     arrays = {}
-    for match in re.finditer(r"(?<![\w*])(?:const\s+)?(?:volatile\s+)?([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*"
-                             r"(?:__restrict__\s+)?([A-Za-z_]\w*)\s*[,)]", masked):
-        arrays[match.group(2)] = " ".join(match.group(1).split())
     for match in re.finditer(r"__shared__\s+(?:volatile\s+)?([A-Za-z_][\w ]*?)\s+([A-Za-z_]\w*)\s*\[", masked):
         arrays[match.group(2)] = " ".join(match.group(1).split())
+    kernels = set(re.findall(r"__global__\s+[^;{}()]*?\b([A-Za-z_]\w*)\s*\(", masked))
+    helpers = [(name, parameters) for name, parameters in declared_parameters(masked) if name not in kernels]
+    found = True
+    while found:  # a helper passing its pointer on to another
+        found = False
+        for name, parameters in helpers:
+            for place, parameter in enumerate(split_top_level(parameters, ",")):
+                pointer = re.fullmatch(r"\s*(?:const\s+)?(?:volatile\s+)?([A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*?)\s*\*\s*"
+                                       r"(?:__restrict__\s+)?([A-Za-z_]\w*)\s*", parameter)
+                if pointer and pointer[2] not in arrays and _passed_shared(masked, name, place, arrays):
+                    arrays[pointer[2]] = " ".join(pointer[1].split())
+                    found = True
     return arrays
+
+
+def _passed_shared(masked: str, function: str, place: int, arrays: dict[str, str]) -> bool:
+    """Whether every call of the function passes, at `place`, one of `arrays` (`red`, `red + k`, `&red[k]`), and
+    there is one."""
+    calls = 0
+    for match in re.finditer(rf"\b{function}\s*\(", masked):
+        close = closing(masked, match.end() - 1)
+        if re.match(r"\s*(?:const\s*)?[{;]", masked[close + 1:]) and \
+                re.search(r"\b(?!return\b|else\b|case\b|do\b)[A-Za-z_]\w*[\s*&]+$",
+                          masked[max(0, match.start() - 80):match.start()]):
+            continue  # its declaration or definition, a type before its name
+        arguments = split_top_level(masked[match.end():close], ",")
+        if place >= len(arguments) or not re.fullmatch(
+                rf"\s*(?:&\s*)?({'|'.join(map(re.escape, arrays)) or '(?!)'})\b\s*(?:\[[^\]]*\])?\s*(?:\+[^,]*)?",
+                arguments[place]):
+            return False
+        calls += 1
+    return calls > 0
 
 
 def compact(text: str) -> str:

@@ -3,7 +3,8 @@
 Recognised, whatever the names: the kernel declares accumulators (`long long s = 0; int lo = INT_MAX;`), runs
 a grid-stride loop that updates them, then combines them within each warp by shuffles (`s +=
 __shfl_down_sync(mask, s, offset)`, `lo = min(lo, __shfl_down_sync(...))`) and hands each to an atomic from
-one lane per warp: `atomicAdd(total, s)`, `atomicMin(min_out, lo)`, `atomicMax(...)`, casts allowed. Every
+one lane per warp: `atomicAdd(total, s)`, `atomicMin(min_out, lo)`, `atomicMax(...)`, casts allowed where they
+convert alike per warp and per block (an integer sum to another integer type of its width). Every
 atomic takes a fixed address (parameters only) and one accumulator, and its operation tells how that
 accumulator combines. Per warp, the same few addresses still take one atomic each from thousands of warps.
 
@@ -18,7 +19,7 @@ tunable there (the loop strides over whatever grid it gets).
 import re
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, identifiers, mask
+from services.generator.rules.cuda_text import IDENTIFIER, Kernel, find_kernel, identifiers, mask, pointee
 from services.generator.rules.loops import strided_loop
 from services.generator.rules.points import INTEGER_TYPE
 from services.generator.rules.reduction import ATOMICS, BLOCK_SIZES, EPT_VALUES, TYPE_WORDS, Partial, block_reduction
@@ -90,7 +91,54 @@ def recognise(spec: KernelSpec) -> WarpAtomics:
             raise NotRecognised(f"{name} is combined by {', '.join(sorted(wrong))} across lanes but by {combine} in "
                                 f"its atomic")
         accumulators.append(Accumulator(name, type_, initial, combine))
+    types = {a.name: a.type for a in accumulators}
+    pointees = dict(filter(None, (pointee(source[a:b]) for a, b in kernel.parameters(source))))
+    for atomic in atomics:
+        why = _conversion_reason(atomic, types, pointees)
+        if why is not None:
+            raise NotRecognised(why)
     return WarpAtomics(kernel, source, loop.end, tuple(accumulators), tuple(atomics))
+
+
+def _conversion_reason(atomic: str, types: dict[str, str], pointees: dict[str, str]) -> str | None:
+    """Why the block's combination, made in the accumulator's own type, could differ from the warps' atomics, which
+    convert each warp's value (a cast, or the atomic's element type) before combining: an integer sum may take
+    another integer type of its width (two's complement adds alike either way), but no other conversion, and a
+    minimum or maximum none (a signed order is not an unsigned one). Found by review (helper-85): an int summed over
+    a block overflowed where each warp's sum, widened to 64 bits first, did not; a float truncated once per block
+    gave another count than truncated per warp."""
+    call = re.fullmatch(r"(atomic\w+)\s*\((.*)\)\s*;", atomic)
+    address, _, value = call[2].rpartition(",")
+    accumulator = _stripped(value)
+    casts = [m[1] or m[2] for m in
+             re.finditer(r"static_cast\s*<\s*([^<>]*?)\s*>|\(\s*([A-Za-z_][\w\s]*?)\s*\)\s*(?=[\w(])", value)]
+    target = re.search(r"(?:reinterpret_cast\s*<\s*|\(\s*)((?:const\s+)?[A-Za-z_][\w\s]*?)\s*\*\s*(?:>|\))", address)
+    named = next((pointees[n] for n in IDENTIFIER.findall(address) if n in pointees), None)
+    converted = [*casts, target[1] if target else named]
+    own = _normal(types[accumulator])
+    for kind in converted:
+        if kind is None:
+            return f"the element type of `{address.strip()}` is not in sight"
+        kind = _normal(kind)
+        alike = kind == own or (call[1] == "atomicAdd" and _WIDTHS.get(kind) is not None and
+                                _WIDTHS.get(kind) == _WIDTHS.get(own))
+        if not alike:
+            return (f"`{atomic}` converts {accumulator} ({types[accumulator]}) to {kind} for each warp, which a "
+                    f"block's combination in {types[accumulator]} would not do alike")
+    return None
+
+
+# The integer types by width, as _normal spells them: a sum of two's-complement values is the same in any of a width.
+_WIDTHS = {**dict.fromkeys(("int", "unsigned int", "int32_t", "uint32_t"), 32),
+           **dict.fromkeys(("long long", "unsigned long long", "long", "unsigned long", "int64_t", "uint64_t",
+                            "size_t", "ptrdiff_t"), 64)}
+
+
+def _normal(kind: str) -> str:
+    words = [w for w in kind.replace("std::", "").split() if w not in ("const", "volatile", "signed")]
+    if words[-1:] == ["int"] and len(words) > 1:
+        words = words[:-1]
+    return " ".join(words) + (" int" if words == ["unsigned"] else "") if words else "int"
 
 
 def _parameter_names(source: str, kernel: Kernel) -> list[str]:
