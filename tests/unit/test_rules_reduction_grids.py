@@ -33,12 +33,12 @@ def test_the_rest_of_the_guard_is_tested_once_for_a_threads_points_below_the_bou
     code = _applied(IMAGE_SUM_2D).source
     assert "if ((int)(first + (elements_per_thread - 1)) < (height) && x < width) {" in code
     interior = re.search(r"auto interior = \[&\]\(const int y\) \{\n(.*?)\n    \};", code, re.S)[1]
-    assert interior.strip() == "sum0 += img[y * width + x];"
+    assert interior.strip() == "sum0 += (float)(img[y * width + x]);"
     # a conjunct that reads memory stays in each point's guard
     masked = edited(IMAGE_SUM_2D, "if (x < width && y < height)", "if (x < width && y < height && img[x] > 0.0f)")
     code = _applied(masked).source
     assert "if ((int)(first + (elements_per_thread - 1)) < (height)) {" in code
-    assert "if (x < width && true && img[x] > 0.0f) sum0 += img[y * width + x];" in code
+    assert "if (x < width && true && img[x] > 0.0f) sum0 += (float)(img[y * width + x]);" in code
 
 
 def test_an_early_return_guard_with_two_integer_atomics_keeps_each_target():
@@ -69,4 +69,4 @@ def test_a_conjunct_of_the_guard_that_the_march_may_change_or_that_joins_by_or_s
     through_or = edited(IMAGE_SUM_2D, "if (x < width && y < height)", "if (y < height && (x < width || width < 0))")
     code = _applied(through_or).source
     assert "if ((int)(first + (elements_per_thread - 1)) < (height)) {" in code
-    assert "if (true && (x < width || width < 0)) sum0 += img[y * width + x];" in code
+    assert "if (true && (x < width || width < 0)) sum0 += (float)(img[y * width + x]);" in code
