@@ -3083,3 +3083,118 @@ extern "C" __global__ void finish_sum(int *partials)
 """, "finish_sum", [array("partials", [256], "int32", "inout", range=[0, 1000])], {}, [1], {"block_size_x": 256},
         grid_div_x=[]), "the kernel has no shared-memory tree reduction"),
 })
+VARIANTS["shade_2d_enabled_flag_in_its_guard_vectors"] = ("vectorize", SHADE_2D_ENABLED)
+NOT_OF_SHAPE["vectors under a guard reading a mask at the point"] = ("vectorize", edited(
+    SHADE_2D_ENABLED, "if (enabled[0] && row < h && col < w)", "if (enabled[row % 1] && row < h && col < w)"),
+    "its guard reads an array other than at one element every point reads alike")
+
+# Found by review of this session's changes (helper-87, a CPU emulation with ASan and an alignment check).
+ROW_ARGMAX_ARGS = [array("out", ["rows"], "int32", "out"), array("val", ["rows"], "float32", "out"),
+                   array("x", ["rows", "cols"]), scalar("rows", "rows"), scalar("cols", "cols")]
+POSITIVE_TOTAL = spec(r"""
+extern "C" __global__ void am(int *out, float *val, const float *x, int rows, int cols)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float total = 0.0f;
+    int last = -1;
+    for (int c = 0; c < cols; ++c) {
+        const float v = x[r * cols + c];
+        if (v > 0.0f) { total = total + v; last = c; }
+    }
+    out[r] = last;
+    val[r] = total;
+}
+""", "am", ROW_ARGMAX_ARGS, {"rows": 300, "cols": 333}, ["rows"], {"block_size_x": 128})
+GRID_NOISE = spec(r"""
+extern "C" __global__ void noisy(float *out, const float *x, unsigned seed, int n)
+{
+    const int gid = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned state = seed ^ (unsigned)gid;
+    for (int i = gid; i < n; i += blockDim.x * gridDim.x) {
+        state = state * 1664525u + 1013904223u;
+        out[i] = x[i] + (float)(state >> 8) * 1e-7f;
+    }
+}
+""", "noisy", [array("out", ["n"], role="out"), array("x", ["n"]), scalar("seed", 12345, "uint32"), scalar("n", "n")],
+    {"n": 100000}, [4096], {"block_size_x": 256}, {"block_size_x": [128, 256]}, grid_div_x=["block_size_x"])
+PROLOGUE_AXPY = VARIANTS["axpy_scalar_on_the_device"][1]
+NOT_OF_SHAPE.update({
+    "a place recorded beside a sum": ("warp_per_row", POSITIVE_TOTAL,
+                                      "records last beside a value that is not a maximum or a minimum"),
+    "an argmax keeping doubles in a float": ("warp_per_row", with_args(edited(edited(edited(edited(
+        POSITIVE_TOTAL, "const float *x", "const double *x"), "float total = 0.0f;\n    int last = -1;",
+        "float best = -1e30f;\n    int at = -1;"), "const float v = x[r * cols + c];\n        if (v > 0.0f) "
+        "{ total = total + v; last = c; }", "const double v = x[r * cols + c];\n        if (v > best) "
+        "{ best = v; at = c; }"), "out[r] = last;\n    val[r] = total;", "out[r] = at;\n    val[r] = best;"),
+        [*ROW_ARGMAX_ARGS[:2], array("x", ["rows", "cols"], "float64"), *ROW_ARGMAX_ARGS[3:]]),
+        "a value it may convert"),
+    "an RNG state carried from element to element": ("vectorize_loops", GRID_NOISE,
+                                                     "reads state, which it carries from element to element"),
+    "a running sum stored at each element": ("vectorize_loops", spec(r"""
+extern "C" __global__ void running(float *y, const float *x, int cols)
+{
+    const int row = blockIdx.x;
+    float acc = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        acc += x[row * cols + c];
+        y[row * cols + c] = acc;
+    }
+}
+""", "running", [array("y", ["rows", "cols"], role="out"), array("x", ["rows", "cols"]), scalar("cols", "cols")],
+        {"rows": 4, "cols": 1000}, ["rows"], {"block_size_x": 64}, {"block_size_x": [64, 128]}, grid_div_x=[]),
+        "reads acc, which it carries from element to element"),
+    "a thread's slot written in the loop": ("vectorize_loops", edited(edited(
+        PARTIAL_SUMS, "    int acc = 0;\n", ""), "        acc += x[i];\n    partial[gid] = acc;",
+        "        partial[gid] += x[i];").model_copy(update={"args": [
+            a.model_copy(update={"role": "inout"}) if a.name == "partial" else a for a in PARTIAL_SUMS.args]}),
+        "stores into partial at an element that does not move with i alone"),
+    "a warp's output at a place a helper works out": ("vectorize_loops", spec(r"""
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+__device__ __forceinline__ int global_warp() { return (blockIdx.x * blockDim.x + threadIdx.x) >> 5; }
+extern "C" __global__ void warp_sums(float *partial, const float *x, int n)
+{
+    float acc = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) acc += x[i];
+    for (int d = 16; d > 0; d /= 2) acc += __shfl_down_sync(0xffffffffu, acc, d);
+    if (lane_id() == 0) partial[global_warp()] = acc;
+}
+""", "warp_sums", [array("partial", [64], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 10001}, [2048],
+        {"block_size_x": 256}, {"block_size_x": [128, 256]}, grid_div_x=["block_size_x"]),
+        "writes as its own result (partial[global_warp()])"),
+    "conditional stores of a grid-stride loop shared by threads along y": ("vectorize_loops", spec(r"""
+extern "C" __global__ void scale_by_lane_class(float *x, const int *label, const float *gain, int n)
+{
+    const int cls = threadIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        if (label[i] == cls) x[i] = x[i] * gain[cls];
+}
+""", "scale_by_lane_class", [array("x", ["n"], role="inout"), array("label", ["n"], "int32", range=[0, 4]),
+                             array("gain", [4]), scalar("n", "n")], {"n": 10001}, [2048],
+        {"block_size_x": 64, "block_size_y": 4}, grid_div_x=["block_size_x"]),
+        "the block's threads) along y or z walk the same elements"),
+    "a prologue local changed through a helper taking it by reference": ("elements_per_thread", edited(edited(edited(
+        PROLOGUE_AXPY, "extern \"C\"", "__device__ void adjust(float &v, float d) { v += d; }\nextern \"C\""),
+        "const float a = alpha[0];", "float a = alpha[0];"),
+        "if (i < n) y[i] = a * x[i] + y[i];", "if (i < n) { adjust(a, x[i]); y[i] = a; }"),
+        "may change its local a"),
+    "a prologue local changed through a reference": ("elements_per_thread", edited(edited(
+        PROLOGUE_AXPY, "const float a = alpha[0];", "float a = alpha[0];"),
+        "if (i < n) y[i] = a * x[i] + y[i];", "if (i < n) { float &r = a; r = r + x[i]; y[i] = r; }"),
+        "may change its local a"),
+})
+# An index local declared beside a local reading the written array (its whole part, an int): the vector must be
+# loaded before its lanes run.
+ROW_ADD_OLD = spec(r"""
+extern "C" __global__ void row_add_old(float *y, const float *x, int cols)
+{
+    const int row = blockIdx.x;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int at = row * cols + c, old = y[at];
+        y[at] = old + x[at];
+    }
+}
+""", "row_add_old", [array("y", ["rows", "cols"], role="inout"), array("x", ["rows", "cols"]),
+                     scalar("cols", "cols")], {"rows": 5, "cols": 1000}, ["rows"], {"block_size_x": 64},
+    {"block_size_x": [32, 64]}, grid_div_x=[])
+VARIANTS["row_add_old_beside_its_index"] = ("vectorize_loops", ROW_ADD_OLD)

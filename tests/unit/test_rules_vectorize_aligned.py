@@ -22,8 +22,8 @@ from shared.adapters.device.nvrtc import compile_options, header_flags
 from shared.domain.compile_policy import vetted_headers
 from shared.domain.spec import KernelSpec
 from tests.conftest import EXAMPLES
-from tests.unit.rules_variants import (GAINED_ROWS_INDEX_LOCAL, GRID_STRIDE_ADD_LDG, SAXPY_LDG, SCALE_WHILE, array, scalar,
-                                       spec)
+from tests.unit.rules_variants import (GAINED_ROWS_INDEX_LOCAL, GRID_STRIDE_ADD_LDG, ROW_ADD_OLD, SAXPY_LDG, SCALE_WHILE,
+                                       array, scalar, spec)
 from tests.unit.test_rules_vectorize16 import (KERNELS as NARROW, ORDERS, CORPUS, EmulatedFault, HostKernels,
                                                applied, assert_compiles_for_every_configuration,
                                                assert_computes_every_element_as_submitted, inputs, needs_gxx, run)
@@ -375,12 +375,13 @@ extern "C" __global__ void gained_rows(float *out, const float *in, const float 
 @needs_gxx
 @pytest.mark.parametrize("submitted, sizes", [(_SPARSE_GRID_ADD, {"n": n}) for n in (3, 4, 4099, 64 * 256 + 13)] +
                          [(_GAINED_ROWS, {"cols": cols}) for cols in (3, 129, 1000, 1027)] +
-                         [(GAINED_ROWS_INDEX_LOCAL, {"cols": cols}) for cols in (5, 1027)])
+                         [(GAINED_ROWS_INDEX_LOCAL, {"cols": cols}) for cols in (5, 1027)] +
+                         [(ROW_ADD_OLD, {"cols": cols}) for cols in (1000, 1001)])
 def test_vectors_loaded_ahead_are_run_in_order_whatever_their_number(build, submitted, sizes):
     """A thread loads its next vectors_in_flight vectors together, then runs them in the loop's order (a
-    read-modify-write of y, a block's row, a row whose elements an index local names): at every number in flight,
-    with the last pass partial, and with each array misaligned, every array ends bit for bit as the submitted
-    kernel leaves it."""
+    read-modify-write of y, a block's row, a row whose elements an index local names, one read beside that local):
+    at every number in flight, with the last pass partial, and with each array misaligned, every array ends bit for
+    bit as the submitted kernel leaves it."""
     candidate = rules.apply("vectorize_loops", submitted, submitted.as_candidate())
     assert candidate.tune_params["vectors_in_flight"] == [1, 2, 4]
     at_size = submitted.with_sizes(sizes)

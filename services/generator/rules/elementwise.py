@@ -56,6 +56,7 @@ class Elementwise:
     arrays: dict[str, str | None]  # the names BODY subscripts -> their dtype (None: not an array argument)
     grid_stride: bool = False  # submitted as a grid-stride loop: correct for any grid, the spec's included
     prologue: str = ""  # declarations every thread makes alike between its index and its guard, as written
+    guard_at: int = 0  # where the guard starts in the source, after the prologue
 
 
 def model(spec: KernelSpec) -> Elementwise:
@@ -111,7 +112,7 @@ def model(spec: KernelSpec) -> Elementwise:
                 if line.strip()]
     return Elementwise(source, kernel, index, " ".join(definition["type"].split()), block_x, bound.strip(),
                        textwrap.dedent("\n".join(lines)).strip("\n"), arrays,
-                       prologue=textwrap.dedent("\n".join(prologue)).strip("\n"))
+                       prologue=textwrap.dedent("\n".join(prologue)).strip("\n"), guard_at=start + prologue_end)
 
 
 def _prologue_end(body: str, at: int, index: str, outside: str) -> int:
@@ -505,8 +506,12 @@ def _depends_on_the_thread(kernel: Elementwise) -> str | None:
     masked = mask(kernel.source)
     if (helper := points.thread_bound_helper(kernel.kernel, masked, mask(kernel.source, literals=False))) is not None:
         return f"its body {helper}, so its elements depend on the thread that runs them"
+    # The prologue's locals are declared once per thread in the rewrite, before its loop, as parameters are
+    # (review, helper-87: a local changed through a reference accumulated over a thread's elements)
     parameters = list(points.parameters_of(kernel.source, kernel.kernel))
-    if (changed := points.parameter_changed(kernel.kernel, masked, kernel.kernel.body_open, parameters)) is not None:
+    if (changed := points.parameter_changed(kernel.kernel, masked, kernel.kernel.body_open, parameters) or
+            points.parameter_changed(kernel.kernel, masked, kernel.guard_at,
+                                     sorted(points.declared_names(mask(kernel.prologue))), "local")) is not None:
         return f"its body {changed}, which a thread's next element would see changed"
     declared = set(re.findall(r"\b[A-Za-z_][\w:<>]*[\s*&]+([A-Za-z_]\w*)\s*(?:=|;|\[|,)", body))
     changed = {m.group(1) for m in re.finditer(rf"(?<![\w.\]>])\b([A-Za-z_]\w*)\s*(?:{ASSIGNMENT}|\+\+|--)", body)}

@@ -181,14 +181,17 @@ def _check_threads_elsewhere(source: str, spec: KernelSpec, masked: str, body: l
     vectors alike: _alike), which the same thread makes."""
     loop = vectors.loop
     where = f"the loop over {vectors.variable}"
-    # A grid-stride loop's thread owns its elements only among the blocks of its row of the grid: blocks along y or
-    # z walk the same elements unless the array's base tells them apart (review, helper-86: a class per blockIdx.y).
-    rows = set(re.findall(r"\bblockIdx\s*\.\s*[yz]\b", masked[body[0].start:body[-1].end] if body else ""))
+    # A grid-stride loop's thread owns its elements only among the blocks of its row of the grid: blocks (and a
+    # block's threads) along y or z walk the same elements unless the array's base tells them apart (review,
+    # helper-86: a class per blockIdx.y; helper-87: per threadIdx.y).
+    rows = set(re.findall(r"\b(?:blockIdx|threadIdx)\s*\.\s*[yz]\b",
+                          masked[body[0].start:body[-1].end] if body else ""))
     for array in vectors.arrays:
         if across_grid and array.partly_stored and \
                 not {" ".join(r.split()).replace(" ", "") for r in rows} <= _reached(array.base, aliases):
-            raise _Refused(f"{where} stores into {array.name} only under a condition, and the grid's blocks along y "
-                           f"or z walk the same elements: a vector stored whole could undo another block's store")
+            raise _Refused(f"{where} stores into {array.name} only under a condition, and the grid's blocks (or the "
+                           f"block's threads) along y or z walk the same elements: a vector stored whole could undo "
+                           f"another's store")
     if vectors.carries and (outputs := per_thread_outputs(source, spec, (loop.start, loop.end), element_loops)):
         raise _Refused(f"{where} carries values a thread (or warp) writes as its own result ({outputs[0]}), which "
                        f"would come from other elements")
@@ -364,6 +367,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     arrays: dict[str, VectorArray] = {}
     accesses = []
     other_uses: dict[str, int] = {}
+    written_scalars: set[str] = set()
     parts = statements(masked, *inside)
     stored_whenever_run = set()  # the arrays the body stores into wherever it runs
     # Index locals the body defines from c (`const int idx = row * cols + c;`), each as what it is defined by
@@ -379,6 +383,9 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
             poly = None
         if poly is None or not affine.is_unit(affine.stride(poly, c)):  # a scalar access, whatever it reads
             other_uses[name] = other_uses.get(name, 0) + 1
+            if poly is not None and c not in affine.names(poly) and \
+                    re.match(rf"\s*(?:{ASSIGNMENT}|\+\+|--)", masked[close + 1:close + 40]):
+                written_scalars.add(name)  # a store at an element the loop's index does not move: a thread's slot
             continue
         if set(re.findall(r"[A-Za-z_]\w*", subscript)) & set(indices):  # X[idx]: its base spelled from idx's definition
             base = affine.spelled(affine.without(poly, {c}))
@@ -432,7 +439,8 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     # its index locals) by storing into the element unconditionally, without reading it.
     final = []
     declaring = rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+({'|'.join(indices) or '(?!)'})\s*="
-    first = next((part for part in split_top_level(text, ";") if not re.match(declaring, part)), "")
+    first = next((part for part in split_top_level(text, ";") if not re.match(declaring, part) or
+                  len(split_top_level(part, ",")) > 1 or any(re.search(rf"\b{a}\b", part) for a in arrays)), "")
     for array in arrays.values():
         loaded = True
         if array.written:
@@ -444,8 +452,38 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
     if re.match(r"#\s*pragma\s+unroll\b", before):
         line = source[:loop.start].rstrip().rsplit("\n", 1)[-1].strip()
         pragma = line
-    carries = bool(assigned - declared_names(text) - {c} - set(arrays))
-    return VectorLoop(loop, pragma, c, type_, start, end, step, tuple(final), tuple(accesses), carries)
+    carried = assigned - declared_names(text) - {c} - set(arrays)
+    if (read := _carried_read(masked, loop, carried)) is not None:
+        raise _Refused(f"{where} reads {read}, which it carries from element to element, other than to update it: "
+                       f"vectors give a thread other elements in another order")
+    fixed = min(written_scalars, default=None)
+    if fixed is not None:
+        raise _Refused(f"{where} stores into {fixed} at an element that does not move with {c} alone, which a thread "
+                       f"with other elements would store otherwise")
+    return VectorLoop(loop, pragma, c, type_, start, end, step, tuple(final), tuple(accesses), bool(carried))
+
+
+def _carried_read(masked: str, loop: Statement, carried: set[str]) -> str | None:
+    """A name the loop carries that it reads other than in a statement updating it (`acc += x[c]`, `m = fmaxf(m,
+    x[c])`) or in the condition of an if updating it (`if (v > best) { best = v; at = c; }`); else None. Such a
+    value passed on (an RNG's state in each output, a running sum stored per element) depends on which elements
+    came before in the thread."""
+    for name in carried:
+        for match in re.compile(rf"(?<![\w.])\b{name}\b").finditer(masked, loop.body.start, loop.body.end):
+            owner = None
+            for statement, _ in walk(masked, [loop.body]):
+                if statement.kind == "simple" and statement.start <= match.start() < statement.end:
+                    owner = statement
+            if owner is not None and re.match(rf"\s*{name}\s*(?:{ASSIGNMENT}|\+\+|--)|\s*(?:\+\+|--)\s*{name}\b",
+                                             masked[owner.start:owner.end]):
+                continue
+            guarding = next((s for s, _ in walk(masked, [loop.body]) if s.kind == "if" and
+                             s.head[0] <= match.start() < s.head[1]), None)
+            if guarding is not None and re.search(rf"(?:^|[;{{}}])\s*{name}\s*{ASSIGNMENT}",
+                                                  masked[guarding.body.start:guarding.body.end]):
+                continue
+            return name
+    return None
 
 
 def _rendered(source: str, loop: VectorLoop, taken: set[str]) -> list[str]:

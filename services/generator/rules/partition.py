@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import IDENTIFIER, closing, find_kernel, mask
+from services.generator.rules.cuda_text import IDENTIFIER, closing, defined_functions, find_kernel, mask
 from services.generator.rules.points import ASSIGNMENT
 from services.generator.rules.statements import expression_end
 from shared.domain.spec import KernelSpec
@@ -99,10 +99,23 @@ def per_thread_outputs(source: str, spec: KernelSpec, span: tuple[int, int],
         reading = _read(source, spec)
     except ValueError:
         return []
+    threaded = {"threadIdx.x", *_thread_functions(reading.masked)}  # a helper's lane_id() reads it too
     return [text for text, _, address, at, names in reading.writes() if not span[0] <= at < span[1]
-            and names & reading.parameters and "threadIdx.x" in names and
+            and names & reading.parameters and names & threaded and
             not any(start <= at < end and index in reading.reach(_names(address), reading.values)
                     for start, end, index in element_loops)]
+
+
+def _thread_functions(masked: str) -> set[str]:
+    """The functions of the source that read threadIdx.x, themselves or through one they call (review, helper-87:
+    a warp's output at `partial[global_warp()]`)."""
+    bodies = {name: " ".join(masked[opening:close] for _, opening, close in found)
+              for name, found in defined_functions(masked).items()}
+    reading = {name for name, body in bodies.items() if re.search(r"\bthreadIdx\s*\.\s*x\b", body)}
+    while more := {name for name, body in bodies.items() if name not in reading and
+                   any(re.search(rf"\b{other}\s*\(", body) for other in reading)}:
+        reading |= more
+    return reading
 
 
 def array_accesses(source: str, spec: KernelSpec) -> list[tuple[int, set[str], bool]]:

@@ -115,8 +115,10 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     if not coverage.bound_covered(spec, 0, width_bound):
         raise NotRecognised(f"its bound on {x}, `{' '.join(width_bound.split())}`, is not a scalar "
                             f"argument the problem size covers, so its grid would reach other points")
-    if any(guard.head[0] <= a.start < guard.head[1] for a in kernel.accesses):
-        raise NotRecognised("its guard reads an array")
+    # A read of the same element at every point (`enabled[0] && ...`) is made alike wherever the guard is tested
+    if any(guard.head[0] <= a.start < guard.head[1] and not points.made_alike_at_every_point(kernel, masked, a)
+           for a in kernel.accesses):
+        raise NotRecognised("its guard reads an array other than at one element every point reads alike")
     text = masked[kernel.body_start:kernel.body_end]
     if (why := points.changed_parameter(kernel)) is not None or re.search(r"\batomic\w*\s*\(", text):
         raise NotRecognised(why or "its point body makes atomics")

@@ -427,7 +427,8 @@ def changed_parameter(kernel: PointKernel) -> str | None:
     return changed and f"its point body {changed}, which a thread's next point would see changed"
 
 
-def parameter_changed(kernel: Kernel, masked: str, start: int, parameters: list[str]) -> str | None:
+def parameter_changed(kernel: Kernel, masked: str, start: int, parameters: list[str],
+                      kind: str = "parameter") -> str | None:
     """What the kernel's body from `start` on does that may change one of its parameters, else None: it assigns,
     increments or decrements the parameter or a member of it, takes its address, binds a reference to it that
     is not const (`float &g = gain;`), or passes it to a function of the source taking that argument by such a
@@ -437,9 +438,9 @@ def parameter_changed(kernel: Kernel, masked: str, start: int, parameters: list[
                                                   reached_functions(kernel, masked)], parameters)
     for name in parameters:
         if re.search(changing(name), text) or re.search(_member_changing(name), text):
-            return f"changes its parameter {name}"
+            return f"changes its {kind} {name}"
         if address_taken(text, name) or name in by_reference or _referenced(text, name):
-            return f"may change its parameter {name} (through its address or a reference)"
+            return f"may change its {kind} {name} (through its address or a reference)"
     return None
 
 
@@ -595,8 +596,14 @@ def marched_under_its_guard(kernel: PointKernel, axis: int, spec: KernelSpec) ->
         return (f"its point body is not one guard bounding {name} from above (`if ({name} < bound && ...)`, or an "
                 f"early return), so a grid shrunk by a march along {name} would do its work past the points the "
                 f"submitted grid covers")
-    spelled = affine.spelled(kernel.poly(bounded[1]) or {("?",): 1}) or bounded[1]
-    return None if coverage.bound_covered(spec, axis, spelled) else _beyond_the_grid(name, bounded[1], axis)
+    covered = coverage.bound_covered(spec, axis, _spelled(kernel, bounded[1]))
+    return None if covered else _beyond_the_grid(name, bounded[1], axis)
+
+
+def _spelled(kernel: PointKernel, bound: str) -> str:
+    """A guard's bound with the point body's affine locals spelled out (`out_h` as `height - k + 1`), which
+    coverage reads in the spec's sizes; as written where it is not affine."""
+    return affine.spelled(kernel.poly(bound) or {("?",): 1}) or bound
 
 
 def _beyond_the_grid(name: str, bound: str, axis: int) -> str:
@@ -623,7 +630,7 @@ def unbounded(kernel: PointKernel, axis: int, spec: KernelSpec) -> str | None:
         if found is None or re.search(rf"\b{name}\b", found["e"] or found["f"]):
             return False
         bound = found["e"] or found["f"]
-        spelled = affine.spelled(kernel.poly(bound) or {("?",): 1}) or bound  # the body's locals substituted
+        spelled = _spelled(kernel, bound)
         if coverage.bound_covered(spec, axis, f"({spelled}) + 1" if "=" in (found["o"] or found["p"]) else spelled):
             return True
         uncovered.append(" ".join(bound.split()))
@@ -641,7 +648,7 @@ def unbounded(kernel: PointKernel, axis: int, spec: KernelSpec) -> str | None:
                 guarded.append((s.head[0] + at, s.end))
                 break
     outside = next((a for a in kernel.accesses if not any(start <= a.start < end for start, end in guarded)
-                    and not _made_alike_at_every_point(kernel, masked, a)), None)
+                    and not made_alike_at_every_point(kernel, masked, a)), None)
     if outside is None:
         return None
     if uncovered:
@@ -650,7 +657,7 @@ def unbounded(kernel: PointKernel, axis: int, spec: KernelSpec) -> str | None:
             f"a march along {name} would reach past the points the submitted grid covers")
 
 
-def _made_alike_at_every_point(kernel: PointKernel, masked: str, access: Access) -> bool:
+def made_alike_at_every_point(kernel: PointKernel, masked: str, access: Access) -> bool:
     """Whether the access is a read of one element whatever the point (its subscript names parameters alone, which a
     marched body does not change), made by every point alike: in a statement of the point body's top level that
     every point reaches (before any statement that may return), or in a guard's condition after conjuncts of

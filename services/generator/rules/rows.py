@@ -268,12 +268,39 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
         if place is not None and (len(re.findall(rf"(?<![\w.])(?<!->)\b{place}\b", inside)) != 1 or
                                   assigned[place] != {"="}):
             raise NotRecognised(f"its loop reads {place}, the place of its {kind}imum, or sets it elsewhere")
+        if place is not None and not _of_type(kernel, inside, _kept_value(masked, loop, name, place), type_):
+            # Converted as it is kept, a later value equal after the conversion but not before it would move the
+            # place, keeping the last of equal values (review, helper-87: doubles into a float)
+            raise NotRecognised(f"its loop keeps in {name} ({type_}) a value it may convert, so a value equal to "
+                                f"{name} after the conversion could move {place}")
         found.append(Accumulator(name, type_, kind, function, zero, place,
                                  place and _declaration(kernel, masked, loop, place)[0]))
-    unpaired = next((place for name, place in places.items() if name not in {a.name for a in found}), None)
-    if unpaired is not None:
+    unpaired = next((place for place in places.values() if place not in {a.place for a in found}), None)
+    if unpaired is not None:  # beside a sum, it would be left as each lane found it (review, helper-87)
         raise NotRecognised(f"its loop records {unpaired} beside a value that is not a maximum or a minimum")
     return tuple(found)
+
+
+def _kept_value(masked: str, loop: Statement, name: str, place: str) -> str:
+    """E of the loop's `if (E > name) { name = E; place = c; }`."""
+    for statement, _ in walk(masked, [loop.body]):
+        if statement.kind == "if" and statement.orelse is None and statement.body.kind == "block":
+            for inner in statement.body.children(masked):
+                kept = re.fullmatch(rf"\s*{name}\s*=(?!=)(.*);\s*", masked[inner.start:inner.end], re.DOTALL)
+                if kept and re.search(rf"\b{place}\b", masked[statement.body.start:statement.body.end]):
+                    return kept[1].strip()
+    return ""
+
+
+def _of_type(kernel: PointKernel, inside: str, value: str, type_: str) -> bool:
+    """Whether the value is, as written, of the type: a local the loop declares so, or an element of an array of it."""
+    own = " ".join(type_.split())
+    element = re.fullmatch(r"([A-Za-z_]\w*)\s*\[.*\]", value, re.DOTALL)
+    if element is not None:
+        declared = re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", kernel.array_types.get(element[1], ""))
+        return " ".join(declared.split()) == own
+    local = re.search(rf"(?:^|[;{{}}(])\s*(?:const\s+)?([A-Za-z_][\w\s]*?)\s+{re.escape(value)}\s*=", inside)
+    return bool(re.fullmatch(r"[A-Za-z_]\w*", value)) and local is not None and " ".join(local[1].split()) == own
 
 
 def _places(masked: str, loop: Statement, c: str) -> dict[str, str]:
