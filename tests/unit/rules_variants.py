@@ -3198,3 +3198,10 @@ extern "C" __global__ void row_add_old(float *y, const float *x, int cols)
                      scalar("cols", "cols")], {"rows": 5, "cols": 1000}, ["rows"], {"block_size_x": 64},
     {"block_size_x": [32, 64]}, grid_div_x=[])
 VARIANTS["row_add_old_beside_its_index"] = ("vectorize_loops", ROW_ADD_OLD)
+# Taken since that review: a value local scaled in the store (`s * v`), and an element named by an index local and
+# spelled out again in one loop.
+VARIANTS["transpose_scaled_through_a_local"] = ("shared_tile", edited(
+    TRANSPOSE_SCALED, "    dst[col * h + row] = s * src[row * w + col];",
+    "    const float v = src[row * w + col];\n    dst[col * h + row] = s * v;"))
+VARIANTS["gained_rows_index_local_and_its_spelling"] = ("vectorize_loops", edited(
+    GAINED_ROWS_INDEX_LOCAL, "out[at] = in[at] * gain[c];", "out[at] = in[at] * gain[c] + in[row * cols + c];"))

@@ -218,6 +218,14 @@ def _alike(one: "VectorLoop", other: "VectorLoop") -> bool:
     return (one.start, one.end, one.step) == (other.start, other.end, other.step) and arrays(one) == arrays(other)
 
 
+def _poly(text: str) -> affine.Poly | None:
+    """A base as a polynomial (casts to integer types looked through), to tell two spellings of one apart."""
+    try:
+        return affine.parse(text)
+    except affine.NotAffine:
+        return None
+
+
 def _reached(text: str, aliases: dict[str, affine.Poly]) -> set[str]:
     """The names an expression reaches through the kernel's affine locals (`plane` for blockIdx.y)."""
     try:
@@ -402,7 +410,7 @@ def _vector_loop(source: str, masked: str, uncommented: str, loop: Statement, he
         if written and made_whenever_run(masked, parts, inside[0] + match.start()):
             stored_whenever_run.add(name)
         previous = arrays.get(name)
-        if previous is not None and previous.base != base:
+        if previous is not None and previous.base != base and _poly(previous.base) != _poly(base):
             raise _Refused(f"{where} reads {name} at two bases")
         arrays[name] = VectorArray(name, base, types[name], written or (previous is not None and previous.written),
                                    True)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import fresh_name, identifiers, mask
+from services.generator.rules.cuda_text import fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import Access, PointKernel
 from services.generator.rules.shape import Layout, NotRecognised, block_widths, one_thread_per_point
 from services.generator.rules.statements import walk
@@ -109,7 +109,9 @@ def _value_local(kernel: PointKernel, masked: str, access: Access, value: tuple[
                       if s.kind == "simple" and s.start <= access.start < s.end and not loops), None)
     declared = statement and re.match(r"\s*(?:const\s+)?[A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*\s+([A-Za-z_]\w*)\s*=",
                                       masked[statement.start:statement.end])
-    if not declared or not points.declared_once(masked[kernel.body_start:kernel.body_end], declared[1]):
+    # one declarator (every other mention of the name, a second declaration or an assignment among them, must lie
+    # in VALUE below); declared_once would read `s * v;` in VALUE as a pointer v declared
+    if not declared or len(split_top_level(masked[statement.start:statement.end], ",")) > 1:
         return None
     uses = [m.start() for m in re.finditer(rf"\b{declared[1]}\b", masked[:kernel.body_end])
             if m.start() >= kernel.body_start and not statement.start <= m.start() < statement.end]
