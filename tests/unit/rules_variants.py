@@ -2895,7 +2895,7 @@ extern "C" __global__ void scale_by_class(float *x, const int *label, const floa
 """, "scale_by_class", [array("x", ["n"], role="inout"), array("label", ["n"], "int32", range=[0, "k"]),
                         array("gain", ["k"]), scalar("n", "n")], {"n": 100003, "k": 4}, [64, "k"],
         {"block_size_x": 256}, grid_div_x=[], grid_div_y=[]),
-        "the grid's blocks along y or z walk the same elements"),
+        "along y or z walk the same elements"),
 })
 CLAMP_BY_REFERENCE = spec(r"""
 __device__ void clamp_to(float &v, float lo, float hi) { v = fminf(fmaxf(v, lo), hi); }
