@@ -150,6 +150,7 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
         except _Refused as exc:
             reasons.append(str(exc))
     # Loops the rest of the kernel relies on, given which others take vectors alike (until none more is refused)
+    accesses = array_accesses(source, spec)
     refused = True
     while refused:
         refused = False
@@ -157,7 +158,7 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
             twins = [other for other, _ in found if other is not vectors and _alike(other, vectors)]
             try:
                 _check_threads_elsewhere(source, spec, masked, body, vectors, across_grid, element_loops, aliases,
-                                         twins)
+                                         twins, accesses)
             except _Refused as exc:
                 reasons.append(str(exc))
                 found.remove((vectors, across_grid))
@@ -171,14 +172,15 @@ def vector_loops(source: str, spec: KernelSpec) -> tuple[list[VectorLoop], list[
 
 def _check_threads_elsewhere(source: str, spec: KernelSpec, masked: str, body: list[Statement], vectors: "VectorLoop",
                              across_grid: bool, element_loops: list[tuple[int, int, str]],
-                             aliases: dict[str, affine.Poly], twins: list["VectorLoop"]) -> None:
+                             aliases: dict[str, affine.Poly], twins: list["VectorLoop"],
+                             accesses: list[tuple[int, set[str], bool]]) -> None:
     """Refuses a loop whose elements the rest of the kernel expects each thread to have taken as written (review,
     helper-86): vectors give a thread other elements. So the loop's state must not reach a result per thread or
     per warp (`partial[gid] = acc`; an element another strided loop stores at its own index is none), and no array
     the loop writes may be touched elsewhere, nor an array it takes as vectors written elsewhere (another loop
     reading back what this one stored), unless a barrier lies between (a block's loops, not in a loop together: the
     block's threads then see each other's elements), or the other access is a vector of a `twin` (a loop taking
-    vectors alike: _alike), which the same thread makes."""
+    vectors alike: _alike), which the same thread makes. `accesses` are the kernel's (partition.array_accesses)."""
     loop = vectors.loop
     where = f"the loop over {vectors.variable}"
     # A grid-stride loop's thread owns its elements only among the blocks of its row of the grid: blocks (and a
@@ -188,14 +190,13 @@ def _check_threads_elsewhere(source: str, spec: KernelSpec, masked: str, body: l
                           masked[body[0].start:body[-1].end] if body else ""))
     for array in vectors.arrays:
         if across_grid and array.partly_stored and \
-                not {" ".join(r.split()).replace(" ", "") for r in rows} <= _reached(array.base, aliases):
+                not {re.sub(r"\s+", "", r) for r in rows} <= _reached(array.base, aliases):
             raise _Refused(f"{where} stores into {array.name} only under a condition, and the grid's blocks (or the "
                            f"block's threads) along y or z walk the same elements: a vector stored whole could undo "
                            f"another's store")
     if vectors.carries and (outputs := per_thread_outputs(source, spec, (loop.start, loop.end), element_loops)):
         raise _Refused(f"{where} carries values a thread (or warp) writes as its own result ({outputs[0]}), which "
                        f"would come from other elements")
-    accesses = array_accesses(source, spec)
     written = set().union(*(names for at, names, write in accesses if write and loop.start <= at < loop.end))
     taken = set().union(*(names for at, names, _ in accesses
                           if any(start <= at < end for start, end, _ in vectors.accesses)))
@@ -218,20 +219,19 @@ def _alike(one: "VectorLoop", other: "VectorLoop") -> bool:
     return (one.start, one.end, one.step) == (other.start, other.end, other.step) and arrays(one) == arrays(other)
 
 
-def _poly(text: str) -> affine.Poly | None:
-    """A base as a polynomial (casts to integer types looked through), to tell two spellings of one apart."""
+def _poly(text: str, aliases: dict[str, affine.Poly] | None = None) -> affine.Poly | None:
+    """A base as a polynomial (casts to integer types looked through, `aliases` substituted), to tell two spellings
+    of one apart; None where it is not affine."""
     try:
-        return affine.parse(text)
+        return affine.parse(text, aliases)
     except affine.NotAffine:
         return None
 
 
 def _reached(text: str, aliases: dict[str, affine.Poly]) -> set[str]:
     """The names an expression reaches through the kernel's affine locals (`plane` for blockIdx.y)."""
-    try:
-        return affine.names(affine.parse(text, aliases))
-    except affine.NotAffine:
-        return set()
+    poly = _poly(text, aliases)
+    return set() if poly is None else affine.names(poly)
 
 
 def _barrier_between(masked: str, body: list[Statement], loop: Statement, at: int) -> bool:

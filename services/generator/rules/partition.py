@@ -127,8 +127,8 @@ def array_accesses(source: str, spec: KernelSpec) -> list[tuple[int, set[str], b
     except ValueError:
         return []
     masked, params = reading.masked, reading.parameters
-    written = {at for _, _, _, at, _ in reading.writes()}
     found = [(at, names & params, True) for _, _, _, at, names in reading.writes()]
+    written = {at for at, _, _ in found}
     for match in re.finditer(r"(?<![\w.\]>])([A-Za-z_]\w*)\s*\[", masked[reading.start:reading.end]):
         at = reading.start + match.start()
         if at not in written:
