@@ -3205,3 +3205,91 @@ VARIANTS["transpose_scaled_through_a_local"] = ("shared_tile", edited(
     "    const float v = src[row * w + col];\n    dst[col * h + row] = s * v;"))
 VARIANTS["gained_rows_index_local_and_its_spelling"] = ("vectorize_loops", edited(
     GAINED_ROWS_INDEX_LOCAL, "out[at] = in[at] * gain[c];", "out[at] = in[at] * gain[c] + in[row * cols + c];"))
+# Sums by row: an atomic whose address names the point's y or z index (blockIdx.y alone where blocks are one thread
+# deep there): the reduction runs along x, a block's threads adding into the same addresses, its blocks one thread
+# deep along y and z.
+BATCH_SUMS = spec(r"""
+// The sum of each batch's row: a thread per element, its batch the block's y index.
+extern "C" __global__ void batch_sums(float *sums, const float *x, int n)
+{
+    const int b = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&sums[b], x[b * n + i]);
+}
+""", "batch_sums", [array("sums", ["batch"], role="out"), array("x", ["batch", "n"]), scalar("n", "n")],
+    {"n": 100003, "batch": 24}, ["n", "batch"], tune_params={"block_size_x": [128, 256]})
+ROW_SUMS_2D_BLOCKS = spec(r"""
+// Row sums of a matrix on a 2D grid of 2D blocks, each element added atomically into its row's sum.
+__global__ void row_sums_2d(const float *a, float *rowsum, int rows, int cols)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row < rows && col < cols) {
+        atomicAdd(&rowsum[row], a[row * cols + col]);
+    }
+}
+""", "row_sums_2d", [array("a", ["rows", "cols"]), array("rowsum", ["rows"], role="out"), scalar("rows", "rows"),
+                     scalar("cols", "cols")], {"rows": 301, "cols": 5003}, ["cols", "rows"],
+    {"block_size_x": 32, "block_size_y": 8}, {"block_size_x": [32, 64], "block_size_y": [4, 8]})
+CHANNEL_STATS = spec(r"""
+// Batch-norm statistics of an NCHW tensor: a sum and a sum of squares per channel (blockIdx.y), images along z.
+extern "C" __global__ void channel_stats(const float *__restrict__ x, float *sum, float *sumsq, int C, int HW)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = blockIdx.y;
+    const int n = blockIdx.z;
+    if (i >= HW) return;
+    const float v = x[((size_t)n * C + c) * HW + i];
+    atomicAdd(&sum[c], v);
+    atomicAdd(&sumsq[c], v * v);
+}
+""", "channel_stats", [array("x", ["N", "C", "HW"]), array("sum", ["C"], role="out"),
+                       array("sumsq", ["C"], role="out"), scalar("C", "C"), scalar("HW", "HW")],
+    {"N": 6, "C": 40, "HW": 3136}, ["HW", "C", "N"])
+POSITIVES_PER_BATCH = spec(r"""
+// How many values of each batch pass a threshold, counted only where they do.
+extern "C" __global__ void positives_per_batch(unsigned int *count, const float *x, float threshold, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int b = blockIdx.y;
+    if (i < n && x[b * n + i] > threshold)
+        atomicAdd(count + b, 1u);
+}
+""", "positives_per_batch", [array("count", ["batch"], "uint32", role="out"), array("x", ["batch", "n"]),
+                             scalar("threshold", 0.5, "float32"), scalar("n", "n")], {"batch": 16, "n": 65537},
+    ["n", "batch"])
+ROW_PEAKS_BELOW = spec(r"""
+// The largest code of each of the first `valid` rows; the rows past them are left as they were (and their peaks
+// are not even allocated).
+extern "C" __global__ void row_peaks(int *peak, const int *v, int width, int valid)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y;
+    if (x < width && y < valid) atomicMax(&peak[y], v[y * width + x]);
+}
+""", "row_peaks", [array("peak", ["valid"], "int32", role="out"), array("v", ["height", "width"], "int32"),
+                   scalar("width", "width"), scalar("valid", "valid")], {"height": 100, "width": 7777, "valid": 37},
+    ["width", "height"])
+VARIANTS.update({
+    "batch_sums_by_block_row": ("hierarchical_reduction", BATCH_SUMS),
+    "row_sums_of_2d_blocks_made_flat": ("hierarchical_reduction", ROW_SUMS_2D_BLOCKS),
+    "channel_stats_of_nchw": ("hierarchical_reduction", CHANNEL_STATS),
+    "positives_counted_per_batch": ("hierarchical_reduction", POSITIVES_PER_BATCH),
+    "row_peaks_of_a_band_of_rows": ("hierarchical_reduction", ROW_PEAKS_BELOW),
+})
+NOT_OF_SHAPE.update({
+    "row sums in blocks deeper than one row, under no guard bounding the row": ("hierarchical_reduction", edited(
+        ROW_SUMS_2D_BLOCKS, "if (row < rows && col < cols) {", "if (col < cols) {"),
+        "without one guard bounding row within the problem size"),
+    "column sums by atomics, a thread per column's element": ("hierarchical_reduction", spec(r"""
+extern "C" __global__ void column_sums(float *sums, const float *x, int cols)
+{
+    const int r = blockIdx.y;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) atomicAdd(&sums[c], x[r * cols + c]);
+}
+""", "column_sums", [array("sums", ["cols"], role="out"), array("x", ["rows", "cols"]), scalar("cols", "cols")],
+        {"rows": 64, "cols": 4096}, ["cols", "rows"]),
+        # not a sum by row (its address moves along x): the bins of a histogram, under no guard bounding r
+        "its point body is not one guard bounding r"),
+})

@@ -1,12 +1,18 @@
 """hierarchical_reduction on 2D and 3D grids of one point per thread (tests/unit/rules_variants.py: an image's sum,
-a masked count and maximum, a field's energy, a grey image's histogram; tests/corpus/styles: image_mean,
-grey_hist). The GPU verifies each against the submitted kernel (tests/gpu/test_rules_shapes_verified.py); here,
+a masked count and maximum, a field's energy, a grey image's histogram, sums by row; tests/corpus/styles:
+image_mean, grey_hist). The GPU verifies each against the submitted kernel (tests/gpu/test_rules_shapes_verified.py); here,
 the rewrite's structure: a thread's consecutive rows (planes), the block reduced over its flattened threads in
 blocks of whole warps, and the rest of the guard tested once for a thread's points below the bound."""
 import re
 
+import pytest
+
 from services.generator import rules
-from tests.unit.rules_variants import ENERGY_3D, IMAGE_HISTOGRAM_2D, IMAGE_SUM_2D, MASKED_STATS_2D, edited
+from services.generator.rules import reduction
+from services.generator.rules.partition import partition
+from services.generator.rules.shape import NotRecognised
+from tests.unit.rules_variants import (BATCH_SUMS, ENERGY_3D, IMAGE_HISTOGRAM_2D, IMAGE_SUM_2D, MASKED_STATS_2D,
+                                       ROW_SUMS_2D_BLOCKS, edited)
 
 
 def _applied(spec):
@@ -70,3 +76,39 @@ def test_a_conjunct_of_the_guard_that_the_march_may_change_or_that_joins_by_or_s
     code = _applied(through_or).source
     assert "if ((int)(first + (elements_per_thread - 1)) < (height)) {" in code
     assert "if (true && (x < width || width < 0)) sum0 += (float)(img[y * width + x]);" in code
+
+
+def test_a_sum_by_row_runs_along_x_with_one_atomic_per_block_where_a_point_reached_it():
+    """`atomicAdd(&sums[b], ...)` with b = blockIdx.y: each thread marches along x, a block's threads all add into
+    the same row's sum, and the block's atomic waits on a flag its points set where they reached the atomic."""
+    candidate = _applied(BATCH_SUMS)
+    code = candidate.source
+    assert candidate.grid_div_x == ["block_size_x", "elements_per_thread"] and candidate.grid_div_y is None
+    assert "const int first = (int)blockIdx.x * (blockDim.x * elements_per_thread) + threadIdx.x;" in code
+    assert "if (i < n) { sum0 += (float)(x[b * n + i]); reached0 = 1; }" in code
+    assert "reached0 = max(reached0, __shfl_down_sync(0xffffffffu, reached0, offset));" in code
+    assert code.count("atomicAdd(") == 1 and "if (reached0) atomicAdd(&sums[b], sum0);" in code
+    assert "const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;" in code
+
+
+def test_a_sum_by_row_of_2d_blocks_makes_them_one_row_deep_and_offers_wider_rows():
+    candidate = _applied(ROW_SUMS_2D_BLOCKS)
+    assert candidate.tune_params["block_size_y"] == [1] and candidate.params["block_size_y"] == 1
+    assert candidate.tune_params["block_size_x"] == [32, 64, 128, 256, 512, 1024]
+    params = {**candidate.params, "block_size_x": 128, "elements_per_thread": 4}
+    grid, block = ROW_SUMS_2D_BLOCKS.for_candidate(candidate).launch_geometry(params)
+    assert grid == (-(-5003 // 512), 301, 1) and block == (128, 1, 1)
+    # the row's bound is tested once for all of a thread's points, beside the last point's column
+    assert "< (cols) && row < rows) {" in _applied(ROW_SUMS_2D_BLOCKS).source
+
+
+def test_an_address_moving_along_x_is_no_sum_by_row():
+    column_sums = edited(BATCH_SUMS, "atomicAdd(&sums[b], x[b * n + i]);", "atomicAdd(&sums[i], x[b * n + i]);")
+    with pytest.raises(NotRecognised, match="depends on i"):
+        reduction.recognise(column_sums)
+
+
+def test_blockidx_along_an_axis_one_thread_deep_is_a_row_of_points_not_a_block():
+    assert partition(BATCH_SUMS.source, BATCH_SUMS).outputs == ()
+    deeper = BATCH_SUMS.model_validate({**BATCH_SUMS.model_dump(), "tune_params": {"block_size_y": [1, 2]}})
+    assert partition(deeper.source, deeper).outputs == ("&sums[b]",)

@@ -11,6 +11,8 @@ changes with anything that spreads the elements over the grid differently (vecto
 `partition(source, spec)` finds the per-block outputs and the block-size names their partition depends on: the
 names that multiply blockIdx or gridDim of their axis anywhere in the kernel's index arithmetic (conservatively:
 a kernel that also has an elementwise part, `out2[blockIdx.x * blockDim.x + threadIdx.x]`, counts too).
+Along a y or z axis whose blocks are one thread deep (points.one_thread_along), blockIdx is the thread's index
+there, `blockIdx.y * 1 + threadIdx.y`: `sums[blockIdx.y]` is then a result per row of points, not per block.
 """
 import re
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import IDENTIFIER, closing, defined_functions, find_kernel, mask
-from services.generator.rules.points import ASSIGNMENT
+from services.generator.rules.points import ASSIGNMENT, one_thread_along
 from services.generator.rules.statements import expression_end
 from shared.domain.spec import KernelSpec
 
@@ -141,10 +143,11 @@ def array_accesses(source: str, spec: KernelSpec) -> list[tuple[int, set[str], b
 
 def _partition(source: str, spec: KernelSpec) -> Partition:
     reading = _read(source, spec)
+    threads = {f"blockIdx.{axis}" for number, axis in enumerate(AXES) if number and one_thread_along(spec, number)}
     outputs = []
     for text, _, _, _, names in reading.writes():
-        if names & reading.parameters and _any(names, "blockIdx.") and not _any(names, "threadIdx.") and \
-                text not in outputs:
+        by_thread = _any(names, "threadIdx.") or names & threads
+        if names & reading.parameters and _any(names, "blockIdx.") and not by_thread and text not in outputs:
             outputs.append(text)
     if not outputs:
         return Partition()

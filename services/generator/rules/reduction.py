@@ -6,6 +6,9 @@ adds into one or a few addresses that do not depend on the point, `atomicAdd(tot
 `atomicAdd(&out[0], a[i] * b[i])`, `atomicAdd(sums + 1, v)`, or takes their minimum or maximum on integers
 (`atomicMin(lo, v)`, `atomicMax(&range[1], v)`), each call a statement of its own and each address taking one of
 the three. Every such atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
+An address may also name the point's y or z index (`atomicAdd(&sums[b], x[b * n + i])`, b = blockIdx.y: a sum
+per row, batch or channel): it is then fixed along x, the reduction runs along x, and the rewrite's blocks are one
+thread deep along y and z, so that every thread of a block adds into the same addresses.
 
 Rendered: each thread runs the point body for elements_per_thread points (a block width apart along x, so loads
 stay coalesced; on a 2D or 3D grid consecutive rows or planes, as elements_per_thread marches there), adding
@@ -17,6 +20,9 @@ reordered sum has (the verifier's tolerance for a kernel whose sum depends on th
 the same in any order.
 Blocks must be whole warps: the rewrite tunes block_size_x over multiples of 32, and a 2D or 3D block over the
 spec's sizes whose threads make whole warps (x fastest, as the hardware makes warps of them).
+Where an address names a row, a block's atomic adds only where one of its points reached the atomic it stands for
+(a flag combined with the sums): a row the submitted kernel's guard or data left alone stays untouched, and its
+address may not even exist.
 """
 import itertools
 import math
@@ -55,6 +61,7 @@ class Target:
     address: str  # as written, e.g. `&out[0]`
     type: str  # the element type it points to
     atomic: str  # atomicAdd, atomicMin or atomicMax
+    by_row: bool = False  # whether the address names the point's y or z index
 
     @property
     def start(self) -> str:
@@ -85,6 +92,16 @@ class Accumulation:
     kernel: PointKernel
     targets: tuple[Target, ...]
     sites: tuple[Site, ...]
+
+    @property
+    def by_row(self) -> bool:
+        """Whether the reduction runs along x alone, an address naming the point's y or z index."""
+        return any(target.by_row for target in self.targets)
+
+    @property
+    def marched(self) -> int:
+        """The axis each thread marches along: x for sums by row, else the slowest (consecutive rows or planes)."""
+        return 0 if self.by_row else len(self.kernel.axes) - 1
 
 
 def recognise(spec: KernelSpec) -> Accumulation:
@@ -151,7 +168,8 @@ def recognise(spec: KernelSpec) -> Accumulation:
 
 def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
     names = [n for n in IDENTIFIER.findall(address) if n not in TYPE_WORDS]
-    outside = [n for n in names if n not in kernel.parameters]
+    rows = {axis.name for axis in kernel.axes[1:]}
+    outside = [n for n in names if n not in kernel.parameters and n not in rows]
     if outside:
         raise NotRecognised(f"an atomicAdd adds into `{address}`, which depends on {', '.join(outside)}: a "
                             f"different address per point (a histogram), not a sum")
@@ -163,7 +181,7 @@ def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
         raise NotRecognised(f"{pointers[0]} holds {element}; {atomic} takes {', '.join(sorted(EXTREMES))}")
     if element not in SUMMABLE:
         raise NotRecognised(f"{pointers[0]} holds {element}; warp shuffles add {', '.join(sorted(SUMMABLE))}")
-    return Target(address, element, atomic)
+    return Target(address, element, atomic, bool(set(names) & rows))
 
 
 @dataclass(frozen=True)
@@ -215,22 +233,31 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     names = {key: fresh_name(key, taken) for key in ("first", "k", "point", "interior")}
     registers = {"atomicAdd": "sum", "atomicMin": "low", "atomicMax": "high"}
     sums = [fresh_name(f"{registers[t.atomic]}{j}", taken) for j, t in enumerate(model.targets)]
-    combined = [(s.start, s.end, model.targets[s.target].combined(sums[s.target], s.value)) for s in model.sites]
+    flags = [fresh_name(f"reached{j}", taken) for j in range(len(model.targets))] if model.by_row else []
+
+    def site(s: Site) -> str:
+        combined = model.targets[s.target].combined(sums[s.target], s.value)
+        return f"{{ {combined} {flags[s.target]} = 1; }}" if flags else combined
+    combined = [(s.start, s.end, site(s)) for s in model.sites]
     body = points.point_body(kernel, combined)
     prologue = ["// Hierarchical reduction: each thread combines its elements_per_thread points in registers, each",
                 "// warp combines its threads' with shuffles, warp 0 combines the warps', and one atomic per block",
-                "// and address takes the block's.",
-                *(f"{t.type} {s} = {t.start};" for t, s in zip(model.targets, sums))]
+                "// and address takes the block's" + (" where one of its points reached the address's atomic."
+                                                      if flags else "."),
+                *(f"{t.type} {s} = {t.start};" for t, s in zip(model.targets, sums)),
+                *(f"int {flag} = 0;" for flag in flags)]
     partials = [Partial(s, t.type, ATOMICS[t.atomic], t.start) for t, s in zip(model.targets, sums)]
+    partials += [Partial(flag, "int", "max", "0") for flag in flags]
     finish = [f"{t.atomic}({t.address}, {s});" for t, s in zip(model.targets, sums)]
-    if len(kernel.axes) == 1:
+    if flags:
+        finish = [f"if ({flag}) {line}" for flag, line in zip(flags, finish)]
+    if len(kernel.axes) == 1 or model.by_row:
         epilogue = block_reduction(partials, kernel.axes[0].block, taken, finish)
     else:
         thread, threads = points.flattened_block(len(kernel.axes))
         epilogue = block_reduction(partials, threads, taken, finish, f"(int)({thread})")
-    axis = len(kernel.axes) - 1
-    lines = points.march(kernel, axis, "elements_per_thread", names, body, prologue, epilogue,
-                         interior=points.interior(kernel, axis, combined))
+    lines = points.march(kernel, model.marched, "elements_per_thread", names, body, prologue, epilogue,
+                         interior=points.interior(kernel, model.marched, combined))
     return points.with_body(kernel, lines)
 
 
@@ -261,21 +288,40 @@ def _block_layout(spec: KernelSpec, dimensions: int) -> Layout:
 
 class AtomicAccumulationShape:
     name = "atomic_accumulation"
-    kind = "an accumulation into a few fixed addresses with atomicAdd (or atomicMin, atomicMax)"
+    kind = "an accumulation into a few fixed addresses (or a few per row) with atomicAdd (or atomicMin, atomicMax)"
     rules = ("hierarchical_reduction",)
 
     def recognise(self, spec: KernelSpec) -> Accumulation:
         return recognise(spec)
 
     def reason(self, rule_id: str, model: Accumulation, spec: KernelSpec) -> str | None:
-        return points.marched_under_its_guard(model.kernel, len(model.kernel.axes) - 1, spec)
+        return points.marched_under_its_guard(model.kernel, model.marched, spec) or _rows_beyond(model, spec)
 
     def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
-        if len(model.kernel.axes) > 1:
+        if len(model.kernel.axes) > 1 and not model.by_row:
             return _render(model, spec), _block_layout(spec, len(model.kernel.axes))
         x = spec.block_size_names[0]
         values = block_values(spec, 0, lambda v: v % 32 == 0 and 32 <= v <= 1024, BLOCK_SIZES)
-        layout = Layout(tune_params={x: values, "elements_per_thread": EPT_VALUES},
-                        defaults={x: default_in(values, spec.params.get(x), 256), "elements_per_thread": 16},
+        flat = {spec.block_size_names[a.axis]: 1 for a in model.kernel.axes[1:]
+                if not points.one_thread_along(spec, a.axis)}
+        if flat:  # the spec's widths were for blocks deeper along y or z: the flat block offers wider ones too
+            values = sorted({*values, *BLOCK_SIZES})
+        layout = Layout(tune_params={x: values, "elements_per_thread": EPT_VALUES, **{n: [1] for n in flat}},
+                        defaults={x: default_in(values, spec.params.get(x), 256), "elements_per_thread": 16, **flat},
                         grid_div={"x": [x, "elements_per_thread"]})
         return _render(model, spec), layout
+
+
+def _rows_beyond(model: Accumulation, spec: KernelSpec) -> str | None:
+    """Why sums by row cannot make the blocks one thread deep along y or z: the submitted blocks are deeper there,
+    so its grid may pass the problem size along the axis, and only a guard bounding the axis's index within the
+    problem size says its points past it do nothing (the rewrite's grid stops at the problem size)."""
+    for axis in model.kernel.axes[1:]:
+        if not points.one_thread_along(spec, axis.axis) and \
+                points.marched_under_its_guard(model.kernel, axis.axis, spec) is not None:
+            letter = "xyz"[axis.axis]
+            return (f"it adds by row, which the reduction runs with blocks one thread deep along {letter}, and its "
+                    f"blocks are deeper there without one guard bounding {axis.name} within the problem size "
+                    f"(`if ({axis.name} < rows && ...)`): the submitted grid's points past the problem size along "
+                    f"{letter} might do work the rewrite's grid, stopping there, would not")
+    return None

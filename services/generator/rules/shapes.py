@@ -7,7 +7,8 @@
   storing along it (GEMV, row sums, softmax or layer normalisation a thread per row): warp_per_row. Ahead of
   the atomics: a thread's loop over its row with an atomic after it (a loss summed over rows) is a row's loads
   strided across the warp, one atomic per row, and coalescing the loads is what pays;
-- atomic accumulation (reduction.py): one point per thread adding into a few fixed addresses with atomicAdd:
+- atomic accumulation (reduction.py): one point per thread adding into a few fixed addresses (or a few per row of
+  points along y or z) with atomicAdd:
   hierarchical_reduction;
 - warp atomics (warp_atomics.py): accumulators, a grid-stride loop, then shuffles and atomics per warp:
   hierarchical_reduction;
