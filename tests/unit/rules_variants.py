@@ -3293,3 +3293,52 @@ extern "C" __global__ void column_sums(float *sums, const float *x, int cols)
         # not a sum by row (its address moves along x): the bins of a histogram, under no guard bounding r
         "its point body is not one guard bounding r"),
 })
+# Sums by column: an address naming the point's x index (and not every index): each thread marches along the
+# slowest axis the address does not name and makes one atomic per address for its points.
+BIAS_GRADIENT = spec(r"""
+// The bias's gradient: each column's sum of the output gradient over the batch's rows, a thread per element.
+extern "C" __global__ void bias_grad(float *db, const float *dy, int rows, int cols)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < rows && c < cols) atomicAdd(&db[c], dy[r * cols + c]);
+}
+""", "bias_grad", [array("db", ["cols"], role="out"), array("dy", ["rows", "cols"]), scalar("rows", "rows"),
+                   scalar("cols", "cols")], {"rows": 2051, "cols": 999}, ["cols", "rows"],
+    {"block_size_x": 32, "block_size_y": 8}, {"block_size_x": [32, 64], "block_size_y": [4, 8]})
+COLUMN_LOWS = spec(r"""
+// The smallest code of each column, an early return past the matrix's edge.
+extern "C" __global__ void column_lows(int *low, const int *codes, int rows, int cols)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    atomicMin(&low[c], codes[r * cols + c]);
+}
+""", "column_lows", [array("low", ["cols"], "int32", role="inout"), array("codes", ["rows", "cols"], "int32"),
+                     scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 1000, "cols": 515}, ["cols", "rows"],
+    {"block_size_x": 64, "block_size_y": 4})
+STACK_SUM = spec(r"""
+// The sum of a stack of images, pixel by pixel, the images along z.
+extern "C" __global__ void stack_sum(float *acc, const float *imgs, int w, int h, int count)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int n = blockIdx.z;
+    if (x < w && y < h && n < count) atomicAdd(&acc[y * w + x], imgs[((size_t)n * h + y) * w + x]);
+}
+""", "stack_sum", [array("acc", ["h", "w"], role="out"), array("imgs", ["count", "h", "w"]), scalar("w", "w"),
+                   scalar("h", "h"), scalar("count", "count")], {"w": 203, "h": 101, "count": 37},
+    ["w", "h", "count"], {"block_size_x": 32, "block_size_y": 4})
+VARIANTS.update({
+    "bias_gradient_by_column": ("hierarchical_reduction", BIAS_GRADIENT),
+    "column_lows_by_column": ("hierarchical_reduction", COLUMN_LOWS),
+    "stack_sum_by_pixel": ("hierarchical_reduction", STACK_SUM),
+})
+NOT_OF_SHAPE.update({
+    "a sum per pixel of a stack whose images are under no guard": ("hierarchical_reduction", edited(
+        STACK_SUM, " && n < count)", ")"), "its point body is not one guard bounding n"),
+    "an atomic at every point's own address": ("hierarchical_reduction", edited(
+        STACK_SUM, "atomicAdd(&acc[y * w + x]", "atomicAdd(&acc[(n * h + y) * w + x]"),
+        "which names every index of the point"),
+})

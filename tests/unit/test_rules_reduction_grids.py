@@ -1,18 +1,16 @@
 """hierarchical_reduction on 2D and 3D grids of one point per thread (tests/unit/rules_variants.py: an image's sum,
-a masked count and maximum, a field's energy, a grey image's histogram, sums by row; tests/corpus/styles:
-image_mean, grey_hist). The GPU verifies each against the submitted kernel (tests/gpu/test_rules_shapes_verified.py); here,
-the rewrite's structure: a thread's consecutive rows (planes), the block reduced over its flattened threads in
-blocks of whole warps, and the rest of the guard tested once for a thread's points below the bound."""
+a masked count and maximum, a field's energy, a grey image's histogram, sums by row and by column;
+tests/corpus/styles: image_mean, grey_hist). The GPU verifies each against the submitted kernel
+(tests/gpu/test_rules_shapes_verified.py); here, the rewrite's structure: a thread's consecutive rows (planes),
+the block reduced over its flattened threads in blocks of whole warps, and the rest of the guard tested once for a
+thread's points below the bound."""
 import re
-
-import pytest
 
 from services.generator import rules
 from services.generator.rules import reduction
 from services.generator.rules.partition import partition
-from services.generator.rules.shape import NotRecognised
-from tests.unit.rules_variants import (BATCH_SUMS, ENERGY_3D, IMAGE_HISTOGRAM_2D, IMAGE_SUM_2D, MASKED_STATS_2D,
-                                       ROW_SUMS_2D_BLOCKS, edited)
+from tests.unit.rules_variants import (BATCH_SUMS, BIAS_GRADIENT, ENERGY_3D, IMAGE_HISTOGRAM_2D, IMAGE_SUM_2D,
+                                       MASKED_STATS_2D, ROW_SUMS_2D_BLOCKS, STACK_SUM, edited)
 
 
 def _applied(spec):
@@ -102,10 +100,21 @@ def test_a_sum_by_row_of_2d_blocks_makes_them_one_row_deep_and_offers_wider_rows
     assert "< (cols) && row < rows) {" in _applied(ROW_SUMS_2D_BLOCKS).source
 
 
-def test_an_address_moving_along_x_is_no_sum_by_row():
-    column_sums = edited(BATCH_SUMS, "atomicAdd(&sums[b], x[b * n + i]);", "atomicAdd(&sums[i], x[b * n + i]);")
-    with pytest.raises(NotRecognised, match="depends on i"):
-        reduction.recognise(column_sums)
+def test_a_sum_by_column_marches_each_thread_down_its_column_with_one_atomic_per_thread_and_no_shuffles():
+    """`atomicAdd(&db[c], dy[r * cols + c])`: a thread's neighbours along x add into other columns, so each thread
+    adds its rows into a register and makes one atomic for them, in the spec's block."""
+    candidate = _applied(BIAS_GRADIENT)
+    code = candidate.source
+    assert candidate.grid_div_y == ["block_size_y", "elements_per_thread"] and candidate.grid_div_x is None
+    assert candidate.tune_params == {"block_size_x": [32, 64], "block_size_y": [4, 8],
+                                     "elements_per_thread": [1, 2, 4, 8, 16, 32, 64]}
+    assert "const int first = (blockIdx.y * blockDim.y + threadIdx.y) * elements_per_thread;" in code
+    assert "__shfl" not in code and "__shared__" not in code and "__syncthreads" not in code
+    assert code.count("atomicAdd(") == 1 and code.rstrip().endswith("if (reached0) atomicAdd(&db[c], sum0);\n}")
+    # over planes: the slowest axis the address does not name
+    assert _applied(STACK_SUM).grid_div_z == ["block_size_z", "elements_per_thread"]
+    model = reduction.recognise(edited(BATCH_SUMS, "&sums[b]", "&sums[i]"))
+    assert model.by_thread and model.marched == 1
 
 
 def test_blockidx_along_an_axis_one_thread_deep_is_a_row_of_points_not_a_block():

@@ -6,9 +6,13 @@ adds into one or a few addresses that do not depend on the point, `atomicAdd(tot
 `atomicAdd(&out[0], a[i] * b[i])`, `atomicAdd(sums + 1, v)`, or takes their minimum or maximum on integers
 (`atomicMin(lo, v)`, `atomicMax(&range[1], v)`), each call a statement of its own and each address taking one of
 the three. Every such atomic serialises on its address, so the kernel runs at the speed of one address's atomics.
-An address may also name the point's y or z index (`atomicAdd(&sums[b], x[b * n + i])`, b = blockIdx.y: a sum
-per row, batch or channel): it is then fixed along x, the reduction runs along x, and the rewrite's blocks are one
-thread deep along y and z, so that every thread of a block adds into the same addresses.
+An address may also name some of the point's indices, not all:
+- its y or z index (`atomicAdd(&sums[b], x[b * n + i])`, b = blockIdx.y: a sum per row, batch or channel): the
+  address is fixed along x, the reduction runs along x, and the rewrite's blocks are one thread deep along y and z,
+  so that every thread of a block adds into the same addresses;
+- its x index (`atomicAdd(&db[c], dy[r * cols + c])`: a sum per column, a bias's gradient): each thread marches
+  along the slowest axis the address does not name, adding its points into registers, and makes one atomic per
+  address for them (its neighbours' addresses differ, so there is nothing to combine across the block).
 
 Rendered: each thread runs the point body for elements_per_thread points (a block width apart along x, so loads
 stay coalesced; on a 2D or 3D grid consecutive rows or planes, as elements_per_thread marches there), adding
@@ -20,9 +24,9 @@ reordered sum has (the verifier's tolerance for a kernel whose sum depends on th
 the same in any order.
 Blocks must be whole warps: the rewrite tunes block_size_x over multiples of 32, and a 2D or 3D block over the
 spec's sizes whose threads make whole warps (x fastest, as the hardware makes warps of them).
-Where an address names a row, a block's atomic adds only where one of its points reached the atomic it stands for
-(a flag combined with the sums): a row the submitted kernel's guard or data left alone stays untouched, and its
-address may not even exist.
+Where an address names an index, a block's (or thread's) atomic adds only where one of its points reached the
+atomic it stands for (a flag combined with the sums): a row or column the submitted kernel's guard or data left
+alone stays untouched, and its address may not even exist.
 """
 import itertools
 import math
@@ -61,7 +65,7 @@ class Target:
     address: str  # as written, e.g. `&out[0]`
     type: str  # the element type it points to
     atomic: str  # atomicAdd, atomicMin or atomicMax
-    by_row: bool = False  # whether the address names the point's y or z index
+    axes: frozenset[int] = frozenset()  # the axes whose index the address names (0: x)
 
     @property
     def start(self) -> str:
@@ -94,14 +98,27 @@ class Accumulation:
     sites: tuple[Site, ...]
 
     @property
+    def named(self) -> frozenset[int]:
+        """The axes whose index some address names."""
+        return frozenset().union(*(target.axes for target in self.targets))
+
+    @property
     def by_row(self) -> bool:
-        """Whether the reduction runs along x alone, an address naming the point's y or z index."""
-        return any(target.by_row for target in self.targets)
+        """Whether the reduction runs along x alone, an address naming the point's y or z index and not its x."""
+        return bool(self.named) and 0 not in self.named
+
+    @property
+    def by_thread(self) -> bool:
+        """Whether each thread adds its own points into an address its neighbours along x do not share."""
+        return 0 in self.named
 
     @property
     def marched(self) -> int:
-        """The axis each thread marches along: x for sums by row, else the slowest (consecutive rows or planes)."""
-        return 0 if self.by_row else len(self.kernel.axes) - 1
+        """The axis each thread marches along: x for sums by row, else the slowest the addresses do not name
+        (consecutive rows or planes)."""
+        if self.by_row:
+            return 0
+        return max(a.axis for a in self.kernel.axes if a.axis not in self.named)
 
 
 def recognise(spec: KernelSpec) -> Accumulation:
@@ -168,11 +185,14 @@ def recognise(spec: KernelSpec) -> Accumulation:
 
 def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
     names = [n for n in IDENTIFIER.findall(address) if n not in TYPE_WORDS]
-    rows = {axis.name for axis in kernel.axes[1:]}
-    outside = [n for n in names if n not in kernel.parameters and n not in rows]
+    outside = [n for n in names if n not in kernel.parameters and n not in kernel.index_names]
     if outside:
         raise NotRecognised(f"an atomicAdd adds into `{address}`, which depends on {', '.join(outside)}: a "
                             f"different address per point (a histogram), not a sum")
+    axes = frozenset(a.axis for a in kernel.axes if a.name in names)
+    if len(axes) == len(kernel.axes):
+        raise NotRecognised(f"an atomicAdd adds into `{address}`, which names every index of the point: a "
+                            f"different address per point, not a sum")
     pointers = [n for n in names if n in kernel.array_types]
     if len(pointers) != 1 or not re.fullmatch(r"&?\s*\(?\s*\w+\s*(?:\[.*\]|[-+].*)?\)?", address):
         raise NotRecognised(f"the atomicAdd address `{address}` is not one array's element")
@@ -181,7 +201,7 @@ def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
         raise NotRecognised(f"{pointers[0]} holds {element}; {atomic} takes {', '.join(sorted(EXTREMES))}")
     if element not in SUMMABLE:
         raise NotRecognised(f"{pointers[0]} holds {element}; warp shuffles add {', '.join(sorted(SUMMABLE))}")
-    return Target(address, element, atomic, bool(set(names) & rows))
+    return Target(address, element, atomic, axes)
 
 
 @dataclass(frozen=True)
@@ -233,17 +253,22 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     names = {key: fresh_name(key, taken) for key in ("first", "k", "point", "interior")}
     registers = {"atomicAdd": "sum", "atomicMin": "low", "atomicMax": "high"}
     sums = [fresh_name(f"{registers[t.atomic]}{j}", taken) for j, t in enumerate(model.targets)]
-    flags = [fresh_name(f"reached{j}", taken) for j in range(len(model.targets))] if model.by_row else []
+    flags = [fresh_name(f"reached{j}", taken) for j in range(len(model.targets))] if model.named else []
 
     def site(s: Site) -> str:
         combined = model.targets[s.target].combined(sums[s.target], s.value)
         return f"{{ {combined} {flags[s.target]} = 1; }}" if flags else combined
     combined = [(s.start, s.end, site(s)) for s in model.sites]
     body = points.point_body(kernel, combined)
-    prologue = ["// Hierarchical reduction: each thread combines its elements_per_thread points in registers, each",
-                "// warp combines its threads' with shuffles, warp 0 combines the warps', and one atomic per block",
-                "// and address takes the block's" + (" where one of its points reached the address's atomic."
-                                                      if flags else "."),
+    if model.by_thread:
+        comment = ["// Each thread combines its elements_per_thread points in registers, and one atomic per address",
+                   "// takes them where one of its points reached the address's atomic."]
+    else:
+        comment = ["// Hierarchical reduction: each thread combines its elements_per_thread points in registers, each",
+                   "// warp combines its threads' with shuffles, warp 0 combines the warps', and one atomic per block",
+                   "// and address takes the block's" + (" where one of its points reached the address's atomic."
+                                                         if flags else ".")]
+    prologue = [*comment,
                 *(f"{t.type} {s} = {t.start};" for t, s in zip(model.targets, sums)),
                 *(f"int {flag} = 0;" for flag in flags)]
     partials = [Partial(s, t.type, ATOMICS[t.atomic], t.start) for t, s in zip(model.targets, sums)]
@@ -251,7 +276,9 @@ def _render(model: Accumulation, spec: KernelSpec) -> str:
     finish = [f"{t.atomic}({t.address}, {s});" for t, s in zip(model.targets, sums)]
     if flags:
         finish = [f"if ({flag}) {line}" for flag, line in zip(flags, finish)]
-    if len(kernel.axes) == 1 or model.by_row:
+    if model.by_thread:
+        epilogue = finish
+    elif len(kernel.axes) == 1 or model.by_row:
         epilogue = block_reduction(partials, kernel.axes[0].block, taken, finish)
     else:
         thread, threads = points.flattened_block(len(kernel.axes))
@@ -288,7 +315,8 @@ def _block_layout(spec: KernelSpec, dimensions: int) -> Layout:
 
 class AtomicAccumulationShape:
     name = "atomic_accumulation"
-    kind = "an accumulation into a few fixed addresses (or a few per row) with atomicAdd (or atomicMin, atomicMax)"
+    kind = ("an accumulation into a few fixed addresses (or a few per row or column) with atomicAdd (or atomicMin, "
+            "atomicMax)")
     rules = ("hierarchical_reduction",)
 
     def recognise(self, spec: KernelSpec) -> Accumulation:
@@ -298,6 +326,11 @@ class AtomicAccumulationShape:
         return points.marched_under_its_guard(model.kernel, model.marched, spec) or _rows_beyond(model, spec)
 
     def render(self, model: Accumulation, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        if model.by_thread:  # the spec's block, whatever its warps: no shuffles
+            axis = model.marched
+            return _render(model, spec), Layout(
+                tune_params={"elements_per_thread": EPT_VALUES}, defaults={"elements_per_thread": 16},
+                grid_div={"xyz"[axis]: [spec.block_size_names[axis], "elements_per_thread"]})
         if len(model.kernel.axes) > 1 and not model.by_row:
             return _render(model, spec), _block_layout(spec, len(model.kernel.axes))
         x = spec.block_size_names[0]
