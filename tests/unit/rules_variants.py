@@ -3342,3 +3342,26 @@ NOT_OF_SHAPE.update({
         STACK_SUM, "atomicAdd(&acc[y * w + x]", "atomicAdd(&acc[(n * h + y) * w + x]"),
         "which names every index of the point"),
 })
+# A block per channel along z, as its spec says (grid_div_z: []): read swapped and tiled alike (helper-88).
+VARIANTS["planar_to_packed_a_block_per_channel"] = ("shared_tile", PLANAR_TO_PACKED.model_validate(
+    {**PLANAR_TO_PACKED.model_dump(), "grid_div_z": []}))
+# A window's radius given by a #define, and its width by arithmetic of it: constants, which batch_loads takes ahead
+# like any number (helper-88: it refused every loop using a macro).
+BOX_ROWS_BY_DEFINE = spec(r"""
+#define R 2
+#define WIDTH (2 * R + 1)
+// The horizontal pass of a separable box blur; the borders are left as they were.
+extern "C" __global__ void box_rows(float *dst, const float *src, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (y < h && x >= R && x < w - R) {
+        float acc = 0.0f;
+        for (int k = -R; k <= R; ++k)
+            acc += src[y * w + x + k];
+        dst[y * w + x] = acc / WIDTH;
+    }
+}
+""", "box_rows", [array("dst", ["h", "w"], role="inout"), array("src", ["h", "w"]), scalar("w", "w"),
+                  scalar("h", "h")], {"w": 1001, "h": 77}, ["w", "h"], BLOCK_2D, TUNE_2D)
+VARIANTS["box_rows_radius_by_define_batched"] = ("batch_loads", BOX_ROWS_BY_DEFINE)

@@ -50,3 +50,17 @@ def test_a_kernel_no_more_specific_shape_reads_swapped_keeps_its_axes():
                     "packed[((size_t)ch * height + py) * width + px]")
     assert swapped(canonical(planar)) is not None  # exact, but points either way
     assert recognise(planar)[0].name == "points" and reading(planar).problem_size == ["w", "h", "c"]
+
+
+@pytest.mark.parametrize("divisors", [[], ["block_size_z"]], ids=["a_block_per_index", "the_block_size_spelt_out"])
+def test_a_grid_along_z_divided_by_the_block_size_or_by_nothing_is_swapped_alike(divisors):
+    """grid_div_z: [] (a block per channel, one thread deep) or the default spelt out launch the grid a spec leaving
+    it out launches (review, helper-88: both were refused)."""
+    spec = _with(PLANAR_TO_PACKED, grid_div_z=divisors)
+    assert recognise(spec)[0].name == "transposed"
+    geometry = []
+    for submitted in (PLANAR_TO_PACKED, spec):
+        candidate = rules.apply("shared_tile", submitted, submitted.as_candidate())
+        geometry.append(submitted.for_candidate(candidate).launch_geometry(
+            {**submitted.baseline_params(), **candidate.params}))
+    assert geometry[0] == geometry[1]

@@ -294,6 +294,16 @@ def test_a_loop_in_a_macro_is_left_alone():
     assert "no loop a thread walks" in rules.check("batch_loads", small(body), small(body).as_candidate())
 
 
+
+def test_a_macro_of_numbers_is_a_constant_and_one_reading_memory_is_not():
+    """`#define SCALE (2 * HALF)` with `#define HALF 2` reads and stores nothing (review, helper-88: any macro
+    refused the loop using it); a macro naming an array may, and still does."""
+    body = "for (int j = 0; j < m; ++j) dst[j * n + t] += SCALE * src[j * n + t];"
+    constant = small(body, "#define HALF 2\n#define SCALE (2 * HALF)\n")
+    assert "src_ahead[b] = src[j_ahead * n + t];" in batched(constant).source
+    reading = small(body, "#define HALF src[0]\n#define SCALE (2 * HALF)\n")
+    assert "uses the macro SCALE" in rules.check("batch_loads", reading, reading.as_candidate())
+
 TAKEN = {
     "bitwise ands and products in parentheses elsewhere": "float s = 0; if ((t & m) == 0) s = 1.f; "
                                                           "for (int j = 0; j < m; ++j) dst[(j * n) + t] += "

@@ -15,8 +15,9 @@ and y along z, one thread deep:
     const int y = blockIdx.z * blockDim.z + threadIdx.z;
 
 over the problem size with its y and z swapped. Made only where the spec launches blocks one thread deep along z,
-divides the grid by the block sizes alone, and the point body is one guard bounding y and z each below a scalar
-argument its problem size covers (coverage.bound_covered): both launches then run every point of that box,
+divides the grid by the block sizes alone (grid_div_y and grid_div_z left out or naming the block size), and the
+point body is one guard bounding y and z each below a scalar argument its problem size covers
+(coverage.bound_covered): both launches then run every point of that box,
 and the guard skips the rest. Along z the new grid must stay within CUDA's 65535 blocks, at the spec's sizes and
 around them.
 """
@@ -25,6 +26,7 @@ import re
 from services.generator.rules import points
 from services.generator.rules.cuda_text import mask, top_level_conjuncts
 from services.generator.rules.coverage import GRID_LIMIT, bound_covered, sizes_around
+from services.generator.rules.shape import one_thread_per_point
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
@@ -38,7 +40,7 @@ def swapped(spec: KernelSpec) -> KernelSpec | None:
         return None
     dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
     if len(kernel.axes) != 3 or len(dims) != 3 or len(spec.block_size_names) < 3 or \
-            not points.one_thread_along(spec, 2) or spec.grid_div_y or spec.grid_div_z or \
+            not points.one_thread_along(spec, 2) or one_thread_per_point(spec, 1) or one_thread_per_point(spec, 2) or \
             len(kernel.statements) != 1 or kernel.statements[0].kind != "if":
         return None
     masked = mask(spec.source)
