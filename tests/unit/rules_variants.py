@@ -3365,3 +3365,43 @@ extern "C" __global__ void box_rows(float *dst, const float *src, int w, int h)
 """, "box_rows", [array("dst", ["h", "w"], role="inout"), array("src", ["h", "w"]), scalar("w", "w"),
                   scalar("h", "h")], {"w": 1001, "h": 77}, ["w", "h"], BLOCK_2D, TUNE_2D)
 VARIANTS["box_rows_radius_by_define_batched"] = ("batch_loads", BOX_ROWS_BY_DEFINE)
+# Grid-stride loops on a grid the spec fixes (problem_size [1024] blocks, grid_div_x []): read as one point per
+# thread launched over the loop's bound, which every grid reaches; and a batch's row given by blockIdx.y before the
+# loop, read as the point's y index.
+TOTAL_ON_A_FIXED_GRID = spec(r"""
+// A total by a grid-stride loop of atomics, launched on 1,024 blocks whatever the length.
+extern "C" __global__ void total_gs(float *total, const float *x, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        atomicAdd(total, x[i]);
+}
+""", "total_gs", [array("total", [1], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 3000017}, [1024],
+    grid_div_x=[])
+SCALE_ON_A_FIXED_GRID = spec(r"""
+// y = a x by a grid-stride loop, launched on 264 blocks (two per SM) whatever the length.
+extern "C" __global__ void scale_gs(float *y, const float *x, float a, int n)
+{
+    int stride = gridDim.x * blockDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        y[i] = a * x[i];
+}
+""", "scale_gs", [array("y", ["n"], role="out"), array("x", ["n"]), scalar("a", 1.5, "float32"), scalar("n", "n")],
+    {"n": 1000003}, [264], grid_div_x=[])
+BATCH_NORMS_GRID_STRIDE = spec(r"""
+// The squared norm of each batch's row: a grid-stride loop along the row, the batch the block's y index.
+extern "C" __global__ void batch_norms(float *norms, const float *x, int n)
+{
+    const int b = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        float v = x[(size_t)b * n + i];
+        atomicAdd(&norms[b], v * v);
+    }
+}
+""", "batch_norms", [array("norms", ["batch"], role="out"), array("x", ["batch", "n"]), scalar("n", "n")],
+    {"n": 100003, "batch": 12}, [64, "batch"], grid_div_x=[])
+VARIANTS.update({
+    "total_of_a_grid_stride_loop_on_a_fixed_grid": ("hierarchical_reduction", TOTAL_ON_A_FIXED_GRID),
+    "scale_grid_stride_on_a_fixed_grid_elements": ("elements_per_thread", SCALE_ON_A_FIXED_GRID),
+    "scale_grid_stride_on_a_fixed_grid_vectors": ("vectorize", SCALE_ON_A_FIXED_GRID),
+    "batch_norms_grid_stride_by_row": ("hierarchical_reduction", BATCH_NORMS_GRID_STRIDE),
+})

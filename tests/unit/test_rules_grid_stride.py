@@ -6,8 +6,8 @@ import pytest
 from services.generator import rules
 from services.generator.rules.grid_stride import point_form
 from services.generator.rules.shapes import reading, recognise
-from tests.unit.rules_variants import (CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, SCALE_3D_GRID_STRIDE, TRANSPOSE_GRID_STRIDE,
-                                     edited)
+from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, SCALE_3D_GRID_STRIDE,
+                                     SCALE_ON_A_FIXED_GRID, TOTAL_ON_A_FIXED_GRID, TRANSPOSE_GRID_STRIDE, edited)
 
 
 def masked(old: str, new: str, **spec):
@@ -91,6 +91,29 @@ def test_a_break_or_continue_of_a_loop_of_the_body_is_its_own():
     assert point_form(looped) is not None and point_form(switched) is not None
 
 
+def test_a_nest_on_a_grid_smaller_than_its_bounds_is_launched_over_its_bounds():
+    """A grid-stride nest runs every point below its bounds on any grid: one the spec fixes (fewer rows than the
+    bound, a bound of another size than the problem's) is read launched over the bounds themselves."""
+    fixed = point_form(masked("", "", problem_size=["n", "n // 2"]))
+    assert fixed.problem_size == ["n", "n"] and fixed.grid_div_y == ["block_size_y"]
+    other = point_form(masked("", "", args=[
+        *CAUSAL_MASK.model_dump()["args"][:1], {"name": "n", "dtype": "int32", "value": "m"},
+        CAUSAL_MASK.model_dump()["args"][2]], sizes={"n": 300, "m": 300}))
+    assert other.problem_size == ["m", "m"]
+    assert point_form(TOTAL_ON_A_FIXED_GRID).problem_size == ["n"]
+    candidate = rules.apply("vectorize", SCALE_ON_A_FIXED_GRID, SCALE_ON_A_FIXED_GRID.as_candidate())
+    assert candidate.problem_size == ["n"] and candidate.grid_div_x == ["block_size_x", 4]
+
+
+def test_a_row_index_before_the_nest_is_the_points_y_index():
+    read = point_form(BATCH_NORMS_GRID_STRIDE)
+    assert "int i = blockIdx.x * blockDim.x + threadIdx.x;\n    int b = blockIdx.y;\n    if (i < n) {" in read.source
+    assert read.problem_size == ["n", "batch"]
+    deeper = BATCH_NORMS_GRID_STRIDE.model_validate({**BATCH_NORMS_GRID_STRIDE.model_dump(),
+                                                     "tune_params": {"block_size_y": [1, 2]}})
+    assert point_form(deeper) is None  # blockIdx.y is then no thread's index
+
+
 STORE = "if (k > q) scores[(size_t)q * n + k] = fill;"
 COLUMNS = "int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += blockDim.x * gridDim.x"
 REFUSED = {
@@ -102,9 +125,6 @@ REFUSED = {
     "a local of the launch geometry read in the body": prefixed(
         masked("= fill;", "= fill + lanes;"), before_nest="    const int lanes = blockDim.x * gridDim.x;\n"),
     "more rows than a grid reaches along y": masked("", "", sizes={"n": 1 << 20}),
-    "a bound of another size than the problem's": masked("", "", args=[
-        *CAUSAL_MASK.model_dump()["args"][:1], {"name": "n", "dtype": "int32", "value": "m"},
-        CAUSAL_MASK.model_dump()["args"][2]], sizes={"n": 300, "m": 300}),
     "a sum into a column, one thread's in order": masked(STORE, "scores[k] += fill;"),
     "a recurrence down the rows": masked(
         STORE, "if (q > 0) scores[(size_t)q * n + k] += scores[(size_t)q * n - n + k];"),
@@ -132,7 +152,6 @@ REFUSED = {
     "a bound that reads an array": masked("k < n;", "k < (int)scores[0];"),
     "the same axis twice": masked(COLUMNS, COLUMNS.replace(".x", ".y")),
     "a nest without x": masked(f"for ({COLUMNS})", "for (int k = 0; k < n; ++k)"),
-    "a problem smaller than the bound": masked("", "", problem_size=["n", "n // 2"]),
 }
 
 

@@ -17,7 +17,7 @@ def bound_covered(spec: KernelSpec, axis: int, bound: str) -> bool:
     the axis at the spec's sizes and around them: a grid launched for the problem size then reaches every index
     below the bound."""
     dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
-    expression = _in_sizes(spec, bound)
+    expression = in_sizes(spec, bound)
     if axis >= len(dims) or axis >= len(spec.block_size_names) or expression is None:
         return False
     return _at_most_around(spec, expression, str(dims[axis]))
@@ -28,14 +28,26 @@ def array_covers(spec: KernelSpec, array: str, bounds: list[str]) -> bool:
     of scalar arguments, as bound_covered reads them) elements at the spec's sizes and around them: an element
     below them then exists whether or not the kernel touches it."""
     arg = next((a for a in spec.args if a.name == array and a.is_array), None)
-    expressions = [_in_sizes(spec, bound) for bound in bounds]
+    expressions = [in_sizes(spec, bound) for bound in bounds]
     if arg is None or None in expressions:
         return False
     held = " * ".join(f"({dim})" for dim in arg.shape) or "1"
     return _at_most_around(spec, " * ".join(expressions) or "1", held)
 
 
-def _in_sizes(spec: KernelSpec, bound: str) -> str | None:
+def launched_over(spec: KernelSpec, axis: int, bound: str) -> list | None:
+    """The spec's problem size with the axis's entry the bound (C text of scalar arguments, read in the spec's
+    sizes): what a loop over every index below the bound launched on a fixed grid, one thread per index, is
+    launched over; None where the bound is not such arithmetic."""
+    dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
+    expression = in_sizes(spec, bound)
+    if expression is None or axis >= len(dims):
+        return None
+    dims[axis] = re.sub(r"^\(+\s*(\w+)\s*\)+$", r"\1", expression)  # `((n))` as n
+    return dims
+
+
+def in_sizes(spec: KernelSpec, bound: str) -> str | None:
     """`bound` (C text) as an expression of the size variables, where it is arithmetic of scalar arguments of
     given values; else None."""
     scalars = {arg.name: arg.value for arg in spec.args if not arg.is_array and arg.value is not None}

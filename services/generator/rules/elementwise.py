@@ -547,4 +547,11 @@ class ElementwiseShape:
         ept, vectors = "elements_per_thread" in features, "vectorize" in features
         divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []),
                     *([lanes(kernel)] if vectors else [])]
+        if kernel.grid_stride and not coverage.bound_covered(spec, 0, kernel.bound):
+            # A grid-stride loop on a grid the spec fixes (problem_size [264], grid_div_x []): that grid divided
+            # so would be a block or two. Launched over the loop's bound, where the sizes give it; else as
+            # submitted.
+            over = coverage.launched_over(spec, 0, kernel.bound)
+            return render(kernel, ept, vectors), Layout(grid_div={"x": divisors}, problem_size=over) if over \
+                else Layout()
         return render(kernel, ept, vectors), Layout(grid_div={"x": divisors})

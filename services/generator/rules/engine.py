@@ -232,8 +232,9 @@ def _rebuild(spec: KernelSpec, rules: tuple[str, ...]) -> tuple[str, Layout, tup
         # alone.
         regridded = {axis: getattr(read, f"grid_div_{axis}") for axis in "xyz"
                      if getattr(read, f"grid_div_{axis}") != getattr(spec, f"grid_div_{axis}")}
+        relaunched = read.problem_size if read.problem_size != spec.problem_size else None
         layout = dataclasses.replace(layout, grid_div={**regridded, **layout.grid_div},
-                                     problem_size=read.problem_size if read.problem_size != spec.problem_size else None)
+                                     problem_size=layout.problem_size or relaunched)
     taken = list(features)
     for rule_id in rules:
         if rule_id in TEXTUAL:

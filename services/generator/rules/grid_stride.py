@@ -23,10 +23,11 @@ The respelling is exact or not made. It is made only where:
   read; each loop starts at the thread's index
   along its own axis (the axes x, then y, then z, in any order of nesting), steps by the grid's width along it,
   and runs while the index is below a bound;
-- each bound is arithmetic of scalar arguments of given values, which the nest does not change, and the problem
-  size along its axis covers it at the spec's sizes and at sizes around them (each size one less or one more,
-  as verification trials take them): the new grid must reach every point the loops reach. Along y and z that
-  grid must also stay within CUDA's 65535 blocks at the smallest block size the spec tunes;
+- each bound is arithmetic of scalar arguments of given values, which the nest does not change: the new grid must
+  reach every point the loops reach, so it is launched over the spec's problem size where that covers the bound
+  at the spec's sizes and at sizes around them (each size one less or one more, as verification trials take
+  them), else over the bound itself (a fixed grid, launched whatever the sizes). Along y and z that grid must
+  also stay within CUDA's 65535 blocks at the smallest block size the spec tunes;
 - BODY leaves the nest no other way (no return, which ends the whole nest, and no break of a grid-stride loop),
   and holds no preprocessor directive but a pragma, nor a macro of the source, whose text is not read here;
 - the points are independent, as one point per thread runs them: a thread runs its grid-stride points one after
@@ -41,7 +42,7 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.coverage import GRID_LIMIT, bound_covered
+from services.generator.rules.coverage import GRID_LIMIT, bound_covered, launched_over
 from services.generator.rules.cuda_text import INTEGER_TYPE, WIDE_INTEGER_TYPE, find_kernel, mask, split_top_level
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.expressions import ExpressionError, evaluate
@@ -49,6 +50,7 @@ from shared.domain.spec import KernelSpec
 
 _INIT = re.compile(rf"\s*(?P<type>(?:const\s+)?{INTEGER_TYPE})\s+(?P<index>[A-Za-z_]\w*)\s*=(?P<start>.*)", re.DOTALL)
 _LOCALS = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<declarators>[^;]*);\s*")
+_ONE_LOCAL = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
 _LAUNCH = {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim", "gridDim") for a in "xyz"}
 
 
@@ -76,23 +78,37 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
     except (Unparsed, ValueError):
         return None
     text = masked[nest.start:nest.end]
+    rows = _row_indices(spec, setup, masked, len(loops))
     if not loops or sorted(loop.axis for loop in loops) != list(range(len(loops))) or \
             any(re.search(rf"\b{name}\b", masked[inner.start:inner.end] + " ".join(loop.bound for loop in loops))
-                for name in known) or \
-            (jumps := _continues(masked, inner)) is None or not _bounds_covered(spec, loops, text):
+                for name in set(known) - set(rows)) or \
+            (jumps := _continues(masked, inner)) is None or (launched := _launched(spec, loops, text)) is None:
         return None
     guard = " && ".join(f"{loop.index} < {_operand(loop.bound)}" for loop in loops)
     span = inner.inner if inner.kind == "block" else (inner.start, inner.end)
     body = points.replace_spans(spec.source[:span[1]], [(at, at + len("continue"), "return") for at in jumps])
     body = body[span[0]:]
-    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), f"if ({guard}) {{",
+    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), *rows.values(), f"if ({guard}) {{",
              textwrap.indent(textwrap.dedent(body.strip("\n").rstrip()), points.INDENT), "}"]
     first = setup[0].start if setup else nest.start
     source = spec.source[:first] + textwrap.indent("\n".join(lines), points.INDENT).lstrip() + \
         spec.source[nest.end:]
     grid = {f"grid_div_{'xyz'[loop.axis]}": [spec.block_size_names[loop.axis]] for loop in loops}
-    pointed = spec.model_copy(update={"source": source, **grid})
+    pointed = spec.model_copy(update={"source": source, "problem_size": launched, **grid})
     return pointed if _independent(pointed, {loop.index for loop in loops}) else None
+
+
+def _row_indices(spec: KernelSpec, setup: list[Statement], masked: str, looped: int) -> dict[str, str]:
+    """The locals before the nest that are the thread's index along an axis no loop strides (`const int b =
+    blockIdx.y;` in blocks one thread deep along y: a batch's row), each declared alone, by name with its
+    declaration: the point body may read them, as a point kernel reads its y index."""
+    found = {}
+    for statement in setup:
+        declared = _ONE_LOCAL.fullmatch(masked, statement.start, statement.end)
+        axis = declared and points.thread_index_axis(declared["init"], spec)
+        if axis and axis[0] >= looped:
+            found[declared["name"]] = f"{declared['type'].strip()} {declared['name']} = {declared['init'].strip()};"
+    return found
 
 
 def _independent(spec: KernelSpec, indices: set[str]) -> bool:
@@ -227,21 +243,27 @@ def _continues(masked: str, inner: Statement) -> list[int] | None:
     return found
 
 
-def _bounds_covered(spec: KernelSpec, loops: list[_Loop], nest: str) -> bool:
-    """Whether each loop's bound is covered (bound_covered) and unchanged by the nest, with a grid along y and z
-    within CUDA's limit."""
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+def _launched(spec: KernelSpec, loops: list[_Loop], nest: str) -> list[str] | None:
+    """The problem size one point per thread is launched over: the spec's, where it covers each loop's bound
+    (bound_covered); else, along a loop's axis, the bound itself in the spec's sizes (a grid-stride loop launched on
+    a fixed grid, `problem_size: [1024]`, runs every point below its bound whatever that grid). None where a bound
+    is not arithmetic of scalar arguments of given values, the nest changes it, or the grid along y or z would pass
+    CUDA's limit."""
+    dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
     for loop in loops:
-        if not bound_covered(spec, loop.axis, loop.bound) or \
-                any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)):
-            return False
+        if any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)):
+            return None
+        if not bound_covered(spec, loop.axis, loop.bound):
+            if (over := launched_over(spec, loop.axis, loop.bound)) is None:
+                return None
+            dims[loop.axis] = over[loop.axis]
         try:
             if loop.axis and math.ceil(evaluate(dims[loop.axis], spec.variables(spec.baseline_params())) /
                                        smallest_block(spec, loop.axis)) > GRID_LIMIT:
-                return False
+                return None
         except ExpressionError:
-            return False
-    return True
+            return None
+    return dims
 
 
 def smallest_block(spec: KernelSpec, axis: int) -> int:
