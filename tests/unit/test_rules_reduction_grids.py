@@ -5,12 +5,16 @@ tests/corpus/styles: image_mean, grey_hist). The GPU verifies each against the s
 the block reduced over its flattened threads in blocks of whole warps, and the rest of the guard tested once for a
 thread's points below the bound."""
 import re
+from pathlib import Path
 
+from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules import reduction
 from services.generator.rules.partition import partition
 from tests.unit.rules_variants import (BATCH_SUMS, BIAS_GRADIENT, ENERGY_3D, IMAGE_HISTOGRAM_2D, IMAGE_SUM_2D,
                                        MASKED_STATS_2D, ROW_SUMS_2D_BLOCKS, STACK_SUM, edited)
+
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 
 
 def _applied(spec):
@@ -121,3 +125,14 @@ def test_blockidx_along_an_axis_one_thread_deep_is_a_row_of_points_not_a_block()
     assert partition(BATCH_SUMS.source, BATCH_SUMS).outputs == ()
     deeper = BATCH_SUMS.model_validate({**BATCH_SUMS.model_dump(), "tune_params": {"block_size_y": [1, 2]}})
     assert partition(deeper.source, deeper).outputs == ("&sums[b]",)
+
+
+def test_blocks_of_a_spec_naming_only_the_x_block_size_are_one_thread_deep_along_y_and_z():
+    """block_size_names [THREADS] launches blocks THREADS x 1 x 1 (Kernel Tuner's convention): the channel of
+    blockIdx.y and the image of blockIdx.z are the point's y and z indices, and the sums by channel run along x."""
+    spec = load_spec(STYLES / "channel_stats.cu", STYLES / "channel_stats.yaml")
+    candidate = _applied(spec)
+    assert candidate.grid_div_x == ["THREADS", "elements_per_thread"] and candidate.grid_div_y is None
+    assert "if (reached1) atomicAdd(&sum_sq[c], sum1);" in candidate.source
+    grid, block = spec.for_candidate(candidate).launch_geometry({**candidate.params, "elements_per_thread": 4})
+    assert grid == (-(-3136 // 1024), 256, 32) and block == (256, 1, 1)

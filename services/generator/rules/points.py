@@ -233,10 +233,13 @@ def thread_index_axis(expression: str, spec: KernelSpec,
 
 
 def one_thread_along(spec: KernelSpec, axis: int) -> bool:
-    """Whether the spec launches blocks one thread deep along the y or z axis (its block size 1, not tuned):
-    there blockIdx.z is blockIdx.z * blockDim.z + threadIdx.z."""
-    name = spec.block_size_names[axis] if axis < len(spec.block_size_names) else None
-    return name is not None and name not in spec.tune_params and spec.params.get(name, 1) == 1
+    """Whether the spec launches blocks one thread deep along the y or z axis (its block size 1, not tuned, or not
+    named at all: block_size_names [THREADS] launches blocks of THREADS x 1 x 1, as Kernel Tuner does): there
+    blockIdx.z is blockIdx.z * blockDim.z + threadIdx.z."""
+    if axis >= len(spec.block_size_names):
+        return True
+    name = spec.block_size_names[axis]
+    return name not in spec.tune_params and spec.params.get(name, 1) == 1
 
 
 def parameters_of(source: str, kernel: Kernel) -> dict[str, str]:

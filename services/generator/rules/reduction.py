@@ -127,8 +127,6 @@ def recognise(spec: KernelSpec) -> Accumulation:
     except points.NotPointKernel as exc:
         raise NotRecognised(str(exc)) from None
     dimensions = len(kernel.axes)
-    if dimensions > len(spec.block_size_names):
-        raise NotRecognised(f"the spec names no block size for its {'xyz'[dimensions - 1]} axis")
     for axis in range(dimensions):
         if (why := one_thread_per_point(spec, axis)) is not None:
             raise NotRecognised(why)
@@ -180,7 +178,12 @@ def recognise(spec: KernelSpec) -> Accumulation:
         array = next(n for n in IDENTIFIER.findall(target.address) if n in kernel.array_types)
         if re.search(rf"\b{array}\b", rest):
             raise NotRecognised(f"it reads or writes {array} besides adding into it, which a deferred sum would change")
-    return Accumulation(kernel, tuple(targets), tuple(sites))
+    model = Accumulation(kernel, tuple(targets), tuple(sites))
+    # Blocks flattened over every axis, or marched along one, are tuned by the axes' block sizes; sums by row run
+    # blocks one thread deep along y and z, which need none.
+    if not model.by_row and dimensions > len(spec.block_size_names):
+        raise NotRecognised(f"the spec names no block size for its {'xyz'[dimensions - 1]} axis")
+    return model
 
 
 def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
