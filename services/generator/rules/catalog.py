@@ -60,7 +60,8 @@ CATALOG = (
                                    "minimum or maximum) into a few addresses by a hierarchical reduction: each "
                                    "thread combines elements_per_thread elements in a register, each warp combines "
                                    "its threads' with __shfl_down_sync, and one atomic per block and address takes "
-                                   "the block's; a "
+                                   "the block's (a few addresses per row: blocks one row deep; per column: one "
+                                   "atomic per thread for its rows); a "
                                    "histogram keeps per-block bins in shared memory, one atomic per bin and block.",
          rendered=True),
     Rule("shared_tile", "Stage a square tile of block_size_x x block_size_x elements in shared memory, padded by "
