@@ -3405,3 +3405,5 @@ VARIANTS.update({
     "scale_grid_stride_on_a_fixed_grid_vectors": ("vectorize", SCALE_ON_A_FIXED_GRID),
     "batch_norms_grid_stride_by_row": ("hierarchical_reduction", BATCH_NORMS_GRID_STRIDE),
 })
+NOT_OF_SHAPE["row sums of more rows than a grid of a block per row holds"] = ("hierarchical_reduction",
+    ROW_SUMS_2D_BLOCKS.with_sizes({"rows": 70000, "cols": 64}), "would pass CUDA's 65535 blocks")
