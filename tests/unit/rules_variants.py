@@ -3407,3 +3407,18 @@ VARIANTS.update({
 })
 NOT_OF_SHAPE["row sums of more rows than a grid of a block per row holds"] = ("hierarchical_reduction",
     ROW_SUMS_2D_BLOCKS.with_sizes({"rows": 70000, "cols": 64}), "would pass CUDA's 65535 blocks")
+# Rows walked by a grid-stride loop on a grid of 64 threads the spec fixes: read launched over the rows
+# (helper-89 found it refused, as not starting by defining its thread index).
+VARIANTS["row_maxima_grid_stride_on_a_fixed_grid"] = ("warp_per_row", spec(r"""
+// Row maxima, rows walked by a grid-stride loop of a fixed grid of 64 threads' worth.
+extern "C" __global__ void row_max_gs(float *out, const float *a, int rows, int cols)
+{
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += blockDim.x * gridDim.x) {
+        float m = -INFINITY;
+        for (int c = 0; c < cols; ++c) m = fmaxf(m, a[r * cols + c]);
+        out[r] = m;
+    }
+}
+""", "row_max_gs", [array("out", ["rows"], role="out"), array("a", ["rows", "cols"]), scalar("rows", "rows"),
+                    scalar("cols", "cols")], {"rows": 300, "cols": 45}, [64], {"block_size_x": 32},
+    {"block_size_x": [32, 64]}))
