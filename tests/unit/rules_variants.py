@@ -3422,3 +3422,33 @@ extern "C" __global__ void row_max_gs(float *out, const float *a, int rows, int 
 """, "row_max_gs", [array("out", ["rows"], role="out"), array("a", ["rows", "cols"]), scalar("rows", "rows"),
                     scalar("cols", "cols")], {"rows": 300, "cols": 45}, [64], {"block_size_x": 32},
     {"block_size_x": [32, 64]}))
+# helper-90: a bias's gradient over a batch whose images along z are under no guard: its rows (guarded) are
+# marched, the images left a point per thread; and row and column sums together, refused with its reason.
+BIAS_GRADIENT_OVER_A_BATCH = spec(r"""
+// A bias's gradient over a batch of sequences: each channel's sum over every image's steps, images along z.
+extern "C" __global__ void bias_grad3(float *db, const float *dy, int T, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int t = blockIdx.y * blockDim.y + threadIdx.y;
+    int n = blockIdx.z;
+    if (c < C && t < T) atomicAdd(&db[c], dy[((size_t)n * T + t) * C + c]);
+}
+""", "bias_grad3", [array("db", ["C"], role="out"), array("dy", ["N", "T", "C"]), scalar("T", "T"),
+                    scalar("C", "C")], {"N": 7, "T": 501, "C": 70}, ["C", "T", "N"],
+    {"block_size_x": 32, "block_size_y": 4})
+VARIANTS["bias_gradient_over_a_batch_marching_its_rows"] = ("hierarchical_reduction", BIAS_GRADIENT_OVER_A_BATCH)
+NOT_OF_SHAPE["row and column sums at once"] = ("hierarchical_reduction", spec(r"""
+// Row sums and column sums together.
+extern "C" __global__ void margins(float *rs, float *cs, const float *a, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < rows && c < cols) {
+        const float v = a[r * cols + c];
+        atomicAdd(&rs[r], v);
+        atomicAdd(&cs[c], v);
+    }
+}
+""", "margins", [array("rs", ["rows"], role="out"), array("cs", ["cols"], role="out"), array("a", ["rows", "cols"]),
+                 scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 23, "cols": 50}, ["cols", "rows"],
+    {"block_size_x": 32, "block_size_y": 4}), "name every index of the point between them")

@@ -98,11 +98,12 @@ class Accumulation:
     kernel: PointKernel
     targets: tuple[Target, ...]
     sites: tuple[Site, ...]
+    marched: int  # the axis each thread marches along (_marched)
 
     @property
     def named(self) -> frozenset[int]:
         """The axes whose index some address names."""
-        return frozenset().union(*(target.axes for target in self.targets))
+        return _named(self.targets)
 
     @property
     def by_row(self) -> bool:
@@ -114,13 +115,23 @@ class Accumulation:
         """Whether each thread adds its own points into an address its neighbours along x do not share."""
         return 0 in self.named
 
-    @property
-    def marched(self) -> int:
-        """The axis each thread marches along: x for sums by row, else the slowest the addresses do not name
-        (consecutive rows or planes)."""
-        if self.by_row:
-            return 0
-        return max(a.axis for a in self.kernel.axes if a.axis not in self.named)
+
+def _named(targets) -> frozenset[int]:
+    return frozenset().union(*(target.axes for target in targets))
+
+
+def _marched(kernel: PointKernel, targets: list[Target], spec: KernelSpec) -> int:
+    """The axis each thread marches along: x for sums by row; the slowest for fixed addresses (consecutive rows or
+    planes); for sums by column, the slowest the addresses do not name that a guard bounds within the problem
+    size (a batch's images along z, `n = blockIdx.z` under no guard, stay a point per thread: its rows are
+    marched instead), else the slowest they do not name."""
+    named = _named(targets)
+    if named and 0 not in named:
+        return 0
+    free = [a.axis for a in kernel.axes if a.axis not in named]
+    if not named:
+        return free[-1]
+    return max([axis for axis in free if points.marched_under_its_guard(kernel, axis, spec) is None] or free)
 
 
 def recognise(spec: KernelSpec) -> Accumulation:
@@ -180,11 +191,16 @@ def recognise(spec: KernelSpec) -> Accumulation:
         array = next(n for n in IDENTIFIER.findall(target.address) if n in kernel.array_types)
         if re.search(rf"\b{array}\b", rest):
             raise NotRecognised(f"it reads or writes {array} besides adding into it, which a deferred sum would change")
-    model = Accumulation(kernel, tuple(targets), tuple(sites))
-    # Blocks flattened over every axis, or marched along one, are tuned by the axes' block sizes; sums by row run
-    # blocks one thread deep along y and z, which need none.
-    if not model.by_row and dimensions > len(spec.block_size_names):
-        raise NotRecognised(f"the spec names no block size for its {'xyz'[dimensions - 1]} axis")
+    if len(_named(targets)) == dimensions:
+        raise NotRecognised(f"its atomics' addresses ({', '.join(f'`{t.address}`' for t in targets)}) name every "
+                            f"index of the point between them: no axis is left along which a thread's points add "
+                            f"into the same addresses")
+    model = Accumulation(kernel, tuple(targets), tuple(sites), _marched(kernel, targets, spec))
+    # Blocks flattened over every axis are tuned by the axes' block sizes, and a march by its axis's; sums by row
+    # run blocks one thread deep along y and z, which need none.
+    needed = 0 if model.by_row else model.marched + 1 if model.by_thread else dimensions
+    if needed > len(spec.block_size_names):
+        raise NotRecognised(f"the spec names no block size for its {'xyz'[needed - 1]} axis")
     return model
 
 
