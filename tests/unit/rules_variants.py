@@ -3452,3 +3452,25 @@ extern "C" __global__ void margins(float *rs, float *cs, const float *a, int row
 """, "margins", [array("rs", ["rows"], role="out"), array("cs", ["cols"], role="out"), array("a", ["rows", "cols"]),
                  scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 23, "cols": 50}, ["cols", "rows"],
     {"block_size_x": 32, "block_size_y": 4}), "name every index of the point between them")
+# helper-90: a warp per row in blocks of one warp, its first thread storing the warp's sum: block_size would tune
+# blocks of several warps, whose other warps' sums nobody stores.
+ROW_SUM_A_WARP_PER_BLOCK = spec(r"""
+// Each row's sum by one warp per row (blocks of 32 threads), rows along the grid's y.
+extern "C" __global__ void row_sum_warp(float *out, const float *x, int cols)
+{
+    const int row = blockIdx.y;
+    float v = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) v += x[row * cols + c];
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) out[row] = v;
+}
+""", "row_sum_warp", [array("out", ["rows"], role="out"), array("x", ["rows", "cols"]), scalar("cols", "cols")],
+    {"rows": 64, "cols": 1000}, [1, "rows"], {"block_size_x": 32})
+NOT_OF_SHAPE.update({
+    "a warp's sum stored by the block's first thread, in blocks of one warp": (
+        "block_size", ROW_SUM_A_WARP_PER_BLOCK, "a block of more than one warp would leave the other warps' values"),
+    "a warp's sum stored by the block's first thread through a local, in blocks of one warp": ("block_size", edited(
+        edited(ROW_SUM_A_WARP_PER_BLOCK, "const int row = blockIdx.y;",
+               "const int row = blockIdx.y;\n    const unsigned tid = threadIdx.x;"), "if (threadIdx.x == 0)",
+        "if (!tid)"), "the block's first thread alone keeps the result (`!tid`)"),
+})
