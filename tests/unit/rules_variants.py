@@ -3474,3 +3474,28 @@ NOT_OF_SHAPE.update({
                "const int row = blockIdx.y;\n    const unsigned tid = threadIdx.x;"), "if (threadIdx.x == 0)",
         "if (!tid)"), "the block's first thread alone keeps the result (`!tid`)"),
 })
+# helper-91: an elementwise body trading values across the warp: a lane of a vector (or a thread's next element)
+# would trade with another element than the submitted thread's neighbour.
+PAIR_POWER = spec(r"""
+// Each element's square plus its neighbour's, traded across the warp.
+__global__ void pair_power(float *y, const float *x, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        float v = x[i] * x[i];
+        y[i] = v + __shfl_xor_sync(0xffffffffu, v, 1);
+    }
+}
+""", "pair_power", [array("y", ["n"], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 4096}, [4],
+    tune_params={"block_size_x": [64, 128, 256]}, grid_div_x=[])
+NOT_OF_SHAPE.update({
+    "an elementwise body trading across the warp, vectorised": ("vectorize", PAIR_POWER,
+                                                                "its body uses __shfl_xor_sync"),
+    "an elementwise body trading across the warp, marched": ("elements_per_thread", PAIR_POWER,
+                                                             "its body uses __shfl_xor_sync"),
+})
+# A spec naming the x block size alone, its rows a block per index along y (grid_div_y: []): the default there.
+VARIANTS["batch_norms_grid_stride_one_block_size_named"] = ("hierarchical_reduction",
+                                                            BATCH_NORMS_GRID_STRIDE.model_validate({
+                                                                **BATCH_NORMS_GRID_STRIDE.model_dump(),
+                                                                "block_size_names": ["block_size_x"],
+                                                                "grid_div_y": []}))

@@ -7,7 +7,8 @@ from services.generator import rules
 from services.generator.rules.grid_stride import point_form
 from services.generator.rules.shapes import reading, recognise
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, SCALE_3D_GRID_STRIDE,
-                                     SCALE_ON_A_FIXED_GRID, TOTAL_ON_A_FIXED_GRID, TRANSPOSE_GRID_STRIDE, edited)
+                                     SCALE_ON_A_FIXED_GRID, TOTAL_ON_A_FIXED_GRID, TRANSPOSE_GRID_STRIDE, array,
+                                     edited, scalar)
 
 
 def masked(old: str, new: str, **spec):
@@ -158,3 +159,48 @@ REFUSED = {
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_what_is_not_respelt(case):
     assert point_form(REFUSED[case]) is None
+
+
+def test_a_fixed_grid_of_more_blocks_than_the_bound_is_still_launched_over_the_bound():
+    """`problem_size: [1024]` with `grid_div_x: []` is 1,024 blocks, whatever n: read as 1,024 threads covering
+    n = 300, the rewrite skipped every point past 1,024 at larger n (review, helper-91)."""
+    few = TOTAL_ON_A_FIXED_GRID.with_sizes({"n": 300})
+    assert point_form(few).problem_size == ["n"]
+    threads = few.model_validate({**few.model_dump(), "grid_div_x": None})  # 1,024 threads, fixed: the same
+    assert point_form(threads).problem_size == ["n"]
+
+
+ONE_NAME_ROWS = """
+extern "C" __global__ void row_scale(float *y, const float *x, const float *s, int n, int rows)
+{
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+            y[(size_t)r * n + i] = s[r] * x[(size_t)r * n + i];
+}
+"""
+
+
+@pytest.mark.parametrize("case", ["no block size along y", "too many rows around the sizes", "an empty grid"])
+def test_a_fixed_grid_is_not_read_where_the_launch_over_its_bounds_could_fail(case):
+    """helper-91: a loop along an axis the spec names no block size for raised IndexError from every rule; a grid
+    over the bound along y past 65535 blocks at the sizes around the spec's (2h + 3 rows); a bound below 1."""
+    if case == "no block size along y":
+        spec = CAUSAL_MASK.model_validate({**CAUSAL_MASK.model_dump(), "source": ONE_NAME_ROWS,
+                                           "kernel_name": "row_scale", "block_size_names": ["block_size_x"],
+                                           "args": [array("y", ["rows", "n"], role="out"), array("x", ["rows", "n"]),
+                                                    array("s", ["rows"]), scalar("n", "n"), scalar("rows", "rows")],
+                                           "sizes": {"n": 1003, "rows": 7}, "problem_size": [4, 3],
+                                           "grid_div_x": [], "grid_div_y": None, "params": {"block_size_x": 128},
+                                           "tune_params": {"block_size_x": [64, 128]}})
+        assert all(rules.check(rule, spec, spec.as_candidate()) is not None
+                   for rule in ("elements_per_thread", "vectorize", "hierarchical_reduction"))
+    elif case == "too many rows around the sizes":
+        # 100,000 rows in blocks two deep fit 65,535 blocks; the 200,003 of the doubled trial size do not
+        spec = masked("", "", sizes={"n": 100000}, problem_size=[2, 64], grid_div_x=[], grid_div_y=[])
+        assert point_form(masked("", "", sizes={"n": 60000}, problem_size=[2, 64], grid_div_x=[],
+                                 grid_div_y=[])) is not None
+    else:
+        spec = TOTAL_ON_A_FIXED_GRID.model_validate({
+            **TOTAL_ON_A_FIXED_GRID.model_dump(), "sizes": {"n": 5},
+            "source": TOTAL_ON_A_FIXED_GRID.source.replace("i < n;", "i < n - 9;")})
+    assert point_form(spec) is None

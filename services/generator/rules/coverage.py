@@ -35,14 +35,26 @@ def array_covers(spec: KernelSpec, array: str, bounds: list[str]) -> bool:
     return _at_most_around(spec, " * ".join(expressions) or "1", held)
 
 
+def counts_threads(spec: KernelSpec, axis: int) -> bool:
+    """Whether the spec's problem size along the axis counts the threads its grid launches there: divided by the
+    axis's block size alone, and read in the spec's sizes (a number alone is a grid the spec fixes, whatever the
+    sizes)."""
+    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    divisors = getattr(spec, f"grid_div_{'xyz'[axis]}")
+    return axis < len(dims) and axis < len(spec.block_size_names) and \
+        divisors in (None, [spec.block_size_names[axis]]) and \
+        bool(set(re.findall(r"[A-Za-z_]\w*", str(dims[axis]))) & set(spec.sizes))
+
+
 def launched_over(spec: KernelSpec, axis: int, bound: str) -> list | None:
     """The spec's problem size with the axis's entry the bound (C text of scalar arguments, read in the spec's
     sizes): what a loop over every index below the bound launched on a fixed grid, one thread per index, is
-    launched over; None where the bound is not such arithmetic."""
+    launched over; None where the bound is not such arithmetic, or may be below 1 at the spec's sizes or around
+    them."""
     dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
     expression = in_sizes(spec, bound)
-    if expression is None or axis >= len(dims):
-        return None
+    if expression is None or axis >= len(dims) or not _at_most_around(spec, "1", expression):
+        return None  # an empty launch is no launch: a loop whose bound may fall below 1 keeps its grid
     dims[axis] = re.sub(r"^\(+\s*(\w+)\s*\)+$", r"\1", expression)  # `((n))` as n
     return dims
 

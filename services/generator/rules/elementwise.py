@@ -496,11 +496,12 @@ def _overwritten_before_read(kernel: Elementwise, name: str) -> bool:
 
 def _depends_on_the_thread(kernel: Elementwise) -> str | None:
     """Why BODY's result depends on which thread runs an element, or on how many it runs, else None: it reads
-    the launch geometry, itself or in a function it calls, keeps a static, or changes something it does not
-    declare (a parameter used as per-thread state, `seed = seed * a + c`, or changed through a reference or a
-    function taking it by one), which a thread's next element would see changed."""
+    the launch geometry, itself or in a function it calls, talks to other threads (a shuffle, a barrier, shared
+    memory: review, helper-91, a lane traded with its neighbour's element), keeps a static, or changes something
+    it does not declare (a parameter used as per-thread state, `seed = seed * a + c`, or changed through a
+    reference or a function taking it by one), which a thread's next element would see changed."""
     body = mask(kernel.body)
-    geometry = re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim|static)\b", body)
+    geometry = re.search(rf"\b({'|'.join((*points.THREAD_BOUND, 'static'))})\b", body)
     if geometry:
         return f"its body uses {geometry[1]}, so its elements depend on the thread that runs them"
     masked = mask(kernel.source)
@@ -547,11 +548,15 @@ class ElementwiseShape:
         ept, vectors = "elements_per_thread" in features, "vectorize" in features
         divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []),
                     *([lanes(kernel)] if vectors else [])]
-        if kernel.grid_stride and not coverage.bound_covered(spec, 0, kernel.bound):
-            # A grid-stride loop on a grid the spec fixes (problem_size [264], grid_div_x []): that grid divided
-            # so would be a block or two. Launched over the loop's bound, where the sizes give it; else as
+        covered = coverage.counts_threads(spec, 0) and coverage.bound_covered(spec, 0, kernel.bound)
+        if kernel.grid_stride and not covered:
+            # A grid-stride loop on a grid the spec fixes (problem_size [264] blocks, grid_div_x []): that grid
+            # divided so would be a block or two. Launched over the loop's bound, where the sizes give it; else as
             # submitted.
             over = coverage.launched_over(spec, 0, kernel.bound)
-            return render(kernel, ept, vectors), Layout(grid_div={"x": divisors}, problem_size=over) if over \
-                else Layout()
+            if over is None:
+                return render(kernel, ept, vectors), Layout()
+            submitted = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+            return render(kernel, ept, vectors), Layout(grid_div={"x": divisors},
+                                                        problem_size=None if over == submitted else over)
         return render(kernel, ept, vectors), Layout(grid_div={"x": divisors})

@@ -42,7 +42,8 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.coverage import GRID_LIMIT, bound_covered, launched_over
+from services.generator.rules.coverage import (GRID_LIMIT, bound_covered, counts_threads, launched_over,
+                                                sizes_around)
 from services.generator.rules.cuda_text import INTEGER_TYPE, WIDE_INTEGER_TYPE, find_kernel, mask, split_top_level
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.expressions import ExpressionError, evaluate
@@ -244,24 +245,29 @@ def _continues(masked: str, inner: Statement) -> list[int] | None:
 
 
 def _launched(spec: KernelSpec, loops: list[_Loop], nest: str) -> list[str] | None:
-    """The problem size one point per thread is launched over: the spec's, where it covers each loop's bound
+    """The problem size one point per thread is launched over: the spec's, where it counts the grid's threads (the
+    grid divided by the block size alone, the problem size of the spec's sizes) and covers each loop's bound
     (bound_covered); else, along a loop's axis, the bound itself in the spec's sizes (a grid-stride loop launched on
-    a fixed grid, `problem_size: [1024]`, runs every point below its bound whatever that grid). None where a bound
-    is not arithmetic of scalar arguments of given values, the nest changes it, or the grid along y or z would pass
-    CUDA's limit."""
+    a fixed grid, `problem_size: [1024]` blocks with `grid_div_x: []`, runs every point below its bound whatever
+    that grid; review, helper-91: 1,024 read as threads skipped the points past them). None where a bound is not
+    arithmetic of scalar arguments of given values or the nest changes it, where the spec names no block size for
+    a loop's axis, or where at the spec's sizes or around them the grid would be empty or pass CUDA's 65535 blocks
+    along y or z."""
     dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
+    variables = spec.variables(spec.baseline_params())
     for loop in loops:
-        if any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)):
+        if loop.axis >= len(spec.block_size_names) or \
+                any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)):
             return None
-        if not bound_covered(spec, loop.axis, loop.bound):
+        if not (counts_threads(spec, loop.axis) and bound_covered(spec, loop.axis, loop.bound)):
             if (over := launched_over(spec, loop.axis, loop.bound)) is None:
                 return None
             dims[loop.axis] = over[loop.axis]
         try:
-            if loop.axis and math.ceil(evaluate(dims[loop.axis], spec.variables(spec.baseline_params())) /
-                                       smallest_block(spec, loop.axis)) > GRID_LIMIT:
-                return None
+            extents = [evaluate(dims[loop.axis], {**variables, **sizes}) for sizes in sizes_around(spec.sizes)]
         except ExpressionError:
+            return None
+        if min(extents) < 1 or loop.axis and math.ceil(max(extents) / smallest_block(spec, loop.axis)) > GRID_LIMIT:
             return None
     return dims
 

@@ -27,9 +27,11 @@ INDENT = "    "
 ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
 _DECLARATION = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<rest>[^;]*);\s*", re.DOTALL)
 # What a point body must not contain: anything tied to the thread that runs it, or to other threads.
-_THREAD_BOUND = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads", "__syncwarp", "__shared__",
-                 "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
-                 "__any_sync", "__all_sync", "__activemask", "goto", "asm")
+THREAD_BOUND = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads", "__syncwarp", "__shared__",
+                "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
+                "__any_sync", "__all_sync", "__activemask", "__reduce_add_sync", "__reduce_min_sync",
+                "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
+                "__match_any_sync", "__match_all_sync", "goto", "asm")
 
 # What inline assembly in a function the point body calls may not name: the thread's registers, or instructions
 # that talk to other threads. (The point body's own asm is refused whatever it does.)
@@ -123,7 +125,7 @@ def recognise(spec: KernelSpec) -> PointKernel:
     if helper is not None:
         raise NotPointKernel(f"after its index definitions it reads {helper}, a local of the launch geometry, so "
                              f"its work depends on more than its indices")
-    bound = next((word for word in _THREAD_BOUND if re.search(rf"\b{word}\b", text)), None)
+    bound = next((word for word in THREAD_BOUND if re.search(rf"\b{word}\b", text)), None)
     if bound is not None:
         raise NotPointKernel(f"after its index definitions it uses {bound}, so its work depends on more than "
                              f"its indices")
@@ -452,7 +454,7 @@ def thread_bound_helper(kernel: Kernel, masked: str, uncommented: str) -> str | 
     thread running it, else None: it reads the thread's place, talks to other threads, or runs assembly naming
     either."""
     for function, _, (start, end) in reached_functions(kernel, masked):
-        bound = next((word for word in _THREAD_BOUND if re.search(rf"\b{word}\b", masked[start:end])
+        bound = next((word for word in THREAD_BOUND if re.search(rf"\b{word}\b", masked[start:end])
                       and (word != "asm" or _SPECIAL.search(uncommented[start:end]))), None)
         if bound is not None:
             return f"calls {function}, which uses {bound}"
