@@ -3499,3 +3499,24 @@ VARIANTS["batch_norms_grid_stride_one_block_size_named"] = ("hierarchical_reduct
                                                                 **BATCH_NORMS_GRID_STRIDE.model_dump(),
                                                                 "block_size_names": ["block_size_x"],
                                                                 "grid_div_y": []}))
+# A grid-stride loop stepping by a block-size define (`#define THREADS 256`): a constant, which the loop's reading
+# takes (helper-91 found the point form refused any macro of the source in the body).
+CHANNEL_SQUARES_GRID_STRIDE = spec(r"""
+#ifndef THREADS
+#define THREADS 256
+#endif
+// Each channel's sum of squares over a batch's images, a grid-stride loop along the channel's plane.
+extern "C" __global__ void channel_squares(float *sq, const float *x, int channels, int hw)
+{
+    const int c = blockIdx.y;
+    const int n = blockIdx.z;
+    for (int i = blockIdx.x * THREADS + threadIdx.x; i < hw; i += THREADS * gridDim.x) {
+        const float v = x[((size_t)n * channels + c) * hw + i];
+        atomicAdd(&sq[c], v * v);
+    }
+}
+""", "channel_squares", [array("sq", ["channels"], role="out"), array("x", ["images", "channels", "hw"]),
+                         scalar("channels", "channels"), scalar("hw", "hw")],
+    {"images": 4, "channels": 24, "hw": 3001}, [2, "channels", "images"], {"THREADS": 256}, {"THREADS": [128, 256]},
+    grid_div_x=[], block_size_names=["THREADS"])
+VARIANTS["channel_squares_grid_stride_by_a_define"] = ("hierarchical_reduction", CHANNEL_SQUARES_GRID_STRIDE)

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA,
-                                                LAUNCH_NAMES, WIDE_INTEGER_TYPE, closing, find_kernel, fresh_name,
-                                                identifiers, mask, pointee, split_top_level)
+                                                LAUNCH_NAMES, WIDE_INTEGER_TYPE, closing, constant_macros,
+                                                find_kernel, fresh_name, identifiers, mask, pointee,
+                                                split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,
@@ -402,24 +403,6 @@ def _plain(expression: str) -> bool:
         len(split_top_level(masked, ",")) == 1  # commas only between a call's arguments
 
 
-def _constant_macros(masked: str) -> set[str]:
-    """The object-like macros defined once, on a line of their own, as arithmetic of numbers and of such macros
-    (`#define RADIUS 4`, `#define DIAMETER (2 * RADIUS + 1)`): constants, which read and store nothing (review,
-    helper-88: a window's radius refused every loop using it)."""
-    found = re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])([^\n\\]*)$", masked, re.MULTILINE)
-    names = [name for name, _ in found]
-    bodies = {name: body.strip() for name, body in found if names.count(name) == 1 and body.strip()}
-    constant: set[str] = set()
-
-    def arithmetic(body: str) -> bool:
-        numbers_gone = re.sub(r"\b\d[\w.]*", " ", body)  # suffixes and exponents with their number
-        words_read = re.sub(r"[A-Za-z_]\w*", lambda m: " " if m[0] in constant else "?", numbers_gone)
-        return re.fullmatch(r"[\s+\-*/%()]*", words_read) is not None
-    while more := {name for name, body in bodies.items() if name not in constant and arithmetic(body)}:
-        constant |= more
-    return constant
-
-
 def _batched(source: str, masked: str, uncommented: str, loop: Statement, header: tuple,
              arrays: dict[str, _Array], names: "_Names", body_open: int) -> BatchedLoop:
     v, init, condition, increment, steps = header
@@ -434,7 +417,7 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     if LAMBDA.search(text):
         raise _Refused(f"{where} defines a lambda, whose body runs where it is called")
     macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.MULTILINE))
-    if used := sorted(macros - _constant_macros(masked) & _names(masked[loop.start:loop.end])):
+    if used := sorted(macros - constant_macros(masked) & _names(masked[loop.start:loop.end])):
         raise _Refused(f"{where} uses the macro {used[0]}, whose expansion may read or store what its text "
                        f"does not show")
     for name in outer:

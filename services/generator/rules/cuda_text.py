@@ -262,3 +262,22 @@ def normalised(source: str) -> str:
     """The source without its header, trailing spaces and surrounding blank lines: what two renderings of
     the same kernel share however they travelled (answers are stripped when parsed)."""
     return "\n".join(line.rstrip() for line in without_header(source).strip().splitlines())
+
+
+def constant_macros(masked: str) -> set[str]:
+    """The object-like macros defined once, on a line of their own, as arithmetic of numbers and of such macros
+    (`#define RADIUS 4`, `#define DIAMETER (2 * RADIUS + 1)`, a block size's `#define THREADS 256`): constants,
+    which read and store nothing and hide no statement (review, helper-88: a window's radius refused every loop
+    using it)."""
+    found = re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])([^\n\\]*)$", masked, re.MULTILINE)
+    names = [name for name, _ in found]
+    bodies = {name: body.strip() for name, body in found if names.count(name) == 1 and body.strip()}
+    constant: set[str] = set()
+
+    def arithmetic(body: str) -> bool:
+        numbers_gone = re.sub(r"\b\d[\w.]*", " ", body)  # suffixes and exponents with their number
+        words_read = re.sub(r"[A-Za-z_]\w*", lambda m: " " if m[0] in constant else "?", numbers_gone)
+        return re.fullmatch(r"[\s+\-*/%()]*", words_read) is not None
+    while more := {name for name, body in bodies.items() if name not in constant and arithmetic(body)}:
+        constant |= more
+    return constant
