@@ -3520,3 +3520,20 @@ extern "C" __global__ void channel_squares(float *sq, const float *x, int channe
     {"images": 4, "channels": 24, "hw": 3001}, [2, "channels", "images"], {"THREADS": 256}, {"THREADS": [128, 256]},
     grid_div_x=[], block_size_names=["THREADS"])
 VARIANTS["channel_squares_grid_stride_by_a_define"] = ("hierarchical_reduction", CHANNEL_SQUARES_GRID_STRIDE)
+# An address through a local of the row indices (`const int o = n * C + c;`), spelled out in the block's atomic
+# (helper-90 found it refused as a histogram).
+IMAGE_CHANNEL_MEANS = spec(r"""
+// The mean of each image's channel (global average pooling), channel along y and image along z.
+extern "C" __global__ void channel_means(float *mean, const float *x, int C, int HW)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = blockIdx.y;
+    const int n = blockIdx.z;
+    if (i < HW) {
+        const int o = n * C + c;
+        atomicAdd(&mean[o], x[(size_t)o * HW + i] / HW);
+    }
+}
+""", "channel_means", [array("mean", ["N", "C"], role="out"), array("x", ["N", "C", "HW"]), scalar("C", "C"),
+                       scalar("HW", "HW")], {"N": 4, "C": 30, "HW": 3136}, ["HW", "C", "N"])
+VARIANTS["image_channel_means_through_an_index_local"] = ("hierarchical_reduction", IMAGE_CHANNEL_MEANS)

@@ -22,8 +22,8 @@ from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS_GRADIENT, BIAS_GRADIENT_OVER_A_BATCH,
                                        CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D,
-                                       IMAGE_SUM_2D, MASKED_STATS_2D, POSITIVES_PER_BATCH, ROW_PEAKS_BELOW,
-                                       ROW_SUMS_2D_BLOCKS, STACK_SUM, TOTAL_ON_A_FIXED_GRID)
+                                       IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D, MASKED_STATS_2D, POSITIVES_PER_BATCH,
+                                       ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS, STACK_SUM, TOTAL_ON_A_FIXED_GRID)
 from tests.unit.test_rules_vectorize16 import GXX, SANITIZE, EmulatedFault, _in_child, needs_gxx
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
@@ -107,6 +107,7 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "stack_sum": {"w": 37, "h": 5, "count": 19},
     "bias_grad3": {"N": 3, "T": 11, "C": 45},
     "channel_squares": {"images": 2, "channels": 3, "hw": 301},
+    "channel_means": {"N": 2, "C": 3, "HW": 301},
     "batch_norms": {"n": 1001, "batch": 3},
     "total_gs": {"n": 3001},
     "image_sum": {"width": 45, "height": 37},
@@ -119,7 +120,7 @@ KERNELS = {
     **{spec.kernel_name: spec for spec in (BATCH_SUMS, ROW_SUMS_2D_BLOCKS, CHANNEL_STATS, POSITIVES_PER_BATCH,
                                            ROW_PEAKS_BELOW, BIAS_GRADIENT, COLUMN_LOWS, STACK_SUM, IMAGE_SUM_2D,
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
-                                           CHANNEL_SQUARES_GRID_STRIDE)},
+                                           CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),
     "total_gs": TOTAL_ON_A_FIXED_GRID.model_copy(update={"problem_size": [3]}),

@@ -33,7 +33,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from services.generator.rules import points
+from services.generator.rules import affine, points
 from services.generator.rules.coverage import GRID_LIMIT, sizes_around
 from services.generator.rules.cuda_text import IDENTIFIER, closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import INDENT, PointKernel
@@ -207,6 +207,15 @@ def recognise(spec: KernelSpec) -> Accumulation:
 def _target(address: str, kernel: PointKernel, atomic: str) -> Target:
     names = [n for n in IDENTIFIER.findall(address) if n not in TYPE_WORDS]
     outside = [n for n in names if n not in kernel.parameters and n not in kernel.index_names]
+    # A local defined once by arithmetic of the indices and parameters (`const int slot = n * C + c;`) is spelled
+    # out: the block's atomic, after the point body, does not see the body's locals (review, helper-90).
+    known = set(kernel.parameters) | kernel.index_names
+    spelled = {n: affine.spelled(kernel.locals[n]) for n in outside
+               if n in kernel.locals and affine.names(kernel.locals[n]) <= known}
+    if spelled and all(spelled.values()):
+        address = re.sub(rf"\b({'|'.join(spelled)})\b", lambda m: f"({spelled[m[1]]})", address)
+        names = [n for n in IDENTIFIER.findall(address) if n not in TYPE_WORDS]
+        outside = [n for n in names if n not in known]
     if outside:
         raise NotRecognised(f"an atomicAdd adds into `{address}`, which depends on {', '.join(outside)}: a "
                             f"different address per point (a histogram), not a sum")
