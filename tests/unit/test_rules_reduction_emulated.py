@@ -9,7 +9,6 @@ within their reassociation. The GPU verifies them as well (tests/gpu/test_rules_
 import ctypes
 import math
 import signal
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS
                                        CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D,
                                        IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D, MASKED_STATS_2D, POSITIVES_PER_BATCH,
                                        ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS, STACK_SUM, TOTAL_ON_A_FIXED_GRID)
-from tests.unit.test_rules_vectorize16 import GXX, SANITIZE, EmulatedFault, _in_child, needs_gxx
+from tests.unit.test_rules_vectorize16 import EmulatedFault, _in_child, needs_gxx, threaded_library
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 CANARY = 64  # elements after each array, filled with a value no kernel writes
@@ -157,13 +156,7 @@ extern "C" void kforge_launch(const unsigned int *grid, const unsigned int *bloc
     }}
 }}
 """
-    path = directory / f"{kernel_name}{len(list(directory.iterdir()))}"
-    path.with_suffix(".cpp").write_text(PRELUDE + source + launcher)
-    flags = [f"-D{name}={value}" for name, value in defines.items()]
-    subprocess.run([GXX, "-std=c++17", "-O1", "-pthread", *SANITIZE, "-Wno-unknown-pragmas", *flags,
-                    "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
-                   check=True, capture_output=True)
-    return ctypes.CDLL(str(path.with_suffix(".so")))
+    return threaded_library(PRELUDE + source + launcher, directory, kernel_name, defines)
 
 
 def launch(library: ctypes.CDLL, spec: KernelSpec, params: dict, seed: int) -> dict[str, np.ndarray]:

@@ -8,7 +8,6 @@ gives: integers and extremes exactly, float sums within their reassociation. The
 import ctypes
 import math
 import signal
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import VARIANTS
-from tests.unit.test_rules_vectorize16 import GXX, SANITIZE, EmulatedFault, _in_child, needs_gxx
+from tests.unit.test_rules_vectorize16 import EmulatedFault, _in_child, needs_gxx, threaded_library
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 KERNELS = {
@@ -99,13 +98,7 @@ extern "C" void kforge_launch(unsigned int grid, unsigned int bx, unsigned int b
     }}
 }}
 """
-    path = directory / f"{kernel_name}{len(list(directory.iterdir()))}"
-    path.with_suffix(".cpp").write_text(PRELUDE + source + launcher)
-    flags = [f"-D{name}={value}" for name, value in defines.items()]
-    subprocess.run([GXX, "-std=c++17", "-O1", "-pthread", *SANITIZE, "-Wno-unknown-pragmas", *flags,
-                    "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
-                   check=True, capture_output=True)
-    return ctypes.CDLL(str(path.with_suffix(".so")))
+    return threaded_library(PRELUDE + source + launcher, directory, kernel_name, defines)
 
 
 SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "float32": ctypes.c_float, "float64": ctypes.c_double}

@@ -294,6 +294,18 @@ needs_gxx = pytest.mark.skipif(GXX is None, reason="no g++ to run the kernels on
 SANITIZE = ("-fsanitize=alignment", "-fno-sanitize-recover=alignment")
 
 
+def threaded_library(code: str, directory: Path, stem: str, defines: dict) -> ctypes.CDLL:
+    """C++ of kernels emulated a host thread per CUDA thread, built into a library of `directory` (a name of its
+    own per build) with the tune parameters as defines and the alignment check on."""
+    path = directory / f"{stem}{len(list(directory.iterdir()))}"
+    path.with_suffix(".cpp").write_text(code)
+    flags = [f"-D{name}={value}" for name, value in defines.items()]
+    subprocess.run([GXX, "-std=c++17", "-O1", "-pthread", *SANITIZE, "-Wno-unknown-pragmas", *flags,
+                    "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
+                   check=True, capture_output=True)
+    return ctypes.CDLL(str(path.with_suffix(".so")))
+
+
 class Bits16(ctypes.Structure):
     _fields_ = [("bits", ctypes.c_uint16)]
 
