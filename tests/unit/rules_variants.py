@@ -3453,7 +3453,8 @@ extern "C" __global__ void margins(float *rs, float *cs, const float *a, int row
                  scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 23, "cols": 50}, ["cols", "rows"],
     {"block_size_x": 32, "block_size_y": 4}), "name every index of the point between them")
 # helper-90: a warp per row in blocks of one warp, its first thread storing the warp's sum: block_size would tune
-# blocks of several warps, whose other warps' sums nobody stores.
+# blocks of several warps, whose other warps' sums nobody stores. block_size refuses any kernel working across a
+# warp (helper-92 found more spellings of the lane test, scans over the lanes and cooperative groups' tiles).
 ROW_SUM_A_WARP_PER_BLOCK = spec(r"""
 // Each row's sum by one warp per row (blocks of 32 threads), rows along the grid's y.
 extern "C" __global__ void row_sum_warp(float *out, const float *x, int cols)
@@ -3468,11 +3469,11 @@ extern "C" __global__ void row_sum_warp(float *out, const float *x, int cols)
     {"rows": 64, "cols": 1000}, [1, "rows"], {"block_size_x": 32})
 NOT_OF_SHAPE.update({
     "a warp's sum stored by the block's first thread, in blocks of one warp": (
-        "block_size", ROW_SUM_A_WARP_PER_BLOCK, "a block of more than one warp would leave the other warps' values"),
+        "block_size", ROW_SUM_A_WARP_PER_BLOCK, "the kernel works across a warp (__shfl_down_sync)"),
     "a warp's sum stored by the block's first thread through a local, in blocks of one warp": ("block_size", edited(
         edited(ROW_SUM_A_WARP_PER_BLOCK, "const int row = blockIdx.y;",
                "const int row = blockIdx.y;\n    const unsigned tid = threadIdx.x;"), "if (threadIdx.x == 0)",
-        "if (!tid)"), "the block's first thread alone keeps the result (`!tid`)"),
+        "if (!tid)"), "the kernel works across a warp (__shfl_down_sync)"),
 })
 # helper-91: an elementwise body trading values across the warp: a lane of a vector (or a thread's next element)
 # would trade with another element than the submitted thread's neighbour.
@@ -3537,3 +3538,61 @@ extern "C" __global__ void channel_means(float *mean, const float *x, int C, int
 """, "channel_means", [array("mean", ["N", "C"], role="out"), array("x", ["N", "C", "HW"]), scalar("C", "C"),
                        scalar("HW", "HW")], {"N": 4, "C": 30, "HW": 3136}, ["HW", "C", "N"])
 VARIANTS["image_channel_means_through_an_index_local"] = ("hierarchical_reduction", IMAGE_CHANNEL_MEANS)
+# helper-92: block_size on dynamic shared memory of a fixed size, and on a grid the spec fixes that the kernel does
+# not stride over; the elementwise shape on a body using cooperative groups, __syncthreads_or, or a helper
+# shuffling through a macro.
+TOTAL_IN_FIXED_DYNAMIC_SHARED = spec(r"""
+extern "C" __global__ void total_smem(float *total, const float *x, int n)
+{
+    extern __shared__ float s[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(total, s[0]);
+}
+""", "total_smem", [array("total", [1], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 1000}, ["n"],
+    {"block_size_x": 128}, smem_args={"size": 512})
+SCALE_ON_FOUR_BLOCKS = spec(r"""
+extern "C" __global__ void scale(float *y, const float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+""", "scale", [array("y", ["n"], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 1000}, [4],
+    {"block_size_x": 256}, grid_div_x=[])
+ELEMENTWISE_TALKING = spec(r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void k(float *y, const float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i] * x[i];
+        auto tile = cg::tiled_partition<32>(cg::this_thread_block());
+        y[i] = v + tile.shfl_xor(v, 1);
+    }
+}
+""", "k", [array("y", ["n"], role="out"), array("x", ["n"]), scalar("n", "n")], {"n": 4096}, ["n"],
+    tune_params={"block_size_x": [64, 128, 256]})
+NOT_OF_SHAPE.update({
+    "block_size on dynamic shared memory of a fixed size": ("block_size", TOTAL_IN_FIXED_DYNAMIC_SHARED,
+                                                            "dynamic shared memory is 512 bytes whatever"),
+    "block_size on a grid the spec fixes, not strided over": ("block_size", SCALE_ON_FOUR_BLOCKS,
+                                                              "its grid along x is fixed"),
+    "an elementwise body shuffling through a cooperative group's tile": ("vectorize", ELEMENTWISE_TALKING,
+                                                                        "its body uses tiled_partition"),
+    "an elementwise body voting through __syncthreads_or": ("elements_per_thread", edited(
+        ELEMENTWISE_TALKING, "        auto tile = cg::tiled_partition<32>(cg::this_thread_block());\n"
+        "        y[i] = v + tile.shfl_xor(v, 1);", "        y[i] = v + (float)__syncthreads_or(x[i] > 2.0f);"),
+        "its body uses __syncthreads_or"),
+    "an elementwise body calling a helper that shuffles through a macro": ("vectorize", edited(edited(
+        ELEMENTWISE_TALKING, "namespace cg = cooperative_groups;",
+        "namespace cg = cooperative_groups;\n#define SH(v) __shfl_xor_sync(0xffffffffu, v, 1)\n"
+        "__device__ float twice(float v) { return v + SH(v); }"),
+        "        auto tile = cg::tiled_partition<32>(cg::this_thread_block());\n"
+        "        y[i] = v + tile.shfl_xor(v, 1);", "        y[i] = twice(v);"), "calls twice, which uses SH"),
+})

@@ -31,7 +31,9 @@ THREAD_BOUND = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads",
                 "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
                 "__any_sync", "__all_sync", "__activemask", "__reduce_add_sync", "__reduce_min_sync",
                 "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-                "__match_any_sync", "__match_all_sync", "goto", "asm")
+                "__match_any_sync", "__match_all_sync", "__syncthreads_or", "__syncthreads_and",
+                "__syncthreads_count", "this_thread_block", "this_grid", "tiled_partition", "coalesced_threads",
+                "goto", "asm")
 
 # What inline assembly in a function the point body calls may not name: the thread's registers, or instructions
 # that talk to other threads. (The point body's own asm is refused whatever it does.)
@@ -453,8 +455,13 @@ def thread_bound_helper(kernel: Kernel, masked: str, uncommented: str) -> str | 
     """What a function of the source that the kernel calls (or one those call) does that ties its work to the
     thread running it, else None: it reads the thread's place, talks to other threads, or runs assembly naming
     either."""
+    # A macro of the source whose text does so, used in a helper, does so too (review, helper-92: a shuffle
+    # through `#define SH(v) __shfl_xor_sync(...)`); the kernel's own body is read with its macros expanded.
+    words = [*THREAD_BOUND, *(name for name, text in re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(.*)$",
+                                                                masked, re.M)
+                              if any(re.search(rf"\b{word}\b", text) for word in THREAD_BOUND))]
     for function, _, (start, end) in reached_functions(kernel, masked):
-        bound = next((word for word in THREAD_BOUND if re.search(rf"\b{word}\b", masked[start:end])
+        bound = next((word for word in words if re.search(rf"\b{word}\b", masked[start:end])
                       and (word != "asm" or _SPECIAL.search(uncommented[start:end]))), None)
         if bound is not None:
             return f"calls {function}, which uses {bound}"

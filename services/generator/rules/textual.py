@@ -153,28 +153,24 @@ def block_size_reason(source: str, spec: KernelSpec) -> str | None:
     if fixed is not None:
         return (f"the kernel declares the shared array {fixed[2]}[{' '.join(fixed[3].split())}] of a fixed size, "
                 f"which a block of another size would overrun or leave partly unfilled")
-    if (leader := _warp_result_by_the_block_leader(mask(source))) is not None:
-        return (f"the kernel combines values across a warp ({leader[0]}) and the block's first thread alone keeps "
-                f"the result (`{leader[1]}`), with no barrier for its warps to combine theirs: a block of more than "
-                f"one warp would leave the other warps' values out")
+    if (collective := _WARP_COLLECTIVE.search(mask(source))) is not None:
+        return (f"the kernel works across a warp ({collective[0].rstrip('( ')}): which threads share a warp, and "
+                f"which warp is the block's first, change with the block's width, and a result one lane or the "
+                f"block's first thread keeps (or a scan over the lanes) would then take other threads' values")
+    if spec.smem_args is not None and not re.search(rf"\b{x_name}\b", str(spec.smem_args.size)):
+        return (f"the kernel's dynamic shared memory is {spec.smem_args.size} bytes whatever {x_name}: a wider block "
+                f"would index past it")
+    divisors = spec.grid_div_x
+    if divisors is not None and x_name not in divisors and not re.search(r"\bgridDim\s*\.\s*x\b", mask(source)):
+        return (f"its grid along x is fixed (grid_div_x {divisors}, not divided by {x_name}) and it does not read "
+                f"gridDim.x: another block width would change how many threads cover its points")
     return None
 
 
+# What works across a warp: shuffles, votes, warp reductions and matches, and cooperative groups' tiles.
 _WARP_COLLECTIVE = re.compile(r"\b(?:__shfl\w*_sync|__reduce_\w+_sync|__ballot_sync|__any_sync|__all_sync|"
-                              r"__match_\w+_sync)\s*\(")
-
-
-def _warp_result_by_the_block_leader(masked: str) -> tuple[str, str] | None:
-    """(the warp collective, the test) where the kernel combines values across a warp and tests for the block's
-    first thread (`threadIdx.x == 0`, `!tid` of `tid = threadIdx.x`) without any block barrier: written for blocks
-    of one warp, whose first thread is the warp's first lane (review, helper-90: a warp per row, blocks of 32)."""
-    collective = _WARP_COLLECTIVE.search(masked)
-    if collective is None or re.search(r"\b__syncthreads\w*\s*\(", masked):
-        return None
-    locals_ = re.findall(r"\b([A-Za-z_]\w*)\s*=\s*(?:\(\s*\w+\s*\)\s*)?threadIdx\s*\.\s*x\s*[;,]", masked)
-    thread = r"(?:threadIdx\s*\.\s*x" + "".join(rf"|\b{name}\b" for name in locals_) + ")"
-    test = re.search(rf"{thread}\s*==\s*0\b|\b0\s*==\s*{thread}|!\s*{thread}(?!\s*[\w.=])", masked)
-    return None if test is None else (collective[0].rstrip("( "), " ".join(test[0].split()))
+                              r"__match_\w+_sync|__activemask|tiled_partition|thread_block_tile|coalesced_threads|"
+                              r"labeled_partition|binary_partition)\b\s*[(<]?")
 
 
 def block_size_edit(source: str, spec: KernelSpec) -> str:
