@@ -25,9 +25,8 @@ import re
 
 from services.generator.rules import points
 from services.generator.rules.cuda_text import mask, top_level_conjuncts
-from services.generator.rules.coverage import GRID_LIMIT, bound_covered, sizes_around
+from services.generator.rules.coverage import GRID_LIMIT, bound_covered, values_around
 from services.generator.rules.shape import one_thread_per_point
-from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
 
@@ -50,11 +49,8 @@ def swapped(spec: KernelSpec) -> KernelSpec | None:
         bounds = [re.fullmatch(rf"\s*{axis.name}\s*<(?P<b>[^<>=!&|?,]+)", c) for c in conjuncts]
         if not any(b and bound_covered(spec, axis.axis, b["b"]) for b in bounds):
             return None
-    variables = spec.variables(spec.baseline_params())
-    try:
-        if any(evaluate(dims[1], {**variables, **sizes}) > GRID_LIMIT for sizes in sizes_around(spec.sizes)):
-            return None
-    except ExpressionError:
+    rows = values_around(spec, dims[1])
+    if rows is None or max(rows) > GRID_LIMIT:
         return None
     x, y, z = kernel.axes
     definitions = [points.definition(x), f"{z.type} {z.name} = blockIdx.y * blockDim.y + threadIdx.y;",

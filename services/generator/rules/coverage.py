@@ -46,6 +46,15 @@ def counts_threads(spec: KernelSpec, axis: int) -> bool:
         bool(set(re.findall(r"[A-Za-z_]\w*", str(dims[axis]))) & set(spec.sizes))
 
 
+def launched_for(spec: KernelSpec, axis: int, bound: str) -> list | None:
+    """The problem size a loop over every index below `bound` along the axis is launched over, one thread per
+    index: the spec's, where it counts the threads there and reaches the bound (counts_threads, bound_covered);
+    else the bound itself (launched_over: a grid the spec fixes); None where neither holds."""
+    if counts_threads(spec, axis) and bound_covered(spec, axis, bound):
+        return list(spec.problem_size if spec.problem_size is not None else spec.sizes)
+    return launched_over(spec, axis, bound)
+
+
 def launched_over(spec: KernelSpec, axis: int, bound: str) -> list | None:
     """The spec's problem size with the axis's entry the bound (C text of scalar arguments, read in the spec's
     sizes): what a loop over every index below the bound launched on a fixed grid, one thread per index, is
@@ -72,12 +81,18 @@ def in_sizes(spec: KernelSpec, bound: str) -> str | None:
 
 def _at_most_around(spec: KernelSpec, smaller: str, larger: str) -> bool:
     """Whether `smaller` <= `larger` (expressions of the size variables) at the spec's sizes and around them."""
+    lows, highs = values_around(spec, smaller), values_around(spec, larger)
+    return lows is not None and highs is not None and all(low <= high for low, high in zip(lows, highs))
+
+
+def values_around(spec: KernelSpec, expression) -> list | None:
+    """The expression (of the size variables) at the spec's sizes and at each of sizes_around's, in that order;
+    None where it does not evaluate."""
     variables = spec.variables(spec.baseline_params())
     try:
-        return all(evaluate(smaller, {**variables, **sizes}) <= evaluate(larger, {**variables, **sizes})
-                   for sizes in sizes_around(spec.sizes))
+        return [evaluate(str(expression), {**variables, **sizes}) for sizes in sizes_around(spec.sizes)]
     except ExpressionError:
-        return False
+        return None
 
 
 def sizes_around(sizes: dict[str, int]) -> list[dict[str, int]]:

@@ -264,6 +264,14 @@ def normalised(source: str) -> str:
     return "\n".join(line.rstrip() for line in without_header(source).strip().splitlines())
 
 
+# What works across a warp: shuffles, votes, warp reductions and matches, the active mask; and cooperative groups'
+# partitions of a block into tiles of warps.
+WARP_COLLECTIVES = ("__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
+                    "__any_sync", "__all_sync", "__activemask", "__reduce_add_sync", "__reduce_min_sync",
+                    "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
+                    "__match_any_sync", "__match_all_sync")
+GROUP_TILES = ("tiled_partition", "coalesced_threads")
+
 def constant_macros(masked: str) -> set[str]:
     """The object-like macros defined once, on a line of their own, as arithmetic of numbers and of such macros
     (`#define RADIUS 4`, `#define DIAMETER (2 * RADIUS + 1)`, a block size's `#define THREADS 256`): constants,

@@ -548,15 +548,11 @@ class ElementwiseShape:
         ept, vectors = "elements_per_thread" in features, "vectorize" in features
         divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []),
                     *([lanes(kernel)] if vectors else [])]
-        covered = coverage.counts_threads(spec, 0) and coverage.bound_covered(spec, 0, kernel.bound)
-        if kernel.grid_stride and not covered:
-            # A grid-stride loop on a grid the spec fixes (problem_size [264] blocks, grid_div_x []): that grid
-            # divided so would be a block or two. Launched over the loop's bound, where the sizes give it; else as
-            # submitted.
-            over = coverage.launched_over(spec, 0, kernel.bound)
-            if over is None:
-                return render(kernel, ept, vectors), Layout()
-            submitted = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
-            return render(kernel, ept, vectors), Layout(grid_div={"x": divisors},
-                                                        problem_size=None if over == submitted else over)
-        return render(kernel, ept, vectors), Layout(grid_div={"x": divisors})
+        submitted = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+        # A grid-stride loop on a grid the spec fixes (problem_size [264] blocks, grid_div_x []), divided so,
+        # would be a block or two: it is launched over the loop's bound, where the sizes give it, else as submitted.
+        launched = coverage.launched_for(spec, 0, kernel.bound) if kernel.grid_stride else submitted
+        if launched is None:
+            return render(kernel, ept, vectors), Layout()
+        return render(kernel, ept, vectors), Layout(grid_div={"x": divisors},
+                                                    problem_size=None if launched == submitted else launched)

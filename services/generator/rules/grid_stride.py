@@ -42,8 +42,7 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.coverage import (GRID_LIMIT, bound_covered, counts_threads, launched_over,
-                                                sizes_around)
+from services.generator.rules.coverage import GRID_LIMIT, launched_for, values_around
 from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, constant_macros, find_kernel, mask,
                                                 split_top_level)
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
@@ -255,20 +254,15 @@ def _launched(spec: KernelSpec, loops: list[_Loop], nest: str) -> list[str] | No
     a loop's axis, or where at the spec's sizes or around them the grid would be empty or pass CUDA's 65535 blocks
     along y or z."""
     dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
-    variables = spec.variables(spec.baseline_params())
     for loop in loops:
         if loop.axis >= len(spec.block_size_names) or \
-                any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)):
+                any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)) or \
+                (launched := launched_for(spec, loop.axis, loop.bound)) is None:
             return None
-        if not (counts_threads(spec, loop.axis) and bound_covered(spec, loop.axis, loop.bound)):
-            if (over := launched_over(spec, loop.axis, loop.bound)) is None:
-                return None
-            dims[loop.axis] = over[loop.axis]
-        try:
-            extents = [evaluate(dims[loop.axis], {**variables, **sizes}) for sizes in sizes_around(spec.sizes)]
-        except ExpressionError:
-            return None
-        if min(extents) < 1 or loop.axis and math.ceil(max(extents) / smallest_block(spec, loop.axis)) > GRID_LIMIT:
+        dims[loop.axis] = launched[loop.axis]
+        extents = values_around(spec, dims[loop.axis])
+        if extents is None or min(extents) < 1 or \
+                loop.axis and math.ceil(max(extents) / smallest_block(spec, loop.axis)) > GRID_LIMIT:
             return None
     return dims
 

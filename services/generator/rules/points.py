@@ -14,10 +14,11 @@ import textwrap
 from dataclasses import dataclass
 
 from services.generator.rules import affine, coverage
-from services.generator.rules.cuda_text import (CALLED, IDENTIFIER, INTEGER_TYPE, WIDE_INTEGER_TYPE, Kernel, closing,
-                                                const_referent, defined_functions, find_kernel, functions_named,
-                                                mask, passed_by_reference, reference_places, split_top_level,
-                                                top_level_conjuncts, unparenthesised)
+from services.generator.rules.cuda_text import (CALLED, GROUP_TILES, IDENTIFIER, INTEGER_TYPE, WARP_COLLECTIVES,
+                                                WIDE_INTEGER_TYPE, Kernel, closing, const_referent, defined_functions,
+                                                find_kernel, functions_named, mask, passed_by_reference,
+                                                reference_places, split_top_level, top_level_conjuncts,
+                                                unparenthesised)
 from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, expression_end, walk
 from shared.domain.spec import KernelSpec
@@ -28,12 +29,8 @@ ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
 _DECLARATION = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<rest>[^;]*);\s*", re.DOTALL)
 # What a point body must not contain: anything tied to the thread that runs it, or to other threads.
 THREAD_BOUND = ("threadIdx", "blockIdx", "blockDim", "gridDim", "__syncthreads", "__syncwarp", "__shared__",
-                "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
-                "__any_sync", "__all_sync", "__activemask", "__reduce_add_sync", "__reduce_min_sync",
-                "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-                "__match_any_sync", "__match_all_sync", "__syncthreads_or", "__syncthreads_and",
-                "__syncthreads_count", "this_thread_block", "this_grid", "tiled_partition", "coalesced_threads",
-                "goto", "asm")
+                *WARP_COLLECTIVES, "__syncthreads_or", "__syncthreads_and", "__syncthreads_count",
+                "this_thread_block", "this_grid", *GROUP_TILES, "goto", "asm")
 
 # What inline assembly in a function the point body calls may not name: the thread's registers, or instructions
 # that talk to other threads. (The point body's own asm is refused whatever it does.)

@@ -34,13 +34,12 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine, points
-from services.generator.rules.coverage import GRID_LIMIT, sizes_around
+from services.generator.rules.coverage import GRID_LIMIT, values_around
 from services.generator.rules.cuda_text import IDENTIFIER, closing, fresh_name, identifiers, mask, split_top_level
 from services.generator.rules.points import INDENT, PointKernel
 from services.generator.rules.shape import (Layout, NotRecognised, block_values, deeper_block, default_in,
                                             one_thread_per_point)
 from services.generator.rules.statements import walk
-from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
 
 # Element types __shfl_down_sync and atomicAdd both take.
@@ -383,7 +382,6 @@ def _rows_beyond(model: Accumulation, spec: KernelSpec) -> str | None:
     if not model.by_row:
         return None
     dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
-    variables = spec.variables(spec.baseline_params())
     for axis in model.kernel.axes[1:]:
         if points.one_thread_along(spec, axis.axis):
             continue
@@ -393,11 +391,8 @@ def _rows_beyond(model: Accumulation, spec: KernelSpec) -> str | None:
                     f"blocks are deeper there without one guard bounding {axis.name} within the problem size "
                     f"(`if ({axis.name} < rows && ...)`): the submitted grid's points past the problem size along "
                     f"{letter} might do work the rewrite's grid, stopping there, would not")
-        try:
-            rows = max(evaluate(dims[axis.axis], {**variables, **sizes}) for sizes in sizes_around(spec.sizes))
-        except ExpressionError:
-            rows = GRID_LIMIT + 1
-        if rows > GRID_LIMIT:
+        rows = values_around(spec, dims[axis.axis])
+        if rows is None or max(rows) > GRID_LIMIT:
             return (f"it adds by row, which the reduction runs with blocks one thread deep along {letter}, and a "
                     f"block per row along {letter} would pass CUDA's {GRID_LIMIT} blocks")
     return None

@@ -6,7 +6,7 @@ them on top of a freshly rendered elementwise kernel and get what applying them 
 """
 import re
 
-from services.generator.rules.cuda_text import find_kernel, mask
+from services.generator.rules.cuda_text import GROUP_TILES, WARP_COLLECTIVES, find_kernel, mask
 from shared.domain.spec import KernelSpec
 
 UNROLL_FACTOR = "loop_unroll_factor"
@@ -167,10 +167,10 @@ def block_size_reason(source: str, spec: KernelSpec) -> str | None:
     return None
 
 
-# What works across a warp: shuffles, votes, warp reductions and matches, and cooperative groups' tiles.
-_WARP_COLLECTIVE = re.compile(r"\b(?:__shfl\w*_sync|__reduce_\w+_sync|__ballot_sync|__any_sync|__all_sync|"
-                              r"__match_\w+_sync|__activemask|tiled_partition|thread_block_tile|coalesced_threads|"
-                              r"labeled_partition|binary_partition)\b\s*[(<]?")
+# What works across a warp (cuda_text's WARP_COLLECTIVES and GROUP_TILES), and cooperative groups' other ways to
+# a tile of one.
+_TILES = (*GROUP_TILES, "thread_block_tile", "labeled_partition", "binary_partition")
+_WARP_COLLECTIVE = re.compile(rf"\b(?:{'|'.join((*WARP_COLLECTIVES, *_TILES))})\b\s*[(<]?")
 
 
 def block_size_edit(source: str, spec: KernelSpec) -> str:
