@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from services.generator.rules import affine
 from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA,
                                                 LAUNCH_NAMES, WIDE_INTEGER_TYPE, closing, constant_macros,
-                                                find_kernel, fresh_name, identifiers, mask, pointee,
-                                                split_top_level)
+                                                defined_macros, find_kernel, fresh_name, identifiers, mask,
+                                                pointee, split_top_level)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,
@@ -416,8 +416,7 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
         raise _Refused(f"{where} uses {escape.group().rstrip('(').strip()}")
     if LAMBDA.search(text):
         raise _Refused(f"{where} defines a lambda, whose body runs where it is called")
-    macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.MULTILINE))
-    if used := sorted(macros - constant_macros(masked) & _names(masked[loop.start:loop.end])):
+    if used := sorted(defined_macros(masked) - constant_macros(masked) & _names(masked[loop.start:loop.end])):
         raise _Refused(f"{where} uses the macro {used[0]}, whose expansion may read or store what its text "
                        f"does not show")
     for name in outer:

@@ -80,8 +80,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAMBDA, LAUNCH_NAMES, calls, closing,
-                                                find_kernel, fresh_name, functions_named, identifiers, mask,
-                                                outside_brackets, split_top_level, unparenthesised)
+                                                defined_macros, find_kernel, fresh_name, functions_named,
+                                                identifiers, mask, outside_brackets, split_top_level,
+                                                unparenthesised)
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -149,17 +150,12 @@ def _expand_macros(source: str, kernel_name: str, pinned: frozenset[str]) -> str
     body = mask(source, literals=False)[start:end]  # comments blanked; a macro in one is no use
     if not any(m.group() in macros for m in _SCAN.finditer(body)):
         return source
-    defined = _defined_names(mask(source))
+    defined = defined_macros(mask(source))
     try:
         expanded = _expand(body, macros, frozenset(), defined)
     except Unexpandable:
         return source
     return source[:start] + expanded + source[end:]
-
-
-def _defined_names(masked: str) -> frozenset[str]:
-    """Every name a #define of the source defines, wherever it stands."""
-    return frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.M))
 
 
 def _macros(source: str, before: int) -> dict[str, Macro]:
@@ -1219,7 +1215,7 @@ def _one_return_functions(source: str, masked: str, before: int) -> dict[str, Fu
     outside conditional groups, whose expression has no side effect and names no macro of the source (which
     would be read as defined at the kernel, not at the function)."""
     found: dict[str, list[Function | None]] = {}
-    macros = _defined_names(masked)
+    macros = defined_macros(masked)
     for match in _FUNCTION.finditer(masked, 0, before):
         expression = masked[match.start("expr"):match.end("expr")]
         initialised = masked[match.start("locals"):match.end("locals")]
@@ -1370,7 +1366,7 @@ def _functions_with_bodies(source: str, masked: str, before: int, pinned: frozen
     to its own frame or to other threads (static, __shared__, asm, goto, barriers), nor a macro of the source this
     module does not expand as the compiler would there."""
     found: dict[str, list[Body | None]] = {}
-    defined = _defined_names(masked) - pinned
+    defined = defined_macros(masked) - pinned
     functions = functions_named(masked[:before])
     for match in _BODY_FUNCTION.finditer(masked, 0, before):
         close = closing(masked, match.end() - 1)

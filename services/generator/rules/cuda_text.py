@@ -272,14 +272,29 @@ WARP_COLLECTIVES = ("__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl
                     "__match_any_sync", "__match_all_sync")
 GROUP_TILES = ("tiled_partition", "coalesced_threads")
 
+_DEFINITION = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(.*)$", re.MULTILINE)
+
+
+def macro_definitions(masked: str) -> list[tuple[str, str]]:
+    """Every #define of the (masked) source, wherever it stands: its name and the rest of its first line
+    (parameters and body)."""
+    return _DEFINITION.findall(masked)
+
+
+def defined_macros(masked: str) -> frozenset[str]:
+    """Every name a #define of the source defines."""
+    return frozenset(name for name, _ in macro_definitions(masked))
+
+
 def constant_macros(masked: str) -> set[str]:
     """The object-like macros defined once, on a line of their own, as arithmetic of numbers and of such macros
     (`#define RADIUS 4`, `#define DIAMETER (2 * RADIUS + 1)`, a block size's `#define THREADS 256`): constants,
     which read and store nothing and hide no statement (review, helper-88: a window's radius refused every loop
     using it)."""
-    found = re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])([^\n\\]*)$", masked, re.MULTILINE)
+    found = macro_definitions(masked)
     names = [name for name, _ in found]
-    bodies = {name: body.strip() for name, body in found if names.count(name) == 1 and body.strip()}
+    bodies = {name: body.strip() for name, body in found  # object-like, on one line
+              if names.count(name) == 1 and body.strip() and not body.startswith("(") and "\\" not in body}
     constant: set[str] = set()
 
     def arithmetic(body: str) -> bool:

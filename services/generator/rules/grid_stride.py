@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 from services.generator.rules import affine, points
 from services.generator.rules.coverage import GRID_LIMIT, launched_for, values_around
-from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, constant_macros, find_kernel, mask,
-                                                split_top_level)
+from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, constant_macros, defined_macros,
+                                                find_kernel, mask, split_top_level)
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
@@ -150,7 +150,7 @@ def _unread_text(masked: str, start: int, end: int) -> bool:
     """Whether the body holds what this module does not read: a directive other than a pragma, or a macro of the
     source other than a constant (whose text, a `return` say, is not seen here)."""
     body = masked[start:end]
-    macros = set(re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", masked, re.M)) - constant_macros(masked)
+    macros = defined_macros(masked) - constant_macros(masked)
     return bool(re.search(r"^[ \t]*#[ \t]*(?!pragma\b)\w", body, re.M)) or \
         any(re.search(rf"\b{name}\b", body) for name in macros)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from services.generator.rules import affine, coverage
 from services.generator.rules.cuda_text import (CALLED, GROUP_TILES, IDENTIFIER, INTEGER_TYPE, WARP_COLLECTIVES,
                                                 WIDE_INTEGER_TYPE, Kernel, closing, const_referent, defined_functions,
-                                                find_kernel, functions_named, mask, passed_by_reference,
+                                                find_kernel, macro_definitions, functions_named, mask, passed_by_reference,
                                                 reference_places, split_top_level, top_level_conjuncts,
                                                 unparenthesised)
 from services.generator.rules.shape import block_widths
@@ -454,8 +454,7 @@ def thread_bound_helper(kernel: Kernel, masked: str, uncommented: str) -> str | 
     either."""
     # A macro of the source whose text does so, used in a helper, does so too (review, helper-92: a shuffle
     # through `#define SH(v) __shfl_xor_sync(...)`); the kernel's own body is read with its macros expanded.
-    words = [*THREAD_BOUND, *(name for name, text in re.findall(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(.*)$",
-                                                                masked, re.M)
+    words = [*THREAD_BOUND, *(name for name, text in macro_definitions(masked)
                               if any(re.search(rf"\b{word}\b", text) for word in THREAD_BOUND))]
     for function, _, (start, end) in reached_functions(kernel, masked):
         bound = next((word for word in words if re.search(rf"\b{word}\b", masked[start:end])

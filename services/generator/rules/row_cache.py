@@ -21,7 +21,7 @@ reductions stay trees that shuffle_reduction replaces.
 import re
 
 from services.generator.rules import row_registers
-from services.generator.rules.cuda_text import fresh_name, identifiers, mask
+from services.generator.rules.cuda_text import fresh_name, identifiers, macro_definitions, mask
 from services.generator.rules.points import replace_spans
 from services.generator.rules.row_passes import (QUALIFIERS, SIZES, RowPasses, at_the_top, barrier_between, indent_at,
                                                  pass_body, recognise, row_length)
@@ -127,7 +127,7 @@ def barrier(model: RowPasses, spec: KernelSpec) -> str | None:
 def static_bytes(source: str, spec: KernelSpec) -> int | None:
     """The static __shared__ bytes of the source at the largest value of every tune parameter, or None."""
     masked = mask(source)
-    defines = {m.group(1): m.group(2) for m in re.finditer(r"(?m)^\s*#\s*define\s+([A-Za-z_]\w*)\s+(\d+)\s*$", masked)}
+    defines = {name: body.strip() for name, body in macro_definitions(masked) if body.strip().isdigit()}
     largest = {name: max(v for v in values if isinstance(v, int | float))
                for name, values in spec.tune_params.items() if any(isinstance(v, int | float) for v in values)}
     variables = {**spec.variables({**spec.baseline_params(), **largest}), **{k: int(v) for k, v in defines.items()}}
