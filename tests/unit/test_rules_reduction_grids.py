@@ -104,6 +104,18 @@ def test_a_sum_by_row_of_2d_blocks_makes_them_one_row_deep_and_offers_wider_rows
     assert "< (cols) && row < rows) {" in _applied(ROW_SUMS_2D_BLOCKS).source
 
 
+def test_short_rows_are_offered_counts_of_points_that_fill_one_to_four_blocks():
+    """A ResNet channel of 56 x 56 floats: the powers of two leave two blocks of 128 threads and 16 points 77%
+    full; the counts added fill one to four blocks of each width at least 90%, and the powers of two stay."""
+    spec = load_spec(STYLES / "channel_stats.cu", STYLES / "channel_stats.yaml")
+    counts = _applied(spec).tune_params["elements_per_thread"]
+    assert set(reduction.EPT_VALUES) <= set(counts) and 25 in counts  # 128 x 25 = 3,200 points, 98% of them in a row
+    for added in set(counts) - set(reduction.EPT_VALUES):
+        assert any(0.9 <= 3136 / (blocks * width * added) <= 1 and 3136 > (blocks * width * (added - 1))
+                   for width in (128, 256, 512) for blocks in range(1, 5))
+    assert _applied(BATCH_SUMS).tune_params["elements_per_thread"] == reduction.EPT_VALUES  # rows of a million
+
+
 def test_a_sum_by_column_marches_each_thread_down_its_column_with_one_atomic_per_thread_and_no_shuffles():
     """`atomicAdd(&db[c], dy[r * cols + c])`: a thread's neighbours along x add into other columns, so each thread
     adds its rows into a register and makes one atomic for them, in the spec's block."""
