@@ -3596,3 +3596,24 @@ NOT_OF_SHAPE.update({
         "        auto tile = cg::tiled_partition<32>(cg::this_thread_block());\n"
         "        y[i] = v + tile.shfl_xor(v, 1);", "        y[i] = twice(v);"), "calls twice, which uses SH"),
 })
+# The block's y index read in the body itself, the spec naming the x block size alone (review, helper-93): it is
+# the point's y index, read through a local canonical.py declares beside the thread's index.
+ROW_SUMS_BY_BLOCK_INDEX = spec(r"""
+__global__ void row_atomic(float *rowsum, const float *m, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) atomicAdd(&rowsum[blockIdx.y], m[blockIdx.y * cols + c]);
+}
+""", "row_atomic", [array("rowsum", ["rows"], role="out"), array("m", ["rows", "cols"]), scalar("cols", "cols")],
+    {"rows": 37, "cols": 5001}, ["cols", "rows"], tune_params={"block_size_x": [128, 256]})
+SCALE_ROWS_BY_BLOCK_INDEX = spec(r"""
+__global__ void scale_rows(float *out, const float *in, const float *gain, int w)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;  // the column; the row is blockIdx.y
+    if (x >= w) return;
+    out[blockIdx.y * w + x] = in[blockIdx.y * w + x] * gain[blockIdx.y];
+}
+""", "scale_rows", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("gain", ["h"]),
+                    scalar("w", "w")], {"h": 33, "w": 4099}, ["w", "h"], tune_params={"block_size_x": [128, 256]})
+VARIANTS.update({"row_sums_by_the_block_index_itself": ("hierarchical_reduction", ROW_SUMS_BY_BLOCK_INDEX),
+                 "rows_scaled_by_the_block_index_itself": ("vectorize", SCALE_ROWS_BY_BLOCK_INDEX)})

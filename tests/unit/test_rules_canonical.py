@@ -556,3 +556,25 @@ def test_a_function_that_increments_an_element_stays_a_call():
     body = "    int i = threadIdx.x;\n    float t = take(out, i, out[i]);\n    out[i] = t;"
     before = "__device__ float take(float *seen, int j, float v) { seen[j]++; return v * 2.0f; }"
     assert squeezed(canon(body, before=before)) == squeezed(body)
+
+
+def test_a_block_index_of_an_axis_one_thread_deep_read_in_the_body_gets_a_local_beside_the_definitions():
+    """`out[blockIdx.y * n + i]`, the spec naming the x block size alone: blockIdx.y is the point's y index, read
+    through a local of blockIdx's type declared with the thread's index (review, helper-93); a comment naming it
+    stays as written."""
+    body = canon("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= n) return;\n"
+                 "    out[blockIdx.y * n + i] = in[blockIdx.y * n + i] * blockIdx.z; // blockIdx.y\n")
+    assert squeezed(body) == squeezed(
+        "int i = blockIdx.x * blockDim.x + threadIdx.x;\n const unsigned int by = blockIdx.y;\n"
+        " const unsigned int bz = blockIdx.z;\n if (i < n) {\n out[by * n + i] = in[by * n + i] * bz;\n } // blockIdx.y")
+
+
+@pytest.mark.parametrize("body, more", [
+    ("int i = threadIdx.x; int b = blockIdx.y;\n out[b * n + i] = in[blockIdx.y * n + i];", {}),  # a y index
+    ("int i = threadIdx.x + threadIdx.y;\n out[i] = in[blockIdx.y];", {}),  # the axis's thread index
+    ("int i = threadIdx.x;\n for (int r = blockIdx.y; r < n; r += gridDim.y) out[r] = in[i];", {}),  # a grid stride
+    ("int i = threadIdx.x;\n out[blockIdx.y * n + i] = in[i];",  # blocks deeper along y: not the point's index
+     {"params": {"block_size_x": 32, "block_size_y": 4}}),
+])
+def test_a_block_index_that_is_not_the_points_index_stays(body, more):
+    assert "blockIdx.y" in canon(body, **more)

@@ -22,7 +22,8 @@ from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS_GRADIENT, BIAS_GRADIENT_OVER_A_BATCH,
                                        CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D,
                                        IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D, MASKED_STATS_2D, POSITIVES_PER_BATCH,
-                                       ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS, STACK_SUM, TOTAL_ON_A_FIXED_GRID)
+                                       ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS, ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM,
+                                       TOTAL_ON_A_FIXED_GRID)
 from tests.unit.test_rules_vectorize16 import EmulatedFault, _in_child, needs_gxx, threaded_library
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
@@ -114,12 +115,13 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "field_energy": {"nx": 13, "ny": 5, "nz": 19},
     "style-channel_stats": {"images": 2, "channels": 3, "hw": 301},
     "style-bias_grad": {"batch": 67, "features": 45},
+    "row_atomic": {"rows": 3, "cols": 1001},
 }
 KERNELS = {
     **{spec.kernel_name: spec for spec in (BATCH_SUMS, ROW_SUMS_2D_BLOCKS, CHANNEL_STATS, POSITIVES_PER_BATCH,
                                            ROW_PEAKS_BELOW, BIAS_GRADIENT, COLUMN_LOWS, STACK_SUM, IMAGE_SUM_2D,
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
-                                           CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS)},
+                                           CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS, ROW_SUMS_BY_BLOCK_INDEX)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),
     "total_gs": TOTAL_ON_A_FIXED_GRID.model_copy(update={"problem_size": [3]}),

@@ -83,6 +83,7 @@ from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAMBDA
                                                 defined_macros, find_kernel, fresh_name, functions_named,
                                                 identifiers, mask, outside_brackets, split_top_level,
                                                 unparenthesised)
+from services.generator.rules.points import one_thread_along
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -112,7 +113,7 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
     inlined unless `inline` is False; the same spec where nothing changes."""
     pinned = frozenset({*spec.tune_params, *spec.params, *spec.block_size_names,
                         *option_macros(spec.compiler_options)})
-    source = _canonical_source(spec.source, spec.kernel_name, pinned, inline)
+    source = _canonical_source(_block_indices_named(spec), spec.kernel_name, pinned, inline)
     return spec if source == spec.source else spec.model_copy(update={"source": source})
 
 
@@ -137,6 +138,49 @@ def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inl
             if respelled == source:
                 break
             source = respelled
+    return source
+
+
+# --- block indices ---------------------------------------------------------------------------------------
+_LEADING_DECLARATION = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+[A-Za-z_]\w*\s*=[^;]*;\s*", re.DOTALL)
+
+
+def _block_indices_named(spec: KernelSpec) -> str:
+    """The source with the block index of an axis its blocks are one thread deep along, read after the thread's
+    index definitions (`atomicAdd(&sums[blockIdx.y], x[blockIdx.y * n + i])`, the spec naming the x block size
+    alone), given a local beside those definitions, `const unsigned int by = blockIdx.y;` (blockIdx's type), and
+    read through it: the point's y index, as the recognisers read `int b = blockIdx.y;`. Only where no definition
+    reads the axis's blockIdx or threadIdx and the body reads none of its threadIdx, blockDim or gridDim (a loop
+    striding the grid along it is not one point there)."""
+    source = spec.source
+    for axis, letter in ((1, "y"), (2, "z")):
+        if not one_thread_along(spec, axis):
+            continue
+        try:
+            kernel = find_kernel(source, spec.kernel_name)
+            masked = mask(source)
+            body = statements(masked, kernel.body_open + 1, kernel.body_close)
+        except (ValueError, Unparsed):
+            return source
+        leading = 0
+        while leading < len(body) and body[leading].kind == "simple" and \
+                _LEADING_DECLARATION.fullmatch(masked[body[leading].start:body[leading].end]) and \
+                re.search(r"\b(?:threadIdx|blockIdx|blockDim)\b", masked[body[leading].start:body[leading].end]):
+            leading += 1
+        if not 0 < leading < len(body):
+            continue
+        definitions = masked[body[0].start:body[leading - 1].end]
+        rest = (body[leading].start, kernel.body_close)
+        uses = [m.span() for m in re.finditer(rf"\bblockIdx\s*\.\s*{letter}\b", masked[rest[0]:rest[1]])]
+        if not uses or re.search(rf"\b(?:blockIdx|threadIdx)\s*\.\s*{letter}\b", definitions) or \
+                re.search(rf"\b(?:threadIdx|blockDim|gridDim)\s*\.\s*{letter}\b", masked[rest[0]:rest[1]]):
+            continue
+        name = fresh_name(f"b{letter}", identifiers(source))
+        text = source[rest[0]:rest[1]]
+        for start, end in reversed(uses):
+            text = text[:start] + name + text[end:]
+        declaration = f"const unsigned int {name} = blockIdx.{letter};\n{_indent_of(source, body[leading].start)}"
+        source = source[:rest[0]] + declaration + text + source[rest[1]:]
     return source
 
 
