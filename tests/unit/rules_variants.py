@@ -3617,3 +3617,36 @@ __global__ void scale_rows(float *out, const float *in, const float *gain, int w
                     scalar("w", "w")], {"h": 33, "w": 4099}, ["w", "h"], tune_params={"block_size_x": [128, 256]})
 VARIANTS.update({"row_sums_by_the_block_index_itself": ("hierarchical_reduction", ROW_SUMS_BY_BLOCK_INDEX),
                  "rows_scaled_by_the_block_index_itself": ("vectorize", SCALE_ROWS_BY_BLOCK_INDEX)})
+# Accumulators of a template's type, the kernel named as an instance (review, helper-93: `T acc` was not read as a
+# double or an integer).
+ROW_DOT_TEMPLATE = spec(r"""
+template <typename T, int SCALE>
+__global__ void row_dot(T *y, const T *a, const T *x, int rows, int cols)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        T acc = 0;
+        for (int c = 0; c < cols; ++c) acc += a[(size_t)r * cols + c] * x[c];
+        y[r] = acc * SCALE;
+    }
+}
+""", "row_dot<double, 2>", [array("y", ["rows"], "float64", role="out"), array("a", ["rows", "cols"], "float64"),
+                            array("x", ["cols"], "float64"), scalar("rows", "rows"), scalar("cols", "cols")],
+    {"rows": 333, "cols": 517}, ["rows"], tune_params={"block_size_x": [64, 128]})
+COLUMN_SUMS_TEMPLATE = spec(r"""
+template <class Acc, class In>
+__global__ void column_sums(Acc *sums, const In *m, int rows, int cols)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) {
+        Acc total = 0;
+        for (int r = 0; r < rows; r++) total += m[r * cols + c];
+        sums[c] = total;
+    }
+}
+""", "column_sums<long long, int>", [array("sums", ["cols"], "int64", role="out"), array("m", ["rows", "cols"], "int32"),
+                                     scalar("rows", "rows"), scalar("cols", "cols")],
+    {"rows": 1025, "cols": 999}, ["cols"], tune_params={"block_size_x": [64, 128]})
+SPLIT_COLUMNS["column_sums_of_a_template_instance"] = COLUMN_SUMS_TEMPLATE
+VARIANTS.update({"row_dot_of_a_template_instance": ("warp_per_row", ROW_DOT_TEMPLATE),
+                 "split_column_sums_of_a_template_instance": ("split_columns", COLUMN_SUMS_TEMPLATE)})

@@ -15,12 +15,13 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.generator import rules
-from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
+from services.generator.rules.cuda_text import IDENTIFIER, mask, normalised
 from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import VARIANTS
-from tests.unit.test_rules_vectorize16 import EmulatedFault, _in_child, needs_gxx, threaded_library
+from tests.unit.test_rules_vectorize16 import (EmulatedFault, _in_child, launched_parameters, needs_gxx,
+                                               threaded_library)
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 KERNELS = {
@@ -75,9 +76,9 @@ template <typename T> static T __shfl_xor_sync(unsigned int mask, T value, int o
 
 def build(source: str, kernel_name: str, directory: Path, defines: dict) -> ctypes.CDLL:
     """The kernel as host code with `kforge_launch(grid, block_x, block_y, args...)`: the blocks in turn, each
-    block's threads at once, one host thread per CUDA thread."""
-    kernel = find_kernel(source, kernel_name)
-    parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
+    block's threads at once, one host thread per CUDA thread; a template's instance launched with its parameters'
+    types spelled as the instance names them."""
+    parameters = launched_parameters(source, kernel_name)
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
     declared = "".join(", " + p for p in parameters)
     launcher = f"""

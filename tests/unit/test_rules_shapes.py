@@ -41,7 +41,7 @@ FIRES = {
     "relu_inplace": {"elements_per_thread", "vectorize"}, "rgba_to_gray": {"elements_per_thread", "vectorize"},
     "row_sum": {"shuffle_reduction", "vectorize_loops", "batch_loads"},
     "saxpy": {"elements_per_thread", "vectorize", "batch_loads"},
-    "scale": {"elements_per_thread", "vectorize"}, "segmented_scan": {"scan_vectors", "shuffle_scan"},
+    "scale": {"elements_per_thread", "vectorize", "batch_loads"}, "segmented_scan": {"scan_vectors", "shuffle_scan"},
     "silu_clamp": {"elements_per_thread", "vectorize", "batch_loads"},
     "softmax": {"row_in_registers", "row_in_shared", "shuffle_reduction", "vectorize_loops", "batch_loads"},
     "spmv_csr": {"warp_per_row"},

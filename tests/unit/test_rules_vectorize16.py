@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 from services.generator import rules
-from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
+from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised, template_types
 from services.generator.rules.elementwise import lanes, model
 from shared.domain.dtypes import host_dtype, to_bfloat16
-from shared.domain.spec import CandidateSpec, KernelSpec
+from shared.domain.spec import CandidateSpec, KernelSpec, kernel_base_name
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import array, sample, scalar, spec
 from tests.unit.test_rules_shapes import _compile, _types, signature
@@ -294,14 +294,24 @@ needs_gxx = pytest.mark.skipif(GXX is None, reason="no g++ to run the kernels on
 SANITIZE = ("-fsanitize=alignment", "-fno-sanitize-recover=alignment")
 
 
+def launched_parameters(source: str, kernel_name: str) -> list[str]:
+    """The kernel's parameter declarations as a host launcher declares them: a template's type parameters spelled
+    as the instance `kernel_name` names them (`const T *x` of `row_dot<double>` as `const double *x`)."""
+    kernel = find_kernel(source, kernel_name)
+    types = template_types(kernel, kernel_name)
+    return [re.sub(r"[A-Za-z_]\w*", lambda word: types.get(word[0], word[0]), source[a:b].strip())
+            for a, b in kernel.parameters(source)]
+
+
 def threaded_library(code: str, directory: Path, stem: str, defines: dict) -> ctypes.CDLL:
     """C++ of kernels emulated a host thread per CUDA thread, built into a library of `directory` (a name of its
-    own per build) with the tune parameters as defines and the alignment check on."""
-    path = directory / f"{stem}{len(list(directory.iterdir()))}"
+    own per build) with the tune parameters as defines and the alignment check on; a template instance's static
+    locals kept to its library (-fno-gnu-unique: unique, they would be one object across the libraries loaded)."""
+    path = directory / f"{kernel_base_name(stem)}{len(list(directory.iterdir()))}"
     path.with_suffix(".cpp").write_text(code)
     flags = [f"-D{name}={value}" for name, value in defines.items()]
-    subprocess.run([GXX, "-std=c++17", "-O1", "-pthread", *SANITIZE, "-Wno-unknown-pragmas", *flags,
-                    "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
+    subprocess.run([GXX, "-std=c++17", "-O1", "-pthread", "-fno-gnu-unique", *SANITIZE, "-Wno-unknown-pragmas",
+                    *flags, "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
                    check=True, capture_output=True)
     return ctypes.CDLL(str(path.with_suffix(".so")))
 

@@ -18,12 +18,12 @@ import pytest
 
 from kforge.specfile import load_spec
 from services.generator import rules
-from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
-from shared.domain.spec import KernelSpec
+from services.generator.rules.cuda_text import IDENTIFIER, mask, normalised
+from shared.domain.spec import KernelSpec, kernel_base_name
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import VARIANTS, edited, sample
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature, plan_applied
-from tests.unit.test_rules_vectorize16 import _in_child, needs_gxx
+from tests.unit.test_rules_vectorize16 import _in_child, launched_parameters, needs_gxx
 from tests.unit.test_rules_vectorize_aligned import ptx
 
 CONV2D = next(kernel for kernel in corpus() if kernel.name == "conv2d").spec()
@@ -349,6 +349,9 @@ static void __syncthreads() { kforge_block->arrive_and_wait(); }
 SHARED = "#define __shared__ static\n"  # a block's shared arrays: one for its threads, the blocks run in turn
 
 
+# A template instance's static locals (a kernel template's __shared__ arrays) are otherwise one object across every
+# library the process loads (STB_GNU_UNIQUE binds them whatever RTLD_LOCAL says): a build at a wider block would
+# write past the first build's array.
 # AddressSanitizer on the arrays alone (heap bytes, which run poisons around each): the stack and globals left
 # uninstrumented compile a third faster.
 ARRAYS_CHECKED = ["-fsanitize=address", "--param", "asan-stack=0", "--param", "asan-globals=0",
@@ -370,8 +373,7 @@ def build(source: str, kernel_name: str, directory, defines: dict, threads: bool
 
 
 def _compiled(source: str, kernel_name: str, directory, defines: dict, threads: bool) -> ctypes.CDLL:
-    kernel = find_kernel(source, kernel_name)
-    parameters = [source[a:b].strip() for a, b in kernel.parameters(source)]
+    parameters = launched_parameters(source, kernel_name)
     names = [IDENTIFIER.findall(mask(p))[-1] for p in parameters]
     one_thread = f"""blockIdx = {{kforge_b % kforge_gx, kforge_b / kforge_gx % kforge_gy, kforge_b / (kforge_gx * kforge_gy)}};
                 threadIdx = {{kforge_t % kforge_bx, kforge_t / kforge_bx % kforge_by, kforge_t / (kforge_bx * kforge_by)}};
@@ -401,11 +403,11 @@ extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned k
 """
     prelude = PRELUDE.replace("static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;\n", THREADED) if threads \
         else PRELUDE
-    path = directory / f"{kernel_name}{len(list(directory.iterdir()))}"
+    path = directory / f"{kernel_base_name(kernel_name)}{len(list(directory.iterdir()))}"
     path.with_suffix(".cpp").write_text(prelude + source + launcher)
     flags = [f"-D{name}={value}" for name, value in defines.items()]
     subprocess.run([GXX, "-std=c++20" if threads else "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas",
-                    "-pthread", *ARRAYS_CHECKED, *flags,
+                    "-pthread", "-fno-gnu-unique", *ARRAYS_CHECKED, *flags,
                     "-shared", "-fPIC", "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
                    check=True, capture_output=True)
     return ctypes.CDLL(str(path.with_suffix(".so")))

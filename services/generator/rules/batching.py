@@ -40,7 +40,7 @@ from services.generator.rules import affine
 from services.generator.rules.cuda_text import (ADDRESS_OF_BEFORE, CALLED, CAST_WORDS, INTEGER_TYPE, LAMBDA,
                                                 LAUNCH_NAMES, WIDE_INTEGER_TYPE, closing, constant_macros,
                                                 defined_macros, find_kernel, fresh_name, identifiers, mask,
-                                                pointee, split_top_level)
+                                                pointee, split_top_level, template_types)
 from services.generator.rules.loops import affine_locals, none_or_why, reindent, replaced
 from services.generator.rules.points import ASSIGNMENT, INDENT
 from services.generator.rules.statements import (Statement, Unparsed, expression_end, for_loops, made_whenever_run,
@@ -111,9 +111,10 @@ class BatchedLoop:
 
 @dataclass(frozen=True)
 class _Array:
-    element: str  # its element type
+    element: str  # its element type, as written
     buffer: str  # the pointer parameter whose buffer it points into
     declared: int  # where a local pointer is declared; -1 for a parameter
+    instance: str  # the element type the compiled instance holds: a template's T is the type its instance names
 
 
 @dataclass(frozen=True)
@@ -145,13 +146,13 @@ def batched_loops(source: str, spec: KernelSpec) -> tuple[list[BatchedLoop], lis
     """The kernel's loops whose loads can be batched, and why each other loop of their form cannot."""
     kernel = find_kernel(source, spec.kernel_name)
     masked, uncommented = mask(source), mask(source, literals=False)
-    arrays, parameters = {}, set()
+    arrays, parameters, types = {}, set(), template_types(kernel, spec.kernel_name)
     for start, end in kernel.parameters(source):
         parameters |= set(_NAME.findall(masked[start:end]))
         declared = pointee(source[start:end])
         if declared is not None:
-            arrays[declared[0]] = _Array(declared[1], declared[0], -1)
-    arrays.update(_pointers_into(masked, kernel.body_open, kernel.body_close, arrays))
+            arrays[declared[0]] = _Array(declared[1], declared[0], -1, types.get(declared[1], declared[1]))
+    arrays.update(_pointers_into(masked, kernel.body_open, kernel.body_close, arrays, types))
     declarations = [*parameter_declarations(masked, kernel.params_open),
                     *_declarations(masked, kernel.body_open + 1, kernel.body_close)]
     unseen = _unseen(masked, kernel.body_open, kernel.body_close, arrays, declarations)
@@ -328,7 +329,8 @@ def _in_directive(masked: str, at: int) -> bool:
     return masked[start:at].lstrip().startswith("#")
 
 
-def _pointers_into(masked: str, start: int, end: int, parameters: dict[str, _Array]) -> dict[str, _Array]:
+def _pointers_into(masked: str, start: int, end: int, parameters: dict[str, _Array],
+                   types: dict[str, str]) -> dict[str, _Array]:
     """Local pointers into a parameter's buffer, declared once and never changed (`const float *row = x + r * n;`):
     they read and store that buffer, as the parameter does."""
     body = masked[start:end]
@@ -344,7 +346,7 @@ def _pointers_into(masked: str, start: int, end: int, parameters: dict[str, _Arr
                                                      rf"{name}\b", body)) != 1:
             continue
         element = parameters[into.group(1)].element if words == ["auto"] else " ".join(words)
-        found[name] = _Array(element, into.group(1), start + declared.start())
+        found[name] = _Array(element, into.group(1), start + declared.start(), types.get(element, element))
     return found
 
 
@@ -448,13 +450,13 @@ def _batched(source: str, masked: str, uncommented: str, loop: Statement, header
     loads, distinct = [], []
     by_buffer: dict[str, list[_Access]] = {}
     for access in accesses:
-        if arrays[access.array].buffer not in opaque and _REGISTER_TYPES.fullmatch(arrays[access.array].element):
+        if arrays[access.array].buffer not in opaque and _REGISTER_TYPES.fullmatch(arrays[access.array].instance):
             by_buffer.setdefault(arrays[access.array].buffer, []).append(access)
     for buffer, found in by_buffer.items():
         if buffer in written:
             # one name for every access: two pointers into the buffer may meet at other subscripts
             if len({a.array for a in found}) == 1:
-                load, step = _written_load(masked, parts, found, arrays[found[0].array].element, ahead, steps)
+                load, step = _written_load(masked, parts, found, arrays[found[0].array], ahead, steps)
                 if load is not None:
                     loads.append(load)
                     distinct += [step] if step else []
@@ -677,7 +679,7 @@ def _outermost(loads: list[Load]) -> list[Load]:
     return kept
 
 
-def _written_load(masked: str, parts: list[Statement], found: list[_Access], element: str, ahead: _Ahead,
+def _written_load(masked: str, parts: list[Statement], found: list[_Access], written: _Array, ahead: _Ahead,
                   steps: dict[str, str]) -> tuple[Load | None, str]:
     """The load ahead of an array the loop writes, and the run-time test that its subscript moves ("" where the
     step is a nonzero constant): taken where every access has one subscript, moving every iteration, and the
@@ -705,7 +707,7 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
             if len(stores) > 1 or target.start != first.start or operator is None:
                 return None, ""
             if operator.group(1) != "=":
-                if not _BUILTIN.fullmatch(element):
+                if not _BUILTIN.fullmatch(written.instance):
                     return None, ""
                 at = target.end + operator.start(1)
                 spaced = re.match(r"\s*", masked[at + len(operator.group(1)):]).end()
@@ -717,7 +719,7 @@ def _written_load(masked: str, parts: list[Statement], found: list[_Access], ele
     subscript = ahead.subscript(found[0])
     if subscript is None:
         return None, ""
-    return Load(array, element, subscript, tuple((a.start, a.end) for a in reads), compound), step
+    return Load(array, written.element, subscript, tuple((a.start, a.end) for a in reads), compound), step
 
 
 def _moves(poly: affine.Poly, ahead: _Ahead, steps: dict[str, str]) -> str | None:

@@ -110,6 +110,31 @@ def find_kernel(source: str, kernel_name: str) -> Kernel:
     raise ValueError(f"no __global__ definition of {name} in the source")
 
 
+def template_types(kernel: Kernel, kernel_name: str) -> dict[str, str]:
+    """The type each type parameter of a kernel template stands for in the instance `kernel_name` names (T: double
+    for `row_dot<double, 4>` of `template <typename T, int K>`); none for a kernel that is not a template, or an
+    instance naming another count of arguments than the template has parameters."""
+    header = re.search(r"\btemplate\s*<", kernel.declaration)
+    instance = re.fullmatch(r"[^<]*<(.*)>\s*", kernel_name, re.DOTALL)
+    if header is None or instance is None:
+        return {}
+    depth, at = 0, header.end() - 1
+    for at in range(header.end() - 1, len(kernel.declaration)):
+        depth += {"<": 1, ">": -1}.get(kernel.declaration[at], 0)
+        if depth == 0:
+            break
+    parameters = split_top_level(kernel.declaration[header.end():at], ",", "([{<")
+    arguments = split_top_level(instance[1], ",", "([{<")
+    if len(parameters) != len(arguments):
+        return {}
+    found = {}
+    for parameter, argument in zip(parameters, arguments):
+        named = re.fullmatch(r"\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*(?:=.*)?", parameter, re.DOTALL)
+        if named is not None:
+            found[named[1]] = " ".join(argument.split())
+    return found
+
+
 # Words that, called, are functional casts (`int(x)`) rather than functions.
 CAST_WORDS = frozenset({"int", "unsigned", "long", "size_t", "ptrdiff_t", "int64_t", "uint64_t", "int32_t", "uint32_t"})
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from services.generator.rules import affine, coverage
 from services.generator.rules.cuda_text import (CALLED, GROUP_TILES, IDENTIFIER, INTEGER_TYPE, WARP_COLLECTIVES,
                                                 WIDE_INTEGER_TYPE, Kernel, closing, const_referent, defined_functions,
-                                                find_kernel, macro_definitions, functions_named, mask, passed_by_reference,
-                                                reference_places, split_top_level, top_level_conjuncts,
-                                                unparenthesised)
+                                                find_kernel, functions_named, macro_definitions, mask,
+                                                passed_by_reference, reference_places, split_top_level,
+                                                template_types, top_level_conjuncts, unparenthesised)
 from services.generator.rules.shape import block_widths
 from services.generator.rules.statements import Statement, body_of, expression_end, walk
 from shared.domain.spec import KernelSpec
@@ -75,6 +75,7 @@ class PointKernel:
     accesses: tuple[Access, ...]
     parameters: dict[str, str]  # each parameter's name -> its declaration as written
     array_types: dict[str, str]  # each pointer parameter -> its element type as written (const dropped)
+    template_types: dict[str, str]  # each type parameter of a kernel template -> the type its instance names
 
     @property
     def body_end(self) -> int:
@@ -140,7 +141,8 @@ def recognise(spec: KernelSpec) -> PointKernel:
         raise NotPointKernel("an index shadows a parameter")
     local_polys, loop_variables = _locals(masked, uncommented, rest, body_start, kernel.body_close)
     kernel_point = PointKernel(source, kernel, tuple(by_axis), body_start, tuple(rest), local_polys,
-                               frozenset(loop_variables), (), parameters, _array_types(parameters))
+                               frozenset(loop_variables), (), parameters, _array_types(parameters),
+                               template_types(kernel, spec.kernel_name))
     return PointKernel(**{**kernel_point.__dict__, "accesses": tuple(_accesses(kernel_point, masked, uncommented))})
 
 

@@ -244,13 +244,14 @@ def _accumulators(kernel: PointKernel, masked: str, loop: Statement, c: str) -> 
         if name in local or name in places.values():
             continue
         type_, zero = _declaration(kernel, masked, loop, name)
+        instance = kernel.template_types.get(type_, type_)  # a template's T: the type its instance names
         uses = len(re.findall(rf"(?<![\w.])(?<!->)\b{name}\b", inside))
         if not operators <= {"+=", "-=", "=", "++", "--"}:
             raise NotRecognised(f"its loop changes {name} by {', '.join(sorted(operators))}; a row loop only adds "
                                 f"into accumulators (+=), takes their maximum or minimum, and assigns its own locals")
         try:
-            counted = _updates(masked, loop, name, type_, kernel)
-            counted += 2 * _sums_assigned(masked, loop, name, type_, kernel)
+            counted = _updates(masked, loop, name, instance, kernel)
+            counted += 2 * _sums_assigned(masked, loop, name, instance, kernel)
             kind, function = "sum", None
         except NotRecognised as not_a_sum:
             if operators != {"="}:
@@ -360,8 +361,8 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
             return True
     for word in set(re.findall(r"[A-Za-z_]\w*", term)):
         if word in kernel.array_types:
-            element = re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", kernel.array_types[word])
-            if not re.fullmatch(rf"\s*{INTEGER_TYPE}\s*", element):
+            element = " ".join(re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", kernel.array_types[word]).split())
+            if not re.fullmatch(INTEGER_TYPE, kernel.template_types.get(element, element)):
                 return True  # a float, or a typedef this rule cannot see through
         for declared in re.finditer(rf"\b([A-Za-z_]\w*)\s+(?:const\s+)?{word}\s*[=;,)\[]", masked):
             if declared.group(1) not in ("return", "case", "else") and \
@@ -406,8 +407,8 @@ def _declaration(kernel: PointKernel, masked: str, loop: Statement, name: str) -
     for statement, depth in walk(masked, list(kernel.statements)):
         if statement.kind != "simple" or depth or statement.end > loop.start:
             continue
-        declaration = re.fullmatch(rf"\s*(?P<type>{ACCUMULATOR_TYPES})\s+(?P<declarators>[^;]*);\s*",
-                                   masked[statement.start:statement.end], re.DOTALL)
+        declaration = re.fullmatch(rf"\s*(?P<type>{ACCUMULATOR_TYPES}|{_template_names(kernel)})\s+"
+                                   rf"(?P<declarators>[^;]*);\s*", masked[statement.start:statement.end], re.DOTALL)
         for declarator in split_top_level(declaration["declarators"], ",") if declaration else ():
             named = re.fullmatch(rf"\s*{name}\s*(?:=(?P<init>.*))?", declarator, re.DOTALL)
             if named:
@@ -416,6 +417,13 @@ def _declaration(kernel: PointKernel, masked: str, loop: Statement, name: str) -
                 return " ".join(declaration["type"].split()), zero and unchanged
     raise NotRecognised(f"{name}, which the loop accumulates into, is not declared before it in the row's body as "
                         f"a float, double or integer")
+
+
+def _template_names(kernel: PointKernel) -> str:
+    """A pattern of the kernel template's type parameters whose instance is a float, double or integer (`T acc = 0;`
+    of `row_dot<double>`, review, helper-93); one matching nothing where there are none."""
+    names = [name for name, type_ in kernel.template_types.items() if re.fullmatch(ACCUMULATOR_TYPES, type_)]
+    return "|".join(names) or "(?!)"
 
 
 def _assignments(masked: str, loop: Statement, name: str) -> list[str]:
