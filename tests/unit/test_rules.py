@@ -481,18 +481,3 @@ def test_a_rewrite_nothing_applies_to_fails_with_the_reasons():
     with pytest.raises(ProviderFailed, match="no offline rule is left .* restrict: the current kernel already carries"):
         RulesProvider().complete(prompt("rewrite", current=done, step="iteration-3"))
 
-
-def test_a_rendering_that_would_drop_a_carried_textual_rule_is_refused_and_a_restructuring_replaces_it():
-    """vectorize after elements_per_thread and vectorize_loops re-rendered the loop vectorize_loops widened, and
-    its candidate no longer carried it though a step had applied it (review, helper-94): refused, naming it. A
-    restructuring after a textual rule is not refused so (it replaces the edits of the loops it rewrites)."""
-    styles = EXAMPLES.parent / "tests" / "corpus" / "styles"
-    clamp = load_spec(styles / "clamp.cu", styles / "clamp.yaml")
-    current = clamp.as_candidate()
-    for rule_id in ("elements_per_thread", "vectorize_loops"):
-        current = rules.apply(rule_id, clamp, current)
-    assert rules.check("vectorize", clamp, current) == (
-        "the current kernel carries vectorize_loops, which would no longer apply to the loops vectorize rewrites")
-    gemv = next(kernel for kernel in corpus() if kernel.name == "gemv").spec()
-    batched = rules.apply("batch_loads", gemv, gemv.as_candidate())
-    assert rules.check("warp_per_row", gemv, batched) is None

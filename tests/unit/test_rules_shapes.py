@@ -50,11 +50,11 @@ FIRES = {
 SHAPE_RULES = (*NEW_RULES, "elements_per_thread", "vectorize")
 # Rules that fire on a submitted kernel whose loops a restructuring replaces, so that they do not compose with it:
 # register_window's rendering declares the window's size k again, a name conv2d's loops read, which batch_loads
-# will not follow; the grid-stride loops of histogram, saxpy and silu_clamp become loops of elements_per_thread
+# will not follow; the grid-stride loops of histogram, saxpy, scale and silu_clamp become loops of elements_per_thread
 # iterations under an unroll pragma, which batch_loads leaves to the compiler; softmax's loops, where
 # row_in_shared renders them, store its row into a shared array, which batch_loads does not follow.
 REPLACED = {"conv2d": {"batch_loads"}, "histogram": {"batch_loads"}, "saxpy": {"batch_loads"},
-            "silu_clamp": {"batch_loads"}, "softmax": {"batch_loads"}}
+            "scale": {"batch_loads"}, "silu_clamp": {"batch_loads"}, "softmax": {"batch_loads"}}
 
 
 def fired(spec: KernelSpec) -> set[str]:

@@ -14,7 +14,7 @@ import itertools
 import re
 
 from services.generator.rules import batching, loops, scan, scan_vectors, textual, tree
-from services.generator.rules.catalog import RULES, STRUCTURAL, Rule
+from services.generator.rules.catalog import RULES, Rule
 from services.generator.rules.cuda_text import find_kernel, normalised, rules_in_header, with_header, without_header
 from services.generator.rules.partition import partition
 from services.generator.rules.shape import Layout, Shape
@@ -91,7 +91,7 @@ def check(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
             if reason is None and blocks.outputs and not rule.keeps_grid:  # a rendering that launches another grid
                 return (f"the kernel writes one result per block ({blocks.describe()}); {rule_id} would spread the "
                         f"elements over the blocks differently and give each result other elements")
-            return reason or _undone(spec, rule_id, carried)
+            return reason
         reason, _ = TEXTUAL[rule_id]
         return reason(without_header(current.source), spec)
     except ValueError as exc:  # the source could not be read: no kernel definition, unbalanced brackets
@@ -195,19 +195,6 @@ def _rendered_reason(rule: Rule, spec: KernelSpec, current: CandidateSpec, carri
     if reason is not None:
         return reason
     return _not_ours(spec, current, carried)
-
-
-def _undone(spec: KernelSpec, rule_id: str, carried: tuple[str, ...]) -> str | None:
-    """Why a rendering that is no restructuring (elements_per_thread, vectorize) cannot join the rules the kernel
-    carries: it rewrites the loops a textual rule of theirs edited, so that rule would no longer take (vectorize
-    after elements_per_thread and vectorize_loops: review, helper-94), and the rewrite would carry less than the
-    steps that made it say. A restructuring replaces such edits of the loops it rewrites, as it is meant to."""
-    if rule_id in STRUCTURAL or not any(r in TEXTUAL for r in carried):
-        return None
-    _, _, took = _rebuild(spec, (*carried, rule_id))
-    dropped = next((r for r in carried if r not in took), None)
-    return None if dropped is None else (f"the current kernel carries {dropped}, which would no longer apply to the "
-                                         f"loops {rule_id} rewrites")
 
 
 def _not_ours(spec: KernelSpec, current: CandidateSpec, carried: tuple[str, ...]) -> str | None:
