@@ -3650,3 +3650,21 @@ __global__ void column_sums(Acc *sums, const In *m, int rows, int cols)
 SPLIT_COLUMNS["column_sums_of_a_template_instance"] = COLUMN_SUMS_TEMPLATE
 VARIANTS.update({"row_dot_of_a_template_instance": ("warp_per_row", ROW_DOT_TEMPLATE),
                  "split_column_sums_of_a_template_instance": ("split_columns", COLUMN_SUMS_TEMPLATE)})
+# An unsigned index bounded as `x + 1 < w`, which cannot wrap below zero where w - 1 would (review, helper-93):
+# canonical.py reads it as `w >= 1 && x < w - 1`.
+GRADIENT_UNSIGNED = spec(r"""
+__global__ void gradient(float *gx, float *gy, const float *img, unsigned int w, unsigned int h)
+{
+    unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= 1 && y >= 1 && x + 1 < w && y + 1 < h) {
+        unsigned int i = y * w + x;
+        gx[i] = 0.5f * (img[i + 1] - img[i - 1]);
+        gy[i] = 0.5f * (img[i + w] - img[i - w]);
+    }
+}
+""", "gradient", [array("gx", ["h", "w"], role="inout"), array("gy", ["h", "w"], role="inout"), array("img", ["h", "w"]),
+                  scalar("w", "w", "uint32"), scalar("h", "h", "uint32")], {"w": 1600, "h": 900}, ["w", "h"],
+    {"block_size_x": 32, "block_size_y": 8}, {"block_size_x": [32, 64], "block_size_y": [2, 4, 8]})
+VARIANTS.update({"gradient_bounded_by_x_plus_one": ("register_blocking", GRADIENT_UNSIGNED),
+                 "gradient_bounded_by_x_plus_one_vectors": ("vectorize", GRADIENT_UNSIGNED)})

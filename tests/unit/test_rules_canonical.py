@@ -1,5 +1,7 @@
 """The respelling the recognisers read kernels through (services/generator/rules/canonical.py): each step keeps
 the kernel's meaning, and is left out where it could not."""
+import re
+
 import pytest
 
 from services.generator.rules.canonical import canonical
@@ -578,3 +580,37 @@ def test_a_block_index_of_an_axis_one_thread_deep_read_in_the_body_gets_a_local_
 ])
 def test_a_block_index_that_is_not_the_points_index_stays(body, more):
     assert "blockIdx.y" in canon(body, **more)
+
+
+
+def offset_bound(index: str, condition: str) -> str:
+    """The guard of a kernel taking bounds of several integer types, its index of type `index`, as read."""
+    source = ('extern "C" __global__ void k(float *out, const float *in, int n, unsigned u, size_t s, float f, '
+              f'short h)\n{{\n    {index} x = threadIdx.x;\n    if ({condition}) out[(int)x] = in[(int)x];\n}}\n')
+    submitted = spec(source, "k", [array("out", ["n"], role="out"), array("in", ["n"]), scalar("n", "n"),
+                                   scalar("u", "n", "uint32"), scalar("s", "n", "uint64"),
+                                   scalar("f", 1.0, "float32"), scalar("h", 3, "int16")], {"n": 1024}, ["n"])
+    result = canonical(submitted).source
+    compile_kernel(result, "k", {"block_size_x": 256}, [], "sm_90")
+    return re.search(r"if \((.*)\) out", result)[1]
+
+
+@pytest.mark.parametrize("index, condition, read", [
+    ("int", "x >= 1 && x + 1 < n", "x >= 1 && x < n - 1"),
+    ("unsigned int", "x + 2 < u", "u >= 2 && x < u - 2"),
+    ("size_t", "x + 1u < s && x > 0", "s >= 1 && x < s - 1 && x > 0"),
+])
+def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(index, condition, read):
+    """`x + 1 < w`, as users bound an unsigned index so that w - 1 cannot wrap below zero (review, helper-93)."""
+    assert offset_bound(index, condition) == read
+
+
+@pytest.mark.parametrize("index, condition", [
+    ("int", "x + 1 < u"),  # another type: x is converted to unsigned
+    ("int", "x + 1 < n || x == 0"),  # not a chain of &&
+    ("int", "x + 1 < n - 1"),  # a bound other than a name
+    ("float", "x + 1 < f"),
+    ("short", "x + 1 < h"),  # promoted to int: no wrap to read around
+])
+def test_other_offset_bounds_stay(index, condition):
+    assert offset_bound(index, condition) == condition

@@ -21,6 +21,9 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   (`const int last = w - 1;`) is spelled out as its value, `(int)(w - 1)`, where nothing can change it or them
   before the condition: only plain declarations between, no call, change or lambda in the condition, no goto or
   asm in the body;
+- in the condition of the kernel's last statement, a guard, a bound of an index less an offset, `x + 1 < w` (x and w
+  integers of one type at least as wide as int), is `x < w - 1`, and for an unsigned type, whose w - 1 would wrap
+  below zero, `w >= 1 && x < w - 1`;
 - a declaration just before the kernel's last statement, a guard (`int i = y * nx + x; if (x < nx && ...) { ...
   }`), moves to the start of what the guard runs, where the guard is the only statement after it, its condition
   does not read the name and reads nothing but parameters, earlier locals and the launch geometry, calls and
@@ -82,7 +85,7 @@ from dataclasses import dataclass
 from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAMBDA, LAUNCH_NAMES, calls, closing,
                                                 defined_macros, find_kernel, fresh_name, functions_named,
                                                 identifiers, mask, outside_brackets, split_top_level,
-                                                unparenthesised)
+                                                top_level_conjuncts, unparenthesised)
 from services.generator.rules.points import one_thread_along
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
@@ -121,7 +124,7 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
         _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _guard_locals_spelled_out,
-        _declaration_into_guard, _do_as_while, _while_as_for, _second_index_derived, _window_offsets) + (
+        _bounds_less_their_offset, _declaration_into_guard, _do_as_while, _while_as_for, _second_index_derived, _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -630,6 +633,39 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
         for use in reversed(uses):
             condition = condition[:use.start()] + value + condition[use.end():]
         return source[:guard.head[0]] + condition + source[guard.head[1]:]
+    return source
+
+
+_OFFSET_BOUND = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>\d+)[uU]?\s*<\s*(?P<bound>[A-Za-z_]\w*)\s*")
+
+
+def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """In the condition of the kernel's last statement (an if without else, a chain of &&), a conjunct `x + C < w`
+    (C a number, x and w integers of one type at least as wide as int: a top-level local before the guard or a
+    parameter) is the bound it means, `x < w - C`; for an unsigned type, which users write so that `w - 1` cannot
+    wrap below zero, `w >= C && x < w - C`. The same wherever x + C does not wrap past the type's largest value
+    (4 billion threads along an axis for unsigned int). The recognisers then read x bounded by w - C."""
+    if (ending := _ending_in_a_guard(source, kernel_name)) is None:
+        return source
+    kernel, masked, body = ending
+    guard = body[-1]
+    head = masked[guard.head[0]:guard.head[1]]
+    if re.search(r"\|\||[?,]", outside_brackets(head)):
+        return source
+    integers = {**_integer_parameters(source, kernel), **_integer_locals(masked, body[:-1])}
+    at = 0
+    for part in top_level_conjuncts(head):
+        at = head.index(part, at)
+        found = _OFFSET_BOUND.fullmatch(part)
+        if found is not None and integers.get(found["name"]) == integers.get(found["bound"]) and \
+                integers.get(found["name"], (-1, ""))[0] >= 0:
+            name, offset, bound = found["name"], found["offset"], found["bound"]
+            respelled = f"{name} < {bound} - {offset}"
+            if integers[name][0] % 2:  # an unsigned type (int and long long rank even, theirs odd)
+                respelled = f"{bound} >= {offset} && {respelled}"
+            start = guard.head[0] + at + len(part) - len(part.lstrip())
+            return source[:start] + respelled + source[guard.head[0] + at + len(part.rstrip()):]
+        at += len(part)
     return source
 
 
