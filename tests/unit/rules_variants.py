@@ -3668,3 +3668,6 @@ __global__ void gradient(float *gx, float *gy, const float *img, unsigned int w,
     {"block_size_x": 32, "block_size_y": 8}, {"block_size_x": [32, 64], "block_size_y": [2, 4, 8]})
 VARIANTS.update({"gradient_bounded_by_x_plus_one": ("register_blocking", GRADIENT_UNSIGNED),
                  "gradient_bounded_by_x_plus_one_vectors": ("vectorize", GRADIENT_UNSIGNED)})
+# The same launched with a grid divided by 1 along y and z, spelled out (review, helper-95): a block per index too.
+VARIANTS["bias_relu_nchw_grid_divided_by_one"] = ("vectorize", BIAS_RELU_NCHW.model_validate({
+    **BIAS_RELU_NCHW.model_dump(), "grid_div_y": [1], "grid_div_z": ["1"]}))

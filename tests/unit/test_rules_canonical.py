@@ -614,3 +614,9 @@ def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(inde
 ])
 def test_other_offset_bounds_stay(index, condition):
     assert offset_bound(index, condition) == condition
+
+
+def test_a_block_index_read_in_a_body_defining_a_lambda_stays():
+    """A lambda capturing nothing would not see the local (review, helper-95)."""
+    body = "int i = threadIdx.x;\n auto at = [](int c) { return blockIdx.y * 4 + c; };\n out[at(i)] = in[i];"
+    assert "by" not in canon(body)

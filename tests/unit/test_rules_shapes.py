@@ -14,14 +14,15 @@ import pytest
 from kforge.specfile import load_spec
 from services.generator import rules
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised
+from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, normalised, template_types
 from services.generator.rules.partition import Partition, partition
 from services.generator.rules.shapes import recognise
 from shared.adapters.device.compiler import compile_kernel, parameter_types
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import (ATOMIC_SUM, BIAS_RELU_NCHW, BLOCK_MAX, BLOCK_MAX_BY_WIDTH, NOT_OF_SHAPE,
-                                     POSITIVES_PER_ROW, SHADE_2D, VARIANTS, edited, sample)
+                                     POSITIVES_PER_ROW, SHADE_2D, VARIANTS, array, edited, sample, scalar)
+from tests.unit.rules_variants import spec as kernel_spec
 
 ARCH = "sm_90"
 CORPUS = {kernel.name: kernel for kernel in corpus()}
@@ -602,3 +603,40 @@ def test_an_integer_count_takes_int_terms_however_spelled(term, taken):
     reason = rules.check("warp_per_row", spec, spec.as_candidate())
     assert (reason is None) == taken, reason
     assert taken or "a floating-point term, into the integer count" in reason
+
+
+@pytest.mark.parametrize("instance, types", [
+    ("row_sum<int>", {"T": "int", "U": "int"}),  # defaults, one naming an earlier parameter
+    ("row_sum< double , 4 >", {"T": "double", "U": "double"}),
+    ("row_sum<float, 2, unsigned  int>", {"T": "float", "U": "unsigned int"}),
+    ("row_sum<float, 2, int, int>", {}),  # more arguments than parameters
+])
+def test_a_template_instance_names_the_type_of_each_type_parameter(instance, types):
+    source = "template <typename T = float, int K = 1, class U = T>\n__global__ void row_sum(T *y, const U *x) { }"
+    assert template_types(find_kernel(source, instance), instance) == types
+
+
+
+@pytest.mark.parametrize("instance, reason", [
+    ("int", None),
+    ("float", "its loop adds `v * (T)2`, a floating-point term, into the integer acc, truncating at each step"),
+])
+def test_a_template_type_in_a_local_or_a_cast_is_read_as_its_instance(instance, reason):
+    """`(T)2` and a local of type T are integers where the instance's T is one (review, helper-95), and floating
+    where it is float: an integer accumulator would then truncate at each step."""
+    source = """template <typename T>
+__global__ void row_total(int *y, const T *a, int rows, int cols)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        int acc = 0;
+        for (int c = 0; c < cols; ++c) { const T v = a[(size_t)r * cols + c]; acc += v * (T)2; }
+        y[r] = acc;
+    }
+}"""
+    dtype = {"int": "int32", "float": "float32"}[instance]
+    kernel = kernel_spec(source, f"row_total<{instance}>", [array("y", ["rows"], "int32", role="out"),
+                                                            array("a", ["rows", "cols"], dtype), scalar("rows", "rows"),
+                                                            scalar("cols", "cols")], {"rows": 300, "cols": 40}, ["rows"])
+    found = rules.check("warp_per_row", kernel, kernel.as_candidate())
+    assert found is None if reason is None else reason in (found or "")

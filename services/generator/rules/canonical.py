@@ -153,8 +153,9 @@ def _block_indices_named(spec: KernelSpec) -> str:
     index definitions (`atomicAdd(&sums[blockIdx.y], x[blockIdx.y * n + i])`, the spec naming the x block size
     alone), given a local beside those definitions, `const unsigned int by = blockIdx.y;` (blockIdx's type), and
     read through it: the point's y index, as the recognisers read `int b = blockIdx.y;`. Only where no definition
-    reads the axis's blockIdx or threadIdx and the body reads none of its threadIdx, blockDim or gridDim (a loop
-    striding the grid along it is not one point there)."""
+    reads the axis's blockIdx or threadIdx, the body reads none of its threadIdx, blockDim or gridDim (a loop
+    striding the grid along it is not one point there), and defines no lambda (one capturing nothing would not
+    see the local: review, helper-95)."""
     source = spec.source
     for axis, letter in ((1, "y"), (2, "z")):
         if not one_thread_along(spec, axis):
@@ -175,7 +176,7 @@ def _block_indices_named(spec: KernelSpec) -> str:
         definitions = masked[body[0].start:body[leading - 1].end]
         rest = (body[leading].start, kernel.body_close)
         uses = [m.span() for m in re.finditer(rf"\bblockIdx\s*\.\s*{letter}\b", masked[rest[0]:rest[1]])]
-        if not uses or re.search(rf"\b(?:blockIdx|threadIdx)\s*\.\s*{letter}\b", definitions) or \
+        if not uses or LAMBDA.search(masked[rest[0]:rest[1]]) or re.search(rf"\b(?:blockIdx|threadIdx)\s*\.\s*{letter}\b", definitions) or \
                 re.search(rf"\b(?:threadIdx|blockDim|gridDim)\s*\.\s*{letter}\b", masked[rest[0]:rest[1]]):
             continue
         name = fresh_name(f"b{letter}", identifiers(source))

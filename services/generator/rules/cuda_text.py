@@ -112,8 +112,9 @@ def find_kernel(source: str, kernel_name: str) -> Kernel:
 
 def template_types(kernel: Kernel, kernel_name: str) -> dict[str, str]:
     """The type each type parameter of a kernel template stands for in the instance `kernel_name` names (T: double
-    for `row_dot<double, 4>` of `template <typename T, int K>`); none for a kernel that is not a template, or an
-    instance naming another count of arguments than the template has parameters."""
+    for `row_dot<double, 4>` of `template <typename T, int K>`), a parameter the instance leaves out standing for
+    its default; none for a kernel that is not a template, or an instance naming more arguments than the template
+    has parameters, or leaving out one without a default."""
     header = re.search(r"\btemplate\s*<", kernel.declaration)
     instance = re.fullmatch(r"[^<]*<(.*)>\s*", kernel_name, re.DOTALL)
     if header is None or instance is None:
@@ -125,13 +126,18 @@ def template_types(kernel: Kernel, kernel_name: str) -> dict[str, str]:
             break
     parameters = split_top_level(kernel.declaration[header.end():at], ",", "([{<")
     arguments = split_top_level(instance[1], ",", "([{<")
-    if len(parameters) != len(arguments):
+    if len(arguments) > len(parameters):
         return {}
     found = {}
-    for parameter, argument in zip(parameters, arguments):
-        named = re.fullmatch(r"\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*(?:=.*)?", parameter, re.DOTALL)
-        if named is not None:
-            found[named[1]] = " ".join(argument.split())
+    for number, parameter in enumerate(parameters):
+        named = re.fullmatch(r"\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*(?:=(?P<default>.*))?", parameter,
+                             re.DOTALL)
+        given = arguments[number] if number < len(arguments) else (named["default"] if named else
+                                                                  parameter.partition("=")[2] or None)
+        if given is None:
+            return {}
+        if named is not None:  # a default may name an earlier parameter (`class U = T`)
+            found[named[1]] = found.get(given.strip(), " ".join(given.split()))
     return found
 
 

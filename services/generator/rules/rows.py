@@ -356,8 +356,9 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
         return True
     # A C-style cast, `(float)v` or `(double)v`: a parenthesised type name before an operand. Any but an integer
     # type may be a floating-point one (review, helper-83: `acc += (float)codes[i] / 3` truncated at each step).
+    types = kernel.template_types  # a template's T, as its instance names it
     for cast in re.finditer(r"\(\s*((?:const\s+)?[A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*)\s*\)\s*(?=[\w(.])", term):
-        if not re.fullmatch(rf"(?:const\s+)?{INTEGER_TYPE}", cast.group(1)):
+        if not re.fullmatch(rf"(?:const\s+)?{INTEGER_TYPE}", types.get(cast.group(1), cast.group(1))):
             return True
     for word in set(re.findall(r"[A-Za-z_]\w*", term)):
         if word in kernel.array_types:
@@ -365,8 +366,8 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
             if not re.fullmatch(INTEGER_TYPE, kernel.template_types.get(element, element)):
                 return True  # a float, or a typedef this rule cannot see through
         for declared in re.finditer(rf"\b([A-Za-z_]\w*)\s+(?:const\s+)?{word}\s*[=;,)\[]", masked):
-            if declared.group(1) not in ("return", "case", "else") and \
-                    not re.fullmatch(INTEGER_TYPE, declared.group(1)) and declared.group(1) not in CAST_WORDS:
+            if declared.group(1) not in ("return", "case", "else") and declared.group(1) not in CAST_WORDS and \
+                    not re.fullmatch(INTEGER_TYPE, types.get(declared.group(1), declared.group(1))):
                 return True
     return False
 
