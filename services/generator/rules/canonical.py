@@ -124,7 +124,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
         _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _guard_locals_spelled_out,
-        _bounds_less_their_offset, _declaration_into_guard, _do_as_while, _while_as_for, _second_index_derived, _window_offsets) + (
+        _bounds_less_their_offset, _declaration_into_guard, _do_as_while, _while_as_for, _second_index_derived,
+        _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
     try:
         kernel = find_kernel(source, kernel_name)
@@ -168,16 +169,18 @@ def _block_indices_named(spec: KernelSpec) -> str:
             return source
         leading = 0
         while leading < len(body) and body[leading].kind == "simple" and \
-                _LEADING_DECLARATION.fullmatch(masked[body[leading].start:body[leading].end]) and \
-                re.search(r"\b(?:threadIdx|blockIdx|blockDim)\b", masked[body[leading].start:body[leading].end]):
+                _LEADING_DECLARATION.fullmatch(text := masked[body[leading].start:body[leading].end]) and \
+                re.search(r"\b(?:threadIdx|blockIdx|blockDim)\b", text):
             leading += 1
         if not 0 < leading < len(body):
             continue
         definitions = masked[body[0].start:body[leading - 1].end]
         rest = (body[leading].start, kernel.body_close)
-        uses = [m.span() for m in re.finditer(rf"\bblockIdx\s*\.\s*{letter}\b", masked[rest[0]:rest[1]])]
-        if not uses or LAMBDA.search(masked[rest[0]:rest[1]]) or re.search(rf"\b(?:blockIdx|threadIdx)\s*\.\s*{letter}\b", definitions) or \
-                re.search(rf"\b(?:threadIdx|blockDim|gridDim)\s*\.\s*{letter}\b", masked[rest[0]:rest[1]]):
+        after = masked[rest[0]:rest[1]]
+        uses = [m.span() for m in re.finditer(rf"\bblockIdx\s*\.\s*{letter}\b", after)]
+        if not uses or LAMBDA.search(after) or \
+                re.search(rf"\b(?:blockIdx|threadIdx)\s*\.\s*{letter}\b", definitions) or \
+                re.search(rf"\b(?:threadIdx|blockDim|gridDim)\s*\.\s*{letter}\b", after):
             continue
         name = fresh_name(f"b{letter}", identifiers(source))
         text = source[rest[0]:rest[1]]

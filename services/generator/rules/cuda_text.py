@@ -130,11 +130,9 @@ def template_types(kernel: Kernel, kernel_name: str) -> dict[str, str]:
         return {}
     found = {}
     for number, parameter in enumerate(parameters):
-        named = re.fullmatch(r"\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*(?:=(?P<default>.*))?", parameter,
-                             re.DOTALL)
-        given = arguments[number] if number < len(arguments) else (named["default"] if named else
-                                                                  parameter.partition("=")[2] or None)
-        if given is None:
+        named = re.fullmatch(r"\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*(?:=.*)?", parameter, re.DOTALL)
+        given = arguments[number] if number < len(arguments) else parameter.partition("=")[2]
+        if not given.strip():  # left out, without a default
             return {}
         if named is not None:  # a default may name an earlier parameter (`class U = T`)
             found[named[1]] = found.get(given.strip(), " ".join(given.split()))

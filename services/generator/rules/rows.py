@@ -363,7 +363,7 @@ def _floating(term: str, kernel: PointKernel, masked: str) -> bool:
     for word in set(re.findall(r"[A-Za-z_]\w*", term)):
         if word in kernel.array_types:
             element = " ".join(re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", kernel.array_types[word]).split())
-            if not re.fullmatch(INTEGER_TYPE, kernel.template_types.get(element, element)):
+            if not re.fullmatch(INTEGER_TYPE, types.get(element, element)):
                 return True  # a float, or a typedef this rule cannot see through
         for declared in re.finditer(rf"\b([A-Za-z_]\w*)\s+(?:const\s+)?{word}\s*[=;,)\[]", masked):
             if declared.group(1) not in ("return", "case", "else") and declared.group(1) not in CAST_WORDS and \

@@ -104,6 +104,9 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     return best
 
 
+_A_BLOCK_PER_INDEX = ([], [1], ["1"])  # grid divisors launching a block per index along an axis
+
+
 def _a_block_per_index(spec: KernelSpec) -> KernelSpec:
     """The spec with each axis launched a block per index (grid_div_y: [] or [1] where the block is one thread deep,
     as a kernel taking its channel from blockIdx.y and its image from blockIdx.z is launched) divided by that block
@@ -112,11 +115,11 @@ def _a_block_per_index(spec: KernelSpec) -> KernelSpec:
     baseline, divided = spec.baseline_params(), {}
     for axis, name in enumerate(spec.block_size_names[1:], start=1):
         letter = "xyz"[axis]
-        if getattr(spec, f"grid_div_{letter}") in ([], [1], ["1"]) and baseline.get(name) == 1 and \
+        if getattr(spec, f"grid_div_{letter}") in _A_BLOCK_PER_INDEX and baseline.get(name) == 1 and \
                 set(spec.tune_params.get(name, [1])) == {1}:
             divided[f"grid_div_{letter}"] = [name]
     for letter in "xyz"[max(1, len(spec.block_size_names)):]:  # no block size named: blocks one thread deep
-        if getattr(spec, f"grid_div_{letter}") in ([], [1], ["1"]):
+        if getattr(spec, f"grid_div_{letter}") in _A_BLOCK_PER_INDEX:
             divided[f"grid_div_{letter}"] = None
     return spec.model_validate({**spec.model_dump(), **divided}) if divided else spec
 
