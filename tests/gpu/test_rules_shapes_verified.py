@@ -22,7 +22,7 @@ from shared.adapters.device.process import GpuProcess
 from shared.domain.events import CandidateVerified, VerificationRequested
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, NOT_OF_SHAPE, SPLIT_COLUMNS, VARIANTS, sample
+from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, NOT_OF_SHAPE, ONE_D, SPLIT_COLUMNS, VARIANTS, sample
 from tests.unit.test_rules_vectorize16 import NARROW_VARIANTS
 
 pytestmark = pytest.mark.gpu
@@ -130,6 +130,8 @@ def cases() -> dict:
     # chunks take the vector path and others the element path.
     found["segmented_scan-scan_vectors"] = (lambda: small("segmented_scan"), "scan_vectors")
     found["variant-row_cumsum-scan_vectors"] = (lambda: VARIANTS["row_cumsum"][1], "scan_vectors")
+    # 1D kernels of points as one row of vectors, elements_per_thread of them a block width apart a thread.
+    found.update({f"variant-one_d_{case}-plan": (lambda s=spec: s, None) for case, spec in ONE_D.items()})
     # A row of two warps with no barrier between its passes, which row_in_shared refuses: registers need none.
     found["variant-several_warps-row_in_registers"] = (
         lambda: NOT_OF_SHAPE["rows_of_several_warps_without_a_barrier"][1], "row_in_registers")

@@ -3026,7 +3026,7 @@ extern "C" __global__ void axpy_dev(float *y, const float *x, const float *alpha
     {"n": 5003}, ["n"], tune_params={"block_size_x": [64, 128, 256]}))
 NOT_OF_SHAPE["a declaration before the guard reading the index"] = ("vectorize", edited(
     VARIANTS["axpy_scalar_on_the_device"][1], "const float a = alpha[0];", "const float a = alpha[i % 1];"),
-    "a 1D one is elementwise's")
+    "its point body is not one guard")
 
 # Found by review (helper-85, a CPU emulation with ASan): reductions that convert what they combine.
 # An int total taking float steps: atomicAdd(int *, float) truncates each step, and the block's register must too.
@@ -3671,3 +3671,52 @@ VARIANTS.update({"gradient_bounded_by_x_plus_one": ("register_blocking", GRADIEN
 # The same launched with a grid divided by 1 along y and z, spelled out (review, helper-95): a block per index too.
 VARIANTS["bias_relu_nchw_grid_divided_by_one"] = ("vectorize", BIAS_RELU_NCHW.model_validate({
     **BIAS_RELU_NCHW.model_dump(), "grid_div_y": [1], "grid_div_z": ["1"]}))
+# 1D kernels the elementwise reading refuses, reading around their point or under a lower bound: a stencil, a
+# difference, an upwind step of an unsigned index, a tail scaled in place, pairs summed from a strided input. vectorize takes
+# them as one row (point_vectors.py), and with elements_per_thread a thread takes that many vectors a block apart.
+ONE_D = {
+    "three_point_smooth": spec(r"""
+extern "C" __global__ void smooth3(const float *in, float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i > 0 && i < n - 1)
+        out[i] = 0.25f * in[i - 1] + 0.5f * in[i] + 0.25f * in[i + 1];
+}
+""", "smooth3", [array("in", ["n"]), array("out", ["n"], role="inout"), scalar("n", "n")], {"n": 100003}, ["n"],
+        tune_params={"block_size_x": [64, 128, 256]}),
+    "forward_difference": spec(r"""
+__global__ void forward_difference(const float* __restrict__ x, float* __restrict__ dx, int n)
+{
+    const int i = threadIdx.x + blockIdx.x * blockDim.x;
+    if (i >= n - 1) return;
+    dx[i] = x[i + 1] - x[i];
+}
+""", "forward_difference", [array("x", ["n"]), array("dx", ["n"], role="inout"), scalar("n", "n")], {"n": 65537},
+        ["n"]),
+    "upwind_unsigned": spec(r"""
+extern "C" __global__ void upwind(float *u_next, const float *u, float courant, unsigned int n)
+{
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0 || i >= n) return;
+    u_next[i] = u[i] - courant * (u[i] - u[i - 1]);
+}
+""", "upwind", [array("u_next", ["n"], role="inout"), array("u", ["n"]), scalar("courant", 0.4, "float32"),
+                scalar("n", "n", "uint32")], {"n": 50001}, ["n"]),
+    "tail_scaled_in_place": spec(r"""
+extern "C" __global__ void scale_tail(float *x, float factor, int start, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= start && i < n) x[i] *= factor;
+}
+""", "scale_tail", [array("x", ["n"], role="inout"), scalar("factor", 1.5, "float32"), scalar("start", 7),
+                    scalar("n", "n")], {"n": 40009}, ["n"]),
+    "pairs_summed": spec(r"""
+extern "C" __global__ void pair_sums(const int *in, int *out, int pairs)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < pairs) out[i] = in[2 * i] + in[2 * i + 1];
+}
+""", "pair_sums", [array("in", ["2 * pairs"], "int32"), array("out", ["pairs"], "int32", role="out"),
+                   scalar("pairs", "pairs")], {"pairs": 30011}, ["pairs"]),
+}
+VARIANTS.update({f"one_d_{case}_vectors": ("vectorize", variant) for case, variant in ONE_D.items()})

@@ -34,7 +34,7 @@ NEW_RULES = ("hierarchical_reduction", "shared_tile", "register_window", "regist
 FIRES = {
     "bf16_axpy": {"elements_per_thread", "vectorize"}, "bias_gelu": {"elements_per_thread", "vectorize"},
     "conv2d": {"register_window", "batch_loads"}, "dot": {"vectorize_loops", "batch_loads"},
-    "gather": {"elements_per_thread"}, "gemv": {"warp_per_row", "batch_loads"}, "haxpy": {"elements_per_thread", "vectorize"},
+    "gather": {"elements_per_thread", "vectorize"}, "gemv": {"warp_per_row", "batch_loads"}, "haxpy": {"elements_per_thread", "vectorize"},
     "histogram": {"hierarchical_reduction", "vectorize_loops", "batch_loads"}, "horner": {"elements_per_thread"},
     "int_stats": {"hierarchical_reduction", "vectorize_loops"}, "jacobi2d": {"register_blocking", "vectorize"},
     "laplace3d": {"register_blocking", "vectorize"},

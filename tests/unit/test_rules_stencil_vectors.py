@@ -20,7 +20,7 @@ from services.generator import rules
 from services.generator.rules.cuda_text import normalised
 from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import VARIANTS, array, edited, scalar, spec
+from tests.unit.rules_variants import ONE_D, VARIANTS, array, edited, scalar, spec
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature
 from tests.unit.test_rules_vectorize16 import EmulatedFault, needs_gxx
 from tests.unit.test_rules_window import build, run
@@ -325,3 +325,29 @@ def test_an_output_written_only_under_a_condition_may_be_null_and_is_then_not_ta
         expected = run(build(submitted.source, "scale2d", tmp_path, {}), submitted, base, null=null)
         library = build(normalised(candidate.source), "scale2d", tmp_path, {})
         assert run(library, submitted.for_candidate(candidate), {**base, **candidate.params}, null=null) == expected
+
+
+ONE_D_ORDERS = {"vectorize": ("vectorize",), "marched": ("elements_per_thread", "vectorize"),
+                "plan": ("vectorize", "elements_per_thread", "restrict", "launch_bounds")}
+
+
+@needs_gxx
+@pytest.mark.parametrize("name, order", [(name, order) for name in ONE_D for order in ONE_D_ORDERS])
+def test_a_1d_kernel_of_points_is_one_row_of_vectors_marched_a_block_apart(tmp_path, name, order):
+    spec_ = ONE_D[name]
+    candidate = applied(spec_, ONE_D_ORDERS[order])
+    assert rules.applied(candidate.source) == tuple(r for r in ONE_D_ORDERS[order] if r != "restrict" or
+                                                    "__restrict__" not in spec_.source)
+    assert candidate.grid_div_x[:2] == ["block_size_x", 4]
+    size = next(iter(spec_.sizes))
+    marched = "elements_per_thread" in candidate.tune_params
+    for count, shift in itertools.product((37, 64, 203), (0, 1)):  # whole vectors, and not; aligned, and not
+        at_size = spec_.with_sizes({size: count})
+        base = at_size.baseline_params()
+        expected = run(build(spec_.source, spec_.kernel_name, tmp_path, {}), at_size, base, shift)
+        for ept, block in itertools.product([1, 2, 4] if marched else [None], (32, 64)):
+            params = {**base, **candidate.params, "block_size_x": block,
+                      **({"elements_per_thread": ept} if marched else {})}
+            defines = {k: v for k, v in params.items() if k != "block_size_x"}
+            library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
+            assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (count, shift, params)

@@ -83,7 +83,8 @@ def _vectors(kernel: PointKernel, factor: str | None, spec: KernelSpec) -> tuple
     rows = point_vectors.model(kernel, spec)
     grid = {"x": [spec.block_size_names[0], rows.lanes]}
     if factor is not None:
-        grid["xyz"[len(kernel.axes) - 1]] = [spec.block_size_names[len(kernel.axes) - 1], factor]
+        axis = len(kernel.axes) - 1
+        grid["xyz"[axis]] = [*(grid["x"] if axis == 0 else [spec.block_size_names[axis]]), factor]
     return points.with_body(kernel, point_vectors.render(rows, factor, spec)), Layout(grid_div=grid)
 
 

@@ -1,7 +1,7 @@
-"""128-bit vectors along the rows of 2D and 3D kernels of one point per thread (vectorize, as elementwise.py gives
-1D kernels).
+"""128-bit vectors along the rows of kernels of one point per thread (vectorize; elementwise.py gives 1D elementwise
+kernels theirs, and a 1D kernel it does not read, a stencil or a difference `d[i] = x[i + 1] - x[i]`, is one row).
 
-Recognised: a kernel of one point per thread on a 2D or 3D grid (points.py) whose point body is one guard, `if (x <
+Recognised: a kernel of one point per thread on a 1D, 2D or 3D grid (points.py) whose point body is one guard, `if (x <
 W && ...) BODY` (an early return reads so, canonical.py), where x, the thread's index along x, appears in the
 condition only as `x < W` (or `x <= W - 1`), W arithmetic of scalar arguments the problem size along x covers, and
 in lower bounds `x >= L` or `x > L`, L free of x: the condition then holds for a row's consecutive points where it
@@ -23,7 +23,8 @@ point is then computed once, by one lane, as by one thread, and touches the elem
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
 V the lanes of 16 bytes of the widest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
-times smaller.
+times smaller; with elements_per_thread (register_blocking) a thread takes that many rows along the slowest axis,
+and in 1D that many vectors, a block width apart, so that a warp's vectors stay consecutive.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
 x) and every vector's first element is aligned to what the vector moves (a row pitch or a slice may leave it
 otherwise), each vector's array is loaded as a struct of V elements so aligned (16 bytes for the widest arrays; 4
@@ -89,8 +90,6 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     """The kernel read for vectors along its rows; NotRecognised saying what did not match."""
     masked = mask(kernel.source)
     x = kernel.axes[0].name
-    if len(kernel.axes) < 2:
-        raise NotRecognised("vectors along rows take a 2D or 3D kernel; a 1D one is elementwise's")
     if (why := one_thread_per_point(spec, 0)) is not None:
         raise NotRecognised(why)
     if len(kernel.statements) != 1 or kernel.statements[0].kind != "if" or kernel.statements[0].orelse is not None:
@@ -355,7 +354,7 @@ def _overwritten_first(kernel: PointKernel, masked: str, body: tuple[int, int], 
 
 def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     """The kernel body as lines: V points of a row per thread as above, and, with `factor`, that many rows (planes
-    in 3D) per thread along the slowest axis, as elements_per_thread marches."""
+    in 3D) per thread along the slowest axis, as elements_per_thread marches (in 1D, that many vectors)."""
     kernel = model_.kernel
     source = kernel.source
     ax = kernel.axes[0]
@@ -452,7 +451,8 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
     start = f"(({ax.type})blockIdx.x * {ax.block} + threadIdx.x) * {width}"
     around = f"; the elements of {', '.join(model_.windows)} its points read around them, once, into registers" \
         if model_.windows else ""
-    head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points of a row, the {width} elements of "
+    row_of = " of a row" if len(kernel.axes) > 1 else ""
+    head = [f"// 128-bit vectors along x: a thread takes {width} consecutive points{row_of}, the {width} elements of "
             f"{', '.join(model_.arrays)}{around}",
             f"// as one aligned struct each, each lane computed as the kernel wrote it, where the guard holds "
             f"for {'one of the' if model_.windows else 'all'} {width}",
@@ -463,6 +463,15 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
             f"const {ax.type} {x0} = {start};"]
     if factor is None:
         return [*head, *(points.definition(a) for a in kernel.axes[1:]), *row]
+    if len(kernel.axes) == 1:  # the thread's vectors a block width apart, so a warp's stay consecutive
+        first, j, vectors = names["first"], names["j"], names["row"]
+        return [*head[:-1],
+                f"// and {factor} such vectors, a block width apart.",
+                f"const {ax.type} {first} = ({ax.type})blockIdx.x * ({ax.block} * {factor}) + threadIdx.x;",
+                f"auto {vectors} = [&](const {ax.type} {x0}) {{", *(INDENT + line for line in row), "};",
+                "#pragma unroll",
+                f"for (int {j} = 0; {j} < {factor}; {j}++) "
+                f"{vectors}(({first} + ({ax.type}){j} * {ax.block}) * {width});"]
     marching = {"first": names["first"], "k": names["j"], "point": names["row"]}
     return [*head, *points.march(kernel, kernel.axes[-1].axis, factor, marching, body="\n".join(row), undefined=(0,))]
 

@@ -90,16 +90,19 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     spec = _a_block_per_index(spec)
     kept, inlined = canonical(spec, inline=False), canonical(spec)
     pointed = [p for s in (kept, inlined) if (p := grid_stride.point_form(s)) is not None]
-    spellings = [inlined, *pointed, *(respelt for s in (kept, inlined, *pointed)
-                                      for form in (flat_index.point_form, axis_order.swapped)
-                                      if (respelt := form(s)) is not None)]
+    # A flat index's coordinates are taken too where they render every rule of the shape, as the flat spelling
+    # does: their vectors' lanes then read the coordinates as indices, where the flat ones divide for them.
+    spellings = [(inlined, False), *((p, False) for p in pointed),
+                 *((respelt, form is flat_index.point_form) for s in (kept, inlined, *pointed)
+                   for form in (flat_index.point_form, axis_order.swapped) if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
-    for spelling in spellings:
+    for spelling, coordinates in spellings:
         if spelling.source == best[0].source:
             continue
         other = _first(spelling)
+        unrendered = _unrendered(spelling, other)
         if other[0] < best[1][0] or other[0] == best[1][0] and _dense(spelling, kept) and \
-                _unrendered(spelling, other) < _unrendered(*best):
+                (unrendered < _unrendered(*best) or coordinates and unrendered == 0):
             best = spelling, other
     return best
 
