@@ -22,7 +22,8 @@ from shared.adapters.device.process import GpuProcess
 from shared.domain.events import CandidateVerified, VerificationRequested
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ATOMIC_SUM, BLOCK_MAX, NOT_OF_SHAPE, ONE_D, SPLIT_COLUMNS, VARIANTS, sample
+from tests.unit.rules_variants import (ATOMIC_SUM, BLOCK_MAX, INTERIOR_OFFSET, NOT_OF_SHAPE, ONE_D, SPLIT_COLUMNS,
+                                      VARIANTS, sample)
 from tests.unit.test_rules_vectorize16 import NARROW_VARIANTS
 
 pytestmark = pytest.mark.gpu
@@ -132,6 +133,9 @@ def cases() -> dict:
     found["variant-row_cumsum-scan_vectors"] = (lambda: VARIANTS["row_cumsum"][1], "scan_vectors")
     # 1D kernels of points as one row of vectors, elements_per_thread of them a block width apart a thread.
     found.update({f"variant-one_d_{case}-plan": (lambda s=spec: s, None) for case, spec in ONE_D.items()})
+    # Thread indices offset into an interior, read without the offset: marched, and restrict and launch_bounds.
+    found.update({f"variant-interior_offset_{case}-plan": (lambda s=spec: s, None)
+                  for case, spec in INTERIOR_OFFSET.items()})
     # A row of two warps with no barrier between its passes, which row_in_shared refuses: registers need none.
     found["variant-several_warps-row_in_registers"] = (
         lambda: NOT_OF_SHAPE["rows_of_several_warps_without_a_barrier"][1], "row_in_registers")

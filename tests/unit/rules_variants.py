@@ -3672,8 +3672,9 @@ VARIANTS.update({"gradient_bounded_by_x_plus_one": ("register_blocking", GRADIEN
 VARIANTS["bias_relu_nchw_grid_divided_by_one"] = ("vectorize", BIAS_RELU_NCHW.model_validate({
     **BIAS_RELU_NCHW.model_dump(), "grid_div_y": [1], "grid_div_z": ["1"]}))
 # 1D kernels the elementwise reading refuses, reading around their point or under a lower bound: a stencil, a
-# difference, an upwind step of an unsigned index, a tail scaled in place, pairs summed from a strided input. vectorize takes
-# them as one row (point_vectors.py), and with elements_per_thread a thread takes that many vectors a block apart.
+# difference, an upwind step of an unsigned index, a tail scaled in place, pairs summed from a strided input.
+# vectorize takes them as one row (point_vectors.py), and with elements_per_thread a thread takes that many
+# vectors a block apart.
 ONE_D = {
     "three_point_smooth": spec(r"""
 extern "C" __global__ void smooth3(const float *in, float *out, int n)
@@ -3720,3 +3721,45 @@ extern "C" __global__ void pair_sums(const int *in, int *out, int pairs)
                    scalar("pairs", "pairs")], {"pairs": 30011}, ["pairs"]),
 }
 VARIANTS.update({f"one_d_{case}_vectors": ("vectorize", variant) for case, variant in ONE_D.items()})
+# Thread indices defined with an offset into an interior, its first point skipped (`+ 1`): canonical.py reads the
+# thread's point and the guard's bounds of it, so the stencils take register_blocking and the 1D kernel
+# elements_per_thread. Their stores lie an element past the thread's first point, which vectors refuse.
+INTERIOR_OFFSET = {
+    "jacobi_2d": spec(r"""
+extern "C" __global__ void jacobi_interior(const float *u, float *v, int nx, int ny)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x + 1;
+    int y = blockIdx.y * blockDim.y + threadIdx.y + 1;
+    if (x < nx - 1 && y < ny - 1)
+        v[y * nx + x] = 0.25f * (u[y * nx + x - 1] + u[y * nx + x + 1] + u[(y - 1) * nx + x] + u[(y + 1) * nx + x]);
+}
+""", "jacobi_interior", [array("u", ["ny", "nx"]), array("v", ["ny", "nx"], role="inout"), scalar("nx", "nx"),
+                         scalar("ny", "ny")], {"nx": 515, "ny": 259}, ["nx", "ny"],
+        {"block_size_x": 32, "block_size_y": 4}, {"block_size_x": [32, 64], "block_size_y": [2, 4, 8]}),
+    "heat_3d_unsigned": spec(r"""
+__global__ void heat_interior(float *out, const float *in, unsigned int nx, unsigned int ny, unsigned int nz)
+{
+    const unsigned int i = 1 + blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int j = 1 + blockIdx.y * blockDim.y + threadIdx.y;
+    const unsigned int k = 1 + blockIdx.z * blockDim.z + threadIdx.z;
+    if (i >= nx - 1 || j >= ny - 1 || k >= nz - 1) return;
+    const unsigned int c = (k * ny + j) * nx + i;
+    out[c] = in[c] + 0.1f * (in[c - 1] + in[c + 1] + in[c - nx] + in[c + nx] + in[c - nx * ny] + in[c + nx * ny]
+                             - 6.0f * in[c]);
+}
+""", "heat_interior", [array("out", ["nz", "ny", "nx"], role="inout"), array("in", ["nz", "ny", "nx"]),
+                       scalar("nx", "nx", "uint32"), scalar("ny", "ny", "uint32"), scalar("nz", "nz", "uint32")],
+        {"nx": 67, "ny": 33, "nz": 19}, ["nx", "ny", "nz"], {"block_size_x": 32, "block_size_y": 4, "block_size_z": 2},
+        {"block_size_x": [32, 64], "block_size_y": [2, 4], "block_size_z": [1, 2]}),
+    "smooth_1d": spec(r"""
+extern "C" __global__ void smooth_interior(const float *in, float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x + 1;
+    if (i < n - 1) out[i] = 0.5f * (in[i - 1] + in[i + 1]);
+}
+""", "smooth_interior", [array("in", ["n"]), array("out", ["n"], role="inout"), scalar("n", "n")], {"n": 70001},
+        ["n"]),
+}
+VARIANTS.update({"interior_offset_jacobi_2d": ("register_blocking", INTERIOR_OFFSET["jacobi_2d"]),
+                 "interior_offset_heat_3d_unsigned": ("register_blocking", INTERIOR_OFFSET["heat_3d_unsigned"]),
+                 "interior_offset_smooth_1d": ("elements_per_thread", INTERIOR_OFFSET["smooth_1d"])})

@@ -66,7 +66,7 @@ def test_a_macro_defined_after_the_kernel_is_not_expanded_in_it():
 
 @pytest.mark.parametrize("expression, deduced", [
     ("blockIdx.x * blockDim.x + threadIdx.x", "unsigned int"),
-    ("(int)threadIdx.x + 1", "int"),
+    ("(int)threadIdx.x - 1", "int"),
     ("(int)(blockIdx.x * blockDim.x)", "int"),
     ("blockIdx.x * (long long)blockDim.x + threadIdx.x", "long long"),
     ("static_cast<size_t>(blockIdx.x) * blockDim.x", "size_t"),
@@ -599,6 +599,8 @@ def offset_bound(index: str, condition: str) -> str:
     ("int", "x >= 1 && x + 1 < n", "x >= 1 && x < n - 1"),
     ("unsigned int", "x + 2 < u", "u >= 2 && x < u - 2"),
     ("size_t", "x + 1u < s && x > 0", "s >= 1 && x < s - 1 && x > 0"),
+    ("int", "(x + 1) < n - 1 && (x + 1) >= 1", "x < (n - 1) - 1 && x >= 0"),  # an index offset moved (below)
+    ("int", "x + 2 <= n && x + 1 > 3", "x <= n - 2 && x > 2"),
 ])
 def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(index, condition, read):
     """`x + 1 < w`, as users bound an unsigned index so that w - 1 cannot wrap below zero (review, helper-93)."""
@@ -608,7 +610,8 @@ def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(inde
 @pytest.mark.parametrize("index, condition", [
     ("int", "x + 1 < u"),  # another type: x is converted to unsigned
     ("int", "x + 1 < n || x == 0"),  # not a chain of &&
-    ("int", "x + 1 < n - 1"),  # a bound other than a name
+    ("unsigned int", "x + 1 <= u"),  # unsigned: u - 1 may wrap, and only `<` is read with a test of it
+    ("int", "x + 1 < n >> 1"),  # a bound of operators binding less tightly than `-`
     ("float", "x + 1 < f"),
     ("short", "x + 1 < h"),  # promoted to int: no wrap to read around
 ])
@@ -620,3 +623,24 @@ def test_a_block_index_read_in_a_body_defining_a_lambda_stays():
     """A lambda capturing nothing would not see the local (review, helper-95)."""
     body = "int i = threadIdx.x;\n auto at = [](int c) { return blockIdx.y * 4 + c; };\n out[at(i)] = in[i];"
     assert "by" not in canon(body)
+
+
+def test_a_thread_index_defined_with_an_offset_is_read_as_the_point_plus_the_offset():
+    """An index offset into a stencil's interior, its first point skipped: the guard then bounds the point."""
+    body = canon("    int x = blockIdx.x * blockDim.x + threadIdx.x + 1;\n"
+                 "    if (x < n - 1) out[x] = in[x - 1] + in[x + 1];")
+    assert squeezed(body) == squeezed("int x = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                      "if (x < (n - 1) - 1) out[(x + 1)] = in[(x + 1) - 1] + in[(x + 1) + 1];")
+    assert squeezed(canon("    const int x = 2 + threadIdx.x;\n    if (x < n) out[x] = in[x];")) == \
+        squeezed("const int x = threadIdx.x;\n if (x < n - 2) out[(x + 2)] = in[(x + 2)];")
+
+
+@pytest.mark.parametrize("body", [
+    "    int x = blockIdx.x * blockDim.x + threadIdx.x + 1;\n    x += 2;\n    if (x < n) out[x] = in[x];",  # changed
+    "    int x = threadIdx.x + 1;\n    for (int x = 0; x < 2; x++) out[x] = in[x];",  # declared again
+    "    int x = n + 1;\n    if (x < n) out[x] = in[x];",  # not the launch geometry
+    "    int x = threadIdx.x + 1, y = 2;\n    if (x < n) out[x] = in[y];",  # several declarators
+    "    int x = threadIdx.x + 1;\n    int *p = &x;\n    if (*p < n) out[x] = in[x];",  # its address taken
+])
+def test_an_index_offset_that_may_not_be_moved_stays(body):
+    assert "(x + " not in canon(body)

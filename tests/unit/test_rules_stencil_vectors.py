@@ -20,7 +20,7 @@ from services.generator import rules
 from services.generator.rules.cuda_text import normalised
 from shared.domain.spec import KernelSpec
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import ONE_D, VARIANTS, array, edited, scalar, spec
+from tests.unit.rules_variants import INTERIOR_OFFSET, ONE_D, VARIANTS, array, edited, scalar, spec
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature
 from tests.unit.test_rules_vectorize16 import EmulatedFault, needs_gxx
 from tests.unit.test_rules_window import build, run
@@ -351,3 +351,29 @@ def test_a_1d_kernel_of_points_is_one_row_of_vectors_marched_a_block_apart(tmp_p
             defines = {k: v for k, v in params.items() if k != "block_size_x"}
             library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
             assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (count, shift, params)
+
+
+INTERIOR_SIZES = {"jacobi_2d": [{"nx": 37, "ny": 9}, {"nx": 36, "ny": 6}],
+                  "heat_3d_unsigned": [{"nx": 21, "ny": 6, "nz": 5}, {"nx": 20, "ny": 5, "nz": 6}],
+                  "smooth_1d": [{"n": 203}, {"n": 64}]}
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(INTERIOR_OFFSET))
+def test_an_index_offset_into_an_interior_is_marched_as_the_submitted_kernel_computes_it(tmp_path, name):
+    """canonical.py reads the thread's point without the offset; vectors are refused (its stores lie an element
+    past a row's first point), the march and the textual rules taken, each point computed as submitted."""
+    spec_ = INTERIOR_OFFSET[name]
+    assert "an index offset into an interior" in rules.check("vectorize", spec_, spec_.as_candidate())
+    candidate = applied(spec_, ("register_blocking", "elements_per_thread", "restrict", "launch_bounds"))
+    factor = next(p for p in ("points_per_thread", "elements_per_thread") if p in candidate.tune_params)
+    assert rules.applied(candidate.source)[0] in ("register_blocking", "elements_per_thread")
+    for sizes, shift in itertools.product(INTERIOR_SIZES[name], (0, 1)):
+        at_size = spec_.with_sizes(sizes)
+        base = at_size.baseline_params()
+        expected = run(build(spec_.source, spec_.kernel_name, tmp_path, {}), at_size, base, shift)
+        for steps, block in itertools.product([1, 2, 4], (16, 32)):
+            params = {**base, **candidate.params, "block_size_x": block, factor: steps}
+            defines = {k: v for k, v in params.items() if k not in spec_.block_size_names}
+            library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
+            assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (sizes, shift, params)

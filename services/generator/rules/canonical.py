@@ -11,6 +11,9 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   parameters (none a local shadows) and casts gets the type C++ deduces for it (`unsigned int` for
   `blockIdx.x * blockDim.x + threadIdx.x`, `size_t` for a `(size_t)` cast's product), as spelled by its widest
   term; none where those terms are spelled differently or the type is narrower than int;
+- a thread index defined with an offset into an interior (`int x = blockIdx.x * blockDim.x + threadIdx.x + 1;`)
+  is defined without it and read as `(x + 1)` after, where nothing changes it, takes its address or declares it
+  again (the same wherever x + 1 does not pass its type's largest value);
 - an early return (`if (i >= n) return;`) becomes the guard it means: the statements after it run inside
   `if (i < n) { ... }`, the condition negated by De Morgan where it is a chain of `||` of comparisons of integers
   (a float comparison stays `!(v >= t)`: flipped, it would differ on NaN); none for an init-statement;
@@ -21,9 +24,9 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   (`const int last = w - 1;`) is spelled out as its value, `(int)(w - 1)`, where nothing can change it or them
   before the condition: only plain declarations between, no call, change or lambda in the condition, no goto or
   asm in the body;
-- in the condition of the kernel's last statement, a guard, a bound of an index less an offset, `x + 1 < w` (x and w
-  integers of one type at least as wide as int), is `x < w - 1`, and for an unsigned type, whose w - 1 would wrap
-  below zero, `w >= 1 && x < w - 1`;
+- in the condition of the kernel's last statement, a guard, a bound of an index less an offset, `x + 1 < w` (x an
+  integer at least as wide as int, w an integer expression of its type), is `x < w - 1`, and for an unsigned type,
+  whose w - 1 would wrap below zero, `w >= 1 && x < w - 1`; for a signed type `<=`, `>` and `>=` likewise;
 - a declaration just before the kernel's last statement, a guard (`int i = y * nx + x; if (x < nx && ...) { ...
   }`), moves to the start of what the guard runs, where the guard is the only statement after it, its condition
   does not read the name and reads nothing but parameters, earlier locals and the launch geometry, calls and
@@ -123,7 +126,8 @@ def canonical(spec: KernelSpec, inline: bool = True) -> KernelSpec:
 @functools.lru_cache(maxsize=256)
 def _canonical_source(source: str, kernel_name: str, pinned: frozenset[str], inline: bool) -> str:
     steps = ((_inline_bodies,) if inline else ()) + (
-        _expand_macros, _deduce_auto, _guard_early_return, _nested_guards_joined, _guard_locals_spelled_out,
+        _expand_macros, _deduce_auto, _index_offsets_moved, _guard_early_return, _nested_guards_joined,
+        _guard_locals_spelled_out,
         _bounds_less_their_offset, _declaration_into_guard, _do_as_while, _while_as_for, _second_index_derived,
         _window_offsets) + (
         (_inline_functions, _inline_array_pointers, _parameter_offsets) if inline else ())
@@ -640,15 +644,51 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
     return source
 
 
-_OFFSET_BOUND = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>\d+)[uU]?\s*<\s*(?P<bound>[A-Za-z_]\w*)\s*")
+_OFFSET_BOUND = re.compile(r"\s*(?P<open>\(\s*)?(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>\d+)[uU]?\s*(?(open)\))\s*"
+                           r"(?P<op>[<>]=?)(?P<bound>[^<>=]+?)\s*")
+
+
+_OFFSET_INDEX = re.compile(r"(?P<index>.*\S)\s*\+\s*(?P<offset>\d+)[uU]?\s*"
+                           r"|\s*(?P<offset_>\d+)[uU]?\s*\+(?P<index_>.*)", re.DOTALL)
+
+
+def _index_offsets_moved(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
+    """A thread index defined with an offset, `int x = blockIdx.x * blockDim.x + threadIdx.x + 1;` (a stencil's
+    interior, its first column skipped), is defined without it and read as `(x + 1)` wherever the body names it
+    after: the same value wherever x + 1 does not pass its type's largest value (2 billion threads along an axis
+    for int). Only for a top-level integer local of the launch geometry and numbers, declared alone, that nothing
+    after changes, takes the address of, or declares again; the recognisers then read the thread's point, and
+    its guard `(x + 1) < w - 1` as a bound of it (_bounds_less_their_offset)."""
+    kernel = find_kernel(source, kernel_name)
+    masked = mask(source)
+    for statement in statements(masked, kernel.body_open + 1, kernel.body_close):
+        declared = _DECLARED.fullmatch(masked, statement.start, statement.end)
+        if declared is None or not re.search(r"\b(?:threadIdx|blockIdx)\b", declared["init"]) or \
+                " ".join(declared["type"].split()) not in _RANKS:
+            continue
+        split = _OFFSET_INDEX.fullmatch(declared["init"])
+        if split is None:
+            continue
+        index, offset = split["index"] or split["index_"], split["offset"] or split["offset_"]
+        if _type(index, {}) is None or int(offset) == 0:  # the launch geometry and numbers alone
+            continue
+        name, after = declared["name"], masked[statement.end:kernel.body_close]
+        if _changes(name, after) or name in _DECLARES.findall(after) or LAMBDA.search(after):
+            continue
+        start = declared.start("init")
+        text = f" {index.strip()};" + _renamed(source[statement.end:kernel.body_close], name, f"({name} + {offset})")
+        return source[:start] + text + source[kernel.body_close:]
+    return source
 
 
 def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     """In the condition of the kernel's last statement (an if without else, a chain of &&), a conjunct `x + C < w`
-    (C a number, x and w integers of one type at least as wide as int: a top-level local before the guard or a
-    parameter) is the bound it means, `x < w - C`; for an unsigned type, which users write so that `w - 1` cannot
-    wrap below zero, `w >= C && x < w - C`. The same wherever x + C does not wrap past the type's largest value
-    (4 billion threads along an axis for unsigned int). The recognisers then read x bounded by w - C."""
+    (C a number, x an integer at least as wide as int, a top-level local before the guard or a parameter, and w
+    an integer expression of its type) is the bound it means, `x < w - C`; for an unsigned type, which users write
+    so that `w - 1` cannot wrap below zero, `w >= C && x < w - C`. The same wherever x + C does not wrap past the
+    type's largest value (4 billion threads along an axis for unsigned int). For a signed type, `x + C <= w`,
+    `x + C >= w` and `x + C > w` are read likewise (an index offset into a stencil's interior, `(x + 1) >= 1`,
+    bounds x from below, `x >= 0`). The recognisers then read x bounded by w - C."""
     if (ending := _ending_in_a_guard(source, kernel_name)) is None:
         return source
     kernel, masked, body = ending
@@ -661,12 +701,15 @@ def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[s
     for part in top_level_conjuncts(head):
         at = head.index(part, at)
         found = _OFFSET_BOUND.fullmatch(part)
-        if found is not None and integers.get(found["name"]) == integers.get(found["bound"]) and \
-                integers.get(found["name"], (-1, ""))[0] >= 0:
-            name, offset, bound = found["name"], found["offset"], found["bound"]
-            respelled = f"{name} < {bound} - {offset}"
-            if integers[name][0] % 2:  # an unsigned type (int and long long rank even, theirs odd)
-                respelled = f"{bound} >= {offset} && {respelled}"
+        kind = integers.get(found["name"]) if found is not None else None
+        if kind is not None and kind[0] >= 0 and _type(found["bound"], integers) == kind and \
+                (found["op"] == "<" or kind[0] % 2 == 0):  # unsigned types (their ranks odd) but for `<`
+            name, offset, op, bound = found["name"], found["offset"], found["op"], found["bound"].strip()
+            less = str(int(bound) - int(offset)) if re.fullmatch(r"\d+", bound) else \
+                f"{bound if _NAME.fullmatch(bound) else f'({bound})'} - {offset}"
+            respelled = f"{name} {op} {less}"
+            if kind[0] % 2:
+                respelled = f"{bound if _NAME.fullmatch(bound) else f'({bound})'} >= {offset} && {respelled}"
             start = guard.head[0] + at + len(part) - len(part.lstrip())
             return source[:start] + respelled + source[guard.head[0] + at + len(part.rstrip()):]
         at += len(part)

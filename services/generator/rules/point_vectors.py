@@ -140,6 +140,13 @@ def model(kernel: PointKernel, spec: KernelSpec) -> Rows:
     lanes = VECTOR_BYTES // max(widths.values())  # 16 bytes of the widest array, elementwise.lanes' choice
     moved = {name: lanes * width for name, width in widths.items()}
     written = {a.array for a in kernel.accesses if a.write}
+    for name in (name for name in arrays if name in written):
+        number = next(a.poly for a in kernel.accesses if a.array == name).get((), 0)
+        if number % lanes:
+            raise NotRecognised(f"its stores into {name} are {abs(number)} element{'s' if abs(number) > 1 else ''} "
+                                f"{'past' if number > 0 else 'before'} the point's place in its rows (an index "
+                                f"offset into an interior, `x + 1`), so vectors of {lanes} from a row's first point "
+                                f"would be aligned in no row that starts aligned")
     loaded = tuple(name for name in arrays if name not in written or not _overwritten_first(kernel, masked, body,
                                                                                          name))
     parts = statements(masked, *body)
