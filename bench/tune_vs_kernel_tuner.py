@@ -167,7 +167,7 @@ def kernel_tuner(spec, device, ours: dict) -> dict | None:
     arrays = make_arrays(spec, spec.benchmark.seed)
     inputs_s = time.perf_counter() - making_inputs
     arguments = [arrays[a.name] if a.is_array else spec.scalar_of(a, spec.baseline_params()) for a in spec.args]
-    problem = tuple(int(evaluate(d, spec.sizes)) for d in spec.problem_size or list(spec.sizes.values()))
+    problem = tuple(int(evaluate(d, spec.sizes)) for d in spec.dimensions)
     # Parameters kforge defines but does not tune become one-value tune params, which KT defines alike.
     tune_params = {**{k: [v] for k, v in spec.params.items() if k not in spec.tune_params}, **spec.tune_params}
     divs = {f"grid_div_{axis}": getattr(spec, f"grid_div_{axis}") for axis in "xyz" if getattr(spec, f"grid_div_{axis}")}

@@ -76,7 +76,7 @@ def _facts(spec: KernelSpec, opt: Optimisation) -> str:
     args = ", ".join(_arg_fact(a) for a in spec.args)
     best = opt.best
     lines = [f"Arguments: {args}. Sizes: {spec.sizes}. Problem size: "
-             f"{best.candidate.problem_size or spec.problem_size or list(spec.sizes)}.",
+             f"{best.candidate.problem_size or spec.dimensions}.",
              f"Current tunable parameters: {best.candidate.tune_params or spec.tune_params or 'none'}; "
              f"best configuration so far: {best.params}.",
              "Tunable parameters arrive as -D defines; the block is (block_size_x, block_size_y, block_size_z) and "

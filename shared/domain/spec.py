@@ -683,6 +683,11 @@ class KernelSpec(_Strict):
         """The __constant__ arrays filled before every launch (role constant)."""
         return [a for a in self.args if not a.is_parameter]
 
+    @property
+    def dimensions(self) -> list[Expression]:
+        """The problem size the grid covers, one expression per axis: problem_size, or the sizes' names in order."""
+        return list(self.problem_size if self.problem_size is not None else self.sizes)
+
     def baseline_params(self) -> dict[str, ParamValue]:
         """The submitted kernel's defines: its `params`, plus Kernel Tuner's default block size."""
         return {**self._block_defaults(), **self.params}
@@ -701,7 +706,7 @@ class KernelSpec(_Strict):
         block = [1, 1, 1]
         for i, name in enumerate(self.block_size_names):
             block[i] = int(env[name])
-        dims = self.problem_size if self.problem_size is not None else list(self.sizes)
+        dims = self.dimensions
         grid = [1, 1, 1]
         for i, dim in enumerate(dims):
             divisors = getattr(self, f"grid_div_{'xyz'[i]}")

@@ -37,7 +37,7 @@ def swapped(spec: KernelSpec) -> KernelSpec | None:
         kernel = points.recognise(spec)
     except points.NotPointKernel:
         return None
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     if len(kernel.axes) != 3 or len(dims) != 3 or len(spec.block_size_names) < 3 or \
             not points.one_thread_along(spec, 2) or one_thread_per_point(spec, 1) or one_thread_per_point(spec, 2) or \
             len(kernel.statements) != 1 or kernel.statements[0].kind != "if":

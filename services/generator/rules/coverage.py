@@ -16,7 +16,7 @@ def bound_covered(spec: KernelSpec, axis: int, bound: str) -> bool:
     """Whether `bound` (C text) is arithmetic of scalar arguments of given values, at most the problem size along
     the axis at the spec's sizes and around them: a grid launched for the problem size then reaches every index
     below the bound."""
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     expression = in_sizes(spec, bound)
     if axis >= len(dims) or axis >= len(spec.block_size_names) or expression is None:
         return False
@@ -39,7 +39,7 @@ def counts_threads(spec: KernelSpec, axis: int) -> bool:
     """Whether the spec's problem size along the axis counts the threads its grid launches there: divided by the
     axis's block size alone, and read in the spec's sizes (a number alone is a grid the spec fixes, whatever the
     sizes)."""
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     divisors = getattr(spec, f"grid_div_{'xyz'[axis]}")
     return axis < len(dims) and axis < len(spec.block_size_names) and \
         divisors in (None, [spec.block_size_names[axis]]) and \
@@ -51,7 +51,7 @@ def launched_for(spec: KernelSpec, axis: int, bound: str) -> list | None:
     index: the spec's, where it counts the threads there and reaches the bound (counts_threads, bound_covered);
     else the bound itself (launched_over: a grid the spec fixes); None where neither holds."""
     if counts_threads(spec, axis) and bound_covered(spec, axis, bound):
-        return list(spec.problem_size if spec.problem_size is not None else spec.sizes)
+        return spec.dimensions
     return launched_over(spec, axis, bound)
 
 
@@ -60,7 +60,7 @@ def launched_over(spec: KernelSpec, axis: int, bound: str) -> list | None:
     sizes): what a loop over every index below the bound launched on a fixed grid, one thread per index, is
     launched over; None where the bound is not such arithmetic, or may be below 1 at the spec's sizes or around
     them."""
-    dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
+    dims = spec.dimensions
     expression = in_sizes(spec, bound)
     if expression is None or axis >= len(dims) or not _at_most_around(spec, "1", expression):
         return None  # an empty launch is no launch: a loop whose bound may fall below 1 keeps its grid

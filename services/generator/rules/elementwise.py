@@ -548,7 +548,7 @@ class ElementwiseShape:
         ept, vectors = "elements_per_thread" in features, "vectorize" in features
         divisors = [spec.block_size_names[0], *(["elements_per_thread"] if ept else []),
                     *([lanes(kernel)] if vectors else [])]
-        submitted = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+        submitted = spec.dimensions
         # A grid-stride loop on a grid the spec fixes (problem_size [264] blocks, grid_div_x []), divided so,
         # would be a block or two: it is launched over the loop's bound, where the sizes give it, else as submitted.
         launched = coverage.launched_for(spec, 0, kernel.bound) if kernel.grid_stride else submitted

@@ -86,7 +86,7 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
         kernel = points.recognise(spec)
     except points.NotPointKernel:
         return None
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     if len(kernel.axes) != 1 or len(dims) != 1 or one_thread_per_point(spec, 0) is not None or \
             spec.grid_div_y or spec.grid_div_z or points.changed_parameter(kernel) is not None:
         return None
@@ -393,7 +393,7 @@ def _fused_subscripts(spelt: KernelSpec, digits: list[_Digit], groups: list[list
 def _covered(spec: KernelSpec, total: affine.Poly) -> bool:
     """Whether the submitted launch reaches every flat index below the total, at the spec's sizes and around them:
     the box launched instead runs them all."""
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     variables = spec.variables(spec.baseline_params())
     try:
         return all(affine.value(total, sizes) <= evaluate(dims[0], {**variables, **sizes})

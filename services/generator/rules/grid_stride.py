@@ -253,7 +253,7 @@ def _launched(spec: KernelSpec, loops: list[_Loop], nest: str) -> list[str] | No
     arithmetic of scalar arguments of given values or the nest changes it, where the spec names no block size for
     a loop's axis, or where at the spec's sizes or around them the grid would be empty or pass CUDA's 65535 blocks
     along y or z."""
-    dims = list(spec.problem_size if spec.problem_size is not None else spec.sizes)
+    dims = spec.dimensions
     for loop in loops:
         if loop.axis >= len(spec.block_size_names) or \
                 any(re.search(points.changing(name), nest) for name in re.findall(r"[A-Za-z_]\w*", loop.bound)) or \

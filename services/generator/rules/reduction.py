@@ -380,7 +380,7 @@ def _filling_a_row(spec: KernelSpec, widths: list[int]) -> list[int]:
     sizes at least 90% full. The powers of two leave short rows half empty: two blocks of 128 threads and 16 points
     cover 4,096 points, of which a row of 56 x 56 (a ResNet channel) fills 77% (channel_stats, 83% of the copy on
     the H200); 25 points fill one such block 98%."""
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     length = (values_around(spec, dims[0]) or [None])[0]
     if not isinstance(length, int | float) or length < 1:
         return []
@@ -400,7 +400,7 @@ def _rows_beyond(model: Accumulation, spec: KernelSpec) -> str | None:
     block per row must stay within CUDA's 65535 blocks along y and z, at the spec's sizes and around them."""
     if not model.by_row:
         return None
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     for axis in model.kernel.axes[1:]:
         if points.one_thread_along(spec, axis.axis):
             continue

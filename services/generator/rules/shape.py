@@ -88,7 +88,7 @@ def one_thread_per_point(spec: KernelSpec, axis: int) -> str | None:
     letter = "xyz"[axis]
     divisors = getattr(spec, f"grid_div_{letter}")
     block = spec.block_size_names[axis] if axis < len(spec.block_size_names) else None
-    dims = spec.problem_size if spec.problem_size is not None else list(spec.sizes)
+    dims = spec.dimensions
     if axis >= len(dims):
         return f"the problem has no {letter} dimension"
     if divisors is not None and divisors != [block]:
