@@ -3763,3 +3763,16 @@ extern "C" __global__ void smooth_interior(const float *in, float *out, int n)
 VARIANTS.update({"interior_offset_jacobi_2d": ("register_blocking", INTERIOR_OFFSET["jacobi_2d"]),
                  "interior_offset_heat_3d_unsigned": ("register_blocking", INTERIOR_OFFSET["heat_3d_unsigned"]),
                  "interior_offset_smooth_1d": ("elements_per_thread", INTERIOR_OFFSET["smooth_1d"])})
+# A batch taken from blockIdx.z beside the x index, y launched one block of one thread (problem size [n, 1, B], as
+# Kernel Tuner users launch batches along z): axis_order.z_as_y reads it as the 2D kernel of x and the batch.
+BATCH_ALONG_Z = spec(r"""
+extern "C" __global__ void add_row_bias(const float *a, const float *bias, float *c, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int batch = blockIdx.z;
+    if (i < n) c[batch * n + i] = a[batch * n + i] + bias[i];
+}
+""", "add_row_bias", [array("a", ["batches", "n"]), array("bias", ["n"]), array("c", ["batches", "n"], role="out"),
+                      scalar("n", "n")], {"n": 4099, "batches": 6}, ["n", 1, "batches"],
+    tune_params={"block_size_x": [64, 128, 256]}, grid_div_y=[], grid_div_z=[])
+VARIANTS["batch_along_z_vectors"] = ("vectorize", BATCH_ALONG_Z)

@@ -1,13 +1,13 @@
 """A 3D kernel of one point per thread read with its y and z axes swapped (services/generator/rules/axis_order.py):
 a transpose across x and z then reads as one across x and y, and nothing is swapped where the two launches could
-run other points."""
+run other points; and a kernel of x and z alone read as the 2D kernel of x and y."""
 import pytest
 
 from services.generator import rules
-from services.generator.rules.axis_order import swapped
+from services.generator.rules.axis_order import swapped, z_as_y
 from services.generator.rules.canonical import canonical
 from services.generator.rules.shapes import reading, recognise
-from tests.unit.rules_variants import PLANAR_TO_PACKED, edited
+from tests.unit.rules_variants import BATCH_ALONG_Z, PLANAR_TO_PACKED, edited
 
 
 def test_the_channels_of_blockIdx_z_are_launched_along_y():
@@ -64,3 +64,31 @@ def test_a_grid_along_z_divided_by_the_block_size_or_by_nothing_is_swapped_alike
         geometry.append(submitted.for_candidate(candidate).launch_geometry(
             {**submitted.baseline_params(), **candidate.params}))
     assert geometry[0] == geometry[1]
+
+
+def test_a_batch_along_z_beside_x_alone_is_read_and_launched_along_y():
+    """`int batch = blockIdx.z;` with y launched one block deep: the points of x and the batch, 2D."""
+    read = reading(BATCH_ALONG_Z)
+    assert recognise(BATCH_ALONG_Z)[0].name == "points" and read.problem_size == ["n", "batches"]
+    assert "int batch = blockIdx.y;" in read.source
+    candidate = rules.apply("vectorize", BATCH_ALONG_Z, BATCH_ALONG_Z.as_candidate())
+    grid, block = BATCH_ALONG_Z.for_candidate(candidate).launch_geometry(
+        {**BATCH_ALONG_Z.baseline_params(), **candidate.params})
+    assert grid == (5, 6, 1) and block == (256, 1, 1)  # 4099 points in vectors of 4 a thread, a batch a block row
+
+
+@pytest.mark.parametrize("changes", [
+    {"problem_size": ["n", 2, "batches"]},  # two blocks along y: each would run the batch twice read so
+    {"tune_params": {"block_size_x": [64], "block_size_z": [1, 2]}},  # blocks deeper than one thread along z
+    {"grid_div_z": ["2"]},  # a block for two batches
+])
+def test_a_batch_along_z_is_not_read_as_y_where_the_launches_could_differ(changes):
+    changed = _with(BATCH_ALONG_Z, **changes)
+    assert recognise(changed)[0] is None and reading(changed).problem_size == changed.problem_size
+
+
+def test_a_kernel_naming_y_anywhere_keeps_its_z():
+    divided = _with(BATCH_ALONG_Z, grid_div_y=None, grid_div_z=None)  # the block sizes', one thread deep
+    assert z_as_y(divided) is not None
+    naming = edited(divided, "int batch = blockIdx.z;", "int batch = blockIdx.z + 0 * blockIdx.y;")
+    assert z_as_y(naming) is None and recognise(naming)[0] is None

@@ -1,4 +1,5 @@
-"""A 3D kernel of one point per thread read with its y and z axes swapped.
+"""A 3D kernel of one point per thread read with its y and z axes swapped, and a kernel of x and z alone read as
+the 2D kernel of x and y.
 
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int y = blockIdx.y * blockDim.y + threadIdx.y;
@@ -20,11 +21,15 @@ point body is one guard bounding y and z each below a scalar argument its proble
 (coverage.bound_covered): both launches then run every point of that box,
 and the guard skips the rest. Along z the new grid must stay within CUDA's 65535 blocks, at the spec's sizes and
 around them.
+
+A kernel whose batch is blockIdx.z beside its x index (`int b = blockIdx.z;`), launched one block of one thread
+along y (problem size 1 there), names no y of the launch geometry anywhere in its source: launched with z's
+blocks along y instead, every z of the source read as y, it runs the same points, the 2D kernel the shapes read.
 """
 import re
 
 from services.generator.rules import points
-from services.generator.rules.cuda_text import mask, top_level_conjuncts
+from services.generator.rules.cuda_text import find_kernel, mask, top_level_conjuncts
 from services.generator.rules.coverage import GRID_LIMIT, bound_covered, values_around
 from services.generator.rules.shape import one_thread_per_point
 from shared.domain.spec import KernelSpec
@@ -58,3 +63,30 @@ def swapped(spec: KernelSpec) -> KernelSpec | None:
     source = points.replace_spans(spec.source, [(kernel.kernel.body_open + 1, kernel.body_start, "".join(
         f"\n{points.INDENT}{line}" for line in definitions))])
     return spec.model_copy(update={"source": source, "problem_size": [dims[0], dims[2], dims[1]]})
+
+
+_GEOMETRY_OF = r"\b(?P<name>blockIdx|threadIdx|blockDim|gridDim)\s*\.\s*{}\b"
+
+
+def z_as_y(spec: KernelSpec) -> KernelSpec | None:
+    """The spec of a kernel of x and z alone (above) with z read and launched as y; None where the source names the
+    launch's y, reads no z, or the spec launches more than one block of one thread along y, or z with blocks
+    deeper than one thread."""
+    dims = spec.dimensions
+    if len(dims) != 3 or not points.one_thread_along(spec, 1) or not points.one_thread_along(spec, 2) or \
+            one_thread_per_point(spec, 1) or one_thread_per_point(spec, 2) or \
+            set(values_around(spec, dims[1]) or [0]) != {1}:
+        return None
+    try:
+        find_kernel(spec.source, spec.kernel_name)
+    except ValueError:
+        return None
+    masked = mask(spec.source)
+    uses = list(re.finditer(_GEOMETRY_OF.format("z"), masked))
+    if not uses or re.search(_GEOMETRY_OF.format("y"), masked):
+        return None
+    source = spec.source
+    for use in reversed(uses):
+        source = f"{source[:use.start()]}{use['name']}.y{source[use.end():]}"
+    # both axes launch a block per index (one_thread_per_point), so y's divisor serves z's points
+    return spec.model_copy(update={"source": source, "problem_size": [dims[0], dims[2]], "grid_div_z": None})

@@ -94,7 +94,8 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     # does: their vectors' lanes then read the coordinates as indices, where the flat ones divide for them.
     spellings = [(inlined, False), *((p, False) for p in pointed),
                  *((respelt, form is flat_index.point_form) for s in (kept, inlined, *pointed)
-                   for form in (flat_index.point_form, axis_order.swapped) if (respelt := form(s)) is not None)]
+                   for form in (flat_index.point_form, axis_order.swapped, axis_order.z_as_y)
+                   if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling, coordinates in spellings:
         if spelling.source == best[0].source:
