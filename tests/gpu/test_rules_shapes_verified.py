@@ -133,6 +133,10 @@ def cases() -> dict:
     found["variant-row_cumsum-scan_vectors"] = (lambda: VARIANTS["row_cumsum"][1], "scan_vectors")
     # 1D kernels of points as one row of vectors, elements_per_thread of them a block width apart a thread.
     found.update({f"variant-one_d_{case}-plan": (lambda s=spec: s, None) for case, spec in ONE_D.items()})
+    # Points whose slowest index no guard bounds, marched along x, with vectors a block width apart.
+    found.update({f"variant-{case}-plan": (lambda s=VARIANTS[case][1]: s, None) for case in (
+        "points_marched_along_x_past_unguarded_rows", "points_of_a_band_marched_along_x", "batch_along_z_vectors",
+        "bias_relu_nchw_block_per_channel", "rows_scaled_by_the_block_index_itself")})
     # Thread indices offset into an interior, read without the offset: marched, and restrict and launch_bounds.
     found.update({f"variant-interior_offset_{case}-plan": (lambda s=spec: s, None)
                   for case, spec in INTERIOR_OFFSET.items()})

@@ -1916,9 +1916,9 @@ extern "C" __global__ void unguarded_y(float *out, const float *in, int w)
 }
 """, "unguarded_y", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), scalar("w", "w")],
     {"w": 45, "h": 64}, ["w", "h"], BLOCK_2D, TUNE_2D)
+# Points (not a stencil) march along x instead, which the guard bounds (marching.march_axis).
+VARIANTS["points_marched_along_x_past_unguarded_rows"] = ("elements_per_thread", UNGUARDED_ROWS)
 NOT_OF_SHAPE.update({
-    "a march past unguarded rows": ("elements_per_thread", UNGUARDED_ROWS,
-                                    "out[y * w + x] is under no guard bounding y from above"),
     "a stencil's march past unguarded rows": ("register_blocking", edited(
         UNGUARDED_ROWS, "if (x < w) out[y * w + x] = 2.0f * in[y * w + x];",
         "if (x > 0 && x < w - 1) out[y * w + x] = in[y * w + x - 1] + in[y * w + x + 1] + in[y * w + x];"),
@@ -2689,8 +2689,9 @@ extern "C" __global__ void band_scale(float *out, const float *in, int w, int h)
 """, "band_scale", [array("out", ["h", "w"], role="inout"), array("in", ["h", "w"]), scalar("w", "w"),
                     scalar("h", "h")], {"w": 64, "h": 100, "band": 64}, ["w", "band"], BLOCK_2D, TUNE_2D)
 BEYOND_THE_BAND = "its guard's bound on y, h, may pass the problem size along y"
+# Points (not a stencil) march along x instead, which the guard bounds within the problem size.
+VARIANTS["points_of_a_band_marched_along_x"] = ("elements_per_thread", BAND_SCALE)
 NOT_OF_SHAPE.update({
-    "points of a band guarded by the image's height": ("elements_per_thread", BAND_SCALE, BEYOND_THE_BAND),
     "a stencil over a band guarded by the image's height": ("register_blocking", with_args(edited(
         BAND_SCALE, "2.0f * in[y * w + x]", "in[y * w + x] + in[(y + 1) * w + x] + in[(y + 2) * w + x]"),
         [array("out", ["h", "w"], role="inout"), array("in", ["h + 2", "w"]), scalar("w", "w"), scalar("h", "h")]),

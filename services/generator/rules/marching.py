@@ -78,18 +78,28 @@ def _vectors_reason(kernel: PointKernel, spec: KernelSpec) -> str | None:
     return None
 
 
-def _vectors(kernel: PointKernel, factor: str | None, spec: KernelSpec) -> tuple[str, Layout]:
-    """Vectors along x (point_vectors.py), and with `factor` that many points along the slowest axis a thread."""
+def march_axis(kernel: PointKernel, spec: KernelSpec) -> int:
+    """The axis elements_per_thread marches along: the slowest, or x where a guard bounds x but none the slowest
+    (a batch the grid covers exactly, `c[b * n + i]` for b = blockIdx.y): a march along the batch would reach past
+    it, and one along x takes points a block width apart, as in 1D."""
+    slowest = len(kernel.axes) - 1
+    if slowest and points.unbounded(kernel, slowest, spec) is not None and \
+            points.unbounded(kernel, 0, spec) is None and one_thread_per_point(spec, 0) is None:
+        return 0
+    return slowest
+
+
+def _vectors(kernel: PointKernel, factor: str | None, spec: KernelSpec, along: int) -> tuple[str, Layout]:
+    """Vectors along x (point_vectors.py), and with `factor` that many rows a thread along the axis `along` (or
+    along x, that many vectors)."""
     rows = point_vectors.model(kernel, spec)
     grid = {"x": [spec.block_size_names[0], rows.lanes]}
     if factor is not None:
-        axis = len(kernel.axes) - 1
-        grid["xyz"[axis]] = [*(grid["x"] if axis == 0 else [spec.block_size_names[axis]]), factor]
-    return points.with_body(kernel, point_vectors.render(rows, factor, spec)), Layout(grid_div=grid)
+        grid["xyz"[along]] = [*(grid["x"] if along == 0 else [spec.block_size_names[along]]), factor]
+    return points.with_body(kernel, point_vectors.render(rows, factor, spec, along)), Layout(grid_div=grid)
 
 
-def _render(kernel: PointKernel, factor: str, spec: KernelSpec, note: list[str]) -> tuple[str, Layout]:
-    axis = len(kernel.axes) - 1
+def _render(kernel: PointKernel, factor: str, spec: KernelSpec, note: list[str], axis: int) -> tuple[str, Layout]:
     taken = identifiers(kernel.source)
     names = {key: fresh_name(key, taken) for key in ("first", "k", "point")}
     lines = [*note, *points.march(kernel, axis, factor, names)]
@@ -107,16 +117,18 @@ class PointsShape:
 
     def reason(self, rule_id: str, kernel: PointKernel, spec: KernelSpec) -> str | None:
         return _vectors_reason(kernel, spec) if rule_id == "vectorize" else \
-            points.unbounded(kernel, len(kernel.axes) - 1, spec)
+            points.unbounded(kernel, march_axis(kernel, spec), spec)
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        along = march_axis(kernel, spec)
         if "vectorize" in features:
-            return _vectors(kernel, "elements_per_thread" if "elements_per_thread" in features else None, spec)
-        axis = "xyz"[len(kernel.axes) - 1]
+            return _vectors(kernel, "elements_per_thread" if "elements_per_thread" in features else None, spec,
+                            along)
+        axis = "xyz"[along]
         spacing = "a block width apart" if axis == "x" else "consecutive"
         note = [f"// Each thread runs the point body for elements_per_thread points along {axis}, {spacing};",
                 f"// the grid along {axis} is that many times smaller."]
-        return _render(kernel, "elements_per_thread", spec, note)
+        return _render(kernel, "elements_per_thread", spec, note, along)
 
 
 class StencilShape:
@@ -138,12 +150,13 @@ class StencilShape:
             points.unbounded(kernel, len(kernel.axes) - 1, spec)
 
     def render(self, kernel: PointKernel, features: tuple[str, ...], spec: KernelSpec) -> tuple[str, Layout]:
+        slowest = len(kernel.axes) - 1
         if "vectorize" in features:
-            return _vectors(kernel, "points_per_thread" if "register_blocking" in features else None, spec)
-        axis = "xyz"[len(kernel.axes) - 1]
+            return _vectors(kernel, "points_per_thread" if "register_blocking" in features else None, spec, slowest)
+        axis = "xyz"[slowest]
         array = neighbourhood(kernel)
         note = [f"// Register blocking: each thread computes points_per_thread consecutive points along {axis}, "
                 f"unrolled,",
                 f"// so the values of {array} that neighbouring points share are loaded once and kept in registers;",
                 f"// the grid along {axis} is points_per_thread times smaller."]
-        return _render(kernel, "points_per_thread", spec, note)
+        return _render(kernel, "points_per_thread", spec, note, slowest)

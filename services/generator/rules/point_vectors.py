@@ -359,9 +359,9 @@ def _overwritten_first(kernel: PointKernel, masked: str, body: tuple[int, int], 
     return False
 
 
-def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
+def render(model_: Rows, factor: str | None, spec: KernelSpec, along: int) -> list[str]:
     """The kernel body as lines: V points of a row per thread as above, and, with `factor`, that many rows (planes
-    in 3D) per thread along the slowest axis, as elements_per_thread marches (in 1D, that many vectors)."""
+    in 3D) per thread along the axis `along`, as elements_per_thread marches (along x, that many vectors)."""
     kernel = model_.kernel
     source = kernel.source
     ax = kernel.axes[0]
@@ -470,9 +470,9 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
             f"const {ax.type} {x0} = {start};"]
     if factor is None:
         return [*head, *(points.definition(a) for a in kernel.axes[1:]), *row]
-    if len(kernel.axes) == 1:  # the thread's vectors a block width apart, so a warp's stay consecutive
+    if along == 0:  # the thread's vectors a block width apart, so a warp's stay consecutive
         first, j, vectors = names["first"], names["j"], names["row"]
-        return [*head[:-1],
+        return [*head[:-1], *(points.definition(a) for a in kernel.axes[1:]),
                 f"// and {factor} such vectors, a block width apart.",
                 f"const {ax.type} {first} = ({ax.type})blockIdx.x * ({ax.block} * {factor}) + threadIdx.x;",
                 f"auto {vectors} = [&](const {ax.type} {x0}) {{", *(INDENT + line for line in row), "};",
@@ -480,7 +480,7 @@ def render(model_: Rows, factor: str | None, spec: KernelSpec) -> list[str]:
                 f"for (int {j} = 0; {j} < {factor}; {j}++) "
                 f"{vectors}(({first} + ({ax.type}){j} * {ax.block}) * {width});"]
     marching = {"first": names["first"], "k": names["j"], "point": names["row"]}
-    return [*head, *points.march(kernel, kernel.axes[-1].axis, factor, marching, body="\n".join(row), undefined=(0,))]
+    return [*head, *points.march(kernel, along, factor, marching, body="\n".join(row), undefined=(0,))]
 
 
 def _lane_element(model_: Rows, access, registers: dict[str, str], rows: dict[str, list[tuple[str, str]]],
