@@ -3780,3 +3780,23 @@ extern "C" __global__ void add_row_bias(const float *a, const float *bias, float
                       scalar("n", "n")], {"n": 4099, "batches": 6}, ["n", 1, "batches"],
     tune_params={"block_size_x": [64, 128, 256]}, grid_div_y=[], grid_div_z=[])
 VARIANTS["batch_along_z_vectors"] = ("vectorize", BATCH_ALONG_Z)
+# A block's shared-memory tree sum handed to one atomic (block_trees.py reads it as the accumulation it computes):
+# unsigned counts, the load as an if with an else, the thread's index through a local, `0 == t`.
+BLOCK_TREE_COUNT = spec(r"""
+#define THREADS 128
+extern "C" __global__ void count_odd(const int *v, unsigned int *count, unsigned int n)
+{
+    __shared__ unsigned int partial[THREADS];
+    const unsigned int t = threadIdx.x;
+    const unsigned int i = blockIdx.x * blockDim.x + t;
+    if (i < n) partial[t] = v[i] & 1; else partial[t] = 0;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        __syncthreads();
+    }
+    if (0 == t) atomicAdd(count, partial[0]);
+}
+""", "count_odd", [array("v", ["n"], "int32"), array("count", [1], "uint32", role="out"), scalar("n", "n", "uint32")],
+    {"n": 1 << 20}, ["n"], {"block_size_x": 128}, {"block_size_x": [32, 64, 128]})
+VARIANTS["block_tree_count"] = ("hierarchical_reduction", BLOCK_TREE_COUNT)

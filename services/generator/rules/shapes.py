@@ -31,7 +31,7 @@ by themselves and compose with every shape.
 """
 from typing import Any
 
-from services.generator.rules import axis_order, flat_index, grid_stride
+from services.generator.rules import axis_order, block_trees, flat_index, grid_stride
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
 from services.generator.rules.columns import ColumnLoopShape
@@ -65,8 +65,9 @@ def reading(spec: KernelSpec) -> KernelSpec:
     `at(img, x - 1, y, w)` a stencil's neighbours, while a block's pointer to its row is what row_in_registers
     caches the row through. Likewise, only where it reads better so, a nest of grid-stride loops is read as the one
     point per thread it stands for (grid_stride.py), a flat index split by / and % as its coordinates
-    (flat_index.py), and a 3D kernel with its y and z axes swapped (axis_order.py), a grid-stride nest's point form
-    too, each launched so."""
+    (flat_index.py), a 3D kernel with its y and z axes swapped and one of x and z alone as 2D (axis_order.py), a
+    grid-stride nest's point form too, each launched so, and a block's shared-memory tree sum handed to one atomic
+    as the accumulation it computes (block_trees.py)."""
     return _read(spec)[0]
 
 
@@ -94,7 +95,8 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     # does: their vectors' lanes then read the coordinates as indices, where the flat ones divide for them.
     spellings = [(inlined, False), *((p, False) for p in pointed),
                  *((respelt, form is flat_index.point_form) for s in (kept, inlined, *pointed)
-                   for form in (flat_index.point_form, axis_order.swapped, axis_order.z_as_y)
+                   for form in (flat_index.point_form, axis_order.swapped, axis_order.z_as_y,
+                                block_trees.atomic_form)
                    if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling, coordinates in spellings:

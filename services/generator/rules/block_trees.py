@@ -1,0 +1,129 @@
+"""A block's shared-memory tree sum handed to one atomic, read as the accumulation it computes.
+
+    __shared__ float cache[256];
+    int tid = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    cache[tid] = (i < n) ? in[i] : 0.0f;              // or: if (i < n) cache[tid] = in[i]; else cache[tid] = 0;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {    // a tree tree.py reads, adding
+        if (tid < s) cache[tid] += cache[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) atomicAdd(total, cache[0]);
+
+adds every block's values, each once, into *total: where the block size is a power of two no larger than the
+shared array, the tree adds each of the block's entries into cache[0]. So the kernel computes what
+
+    int tid = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(total, (float)(in[i]));
+
+computes, but for the order of the additions (which a sum of floats takes in any order on the GPU's atomics too):
+the shapes read it so (shapes.reading), and hierarchical_reduction renders the reduction that spells out what the
+tree spelled by hand, with its own block size and elements per thread. Each value is evaluated as the kernel
+evaluates it, once by its thread where the condition holds, converted to the shared array's type as the store into
+it converts it.
+
+Read only where the body is exactly that, in that order: the shared array's declaration and integer locals of the
+launch geometry (in any order), the load, a barrier, the tree, and the one atomicAdd of cache[0] by the thread
+whose index is 0 into an address of parameters and numbers alone; the array read nowhere else and the condition
+and value not reading it; every block size the spec may launch (its tune values that meet its restrictions, else
+its own) a power of two no larger than the array.
+"""
+import re
+
+from services.generator.rules.cuda_text import find_kernel, mask, unparenthesised
+from services.generator.rules.points import INDENT, parameters_of
+from services.generator.rules.statements import Statement, Unparsed, statements
+from services.generator.rules.tree import is_thread_x, shared_arrays, tree_loops
+from shared.domain.spec import KernelSpec
+
+_ZERO = r"\(?\s*(?:0|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
+_SHARED = re.compile(r"\s*__shared__\s+(?:volatile\s+)?[A-Za-z_][\w ]*?\s+(?P<name>[A-Za-z_]\w*)\s*"
+                     r"\[\s*(?P<size>\d+)\s*\]\s*;\s*")
+_LOCAL = re.compile(r"\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int|long\s+long|size_t)\s+[A-Za-z_]\w*\s*=[^;]*;\s*")
+_GEOMETRY = re.compile(r"\b(?:threadIdx|blockIdx|blockDim)\s*\.\s*[xyz]\b")
+
+
+def atomic_form(spec: KernelSpec) -> KernelSpec | None:
+    """The spec with its kernel read as the accumulation its tree computes (above); None where it is not such a
+    kernel."""
+    try:
+        kernel = find_kernel(spec.source, spec.kernel_name)
+        masked = mask(spec.source)
+        body = statements(masked, kernel.body_open + 1, kernel.body_close)
+    except (ValueError, Unparsed):
+        return None
+    trees = [t for t in tree_loops(spec.source, spec) if kernel.body_open < t.loop.start < kernel.body_close]
+    if len(trees) != 1 or trees[0].combine != "+":
+        return None
+    tree = trees[0]
+    place = next((k for k, s in enumerate(body) if s.start <= tree.loop.start < s.end), None)
+    if place is None or place < 2 or len(body) != place + 2 or body[place].kind != "for" or \
+            re.sub(r"\s", "", masked[body[place - 1].start:body[place - 1].end]) != "__syncthreads();":
+        return None
+    array, thread = tree.array, tree.thread
+    shared = [s for s in body[:place - 2] if _SHARED.fullmatch(_text(masked, s))]
+    kept = [s for s in body[:place - 2] if s not in shared]
+    if len(shared) != 1 or _SHARED.fullmatch(_text(masked, shared[0]))["name"] != array or \
+            any(not _LOCAL.fullmatch(_text(masked, s)) or not _GEOMETRY.search(_text(masked, s)) or
+                re.search(rf"(?<![\w.]){array}\b", _text(masked, s)) for s in kept):
+        return None
+    loaded = _load(spec.source, masked, body[place - 2], array, thread)
+    added = _added(masked, _text(masked, body[place + 1]), array, thread, parameters_of(spec.source, kernel))
+    if loaded is None or added is None or \
+            not _powers_of_two_within(spec, int(_SHARED.fullmatch(_text(masked, shared[0]))["size"])):
+        return None
+    condition, value = loaded
+    lines = [*(" ".join(spec.source[s.start:s.end].split()) for s in kept),
+             f"if ({unparenthesised(condition)}) atomicAdd({added}, ({shared_arrays(masked)[array]})({value}));"]
+    source = spec.source[:kernel.body_open + 1] + "".join(f"\n{INDENT}{line}" for line in lines) + "\n" + \
+        spec.source[kernel.body_close:]
+    return spec.model_copy(update={"source": source})
+
+
+def _text(masked: str, statement: Statement) -> str:
+    return masked[statement.start:statement.end]
+
+
+def _load(source: str, masked: str, statement, array: str, thread: str) -> tuple[str, str] | None:
+    """(the condition, the value) of `ARRAY[t] = COND ? VALUE : 0;` or `if (COND) ARRAY[t] = VALUE; else ARRAY[t]
+    = 0;`, as written; None otherwise, or where either reads the array."""
+    at = re.escape(thread)
+    text = masked[statement.start:statement.end]
+    ternary = re.fullmatch(rf"\s*{array}\s*\[\s*{at}\s*\]\s*=(?P<c>[^?;]+)\?(?P<v>[^:;]+):\s*{_ZERO}\s*;\s*", text)
+    if ternary is None:
+        branches = re.fullmatch(rf"\s*if\s*\((?P<c>.+)\)\s*\{{?\s*{array}\s*\[\s*{at}\s*\]\s*=(?P<v>[^;]+);\s*\}}?"
+                                rf"\s*else\s*\{{?\s*{array}\s*\[\s*{at}\s*\]\s*=\s*{_ZERO}\s*;\s*\}}?\s*", text,
+                                re.DOTALL)
+        ternary = branches
+    if ternary is None:
+        return None
+    condition, value = (source[statement.start + ternary.start(g):statement.start + ternary.end(g)].strip()
+                        for g in ("c", "v"))
+    if any(re.search(rf"(?<![\w.]){array}\b", part) for part in (ternary["c"], ternary["v"])):
+        return None
+    return condition, value
+
+
+def _added(masked: str, text: str, array: str, thread: str, parameters: list[str]) -> str | None:
+    """The address of `if (t == 0) atomicAdd(ADDRESS, ARRAY[0]);`, of parameters and numbers alone; else None."""
+    at = re.escape(thread)
+    found = re.fullmatch(rf"\s*if\s*\(\s*(?:{at}\s*==\s*0|0\s*==\s*{at})\s*\)\s*\{{?\s*atomicAdd\s*\("
+                         rf"(?P<a>[^,;]+),\s*{array}\s*\[\s*0\s*\]\s*\)\s*;\s*\}}?\s*", text)
+    if found is None or not is_thread_x(masked, thread) and thread != "threadIdx.x":
+        return None
+    address = found["a"].strip()
+    if not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", address)) <= set(parameters):
+        return None
+    return address
+
+
+def _powers_of_two_within(spec: KernelSpec, size: int) -> bool:
+    """Whether every block size the spec may launch along x is a power of two of at most `size` threads."""
+    name = spec.block_size_names[0]
+    baseline = spec.baseline_params()
+    values = [v for v in spec.tune_params.get(name, []) if spec.restrictions_hold({**baseline, name: v})] or \
+        [baseline.get(name)]
+    return all(isinstance(v, int) and 0 < v <= size and v & (v - 1) == 0 for v in values) and \
+        all(len(spec.tune_params.get(n, [1])) == 1 and baseline.get(n, 1) == 1 for n in spec.block_size_names[1:])

@@ -1,0 +1,56 @@
+"""A block's shared-memory tree sum handed to one atomic, read as the accumulation it computes
+(services/generator/rules/block_trees.py): hierarchical_reduction then renders it, and nothing is read so where the
+tree could add other values than each of its block's once. The emulation (test_rules_reduction_emulated.py) and the
+GPU (tests/gpu/test_rules_shapes_verified.py) check the rewrites' sums."""
+from pathlib import Path
+
+import pytest
+
+from kforge.specfile import load_spec
+from services.generator import rules
+from services.generator.rules.block_trees import atomic_form
+from services.generator.rules.canonical import canonical
+from services.generator.rules.shapes import recognise
+from tests.unit.rules_variants import BLOCK_TREE_COUNT, edited
+
+STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
+BLOCK_SUM = load_spec(STYLES / "block_sum.cu", STYLES / "block_sum.yaml")
+
+
+def squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_tree_sum_handed_to_one_atomic_is_read_as_the_accumulation_it_computes():
+    read = atomic_form(canonical(BLOCK_SUM))
+    assert squeezed("int tid = threadIdx.x; int i = blockIdx.x * blockDim.x + threadIdx.x; "
+                    "if (i < n) atomicAdd(total, (float)(in[i]));") in squeezed(read.source)
+    assert "__shared__" not in read.source and "__syncthreads" not in read.source
+    counted = atomic_form(canonical(BLOCK_TREE_COUNT))
+    assert "if (i < n) atomicAdd(count, (unsigned int)(v[i] & 1));" in counted.source
+    for spec in (BLOCK_SUM, BLOCK_TREE_COUNT):
+        assert recognise(spec)[0].name == "atomic_accumulation"
+        candidate = rules.apply("hierarchical_reduction", spec, spec.as_candidate())
+        assert "elements_per_thread" in candidate.tune_params and "__shfl_down_sync" in candidate.source
+
+
+def _tuned(spec, values):
+    return spec.model_validate({**spec.model_dump(), "tune_params": {"block_size_x": values}, "restrictions": []})
+
+
+@pytest.mark.parametrize("spec", [
+    _tuned(BLOCK_TREE_COUNT, [32, 96, 128]),  # 96 threads: the tree halves 48, 24, 12, 6, 3, 1 and drops some
+    _tuned(BLOCK_TREE_COUNT, [128, 256]),  # more threads than the array holds
+    edited(BLOCK_TREE_COUNT, "partial[t] += partial[t + s];", "partial[t] = max(partial[t], partial[t + s]);"),
+    edited(BLOCK_TREE_COUNT, "atomicAdd(count, partial[0]);", "count[blockIdx.x] = partial[0];"),  # per block
+    edited(BLOCK_TREE_COUNT, "atomicAdd(count, partial[0]);", "atomicAdd(&count[blockIdx.x % 1], partial[0]);"),
+    edited(BLOCK_TREE_COUNT, "if (0 == t) atomicAdd", "if (t == 1) atomicAdd"),  # another thread's entry
+    edited(BLOCK_TREE_COUNT, "partial[t] = v[i] & 1; else", "partial[t] = v[i] & partial[0]; else"),
+    edited(BLOCK_TREE_COUNT, "else partial[t] = 0;", "else partial[t] = 1;"),  # not the sum's identity
+    edited(BLOCK_TREE_COUNT, "    __syncthreads();\n    for", "    for"),  # the load not behind a barrier
+    edited(BLOCK_TREE_COUNT, "    if (0 == t)", "    partial[t] = 0;\n    if (0 == t)"),  # more after the tree
+], ids=["not_a_power_of_two", "beyond_the_array", "a_maximum", "a_result_per_block", "an_address_of_the_block",
+        "another_thread", "a_value_reading_the_array", "another_identity", "no_barrier", "more_after"])
+def test_a_tree_that_may_add_otherwise_is_not_read_so(spec):
+    assert atomic_form(canonical(spec)) is None
+    assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is not None
