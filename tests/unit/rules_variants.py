@@ -3800,3 +3800,5 @@ extern "C" __global__ void count_odd(const int *v, unsigned int *count, unsigned
 """, "count_odd", [array("v", ["n"], "int32"), array("count", [1], "uint32", role="out"), scalar("n", "n", "uint32")],
     {"n": 1 << 20}, ["n"], {"block_size_x": 128}, {"block_size_x": [32, 64, 128]})
 VARIANTS["block_tree_count"] = ("hierarchical_reduction", BLOCK_TREE_COUNT)
+# Doubles take vectors of two 8-byte lanes (elementwise.py, point_vectors.py).
+VARIANTS.update({"daxpy_vectors": ("vectorize", DAXPY), "laplace_3d_double_vectors": ("vectorize", LAPLACE_3D_DOUBLE)})

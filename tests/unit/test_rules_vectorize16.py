@@ -1,7 +1,7 @@
-"""vectorize on elementwise kernels of 2-byte and 1-byte elements (issue 21): half and bfloat16 kernels (haxpy,
-bf16_axpy and variants written otherwise), bytes, and kernels mixing widths take 16 bytes of their widest
-array per vector (as many elements of the narrower, aligned to what they move), each lane running the body as
-written (so each element rounds as it did), with a scalar tail and, when an array is not aligned to its vector at
+"""vectorize on elementwise kernels of 2-byte, 1-byte and 8-byte elements (issue 21): half and bfloat16 kernels
+(haxpy, bf16_axpy and variants written otherwise), bytes, doubles, and kernels mixing widths take 16 bytes of
+their widest array per vector (as many elements of the narrower, aligned to what they move), each lane running
+the body as written (so each element rounds as it did), with a scalar tail and, when an array is not aligned to its vector at
 run time, the element loop alone. Every rewrite compiles with NVRTC for every configuration of its space and keeps
 the signature; the rewrites run on the CPU (g++, the kernel body
 as written over stand-ins of the fp16/bf16 intrinsics, every thread of the launch in turn) and match the
@@ -29,7 +29,7 @@ from services.generator.rules.elementwise import lanes, model
 from shared.domain.dtypes import host_dtype, to_bfloat16
 from shared.domain.spec import CandidateSpec, KernelSpec, kernel_base_name
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import array, sample, scalar, spec
+from tests.unit.rules_variants import DAXPY, array, sample, scalar, spec
 from tests.unit.test_rules_shapes import _compile, _types, signature
 
 ARCH = "sm_90"
@@ -94,9 +94,11 @@ extern "C" __global__ void dequantize(float *out, const signed char *q, float sc
 # The variants vectorize takes, and the lanes of their vectors (the GPU test verifies them too).
 NARROW_VARIANTS = {"hscale_add": HSCALE_ADD, "bf16_ramp": BF16_RAMP, "threshold_u8": THRESHOLD_U8,
                    "dequantize": DEQUANTIZE}
-KERNELS = {"haxpy": CORPUS["haxpy"].spec(), "bf16_axpy": CORPUS["bf16_axpy"].spec(), **NARROW_VARIANTS}
+KERNELS = {"haxpy": CORPUS["haxpy"].spec(), "bf16_axpy": CORPUS["bf16_axpy"].spec(), **NARROW_VARIANTS,
+           "daxpy": DAXPY}
 # 16 bytes of the widest array
-LANES = {"haxpy": 8, "bf16_axpy": 8, "hscale_add": 8, "bf16_ramp": 4, "threshold_u8": 16, "dequantize": 4}
+LANES = {"haxpy": 8, "bf16_axpy": 8, "hscale_add": 8, "bf16_ramp": 4, "threshold_u8": 16, "dequantize": 4,
+         "daxpy": 2}
 # What vectorize is applied after: nothing, elements_per_thread, or every rule that applies in the plan's order.
 ORDERS = {"alone": ("vectorize",), "ept": ("elements_per_thread", "vectorize"), "plan": None}
 
@@ -123,24 +125,14 @@ def every_configuration(candidate: CandidateSpec) -> list[dict]:
 
 # --- which kernels it takes --------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(KERNELS))
-def test_vectorize_takes_2_and_1_byte_elementwise_kernels(name):
+def test_vectorize_takes_2_1_and_8_byte_elementwise_kernels(name):
     spec_ = KERNELS[name]
     assert rules.check("vectorize", spec_, spec_.as_candidate()) is None
     assert rules.check("elements_per_thread", spec_, spec_.as_candidate()) is None
     assert lanes(model(spec_)) == LANES[name]
 
 
-def test_vectorize_refuses_8_byte_elements_and_arrays_it_cannot_type():
-    doubles = spec(r"""
-extern "C" __global__ void dscale(double *y, const double *x, int n)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = 2.0 * x[i];
-}
-""", "dscale", [array("y", ["n"], "float64", "out"), array("x", ["n"], "float64"), scalar("n", "n")], {"n": 1000},
-                   ["n"])
-    assert rules.check("vectorize", doubles, doubles.as_candidate()).startswith(
-        "y is float64; vectorize takes arrays of 1-, 2- or 4-byte elements (int8, uint8, float16, bfloat16,")
+def test_vectorize_refuses_arrays_it_cannot_type():
     as_array = HSCALE_ADD.model_validate({**HSCALE_ADD.model_dump(), "source": HSCALE_ADD.source.replace(
         "const half *bias", "const half bias[]")})
     assert rules.check("vectorize", as_array, as_array.as_candidate()) == (
@@ -320,7 +312,8 @@ class Bits16(ctypes.Structure):
     _fields_ = [("bits", ctypes.c_uint16)]
 
 
-SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "float32": ctypes.c_float, "int8": ctypes.c_int8,
+SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "float32": ctypes.c_float, "float64": ctypes.c_double,
+           "int64": ctypes.c_int64, "uint64": ctypes.c_uint64, "int8": ctypes.c_int8,
            "uint8": ctypes.c_uint8, "int16": ctypes.c_int16, "uint16": ctypes.c_uint16, "float16": Bits16,
            "bfloat16": Bits16}
 
@@ -419,7 +412,7 @@ def inputs(spec_: KernelSpec, seed: int) -> dict[str, np.ndarray]:
                                             dtype=np.uint8).view(host_dtype(arg.dtype))
         elif arg.dtype == "bfloat16":
             values[arg.name] = to_bfloat16(rng.normal(0, 4, shape))
-        elif arg.dtype in ("float16", "float32"):
+        elif arg.dtype in ("float16", "float32", "float64"):
             values[arg.name] = rng.normal(0, 4, shape).astype(arg.dtype)
         else:
             info = np.iinfo(arg.dtype)

@@ -4,8 +4,8 @@ Such a kernel (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) { BODY
 grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)`, every
 array in BODY indexed by exactly [i], or read through the read-only cache as `__ldg(&x[i])` or `__ldg(x + i)`) can
 be re-shaped without understanding BODY: run it in a grid-stride loop so each thread handles several elements, or
-apply it lane by lane to 128-bit vectors (four lanes of 4-byte elements, eight of 2-byte ones such as __half and
-__nv_bfloat16, sixteen of bytes, as many as 16 bytes of the widest array hold; each lane runs BODY as written, its
+apply it lane by lane to 128-bit vectors (two lanes of doubles or 64-bit integers, four of 4-byte elements, eight of
+2-byte ones such as __half and __nv_bfloat16, sixteen of bytes, as many as 16 bytes of the widest array hold; each lane runs BODY as written, its
 __ldg reads taken from the lane, so it rounds exactly as one thread did). The vectors are taken only when every
 array is aligned to what its vector moves at run time:
 a caller may pass a pointer into the middle of an allocation (a tensor slice starting at element 1), which the
@@ -29,11 +29,11 @@ from services.generator.rules.shape import Layout, block_widths, one_thread_per_
 from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = INTEGER_TYPE
-# The element sizes vectorize takes. A kernel takes 16 bytes of its widest arrays per vector (4 floats or ints,
-# 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to the bytes it moves
+# The element sizes vectorize takes. A kernel takes 16 bytes of its widest arrays per vector (2 doubles, 4 floats or
+# ints, 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to the bytes it moves
 # (its narrower arrays move less: 4 int8s beside floats).
 ELEMENT_BYTES = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2, "float32": 4, "int32": 4,
-                 "uint32": 4}
+                 "uint32": 4, "float64": 8, "int64": 8, "uint64": 8}
 VECTOR_BYTES = 16
 ESCAPES = ("return", "break", "continue", "goto", "__syncthreads", "__syncwarp", "__shared__")
 ASSIGNMENT = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"
@@ -325,9 +325,6 @@ def vectorize_reason(kernel: Elementwise, spec: KernelSpec) -> str | None:
     for name, dtype in kernel.arrays.items():
         if dtype is None:
             return f"{name} is not one of the kernel's array arguments, so it cannot be loaded as vectors"
-        if dtype not in ELEMENT_BYTES:
-            return (f"{name} is {dtype}; vectorize takes arrays of 1-, 2- or 4-byte elements "
-                    f"({', '.join(ELEMENT_BYTES)})")
         if re.search(rf"&\s*{name}\s*\[", body):
             return f"the body takes the address of {name}[{kernel.index}], which a vector lane does not have"
         if not indexed_whenever_run(body, 0, len(body), name) and \
@@ -345,7 +342,7 @@ def vectorize_reason(kernel: Elementwise, spec: KernelSpec) -> str | None:
 
 
 def lanes(kernel: Elementwise) -> int:
-    """The elements per vector: 16 bytes of the widest array's (4 of 4 bytes, 8 of 2 bytes, 16 of 1 byte), so
+    """The elements per vector: 16 bytes of the widest array's (2 of 8 bytes, 4 of 4, 8 of 2, 16 of 1), so
     every access moves at most 128 bits, and a warp's stores of the widest array are contiguous. Lanes by the
     narrowest would have a thread of an int8-to-float kernel store 64 bytes, four 128-bit stores 64 bytes apart
     per warp instruction: 57% of a copy on the H100, where 4 lanes (4 bytes in, 16 out) reach 99%."""

@@ -7,7 +7,7 @@ condition only as `x < W` (or `x <= W - 1`), W arithmetic of scalar arguments th
 in lower bounds `x >= L` or `x > L`, L free of x: the condition then holds for a row's consecutive points where it
 holds for the first and the last. BODY is statements and ifs (no loop,
 return or jump; no reference, pointer or lambda declared) that change no parameter and make no atomic. The arrays it
-takes as vectors are array parameters (of 1-, 2- or 4-byte elements, declared as plain pointers) it indexes at one
+takes as vectors are array parameters (of 1-, 2-, 4- or 8-byte elements, declared as plain pointers) it indexes at one
 subscript moving by exactly 1 along x, of the indices and scalar parameters alone, used no other way (no pointer
 passed on or offset, no address taken but a read's through `__ldg(&a[i])`, no element passed to a function of the
 source, which may take it by reference), no index cast narrower; at least one must be. An array it only reads is
@@ -22,7 +22,7 @@ row, a gather, neighbours under a condition), and each lane reads it as written,
 point is then computed once, by one lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
-V the lanes of 16 bytes of the widest array taken as vectors (4 floats, 8 halves, 16 bytes), the grid along x V
+V the lanes of 16 bytes of the widest array taken as vectors (2 doubles, 4 floats, 8 halves, 16 bytes), the grid along x V
 times smaller; with elements_per_thread (register_blocking) a thread takes that many rows along the slowest axis,
 and in 1D that many vectors, a block width apart, so that a warp's vectors stay consecutive.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
@@ -295,7 +295,7 @@ def _unvectorised(kernel: PointKernel, spec: KernelSpec, masked: str, x: str, ac
         return f"it passes {access.array}[{access.subscript}] to {called}, which takes it by reference"
     declared = pointee(kernel.parameters.get(access.array, ""))
     if declared is None or declared[0] != access.array or _dtype(kernel, spec, access.array) not in ELEMENT_BYTES:
-        return f"{access.array} is not a plain pointer parameter to 1-, 2- or 4-byte elements"
+        return f"{access.array} is not a plain pointer parameter to 1-, 2-, 4- or 8-byte elements"
     return None
 
 
