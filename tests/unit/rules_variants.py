@@ -3800,5 +3800,26 @@ extern "C" __global__ void count_odd(const int *v, unsigned int *count, unsigned
 """, "count_odd", [array("v", ["n"], "int32"), array("count", [1], "uint32", role="out"), scalar("n", "n", "uint32")],
     {"n": 1 << 20}, ["n"], {"block_size_x": 128}, {"block_size_x": [32, 64, 128]})
 VARIANTS["block_tree_count"] = ("hierarchical_reduction", BLOCK_TREE_COUNT)
+# A sum of squares, each thread's value put in the array through a local (size_t indices).
+BLOCK_TREE_SQUARES = spec(r"""
+__global__ void sum_squares_tree(const float *__restrict__ x, float *__restrict__ result, size_t n)
+{
+    __shared__ float buf[512];
+    const size_t gid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    float sq = 0.0f;
+    if (gid < n) {
+        sq = x[gid] * x[gid];
+    }
+    buf[threadIdx.x] = sq;
+    __syncthreads();
+    for (int half = blockDim.x >> 1; half >= 1; half = half >> 1) {
+        if (threadIdx.x < half) buf[threadIdx.x] = buf[threadIdx.x] + buf[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(result, buf[0]);
+}
+""", "sum_squares_tree", [array("x", ["n"]), array("result", [1], role="out"), scalar("n", "n", "uint64")],
+    {"n": 3000017}, ["n"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]})
+VARIANTS["block_tree_squares"] = ("hierarchical_reduction", BLOCK_TREE_SQUARES)
 # Doubles take vectors of two 8-byte lanes (elementwise.py, point_vectors.py).
 VARIANTS.update({"daxpy_vectors": ("vectorize", DAXPY), "laplace_3d_double_vectors": ("vectorize", LAPLACE_3D_DOUBLE)})

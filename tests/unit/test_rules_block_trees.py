@@ -34,6 +34,21 @@ def test_a_tree_sum_handed_to_one_atomic_is_read_as_the_accumulation_it_computes
         assert "elements_per_thread" in candidate.tune_params and "__shfl_down_sync" in candidate.source
 
 
+LOADS = {
+    "ternary": "partial[t] = (i < n) ? v[i] & 1 : 0u;",
+    "zero_then_if": "partial[t] = 0;\n    if (i < n) partial[t] = v[i] & 1;",
+    "through_a_local": "int odd = 0;\n    if (i < n) { odd = v[i] & 1; }\n    partial[t] = odd;",
+}
+
+
+@pytest.mark.parametrize("load", list(LOADS))
+def test_a_threads_value_is_read_however_the_kernel_puts_it_in_the_array(load):
+    spec = edited(BLOCK_TREE_COUNT, "if (i < n) partial[t] = v[i] & 1; else partial[t] = 0;", LOADS[load])
+    value = "(int)(v[i] & 1)" if load == "through_a_local" else "v[i] & 1"
+    assert f"if (i < n) atomicAdd(count, (unsigned int)({value}));" in atomic_form(canonical(spec)).source
+    assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is None
+
+
 def _tuned(spec, values):
     return spec.model_validate({**spec.model_dump(), "tune_params": {"block_size_x": values}, "restrictions": []})
 
@@ -47,10 +62,13 @@ def _tuned(spec, values):
     edited(BLOCK_TREE_COUNT, "if (0 == t) atomicAdd", "if (t == 1) atomicAdd"),  # another thread's entry
     edited(BLOCK_TREE_COUNT, "partial[t] = v[i] & 1; else", "partial[t] = v[i] & partial[0]; else"),
     edited(BLOCK_TREE_COUNT, "else partial[t] = 0;", "else partial[t] = 1;"),  # not the sum's identity
+    edited(BLOCK_TREE_COUNT, "if (i < n) partial[t] = v[i] & 1; else partial[t] = 0;",
+           "int odd = 0;\n    if (i < n) odd = v[i] & 1;\n    partial[t] = 2 * odd;"),  # not the local alone
     edited(BLOCK_TREE_COUNT, "    __syncthreads();\n    for", "    for"),  # the load not behind a barrier
     edited(BLOCK_TREE_COUNT, "    if (0 == t)", "    partial[t] = 0;\n    if (0 == t)"),  # more after the tree
 ], ids=["not_a_power_of_two", "beyond_the_array", "a_maximum", "a_result_per_block", "an_address_of_the_block",
-        "another_thread", "a_value_reading_the_array", "another_identity", "no_barrier", "more_after"])
+        "another_thread", "a_value_reading_the_array", "another_identity", "the_local_scaled", "no_barrier",
+        "more_after"])
 def test_a_tree_that_may_add_otherwise_is_not_read_so(spec):
     assert atomic_form(canonical(spec)) is None
     assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is not None

@@ -20,10 +20,10 @@ from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, no
 from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS_GRADIENT, BIAS_GRADIENT_OVER_A_BATCH,
-                                       BLOCK_TREE_COUNT, CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS,
-                                       ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D, MASKED_STATS_2D,
-                                       POSITIVES_PER_BATCH, ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS, ROW_SUMS_BY_BLOCK_INDEX,
-                                       STACK_SUM, TOTAL_ON_A_FIXED_GRID)
+                                       BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, CHANNEL_SQUARES_GRID_STRIDE,
+                                       CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
+                                       MASKED_STATS_2D, POSITIVES_PER_BATCH, ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS,
+                                       ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM, TOTAL_ON_A_FIXED_GRID)
 from tests.unit.test_rules_vectorize16 import EmulatedFault, _in_child, needs_gxx, threaded_library
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
@@ -95,7 +95,8 @@ template <typename T> static T atomicMax(T *address, T value) {
     return old;
 }
 """
-SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "float32": ctypes.c_float, "float64": ctypes.c_double}
+SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "float32": ctypes.c_float, "float64": ctypes.c_double,
+           "int64": ctypes.c_int64, "uint64": ctypes.c_uint64}
 SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole block
     "batch_sums": {"n": 1001, "batch": 3},
     "row_sums_2d": {"rows": 11, "cols": 301},
@@ -117,6 +118,7 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "style-bias_grad": {"batch": 67, "features": 45},
     "row_atomic": {"rows": 3, "cols": 1001},
     "count_odd": {"n": 3001},
+    "sum_squares_tree": {"n": 3001},
     "style-block_sum": {"n": 3001},
 }
 KERNELS = {
@@ -124,7 +126,7 @@ KERNELS = {
                                            ROW_PEAKS_BELOW, BIAS_GRADIENT, COLUMN_LOWS, STACK_SUM, IMAGE_SUM_2D,
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
                                            CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS, ROW_SUMS_BY_BLOCK_INDEX,
-                                           BLOCK_TREE_COUNT)},
+                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),
     "total_gs": TOTAL_ON_A_FIXED_GRID.model_copy(update={"problem_size": [3]}),

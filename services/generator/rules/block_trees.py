@@ -3,7 +3,7 @@
     __shared__ float cache[256];
     int tid = threadIdx.x;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    cache[tid] = (i < n) ? in[i] : 0.0f;              // or: if (i < n) cache[tid] = in[i]; else cache[tid] = 0;
+    cache[tid] = (i < n) ? in[i] : 0.0f;              // or an if with an else, or a zero then an if, or a local
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {    // a tree tree.py reads, adding
         if (tid < s) cache[tid] += cache[tid + s];
@@ -24,7 +24,10 @@ tree spelled by hand, with its own block size and elements per thread. Each valu
 evaluates it, once by its thread where the condition holds, converted to the shared array's type as the store into
 it converts it.
 
-Read only where the body is exactly that, in that order: the shared array's declaration and integer locals of the
+The load may be spelled `if (i < n) cache[tid] = in[i]; else cache[tid] = 0;`, `cache[tid] = 0; if (i < n)
+cache[tid] = in[i];`, or through a local, `float v = 0; if (i < n) v = in[i]; cache[tid] = v;` (the value then
+converted to the local's type first, as the kernel converts it). Read only where the body is exactly that, in
+that order: the shared array's declaration and integer locals of the
 launch geometry (in any order), the load, a barrier, the tree, and the one atomicAdd of cache[0] by the thread
 whose index is 0 into an address of parameters and numbers alone; the array read nowhere else and the condition
 and value not reading it; every block size the spec may launch (its tune values that meet its restrictions, else
@@ -38,10 +41,11 @@ from services.generator.rules.statements import Statement, Unparsed, statements
 from services.generator.rules.tree import is_thread_x, shared_arrays, tree_loops
 from shared.domain.spec import KernelSpec
 
-_ZERO = r"\(?\s*(?:0|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
+_ZERO = r"\(?\s*(?:0[uUlL]*|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
 _SHARED = re.compile(r"\s*__shared__\s+(?:volatile\s+)?[A-Za-z_][\w ]*?\s+(?P<name>[A-Za-z_]\w*)\s*"
                      r"\[\s*(?P<size>\d+)\s*\]\s*;\s*")
 _LOCAL = re.compile(r"\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int|long\s+long|size_t)\s+[A-Za-z_]\w*\s*=[^;]*;\s*")
+_ARITHMETIC = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
 _GEOMETRY = re.compile(r"\b(?:threadIdx|blockIdx|blockDim)\s*\.\s*[xyz]\b")
 
 
@@ -63,13 +67,15 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
             re.sub(r"\s", "", masked[body[place - 1].start:body[place - 1].end]) != "__syncthreads();":
         return None
     array, thread = tree.array, tree.thread
-    shared = [s for s in body[:place - 2] if _SHARED.fullmatch(_text(masked, s))]
-    kept = [s for s in body[:place - 2] if s not in shared]
-    if len(shared) != 1 or _SHARED.fullmatch(_text(masked, shared[0]))["name"] != array or \
-            any(not _LOCAL.fullmatch(_text(masked, s)) or not _GEOMETRY.search(_text(masked, s)) or
-                re.search(rf"(?<![\w.]){array}\b", _text(masked, s)) for s in kept):
+    shared = [s for s in body[:place - 1] if _SHARED.fullmatch(_text(masked, s))]
+    kept = [s for s in body[:place - 1] if s not in shared and _LOCAL.fullmatch(_text(masked, s)) and
+            _GEOMETRY.search(_text(masked, s))]
+    load = [s for s in body[:place - 1] if s not in shared and s not in kept]
+    if len(shared) != 1 or _SHARED.fullmatch(_text(masked, shared[0]))["name"] != array or not load or \
+            load != body[place - 1 - len(load):place - 1] or \
+            any(re.search(rf"(?<![\w.]){array}\b", _text(masked, s)) for s in kept):
         return None
-    loaded = _load(spec.source, masked, body[place - 2], array, thread)
+    loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread)
     added = _added(masked, _text(masked, body[place + 1]), array, thread, parameters_of(spec.source, kernel))
     if loaded is None or added is None or \
             not _powers_of_two_within(spec, int(_SHARED.fullmatch(_text(masked, shared[0]))["size"])):
@@ -86,24 +92,25 @@ def _text(masked: str, statement: Statement) -> str:
     return masked[statement.start:statement.end]
 
 
-def _load(source: str, masked: str, statement, array: str, thread: str) -> tuple[str, str] | None:
-    """(the condition, the value) of `ARRAY[t] = COND ? VALUE : 0;` or `if (COND) ARRAY[t] = VALUE; else ARRAY[t]
-    = 0;`, as written; None otherwise, or where either reads the array."""
-    at = re.escape(thread)
-    text = masked[statement.start:statement.end]
-    ternary = re.fullmatch(rf"\s*{array}\s*\[\s*{at}\s*\]\s*=(?P<c>[^?;]+)\?(?P<v>[^:;]+):\s*{_ZERO}\s*;\s*", text)
-    if ternary is None:
-        branches = re.fullmatch(rf"\s*if\s*\((?P<c>.+)\)\s*\{{?\s*{array}\s*\[\s*{at}\s*\]\s*=(?P<v>[^;]+);\s*\}}?"
-                                rf"\s*else\s*\{{?\s*{array}\s*\[\s*{at}\s*\]\s*=\s*{_ZERO}\s*;\s*\}}?\s*", text,
-                                re.DOTALL)
-        ternary = branches
-    if ternary is None:
+def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: str) -> tuple[str, str] | None:
+    """(the condition, the value) of the statements that put a thread's value into the array, as written:
+    `ARRAY[t] = COND ? VALUE : 0;`, `if (COND) ARRAY[t] = VALUE; else ARRAY[t] = 0;`, `ARRAY[t] = 0; if (COND)
+    ARRAY[t] = VALUE;`, or `T v = 0; if (COND) v = VALUE; ARRAY[t] = v;` (VALUE then converted to T); None
+    otherwise, or where either reads the array."""
+    at, text = re.escape(thread), masked[span[0]:span[1]]
+    slot = rf"{array}\s*\[\s*{at}\s*\]"
+    found = re.fullmatch(rf"\s*{slot}\s*=(?P<c>[^?;]+)\?(?P<v>[^:;]+):\s*{_ZERO}\s*;\s*", text) or \
+        re.fullmatch(rf"\s*if\s*\((?P<c>.+)\)\s*\{{?\s*{slot}\s*=(?P<v>[^;]+);\s*\}}?"
+                     rf"\s*else\s*\{{?\s*{slot}\s*=\s*{_ZERO}\s*;\s*\}}?\s*", text, re.DOTALL) or \
+        re.fullmatch(rf"\s*{slot}\s*=\s*{_ZERO}\s*;\s*if\s*\((?P<c>.+)\)\s*\{{?\s*{slot}\s*=(?P<v>[^;]+);"
+                     rf"\s*\}}?\s*", text, re.DOTALL) or \
+        re.fullmatch(rf"\s*(?P<t>{_ARITHMETIC})\s+(?P<n>[A-Za-z_]\w*)\s*=\s*{_ZERO}\s*;\s*if\s*\((?P<c>.+)\)"
+                     rf"\s*\{{?\s*(?P=n)\s*=(?P<v>[^;]+);\s*\}}?\s*{slot}\s*=\s*(?P=n)\s*;\s*", text, re.DOTALL)
+    if found is None or any(re.search(rf"(?<![\w.]){array}\b", found[g]) for g in ("c", "v")) or \
+            found.groupdict().get("n") and re.search(rf"(?<![\w.]){found['n']}\b", found["v"] + found["c"]):
         return None
-    condition, value = (source[statement.start + ternary.start(g):statement.start + ternary.end(g)].strip()
-                        for g in ("c", "v"))
-    if any(re.search(rf"(?<![\w.]){array}\b", part) for part in (ternary["c"], ternary["v"])):
-        return None
-    return condition, value
+    condition, value = (source[span[0] + found.start(g):span[0] + found.end(g)].strip() for g in ("c", "v"))
+    return condition, f"({' '.join(found['t'].split())})({value})" if found.groupdict().get("t") else value
 
 
 def _added(masked: str, text: str, array: str, thread: str, parameters: list[str]) -> str | None:
