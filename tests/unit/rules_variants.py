@@ -3823,3 +3823,17 @@ __global__ void sum_squares_tree(const float *__restrict__ x, float *__restrict_
 VARIANTS["block_tree_squares"] = ("hierarchical_reduction", BLOCK_TREE_SQUARES)
 # Doubles take vectors of two 8-byte lanes (elementwise.py, point_vectors.py).
 VARIANTS.update({"daxpy_vectors": ("vectorize", DAXPY), "laplace_3d_double_vectors": ("vectorize", LAPLACE_3D_DOUBLE)})
+# Rows strided along y by blockIdx.y (blocks one thread deep there) under a column's guard, an early return on the
+# x index (grid_stride.py reads it as the points of the box, the guard kept): the launch fixes 7 block rows.
+ROWS_STRIDED_ALONG_Y = spec(r"""
+__global__ void add_bias_rows(float *out, const float *in, const float *bias, int rows, int cols)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y)
+        out[r * cols + c] = in[r * cols + c] + bias[c];
+}
+""", "add_bias_rows", [array("out", ["rows", "cols"], role="out"), array("in", ["rows", "cols"]), array("bias", ["cols"]),
+                       scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 45, "cols": 1001}, ["cols", 7],
+    tune_params={"block_size_x": [64, 128, 256]}, grid_div_y=[])
+VARIANTS["rows_strided_along_y_under_a_column_guard"] = ("vectorize", ROWS_STRIDED_ALONG_Y)

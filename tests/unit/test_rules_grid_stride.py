@@ -1,14 +1,20 @@
 """A nest of grid-stride loops read as the kernel of one point per thread it stands for
 (services/generator/rules/grid_stride.py): respelt exactly, launched one thread per point along its axes, or left
 alone where the respelling could differ."""
+import itertools
+
 import pytest
 
 from services.generator import rules
+from services.generator.rules.canonical import canonical
+from services.generator.rules.cuda_text import normalised
 from services.generator.rules.grid_stride import point_form
 from services.generator.rules.shapes import reading, recognise
-from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, SCALE_3D_GRID_STRIDE,
-                                     SCALE_ON_A_FIXED_GRID, TOTAL_ON_A_FIXED_GRID, TRANSPOSE_GRID_STRIDE, array,
-                                     edited, scalar)
+from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, ROWS_STRIDED_ALONG_Y,
+                                     SCALE_3D_GRID_STRIDE, SCALE_ON_A_FIXED_GRID, TOTAL_ON_A_FIXED_GRID,
+                                     TRANSPOSE_GRID_STRIDE, array, edited, scalar)
+from tests.unit.test_rules_vectorize16 import needs_gxx
+from tests.unit.test_rules_window import build, run
 
 
 def masked(old: str, new: str, **spec):
@@ -115,6 +121,26 @@ def test_a_row_index_before_the_nest_is_the_points_y_index():
     assert point_form(deeper) is None  # blockIdx.y is then no thread's index
 
 
+def test_rows_strided_along_y_under_a_guard_of_the_column_are_the_points_of_the_box():
+    """An early return on the x index before a grid-stride loop along y: the guard is kept, the loop's bound
+    joins it, and the box is launched a point per thread."""
+    read = point_form(canonical(ROWS_STRIDED_ALONG_Y))
+    assert "int r = blockIdx.y;\n    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    if (c < cols && r < rows) {" \
+        in read.source
+    assert read.problem_size == ["cols", "rows"]
+    assert recognise(ROWS_STRIDED_ALONG_Y)[0].name == "points"
+    assert rules.check("vectorize", ROWS_STRIDED_ALONG_Y, ROWS_STRIDED_ALONG_Y.as_candidate()) is None
+
+
+@pytest.mark.parametrize("guard", [
+    "if (bias[c] == 0.0f) return;",  # a guard reading an array
+    "if (c >= cols || rows > (int)blockDim.x) return;",  # a guard reading the launch geometry
+    "if (c >= cols) return;\n    out[c] = 0.0f;",  # more than the loop under the guard
+])
+def test_a_guard_around_the_rows_that_is_not_the_columns_own_is_not_respelt(guard):
+    assert point_form(canonical(edited(ROWS_STRIDED_ALONG_Y, "if (c >= cols) return;", guard))) is None
+
+
 STORE = "if (k > q) scores[(size_t)q * n + k] = fill;"
 COLUMNS = "int k = blockIdx.x * blockDim.x + threadIdx.x; k < n; k += blockDim.x * gridDim.x"
 REFUSED = {
@@ -204,3 +230,26 @@ def test_a_fixed_grid_is_not_read_where_the_launch_over_its_bounds_could_fail(ca
             **TOTAL_ON_A_FIXED_GRID.model_dump(), "sizes": {"n": 5},
             "source": TOTAL_ON_A_FIXED_GRID.source.replace("i < n;", "i < n - 9;")})
     assert point_form(spec) is None
+
+
+@needs_gxx
+@pytest.mark.parametrize("order", [("vectorize",), ("elements_per_thread",), ("elements_per_thread", "vectorize")],
+                         ids="+".join)
+def test_rows_strided_along_y_are_rewritten_to_what_the_submitted_kernel_computes(tmp_path, order):
+    """On the CPU (g++, AddressSanitizer), at more rows than the fixed grid's 7 and fewer, sizes no vector or block
+    divides, aligned and not: every array as the submitted kernel leaves it."""
+    spec_ = ROWS_STRIDED_ALONG_Y
+    candidate = spec_.as_candidate()
+    for rule in order:
+        candidate = rules.apply(rule, spec_, candidate)
+    marched = "elements_per_thread" in candidate.tune_params
+    for sizes, shift in itertools.product(({"rows": 9, "cols": 203}, {"rows": 4, "cols": 64}), (0, 1)):
+        at_size = spec_.with_sizes(sizes)
+        base = at_size.baseline_params()
+        expected = run(build(spec_.source, spec_.kernel_name, tmp_path, {}), at_size, base, shift)
+        for steps, block in itertools.product([1, 2, 4] if marched else [None], (32, 64)):
+            params = {**base, **candidate.params, "block_size_x": block,
+                      **({"elements_per_thread": steps} if marched else {})}
+            defines = {k: v for k, v in params.items() if k not in spec_.block_size_names}
+            library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
+            assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (sizes, shift, params)

@@ -20,9 +20,11 @@ rendering leaves alone the reading's grid).
 The respelling is exact or not made. It is made only where:
 - the kernel's body is the nest alone, after integer locals of the launch geometry at most (`const int stride =
   blockDim.x * gridDim.x;`, or declared after the index in a loop's head), which only the loops' starts and steps
-  read; each loop starts at the thread's index
-  along its own axis (the axes x, then y, then z, in any order of nesting), steps by the grid's width along it,
-  and runs while the index is below a bound;
+  read, or the thread's index along an axis no loop strides (a batch's row `b = blockIdx.y`, a column's x index);
+  the nest may stand under a guard of those indices and parameters alone (`if (c >= cols) return;` before rows
+  strided along y), which the point's guard then tests first; each loop starts at the thread's index along its
+  own axis (the loops and those indices together the axes x, then y, then z, in any order of nesting), steps by
+  the grid's width along it, and runs while the index is below a bound;
 - each bound is arithmetic of scalar arguments of given values, which the nest does not change: the new grid must
   reach every point the loops reach, so it is launched over the spec's problem size where that covers the bound
   at the spec's sizes and at sizes around them (each size one less or one more, as verification trials take
@@ -44,7 +46,8 @@ from dataclasses import dataclass
 from services.generator.rules import affine, points
 from services.generator.rules.coverage import GRID_LIMIT, launched_for, values_around
 from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, constant_macros, defined_macros,
-                                                find_kernel, mask, split_top_level)
+                                                find_kernel, mask, outside_brackets, split_top_level,
+                                                unparenthesised)
 from services.generator.rules.statements import Statement, Unparsed, statements, walk
 from shared.domain.expressions import ExpressionError, evaluate
 from shared.domain.spec import KernelSpec
@@ -71,45 +74,65 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
     try:
         kernel = find_kernel(spec.source, spec.kernel_name)
         masked = mask(spec.source)
-        *setup, nest = statements(masked, kernel.body_open + 1, kernel.body_close)
+        *setup, outer = statements(masked, kernel.body_open + 1, kernel.body_close)
         known = _launch_locals(setup, masked)
+        nest, tested = _under_its_guard(masked, outer)
         if nest.kind != "for" or known is None or _unread_text(masked, kernel.body_open, kernel.body_close):
             return None
         loops, inner = _nest(spec, masked, nest, known)
     except (Unparsed, ValueError):
         return None
-    text = masked[nest.start:nest.end]
-    rows = _row_indices(spec, setup, masked, len(loops))
-    if not loops or sorted(loop.axis for loop in loops) != list(range(len(loops))) or \
+    text = masked[outer.start:outer.end]
+    rows = _row_indices(spec, setup, masked, {loop.axis for loop in loops})
+    axes = sorted([loop.axis for loop in loops] + [axis for axis, _ in rows.values()])
+    if not loops or axes[:len(set(axes))] != list(range(len(set(axes)))) or len(set(axes)) != len(axes) or \
             any(re.search(rf"\b{name}\b", masked[inner.start:inner.end] + " ".join(loop.bound for loop in loops))
                 for name in set(known) - set(rows)) or \
+            tested is not None and not set(re.findall(r"[A-Za-z_]\w*", tested)) <= set(rows) | set(
+                points.parameters_of(spec.source, kernel)) or \
             (jumps := _continues(masked, inner)) is None or (launched := _launched(spec, loops, text)) is None:
         return None
-    guard = " && ".join(f"{loop.index} < {_operand(loop.bound)}" for loop in loops)
+    guard = " && ".join([*([_conjunct(tested)] if tested else []),
+                         *(f"{loop.index} < {_operand(loop.bound)}" for loop in loops)])
     span = inner.inner if inner.kind == "block" else (inner.start, inner.end)
     body = points.replace_spans(spec.source[:span[1]], [(at, at + len("continue"), "return") for at in jumps])
     body = body[span[0]:]
-    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), *rows.values(), f"if ({guard}) {{",
+    lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), *(d for _, d in rows.values()),
+             f"if ({guard}) {{",
              textwrap.indent(textwrap.dedent(body.strip("\n").rstrip()), points.INDENT), "}"]
-    first = setup[0].start if setup else nest.start
+    first = setup[0].start if setup else outer.start
     source = spec.source[:first] + textwrap.indent("\n".join(lines), points.INDENT).lstrip() + \
-        spec.source[nest.end:]
+        spec.source[outer.end:]
     grid = {f"grid_div_{'xyz'[loop.axis]}": [spec.block_size_names[loop.axis]] for loop in loops}
     pointed = spec.model_copy(update={"source": source, "problem_size": launched, **grid})
     return pointed if _independent(pointed, {loop.index for loop in loops}) else None
 
 
-def _row_indices(spec: KernelSpec, setup: list[Statement], masked: str, looped: int) -> dict[str, str]:
+def _row_indices(spec: KernelSpec, setup: list[Statement], masked: str,
+                 looped: set[int]) -> dict[str, tuple[int, str]]:
     """The locals before the nest that are the thread's index along an axis no loop strides (`const int b =
-    blockIdx.y;` in blocks one thread deep along y: a batch's row), each declared alone, by name with its
-    declaration: the point body may read them, as a point kernel reads its y index."""
+    blockIdx.y;` in blocks one thread deep along y: a batch's row; a column's x index beside rows strided along
+    y), each declared alone, by name with its axis and declaration: the point body may read them, as a point
+    kernel reads its indices."""
     found = {}
     for statement in setup:
         declared = _ONE_LOCAL.fullmatch(masked, statement.start, statement.end)
         axis = declared and points.thread_index_axis(declared["init"], spec)
-        if axis and axis[0] >= looped:
-            found[declared["name"]] = f"{declared['type'].strip()} {declared['name']} = {declared['init'].strip()};"
+        if axis and axis[0] not in looped:
+            found[declared["name"]] = (axis[0], f"{declared['type'].strip()} {declared['name']} = "
+                                                f"{declared['init'].strip()};")
     return found
+
+
+def _under_its_guard(masked: str, statement: Statement) -> tuple[Statement, str | None]:
+    """The nest, and the condition of a guard around it (`if (c < cols) for (...) ...`, an early return on the
+    thread's index read as the guard it means), or None without one."""
+    if statement.kind != "if" or statement.orelse is not None:
+        return statement, None
+    inside = statement.body
+    if inside.kind == "block" and len(children := inside.children(masked)) == 1:
+        inside = children[0]
+    return inside, masked[statement.head[0]:statement.head[1]]
 
 
 def _independent(spec: KernelSpec, indices: set[str]) -> bool:
@@ -272,6 +295,12 @@ def smallest_block(spec: KernelSpec, axis: int) -> int:
     name = spec.block_size_names[axis]
     values = [v for v in spec.tune_params.get(name, []) if isinstance(v, int)]
     return max(1, min(values or [int(spec.baseline_params().get(name, 1))]))
+
+
+def _conjunct(condition: str) -> str:
+    """The condition as a conjunct of a chain of &&: parenthesised unless it is one such chain already."""
+    bare = " ".join(unparenthesised(condition).split())
+    return bare if not re.search(r"\|\||\?|,|=(?!=)(?<![<>!=]=)", outside_brackets(bare)) else f"({bare})"
 
 
 def _operand(bound: str) -> str:
