@@ -1343,8 +1343,6 @@ NOT_OF_SHAPE = {
         SMOOTH, "    const size_t at = (size_t)row * w + col;",
         "    dst += (size_t)row * w;\n    const size_t at = col;"),
         "its point body changes its parameter dst, which a thread's next point would see changed"),
-    "already_one_atomic_per_block": ("hierarchical_reduction", WEIGHTED_SUM,
-                                     "already shares values through shared memory: one atomic per block"),
     "a_sum_that_starts_elsewhere": ("hierarchical_reduction", edited(
         COUNT_POSITIVE, "unsigned int mine = 0u;", "unsigned int mine = 1u;"), "starts at 1u, not 0"),
     "an_atomic_chosen_by_its_value": ("hierarchical_reduction", edited(
@@ -3837,3 +3835,34 @@ __global__ void add_bias_rows(float *out, const float *in, const float *bias, in
                        scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 45, "cols": 1001}, ["cols", 7],
     tune_params={"block_size_x": [64, 128, 256]}, grid_div_y=[])
 VARIANTS["rows_strided_along_y_under_a_column_guard"] = ("vectorize", ROWS_STRIDED_ALONG_Y)
+# A grid-stride sum handed to a block's shared-memory tree (block_trees.py reads each thread's value handed to the
+# atomic): the tree spelled as a for loop, and as CUDA by Example's dot product spells it, a while loop on `i != 0`,
+# on a fixed grid of 32 blocks.
+DOT_BY_EXAMPLE = spec(r"""
+#define THREADS_PER_BLOCK 256
+__global__ void dot(const float *a, const float *b, float *c, int N)
+{
+    __shared__ float cache[THREADS_PER_BLOCK];
+    int tid = threadIdx.x + blockIdx.x * blockDim.x;
+    int cacheIndex = threadIdx.x;
+    float temp = 0;
+    while (tid < N) {
+        temp += a[tid] * b[tid];
+        tid += blockDim.x * gridDim.x;
+    }
+    cache[cacheIndex] = temp;
+    __syncthreads();
+    int i = blockDim.x / 2;
+    while (i != 0) {
+        if (cacheIndex < i)
+            cache[cacheIndex] += cache[cacheIndex + i];
+        __syncthreads();
+        i /= 2;
+    }
+    if (cacheIndex == 0)
+        atomicAdd(c, cache[0]);
+}
+""", "dot", [array("a", ["N"]), array("b", ["N"]), array("c", [1], role="out"), scalar("N", "N")], {"N": 33 * 1024},
+    [32], {"block_size_x": 256}, {"block_size_x": [64, 128, 256]}, grid_div_x=[])
+VARIANTS.update({"weighted_sum_block_tree": ("hierarchical_reduction", WEIGHTED_SUM),
+                 "dot_by_example": ("hierarchical_reduction", DOT_BY_EXAMPLE)})

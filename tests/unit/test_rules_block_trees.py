@@ -11,7 +11,7 @@ from services.generator import rules
 from services.generator.rules.block_trees import atomic_form
 from services.generator.rules.canonical import canonical
 from services.generator.rules.shapes import recognise
-from tests.unit.rules_variants import BLOCK_TREE_COUNT, edited
+from tests.unit.rules_variants import BLOCK_TREE_COUNT, DOT_BY_EXAMPLE, edited
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 BLOCK_SUM = load_spec(STYLES / "block_sum.cu", STYLES / "block_sum.yaml")
@@ -23,8 +23,8 @@ def squeezed(text: str) -> str:
 
 def test_a_tree_sum_handed_to_one_atomic_is_read_as_the_accumulation_it_computes():
     read = atomic_form(canonical(BLOCK_SUM))
-    assert squeezed("int tid = threadIdx.x; int i = blockIdx.x * blockDim.x + threadIdx.x; "
-                    "if (i < n) atomicAdd(total, (float)(in[i]));") in squeezed(read.source)
+    assert squeezed("{ int i = blockIdx.x * blockDim.x + threadIdx.x; "  # tid, read by the tree alone, goes
+                    "if (i < n) atomicAdd(total, (float)(in[i])); }") in squeezed(read.source)
     assert "__shared__" not in read.source and "__syncthreads" not in read.source
     counted = atomic_form(canonical(BLOCK_TREE_COUNT))
     assert "if (i < n) atomicAdd(count, (unsigned int)(v[i] & 1));" in counted.source
@@ -49,6 +49,26 @@ def test_a_threads_value_is_read_however_the_kernel_puts_it_in_the_array(load):
     assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is None
 
 
+def test_a_value_each_thread_computes_and_hands_to_the_tree_is_handed_to_the_atomic():
+    """CUDA by Example's dot product: a grid-stride sum into a local, the tree a while loop on `i != 0`."""
+    read = atomic_form(canonical(DOT_BY_EXAMPLE))
+    assert squeezed("float temp = 0; for (int tid = threadIdx.x + blockIdx.x * blockDim.x; tid < N; "
+                    "tid += blockDim.x * gridDim.x) { temp += a[tid] * b[tid]; } atomicAdd(c, temp);") in \
+        squeezed(read.source)
+    assert recognise(DOT_BY_EXAMPLE)[0].name == "warp_atomics"
+    candidate = rules.apply("hierarchical_reduction", DOT_BY_EXAMPLE, DOT_BY_EXAMPLE.as_candidate())
+    assert "elements_per_thread" not in candidate.tune_params  # its grid is fixed (grid_div_x: []): kept so
+
+
+@pytest.mark.parametrize("change", [
+    ("temp += a[tid] * b[tid];", "temp += a[tid] * b[tid] + cache[0];"),  # the loop reads the array
+    ("    cache[cacheIndex] = temp;", "    __syncthreads();\n    cache[cacheIndex] = temp;"),  # a barrier before
+    ("    cache[cacheIndex] = temp;", "    cache[cacheIndex] = temp + cache[1];"),  # the value reads it
+], ids=["a_loop_reading_the_array", "a_barrier_among_the_threads_statements", "a_value_reading_the_array"])
+def test_a_handed_value_that_may_see_other_threads_is_not_read_so(change):
+    assert atomic_form(canonical(edited(DOT_BY_EXAMPLE, *change))) is None
+
+
 def _tuned(spec, values):
     return spec.model_validate({**spec.model_dump(), "tune_params": {"block_size_x": values}, "restrictions": []})
 
@@ -62,13 +82,10 @@ def _tuned(spec, values):
     edited(BLOCK_TREE_COUNT, "if (0 == t) atomicAdd", "if (t == 1) atomicAdd"),  # another thread's entry
     edited(BLOCK_TREE_COUNT, "partial[t] = v[i] & 1; else", "partial[t] = v[i] & partial[0]; else"),
     edited(BLOCK_TREE_COUNT, "else partial[t] = 0;", "else partial[t] = 1;"),  # not the sum's identity
-    edited(BLOCK_TREE_COUNT, "if (i < n) partial[t] = v[i] & 1; else partial[t] = 0;",
-           "int odd = 0;\n    if (i < n) odd = v[i] & 1;\n    partial[t] = 2 * odd;"),  # not the local alone
     edited(BLOCK_TREE_COUNT, "    __syncthreads();\n    for", "    for"),  # the load not behind a barrier
     edited(BLOCK_TREE_COUNT, "    if (0 == t)", "    partial[t] = 0;\n    if (0 == t)"),  # more after the tree
 ], ids=["not_a_power_of_two", "beyond_the_array", "a_maximum", "a_result_per_block", "an_address_of_the_block",
-        "another_thread", "a_value_reading_the_array", "another_identity", "the_local_scaled", "no_barrier",
-        "more_after"])
+        "another_thread", "a_value_reading_the_array", "another_identity", "no_barrier", "more_after"])
 def test_a_tree_that_may_add_otherwise_is_not_read_so(spec):
     assert atomic_form(canonical(spec)) is None
     assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is not None

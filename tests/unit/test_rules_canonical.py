@@ -614,6 +614,8 @@ def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(inde
     ("int", "x + 1 < n >> 1"),  # a bound of operators binding less tightly than `-`
     ("float", "x + 1 < f"),
     ("short", "x + 1 < h"),  # promoted to int: no wrap to read around
+    ("int", "x + 1 < n & n"),  # `&` binds less tightly than `<`: (x + 1 < n) & n (review, helper-96)
+    ("unsigned int", "u + 1 < u * 2 && x < u"),  # u a parameter, which may hold (unsigned)-1: u + 1 wraps
 ])
 def test_other_offset_bounds_stay(index, condition):
     assert offset_bound(index, condition) == condition
@@ -641,6 +643,17 @@ def test_a_thread_index_defined_with_an_offset_is_read_as_the_point_plus_the_off
     "    int x = n + 1;\n    if (x < n) out[x] = in[x];",  # not the launch geometry
     "    int x = threadIdx.x + 1, y = 2;\n    if (x < n) out[x] = in[y];",  # several declarators
     "    int x = threadIdx.x + 1;\n    int *p = &x;\n    if (*p < n) out[x] = in[x];",  # its address taken
+    # bound to a reference, or a narrow type's wrap (review, helper-96)
+    "    int x = threadIdx.x + 1;\n    int &r = x;\n    if (r < n) out[x] = in[x];",
+    "    unsigned short x = threadIdx.x + 1;\n    if (x < n) out[x] = in[x];",
+    "    int x = threadIdx.x & 3 + 1;\n    if (x < n) out[x] = in[x];",  # x = threadIdx.x & 4
+    "    int x = threadIdx.x + 1;\n    if (x < n) { float4 x = make_float4(0, 0, 0, 0); out[0] = x.y; }",
 ])
 def test_an_index_offset_that_may_not_be_moved_stays(body):
     assert "(x + " not in canon(body)
+
+
+def test_an_index_offset_passed_to_a_helper_by_reference_stays():
+    body = canon("    int x = threadIdx.x + 1;\n    if (x < n) { bump(x); out[x] = in[x]; }",
+                 before="__device__ void bump(int &v) { v += 0; }")
+    assert "(x + " not in body

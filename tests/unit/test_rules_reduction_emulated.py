@@ -23,7 +23,8 @@ from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS
                                        BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, CHANNEL_SQUARES_GRID_STRIDE,
                                        CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
                                        MASKED_STATS_2D, POSITIVES_PER_BATCH, ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS,
-                                       ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM, TOTAL_ON_A_FIXED_GRID)
+                                       ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM, TOTAL_ON_A_FIXED_GRID, DOT_BY_EXAMPLE,
+                                       WEIGHTED_SUM)
 from tests.unit.test_rules_vectorize16 import EmulatedFault, _in_child, needs_gxx, threaded_library
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
@@ -119,6 +120,8 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "row_atomic": {"rows": 3, "cols": 1001},
     "count_odd": {"n": 3001},
     "sum_squares_tree": {"n": 3001},
+    "dot": {"N": 3001},
+    "weighted_sum": {"count": 3001, "blocks": 5},
     "style-block_sum": {"n": 3001},
 }
 KERNELS = {
@@ -126,7 +129,7 @@ KERNELS = {
                                            ROW_PEAKS_BELOW, BIAS_GRADIENT, COLUMN_LOWS, STACK_SUM, IMAGE_SUM_2D,
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
                                            CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS, ROW_SUMS_BY_BLOCK_INDEX,
-                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES)},
+                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, DOT_BY_EXAMPLE, WEIGHTED_SUM)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),
     "total_gs": TOTAL_ON_A_FIXED_GRID.model_copy(update={"problem_size": [3]}),

@@ -14,7 +14,6 @@
 adds every block's values, each once, into *total: where the block size is a power of two no larger than the
 shared array, the tree adds each of the block's entries into cache[0]. So the kernel computes what
 
-    int tid = threadIdx.x;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) atomicAdd(total, (float)(in[i]));
 
@@ -26,9 +25,13 @@ it converts it.
 
 The load may be spelled `if (i < n) cache[tid] = in[i]; else cache[tid] = 0;`, `cache[tid] = 0; if (i < n)
 cache[tid] = in[i];`, or through a local, `float v = 0; if (i < n) v = in[i]; cache[tid] = v;` (the value then
-converted to the local's type first, as the kernel converts it). Read only where the body is exactly that, in
-that order: the shared array's declaration and integer locals of the
-launch geometry (in any order), the load, a barrier, the tree, and the one atomicAdd of cache[0] by the thread
+converted to the local's type first, as the kernel converts it). A thread may also compute its value with
+statements of its own before handing it (`float temp = 0; for (...) temp += a[i] * b[i]; cache[t] = temp;`, CUDA
+by Example's dot product): those statements are kept, and every thread hands its value to the atomic, unguarded
+(`atomicAdd(c, temp);`), where they name neither the array nor a barrier, a return or another thread's value.
+Read only where the body is exactly that, in that order: the shared array's declaration and integer locals of the
+launch geometry (in any order; those the rest does not read go), the load, a barrier, the tree (a while loop
+halving its index to 0 is the for loop canonical.py reads it as), and the one atomicAdd of cache[0] by the thread
 whose index is 0 into an address of parameters and numbers alone; the array read nowhere else and the condition
 and value not reading it; every block size the spec may launch (its tune values that meet its restrictions, else
 its own) a power of two no larger than the array.
@@ -44,7 +47,8 @@ from shared.domain.spec import KernelSpec
 _ZERO = r"\(?\s*(?:0[uUlL]*|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
 _SHARED = re.compile(r"\s*__shared__\s+(?:volatile\s+)?[A-Za-z_][\w ]*?\s+(?P<name>[A-Za-z_]\w*)\s*"
                      r"\[\s*(?P<size>\d+)\s*\]\s*;\s*")
-_LOCAL = re.compile(r"\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int|long\s+long|size_t)\s+[A-Za-z_]\w*\s*=[^;]*;\s*")
+_LOCAL = re.compile(r"\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int|long\s+long|size_t)\s+(?P<name>[A-Za-z_]\w*)\s*"
+                    r"=[^;]*;\s*")
 _ARITHMETIC = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
 _GEOMETRY = re.compile(r"\b(?:threadIdx|blockIdx|blockDim)\s*\.\s*[xyz]\b")
 
@@ -75,14 +79,27 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
             load != body[place - 1 - len(load):place - 1] or \
             any(re.search(rf"(?<![\w.]){array}\b", _text(masked, s)) for s in kept):
         return None
+    uncommented = mask(spec.source, literals=False)
     loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread)
+    handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
     added = _added(masked, _text(masked, body[place + 1]), array, thread, parameters_of(spec.source, kernel))
-    if loaded is None or added is None or \
+    if loaded is None and handed is None or added is None or \
             not _powers_of_two_within(spec, int(_SHARED.fullmatch(_text(masked, shared[0]))["size"])):
         return None
-    condition, value = loaded
-    lines = [*(" ".join(spec.source[s.start:s.end].split()) for s in kept),
-             f"if ({unparenthesised(condition)}) atomicAdd({added}, ({shared_arrays(masked)[array]})({value}));"]
+    element = shared_arrays(masked)[array]
+    if loaded is not None:
+        condition, value = loaded
+        lines = [f"if ({unparenthesised(condition)}) atomicAdd({added}, ({element})({value}));"]
+    else:
+        prologue, value = handed
+        declared = re.search(rf"(?:^|;|\{{)\s*(?:const\s+)?{re.escape(element)}\s+{re.escape(value)}\s*[=;]",
+                             " ".join(prologue))
+        lines = [*prologue, f"atomicAdd({added}, {value if declared else f'({element})({value})'});"]
+    # the locals of the launch geometry the rest reads, the last first (the tree's own thread index goes)
+    for statement in reversed(kept):
+        text = " ".join(uncommented[statement.start:statement.end].split())
+        if re.search(rf"\b{_LOCAL.fullmatch(text)['name']}\b", " ".join(lines)):
+            lines.insert(0, text)
     source = spec.source[:kernel.body_open + 1] + "".join(f"\n{INDENT}{line}" for line in lines) + "\n" + \
         spec.source[kernel.body_close:]
     return spec.model_copy(update={"source": source})
@@ -111,6 +128,21 @@ def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: s
         return None
     condition, value = (source[span[0] + found.start(g):span[0] + found.end(g)].strip() for g in ("c", "v"))
     return condition, f"({' '.join(found['t'].split())})({value})" if found.groupdict().get("t") else value
+
+
+def _handed(uncommented: str, masked: str, load: list[Statement], array: str,
+            thread: str) -> tuple[list[str], str] | None:
+    """(the statements before it, the value) where the load ends in `ARRAY[t] = VALUE;` after statements of the
+    thread's own (a grid-stride loop summing into a local, as the dot product of CUDA by Example does): every
+    thread hands its value, its statements run as written; None where any of them names the array, waits at a
+    barrier, returns or exchanges values between threads."""
+    store = re.fullmatch(rf"\s*{array}\s*\[\s*{re.escape(thread)}\s*\]\s*=(?P<v>[^;]+);\s*", _text(masked, load[-1]))
+    before = masked[load[0].start:load[-1].start] if len(load) > 1 else ""
+    if store is None or re.search(rf"(?<![\w.]){array}\b", store["v"] + before) or \
+            re.search(r"\b(?:__syncthreads|__syncwarp|return|goto|__shfl\w*|atomic\w*|__shared__)\b", before):
+        return None
+    value = uncommented[load[-1].start + store.start("v"):load[-1].start + store.end("v")].strip()
+    return [" ".join(uncommented[s.start:s.end].split()) for s in load[:-1]], value
 
 
 def _added(masked: str, text: str, array: str, thread: str, parameters: list[str]) -> str | None:

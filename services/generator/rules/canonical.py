@@ -24,8 +24,9 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   (`const int last = w - 1;`) is spelled out as its value, `(int)(w - 1)`, where nothing can change it or them
   before the condition: only plain declarations between, no call, change or lambda in the condition, no goto or
   asm in the body;
-- in the condition of the kernel's last statement, a guard, a bound of an index less an offset, `x + 1 < w` (x an
-  integer at least as wide as int, w an integer expression of its type), is `x < w - 1`, and for an unsigned type,
+- in the condition of the kernel's last statement, a guard, a bound of an index less an offset, `x + 1 < w` (x a
+  thread's index, a local of the launch geometry at least as wide as int, w an integer expression of its type
+  without &, | or ^), is `x < w - 1`, and for an unsigned type,
   whose w - 1 would wrap below zero, `w >= 1 && x < w - 1`; for a signed type `<=`, `>` and `>=` likewise;
 - a declaration just before the kernel's last statement, a guard (`int i = y * nx + x; if (x < nx && ...) { ...
   }`), moves to the start of what the guard runs, where the guard is the only statement after it, its condition
@@ -42,7 +43,7 @@ a kernel, its body is respelled, each step one that C++ makes exact, and left ou
   START; i < n; i += stride) { ... }`: taken only where the declarations between have no side effect and do not
   read the index, nothing after the loop reads it, the body has no `continue` (which would skip the step) and
   changes it nowhere else; a stride local of the launch geometry alone, read nowhere else, is written into the
-  step in its type;
+  step in its type; a halving step (`i /= 2;`, a tree's) is the for loop's step as written;
 - a second index stepped with a for loop's own (`for (int c = 0, k = r * n; c < n; ++c, ++k)`) is derived from it
   at each step (`const int k = r * n + c;`), where neither start nor step reads either index or anything the loop
   changes, and the loop's test reads only its own;
@@ -89,7 +90,7 @@ from services.generator.rules.cuda_text import (CAST_WORDS, INTEGER_TYPE, LAMBDA
                                                 defined_macros, find_kernel, fresh_name, functions_named,
                                                 identifiers, mask, outside_brackets, split_top_level,
                                                 top_level_conjuncts, unparenthesised)
-from services.generator.rules.points import one_thread_along
+from services.generator.rules.points import one_thread_along, parameter_changed
 from services.generator.rules.statements import Statement, Unparsed, simple_end, statements, walk
 from shared.domain.compile_policy import option_macros
 from shared.domain.spec import KernelSpec
@@ -648,6 +649,10 @@ _OFFSET_BOUND = re.compile(r"\s*(?P<open>\(\s*)?(?P<name>[A-Za-z_]\w*)\s*\+\s*(?
                            r"(?P<op>[<>]=?)(?P<bound>[^<>=]+?)\s*")
 
 
+_LOOSER_THAN_PLUS = re.compile(r"[&|^?<>=,]")  # operators binding less tightly than +: `a & 3 + 1` is a & 4
+# a declaration of the name, of any type (`float4 x;`, `int &r = x` aside, which parameter_changed reads)
+_DECLARED_AGAIN = r"(?<![\w.])(?!(?:else|return|case|goto|do|throw|delete|new|sizeof)\b)[A-Za-z_][\w:<>]*[\s*&]+{}\s*" \
+                  r"(?:=(?!=)|;|,|\[|\)|\{{)"
 _OFFSET_INDEX = re.compile(r"(?P<index>.*\S)\s*\+\s*(?P<offset>\d+)[uU]?\s*"
                            r"|\s*(?P<offset_>\d+)[uU]?\s*\+(?P<index_>.*)", re.DOTALL)
 
@@ -656,24 +661,28 @@ def _index_offsets_moved(source: str, kernel_name: str, pinned: frozenset[str]) 
     """A thread index defined with an offset, `int x = blockIdx.x * blockDim.x + threadIdx.x + 1;` (a stencil's
     interior, its first column skipped), is defined without it and read as `(x + 1)` wherever the body names it
     after: the same value wherever x + 1 does not pass its type's largest value (2 billion threads along an axis
-    for int). Only for a top-level integer local of the launch geometry and numbers, declared alone, that nothing
-    after changes, takes the address of, or declares again; the recognisers then read the thread's point, and
-    its guard `(x + 1) < w - 1` as a bound of it (_bounds_less_their_offset)."""
+    for int). Only for a top-level local of an integer type at least as wide as int (a narrower one would wrap
+    where int arithmetic does not), of the launch geometry and numbers joined by arithmetic that binds as tightly
+    as + at least (not `threadIdx.x & 3 + 1`), declared alone, that nothing after changes, takes the address of,
+    binds to a reference, passes to a function of the source by reference, or declares again (review,
+    helper-96); the recognisers then read the thread's point, and its guard `(x + 1) < w - 1` as a bound of it
+    (_bounds_less_their_offset)."""
     kernel = find_kernel(source, kernel_name)
     masked = mask(source)
     for statement in statements(masked, kernel.body_open + 1, kernel.body_close):
         declared = _DECLARED.fullmatch(masked, statement.start, statement.end)
         if declared is None or not re.search(r"\b(?:threadIdx|blockIdx)\b", declared["init"]) or \
-                " ".join(declared["type"].split()) not in _RANKS:
+                _RANKS.get(" ".join(declared["type"].split()), -1) < 0:
             continue
         split = _OFFSET_INDEX.fullmatch(declared["init"])
         if split is None:
             continue
         index, offset = split["index"] or split["index_"], split["offset"] or split["offset_"]
-        if _type(index, {}) is None or int(offset) == 0:  # the launch geometry and numbers alone
-            continue
+        if _type(index, {}) is None or int(offset) == 0 or _LOOSER_THAN_PLUS.search(outside_brackets(index)):
+            continue  # the launch geometry and numbers alone, the offset added to all of it
         name, after = declared["name"], masked[statement.end:kernel.body_close]
-        if _changes(name, after) or name in _DECLARES.findall(after) or LAMBDA.search(after):
+        if _changes(name, after) or re.search(_DECLARED_AGAIN.format(re.escape(name)), after) or \
+                LAMBDA.search(after) or parameter_changed(kernel, masked, statement.end, [name]) is not None:
             continue
         start = declared.start("init")
         text = f" {index.strip()};" + _renamed(source[statement.end:kernel.body_close], name, f"({name} + {offset})")
@@ -683,10 +692,11 @@ def _index_offsets_moved(source: str, kernel_name: str, pinned: frozenset[str]) 
 
 def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
     """In the condition of the kernel's last statement (an if without else, a chain of &&), a conjunct `x + C < w`
-    (C a number, x an integer at least as wide as int, a top-level local before the guard or a parameter, and w
-    an integer expression of its type) is the bound it means, `x < w - C`; for an unsigned type, which users write
-    so that `w - 1` cannot wrap below zero, `w >= C && x < w - C`. The same wherever x + C does not wrap past the
-    type's largest value (4 billion threads along an axis for unsigned int). For a signed type, `x + C <= w`,
+    (C a number, x an integer at least as wide as int, a top-level local of the launch geometry before the guard,
+    and w an integer expression of its type, with no &, | or ^, which bind less tightly than <) is the bound it
+    means, `x < w - C`; for an unsigned type, which users write so that `w - 1` cannot wrap below zero, `w >= C
+    && x < w - C`. The same wherever x + C does not wrap past the type's largest value (4 billion threads along an
+    axis for unsigned int; a parameter, which may hold (unsigned)-1, is not read so). For a signed type, `x + C <= w`,
     `x + C >= w` and `x + C > w` are read likewise (an index offset into a stencil's interior, `(x + 1) >= 1`,
     bounds x from below, `x >= 0`). The recognisers then read x bounded by w - C."""
     if (ending := _ending_in_a_guard(source, kernel_name)) is None:
@@ -697,15 +707,20 @@ def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[s
     if re.search(r"\|\||[?,]", outside_brackets(head)):
         return source
     integers = {**_integer_parameters(source, kernel), **_integer_locals(masked, body[:-1])}
+    # The index offset: a thread's index, which does not pass 4 billion, not a value the caller passes (review,
+    # helper-96: `skip + 1 < m` for skip = (unsigned)-1, a "none", wraps to 0).
+    indices = {d["name"] for s in body[:-1] if (d := _DECLARED.fullmatch(masked, s.start, s.end)) is not None
+               and re.search(r"\b(?:threadIdx|blockIdx)\b", d["init"])}
     at = 0
     for part in top_level_conjuncts(head):
         at = head.index(part, at)
         found = _OFFSET_BOUND.fullmatch(part)
-        kind = integers.get(found["name"]) if found is not None else None
+        kind = integers.get(found["name"]) if found is not None and found["name"] in indices else None
         if kind is not None and kind[0] >= 0 and _type(found["bound"], integers) == kind and \
+                not re.search(r"[&|^?]", outside_brackets(found["bound"])) and \
                 (found["op"] == "<" or kind[0] % 2 == 0):  # unsigned types (their ranks odd) but for `<`
             name, offset, op, bound = found["name"], found["offset"], found["op"], found["bound"].strip()
-            less = str(int(bound) - int(offset)) if re.fullmatch(r"\d+", bound) else \
+            less = str(int(bound) - int(offset)) if re.fullmatch(r"0|[1-9]\d*", bound) else \
                 f"{bound if _NAME.fullmatch(bound) else f'({bound})'} - {offset}"
             respelled = f"{name} {op} {less}"
             if kind[0] % 2:
@@ -1005,8 +1020,9 @@ def _with_pointer_inlined(source: str, masked: str, declaration: Statement, name
 
 
 def _is_plain_arithmetic(masked: str) -> bool:
-    """Names, numbers, casts, + - * and parentheses: no call, load, dereference or side effect (nor a division,
-    which may trap)."""
+    """Names, numbers, casts, + - * and parentheses, and divisions and shifts by a positive number: no call, load,
+    dereference or side effect (nor a division by anything else, which may trap)."""
+    masked = re.sub(r"(?:/|>>)\s*[1-9]\d*[uUlL]*\b", " ", masked)
     if not _PURE.fullmatch(masked) or re.search(r"\+\+|--", masked):
         return False
     if _calls(masked):
@@ -1062,6 +1078,9 @@ _DECLARED = re.compile(r"\s*(?P<const>const\s+)?(?P<type>(?:(?:unsigned|signed|l
                        r"u?int(?:32|64)_t|std::size_t)\s*)+)\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
 _STEP = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*(?:\+=\s*(?P<by>[^;]+?)|\+\+)\s*;\s*|"
                    r"\s*\+\+\s*(?P<pre>[A-Za-z_]\w*)\s*;\s*")
+# A halving step, `s /= 2`, `s >>= 1` or `s = s / 2` (a tree's), which the for loop's step may hold as written.
+_HALVING = re.compile(r"\s*(?P<halving>(?P<name>[A-Za-z_]\w*)\s*(?:/=\s*2|>>=\s*1|=\s*(?P=name)\s*(?:/\s*2|>>\s*1)))"
+                      r"\s*;\s*(?P<pre>)(?P<by>)")
 _ANY_DECLARATION = re.compile(r"\s*(?:const\s+)?[A-Za-z_][\w\s:]*?\s+(?P<name>[A-Za-z_]\w*)\s*=[^;]*;\s*")
 _PURE = re.compile(r"[\w\s.*+\-()]*")  # launch geometry, names, casts and arithmetic: no call, no assignment
 
@@ -1077,7 +1096,8 @@ def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
         inner = statements(masked, *loop.body.inner)
         if not inner:
             continue
-        step = _STEP.fullmatch(masked, inner[-1].start, inner[-1].end)
+        step = _STEP.fullmatch(masked, inner[-1].start, inner[-1].end) or \
+            _HALVING.fullmatch(masked, inner[-1].start, inner[-1].end)
         if step is None:
             continue
         index = step["name"] or step["pre"]
@@ -1092,7 +1112,8 @@ def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
             continue
         removed = [declared]
         by = source[step.start("by"):step.end("by")].strip() if step["by"] else "1"
-        stride = next((s for s in body[:at] if step["by"] and (d := _DECLARED.fullmatch(masked, s.start, s.end))
+        stride = next((s for s in body[:at] if step.re is _STEP and step["by"] and
+                       (d := _DECLARED.fullmatch(masked, s.start, s.end))
                        and d["name"] == by.strip()), None)
         if stride is not None:  # written into the step only when it reads the launch geometry alone: it cannot change
             elsewhere = masked[kernel.body_open:stride.start] + masked[stride.end:inner[-1].start] + after
@@ -1105,7 +1126,8 @@ def _while_as_for(source: str, kernel_name: str, pinned: frozenset[str]) -> str:
         condition = source[loop.head[0]:loop.head[1]].strip()
         kept_body = source[loop.body.start:inner[-1].start].rstrip() + "\n" + \
             _indent_of(source, loop.start) + "}"
-        header = f"for ({' '.join(match['type'].split())} {index} = {init}; {condition}; {index} += {by}) "
+        stepped = f"{index} += {by}" if step.re is _STEP else " ".join(step["halving"].split())
+        header = f"for ({' '.join(match['type'].split())} {index} = {init}; {condition}; {stepped}) "
         source = source[:loop.start] + header + kept_body + source[loop.end:]
         for statement in sorted(removed, key=lambda s: s.start, reverse=True):
             source = _without_statement(source, statement)

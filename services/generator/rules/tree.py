@@ -156,7 +156,7 @@ def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[st
     if declared is None or declared.group(2) not in widths:
         return None
     s, width = declared.group(1), declared.group(2)
-    if condition not in (f"{s}>0", f"0<{s}", f"{s}>=1") \
+    if condition not in (f"{s}>0", f"0<{s}", f"{s}>=1", f"{s}!=0", f"0!={s}") \
             or step not in (f"{s}/=2", f"{s}>>=1", f"{s}={s}/2", f"{s}={s}>>1"):
         return None
     try:

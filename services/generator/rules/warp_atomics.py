@@ -278,7 +278,9 @@ class WarpAtomicsShape:
         space = {x: values}
         defaults = {x: default_in(values, spec.params.get(x), 256)}
         divisors = {}
-        if x in (spec.grid_div_x or [x]):  # the grid follows the problem size: choose how much a thread takes
+        # The grid follows the problem size: choose how much a thread takes. Not on a grid the spec fixes
+        # (grid_div_x: [], a block per unit of the problem size), which the grid-stride loop relies on.
+        if x in (spec.grid_div_x if spec.grid_div_x is not None else [x]):
             space["elements_per_thread"] = EPT_VALUES
             defaults["elements_per_thread"] = 16
             divisors = {"x": [x, "elements_per_thread"]}
