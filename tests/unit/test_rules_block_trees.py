@@ -83,9 +83,14 @@ def _tuned(spec, values):
     edited(BLOCK_TREE_COUNT, "partial[t] = v[i] & 1; else", "partial[t] = v[i] & partial[0]; else"),
     edited(BLOCK_TREE_COUNT, "else partial[t] = 0;", "else partial[t] = 1;"),  # not the sum's identity
     edited(BLOCK_TREE_COUNT, "    __syncthreads();\n    for", "    for"),  # the load not behind a barrier
+    # a tree of bytes wraps at 256, where the total does not (review, helper-97)
+    edited(BLOCK_TREE_COUNT, "__shared__ unsigned int partial", "__shared__ unsigned char partial"),
+    # its own block size of 96, which it tunes no more (review, helper-97)
+    BLOCK_TREE_COUNT.model_validate({**BLOCK_TREE_COUNT.model_dump(), "params": {"block_size_x": 96}}),
     edited(BLOCK_TREE_COUNT, "    if (0 == t)", "    partial[t] = 0;\n    if (0 == t)"),  # more after the tree
 ], ids=["not_a_power_of_two", "beyond_the_array", "a_maximum", "a_result_per_block", "an_address_of_the_block",
-        "another_thread", "a_value_reading_the_array", "another_identity", "no_barrier", "more_after"])
+        "another_thread", "a_value_reading_the_array", "another_identity", "no_barrier", "more_after",
+        "a_narrower_tree", "its_own_block_not_a_power_of_two"])
 def test_a_tree_that_may_add_otherwise_is_not_read_so(spec):
     assert atomic_form(canonical(spec)) is None
     assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is not None

@@ -32,13 +32,14 @@ by Example's dot product): those statements are kept, and every thread hands its
 Read only where the body is exactly that, in that order: the shared array's declaration and integer locals of the
 launch geometry (in any order; those the rest does not read go), the load, a barrier, the tree (a while loop
 halving its index to 0 is the for loop canonical.py reads it as), and the one atomicAdd of cache[0] by the thread
-whose index is 0 into an address of parameters and numbers alone; the array read nowhere else and the condition
-and value not reading it; every block size the spec may launch (its tune values that meet its restrictions, else
-its own) a power of two no larger than the array.
+whose index is 0 into an address of parameters and numbers alone, of the shared array's element type (a tree
+in a narrower type wraps, or rounds, where the total does not); the array read nowhere else and the condition
+and value not reading it; every block size the spec may launch (its own and each it tunes) a power of two no
+larger than the array.
 """
 import re
 
-from services.generator.rules.cuda_text import find_kernel, mask, unparenthesised
+from services.generator.rules.cuda_text import find_kernel, mask, pointee, unparenthesised
 from services.generator.rules.points import INDENT, parameters_of
 from services.generator.rules.statements import Statement, Unparsed, statements
 from services.generator.rules.tree import is_thread_x, shared_arrays, tree_loops
@@ -83,10 +84,11 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
     loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread)
     handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
     added = _added(masked, _text(masked, body[place + 1]), array, thread, parameters_of(spec.source, kernel))
-    if loaded is None and handed is None or added is None or \
-            not _powers_of_two_within(spec, int(_SHARED.fullmatch(_text(masked, shared[0]))["size"])):
-        return None
     element = shared_arrays(masked)[array]
+    if loaded is None and handed is None or added is None or \
+            not _powers_of_two_within(spec, int(_SHARED.fullmatch(_text(masked, shared[0]))["size"])) or \
+            _target_type(added, parameters_of(spec.source, kernel)) != " ".join(element.split()):
+        return None  # a tree in another type than the total's wraps or rounds there (review, helper-97)
     if loaded is not None:
         condition, value = loaded
         lines = [f"if ({unparenthesised(condition)}) atomicAdd({added}, ({element})({value}));"]
@@ -145,6 +147,13 @@ def _handed(uncommented: str, masked: str, load: list[Statement], array: str,
     return [" ".join(uncommented[s.start:s.end].split()) for s in load[:-1]], value
 
 
+def _target_type(address: str, parameters: dict[str, str]) -> str | None:
+    """The element type of the array the atomic's address points into (`total`, `&total[k]`), const dropped."""
+    name = re.search(r"[A-Za-z_]\w*", address)
+    found = pointee(parameters.get(name[0], "")) if name else None
+    return " ".join(found[1].replace("const", " ").split()) if found else None
+
+
 def _added(masked: str, text: str, array: str, thread: str, parameters: list[str]) -> str | None:
     """The address of `if (t == 0) atomicAdd(ADDRESS, ARRAY[0]);`, of parameters and numbers alone; else None."""
     at = re.escape(thread)
@@ -159,10 +168,10 @@ def _added(masked: str, text: str, array: str, thread: str, parameters: list[str
 
 
 def _powers_of_two_within(spec: KernelSpec, size: int) -> bool:
-    """Whether every block size the spec may launch along x is a power of two of at most `size` threads."""
+    """Whether every block size the spec may launch along x is a power of two of at most `size` threads: each value
+    it tunes and its own (restrictions aside, which other parameters may let through; review, helper-97)."""
     name = spec.block_size_names[0]
     baseline = spec.baseline_params()
-    values = [v for v in spec.tune_params.get(name, []) if spec.restrictions_hold({**baseline, name: v})] or \
-        [baseline.get(name)]
+    values = [*spec.tune_params.get(name, []), baseline.get(name)]
     return all(isinstance(v, int) and 0 < v <= size and v & (v - 1) == 0 for v in values) and \
         all(len(spec.tune_params.get(n, [1])) == 1 and baseline.get(n, 1) == 1 for n in spec.block_size_names[1:])
