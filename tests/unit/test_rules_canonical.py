@@ -601,6 +601,7 @@ def offset_bound(index: str, condition: str) -> str:
     ("size_t", "x + 1u < s && x > 0", "s >= 1 && x < s - 1 && x > 0"),
     ("int", "(x + 1) < n - 1 && (x + 1) >= 1", "x < (n - 1) - 1 && x >= 0"),  # an index offset moved (below)
     ("int", "x + 2 <= n && x + 1 > 3", "x <= n - 2 && x > 2"),
+    ("int", "(x + 1) + 1 <= n - 1", "x <= (n - 1) - 2"),  # an offset index beside an offset (review, helper-96)
 ])
 def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(index, condition, read):
     """`x + 1 < w`, as users bound an unsigned index so that w - 1 cannot wrap below zero (review, helper-93)."""
@@ -615,6 +616,7 @@ def test_a_bound_with_the_index_offset_is_read_as_the_bound_less_the_offset(inde
     ("float", "x + 1 < f"),
     ("short", "x + 1 < h"),  # promoted to int: no wrap to read around
     ("int", "x + 1 < n & n"),  # `&` binds less tightly than `<`: (x + 1 < n) & n (review, helper-96)
+    ("int", "x + 010 < n"),  # an octal offset, 8
     ("unsigned int", "u + 1 < u * 2 && x < u"),  # u a parameter, which may hold (unsigned)-1: u + 1 wraps
 ])
 def test_other_offset_bounds_stay(index, condition):

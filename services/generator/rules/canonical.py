@@ -645,8 +645,9 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
     return source
 
 
-_OFFSET_BOUND = re.compile(r"\s*(?P<open>\(\s*)?(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>\d+)[uU]?\s*(?(open)\))\s*"
-                           r"(?P<op>[<>]=?)(?P<bound>[^<>=]+?)\s*")
+# `x + C < w`, `(x + C) < w` (an index offset moved) and `(x + C) + D < w`, the offsets decimal numbers
+_OFFSET_BOUND = re.compile(r"\s*(?P<open>\(\s*)?(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>[1-9]\d*)[uU]?\s*(?(open)\))\s*"
+                           r"(?:\+\s*(?P<more>[1-9]\d*)[uU]?\s*)?(?P<op>[<>]=?)(?P<bound>[^<>=]+?)\s*")
 
 
 _LOOSER_THAN_PLUS = re.compile(r"[&|^?<>=,]")  # operators binding less tightly than +: `a & 3 + 1` is a & 4
@@ -698,7 +699,8 @@ def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[s
     && x < w - C`. The same wherever x + C does not wrap past the type's largest value (4 billion threads along an
     axis for unsigned int; a parameter, which may hold (unsigned)-1, is not read so). For a signed type, `x + C <= w`,
     `x + C >= w` and `x + C > w` are read likewise (an index offset into a stencil's interior, `(x + 1) >= 1`,
-    bounds x from below, `x >= 0`). The recognisers then read x bounded by w - C."""
+    bounds x from below, `x >= 0`; `(x + 1) + 1 <= w`, an offset beside it, `x <= w - 2`). The recognisers then
+    read x bounded by w - C."""
     if (ending := _ending_in_a_guard(source, kernel_name)) is None:
         return source
     kernel, masked, body = ending
@@ -719,7 +721,8 @@ def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[s
         if kind is not None and kind[0] >= 0 and _type(found["bound"], integers) == kind and \
                 not re.search(r"[&|^?]", outside_brackets(found["bound"])) and \
                 (found["op"] == "<" or kind[0] % 2 == 0):  # unsigned types (their ranks odd) but for `<`
-            name, offset, op, bound = found["name"], found["offset"], found["op"], found["bound"].strip()
+            name, op, bound = found["name"], found["op"], found["bound"].strip()
+            offset = str(int(found["offset"]) + int(found["more"] or 0))
             less = str(int(bound) - int(offset)) if re.fullmatch(r"0|[1-9]\d*", bound) else \
                 f"{bound if _NAME.fullmatch(bound) else f'({bound})'} - {offset}"
             respelled = f"{name} {op} {less}"
