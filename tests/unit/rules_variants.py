@@ -1358,7 +1358,8 @@ NOT_OF_SHAPE = {
         "does not move by one along row and by more along col"),
     "a_transpose_storing_in_a_loop": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "        odata[y * height + x] = 2.0f * idata[x * width + y];",
-        "        for (int k = 0; k < 1; k++) odata[y * height + x] = 2.0f * idata[x * width + y] + k;"),
+        "        for (int k = 0; k < (int)(width > 0); k++)\n"
+        "            odata[y * height + x] = 2.0f * idata[x * width + y] + k;"),
         "its store is made in a loop"),
     "a_transpose_changing_its_parameter": ("shared_tile", edited(
         TRANSPOSE_GATHERED, "    if (x < height", "    width += 0;\n    if (x < height"),
@@ -1387,7 +1388,7 @@ NOT_OF_SHAPE = {
         "it touches out only under a condition, and its shape in args does not hold the box its guard bounds"),
     "vectors_of_a_store_in_a_loop": ("vectorize", edited(
         SHADE_2D, "out[row * w + col] = in[row * w + col] * gain[col];",
-        "for (int t = 0; t < 1; t++) out[row * w + col] = in[row * w + col] * gain[col];"),
+        "for (int t = 0; t < (int)(w > 0); t++) out[row * w + col] = in[row * w + col] * gain[col];"),
         "holds a loop, a return or a jump"),
     "vectors_under_an_exclusive_or": ("vectorize", edited(SHADE_2D, "if (row < h && col < w)",
                                                           "if (row < h && col < w ^ 1)"), "as `col < width` alone"),
@@ -3713,6 +3714,18 @@ extern "C" __global__ void scale_tail(float *x, float factor, int start, int n)
 }
 """, "scale_tail", [array("x", ["n"], role="inout"), scalar("factor", 1.5, "float32"), scalar("start", 7),
                     scalar("n", "n")], {"n": 40009}, ["n"]),
+    # a window walked by a loop over constant offsets, read unrolled (unrolled.py)
+    "window_loop": spec(r"""
+#define R 3
+extern "C" __global__ void blur1d(const float *in, float *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < R || i >= n - R) return;
+    float s = 0.0f;
+    for (int k = -R; k <= R; ++k) s += in[i + k];  // the window
+    out[i] = s / (2 * R + 1);
+}
+""", "blur1d", [array("in", ["n"]), array("out", ["n"], role="inout"), scalar("n", "n")], {"n": 100003}, ["n"]),
     "pairs_summed": spec(r"""
 extern "C" __global__ void pair_sums(const int *in, int *out, int pairs)
 {
@@ -3866,3 +3879,5 @@ __global__ void dot(const float *a, const float *b, float *c, int N)
     [32], {"block_size_x": 256}, {"block_size_x": [64, 128, 256]}, grid_div_x=[])
 VARIANTS.update({"weighted_sum_block_tree": ("hierarchical_reduction", WEIGHTED_SUM),
                  "dot_by_example": ("hierarchical_reduction", DOT_BY_EXAMPLE)})
+# The horizontal pass of a separable box blur, its window loop read unrolled: a stencil along rows, which vectors take.
+VARIANTS["box_rows_unrolled_vectors"] = ("vectorize", BOX_ROWS_BY_DEFINE)

@@ -75,7 +75,8 @@ KERNELS = {"laplace3d": CORPUS["laplace3d"], "jacobi2d": CORPUS["jacobi2d"], "he
            "row_pointer": VARIANTS["row_pointer_before_the_guard_vectors"][1],
            "bound_local": VARIANTS["bound_in_a_local_vectors"][1],
            "gradient_unsigned": VARIANTS["gradient_bounded_by_x_plus_one_vectors"][1],
-           "laplace3d_doubles": VARIANTS["laplace_3d_double"][1]}  # two lanes of 8 bytes
+           "laplace3d_doubles": VARIANTS["laplace_3d_double"][1],  # two lanes of 8 bytes
+           "box_rows": VARIANTS["box_rows_unrolled_vectors"][1]}  # its window loop read unrolled
 ORDERS = {"vectorize": ("vectorize",), "marched": ("register_blocking", "vectorize"),
           "plan": ("register_blocking", "vectorize", "restrict", "launch_bounds")}
 # The first size's rows are whole vectors, so aligned rows take the vectors; the second's are not, so rows
@@ -94,6 +95,7 @@ ODD_SIZES = {"laplace3d": [{"nx": 20, "ny": 7, "nz": 6}, {"nx": 22, "ny": 5, "nz
              "sobel": [{"w": 36, "h": 9}, {"w": 37, "h": 6}],
              "laplacian5": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
              "laplace3d_doubles": [{"nx": 20, "ny": 7, "nz": 6}, {"nx": 21, "ny": 5, "nz": 9}],
+             "box_rows": [{"w": 36, "h": 9}, {"w": 37, "h": 6}],
              "smooth": [{"w": 36, "h": 9}, {"w": 37, "h": 6}],
              "diffusion_flat": [{"nx": 36, "ny": 9}, {"nx": 37, "ny": 6}],
              "skewed": [{"w": 37, "h": 9, "pitch": 40}, {"w": 38, "h": 9, "pitch": 41}],

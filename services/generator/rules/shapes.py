@@ -31,7 +31,7 @@ by themselves and compose with every shape.
 """
 from typing import Any
 
-from services.generator.rules import axis_order, block_trees, flat_index, grid_stride
+from services.generator.rules import axis_order, block_trees, flat_index, grid_stride, unrolled
 from services.generator.rules.binning import BinnedAtomicsShape
 from services.generator.rules.canonical import canonical
 from services.generator.rules.columns import ColumnLoopShape
@@ -66,8 +66,8 @@ def reading(spec: KernelSpec) -> KernelSpec:
     caches the row through. Likewise, only where it reads better so, a nest of grid-stride loops is read as the one
     point per thread it stands for (grid_stride.py), a flat index split by / and % as its coordinates
     (flat_index.py), a 3D kernel with its y and z axes swapped and one of x and z alone as 2D (axis_order.py), a
-    grid-stride nest's point form too, each launched so, and a block's shared-memory tree sum handed to one atomic
-    as the accumulation it computes (block_trees.py)."""
+    grid-stride nest's point form too, each launched so, a block's shared-memory tree sum handed to one atomic
+    as the accumulation it computes (block_trees.py), and loops over a few constant values unrolled (unrolled.py)."""
     return _read(spec)[0]
 
 
@@ -96,7 +96,7 @@ def _reading(spec: KernelSpec) -> tuple[KernelSpec, Found]:
     spellings = [(inlined, False), *((p, False) for p in pointed),
                  *((respelt, form is flat_index.point_form) for s in (kept, inlined, *pointed)
                    for form in (flat_index.point_form, axis_order.swapped, axis_order.z_as_y,
-                                block_trees.atomic_form)
+                                block_trees.atomic_form, unrolled.unrolled_form)
                    if (respelt := form(s)) is not None)]
     best = kept, _first(kept)
     for spelling, coordinates in spellings:
