@@ -332,7 +332,8 @@ struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
 """
 GXX = shutil.which("g++")
-SCALARS = {"int32": ctypes.c_int, "uint32": ctypes.c_uint, "float32": ctypes.c_float, "float64": ctypes.c_double}
+SCALARS = {"int32": ctypes.c_int, "uint32": ctypes.c_uint, "float32": ctypes.c_float, "float64": ctypes.c_double,
+           "int64": ctypes.c_int64, "uint64": ctypes.c_uint64}
 
 
 # A block's threads at once, for a kernel with a barrier: each a std::thread with its own indices, meeting at

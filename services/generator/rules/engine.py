@@ -15,7 +15,8 @@ import re
 
 from services.generator.rules import batching, loops, scan, scan_vectors, textual, tree
 from services.generator.rules.catalog import RULES, Rule
-from services.generator.rules.cuda_text import find_kernel, normalised, rules_in_header, with_header, without_header
+from services.generator.rules.cuda_text import (find_kernel, mask, normalised, rules_in_header, with_header,
+                                                without_header)
 from services.generator.rules.partition import partition
 from services.generator.rules.shape import Layout, Shape
 from services.generator.rules.shapes import offering, reading, recognise
@@ -117,6 +118,10 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
     else:
         _, edit = TEXTUAL[rule_id]
         source = edit(without_header(current.source), spec)
+        # A carried rule whose code the edit replaced (unroll's pragma on the tree shuffle_reduction rewrites;
+        # review, helper-98) leaves as a rebuild's would.
+        rules = tuple(r for r in rules if r == rule_id or (name := RULES[r].parameter_name(spec)) is None or
+                      re.search(rf"\b{re.escape(name)}\b", mask(source)))
     # A carried rule the rebuild no longer took leaves with its tune parameter (which would tune nothing).
     gone = {RULES[r].parameter_name(spec) for r in applied(current.source) if r not in rules} - {None} \
         - set(spec.tune_params)
