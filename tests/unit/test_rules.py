@@ -5,6 +5,7 @@ import itertools
 import math
 import re
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +21,6 @@ from shared.adapters.device.compiler import compile_kernel
 from shared.domain.spec import CandidateSpec, KernelSpec, TuningStep
 from tests.conftest import EXAMPLES
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import array, scalar
-from tests.unit.rules_variants import spec as kernel_spec
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature
 
 ARCH = "sm_90"
@@ -487,24 +486,15 @@ def test_a_rewrite_nothing_applies_to_fails_with_the_reasons():
 
 def test_a_textual_rule_whose_code_a_later_edit_replaced_leaves_with_its_parameter():
     """unroll's pragma on the one loop, a shared-memory tree, which shuffle_reduction then rewrites: unroll leaves
-    the header and loop_unroll_factor the space, as where a rendering replaces it (review, helper-98)."""
-    per_block = kernel_spec(r"""
-#define BLOCK 256
-extern "C" __global__ void block_sums(const float *in, float *sums, int n)
-{
-    __shared__ float cache[BLOCK];
-    int tid = threadIdx.x;
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    cache[tid] = (i < n) ? in[i] : 0.0f;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (tid < s) cache[tid] += cache[tid + s];
-        __syncthreads();
-    }
-    if (tid == 0) sums[blockIdx.x] = cache[0];
-}
-""", "block_sums", [array("in", ["n"]), array("sums", ["n / 256"], role="out"), scalar("n", "n")], {"n": 1 << 16},
-        ["n"])
+    the header and loop_unroll_factor the space, as where a rendering replaces it (review, helper-98). The style's
+    block_sum writing its block's sum to a slot of its own, so no reading takes the tree away first."""
+    styles = Path(__file__).resolve().parent.parent / "corpus" / "styles"
+    block_sum = load_spec(styles / "block_sum.cu", styles / "block_sum.yaml")
+    per_block = block_sum.model_validate({
+        **block_sum.model_dump(),
+        "source": block_sum.source.replace("atomicAdd(total, cache[0]);", "total[blockIdx.x] = cache[0];"),
+        "args": [{**a.model_dump(), "shape": ["n / 32"]} if a.name == "total" else a.model_dump()
+                 for a in block_sum.args]})
     unrolled = rules.apply("unroll", per_block, per_block.as_candidate())
     assert rules.applied(unrolled.source) == ("unroll",) and "loop_unroll_factor" in unrolled.tune_params
     shuffled = rules.apply("shuffle_reduction", per_block, unrolled)

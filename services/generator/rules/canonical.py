@@ -646,8 +646,8 @@ def _guard_locals_spelled_out(source: str, kernel_name: str, pinned: frozenset[s
 
 
 # `x + C < w`, `(x + C) < w` (an index offset moved) and `(x + C) + D < w`, the offsets decimal numbers
-_OFFSET_BOUND = re.compile(r"\s*(?P<open>\(\s*)?(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>[1-9]\d*)[uU]?\s*(?(open)\))\s*"
-                           r"(?:\+\s*(?P<more>[1-9]\d*)[uU]?\s*)?(?P<op>[<>]=?)(?P<bound>[^<>=]+?)\s*")
+_OFFSET_BOUND = re.compile(r"\s*(?P<open>\(\s*)?(?P<name>[A-Za-z_]\w*)\s*\+\s*(?P<offset>[1-9]\d*)[uU]?\s*"
+                           r"(?(open)\))\s*(?:\+\s*(?P<more>[1-9]\d*)[uU]?\s*)?(?P<op>[<>]=?)(?P<bound>[^<>=]+?)\s*")
 
 
 _LOOSER_THAN_PLUS = re.compile(r"[&|^?<>=,]")  # operators binding less tightly than +: `a & 3 + 1` is a & 4

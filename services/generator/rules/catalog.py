@@ -45,9 +45,10 @@ CATALOG = (
                                 "loop, with the grid shrunk by the tunable elements_per_thread.",
          "elements_per_thread", (1, 2, 4, 8, 16), 4, rendered=True),
     Rule("vectorize", "Load and store 128 bits at a time (two doubles, four 4-byte elements, eight halves or "
-                      "bfloat16s, or sixteen bytes; a kernel's narrower arrays move as many elements as its widest, in fewer bytes) as "
-                      "aligned structs, taken only when every array is aligned at run time (else the element loop), "
-                      "each lane computed as the kernel wrote it, with a scalar loop for the last elements. On a "
+                      "bfloat16s, or sixteen bytes; a kernel's narrower arrays move as many elements as its widest, "
+                      "in fewer bytes) as aligned structs, taken only when every array is aligned at run time (else "
+                      "the element loop), each lane computed as the kernel wrote it, with a scalar loop for the last "
+                      "elements. On a "
                       "stencil, the input its points read around them comes into registers once, as whole aligned "
                       "vectors and the elements beside them.",
          rendered=True),

@@ -5,9 +5,9 @@ grid-stride loop `for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i +
 array in BODY indexed by exactly [i], or read through the read-only cache as `__ldg(&x[i])` or `__ldg(x + i)`) can
 be re-shaped without understanding BODY: run it in a grid-stride loop so each thread handles several elements, or
 apply it lane by lane to 128-bit vectors (two lanes of doubles or 64-bit integers, four of 4-byte elements, eight of
-2-byte ones such as __half and __nv_bfloat16, sixteen of bytes, as many as 16 bytes of the widest array hold; each lane runs BODY as written, its
-__ldg reads taken from the lane, so it rounds exactly as one thread did). The vectors are taken only when every
-array is aligned to what its vector moves at run time:
+2-byte ones such as __half and __nv_bfloat16, sixteen of bytes, as many as 16 bytes of the widest array hold; each
+lane runs BODY as written, its __ldg reads taken from the lane, so it rounds exactly as one thread did). The
+vectors are taken only when every array is aligned to what its vector moves at run time:
 a caller may pass a pointer into the middle of an allocation (a tensor slice starting at element 1), which the
 submitted kernel handles and a 128-bit access would fault on, so otherwise the kernel runs the element loop as
 written. Both shapes are *rendered* from a model of the submitted kernel rather than edited into the current one,
@@ -30,8 +30,8 @@ from shared.domain.spec import KernelSpec
 
 INDEX_TYPES = INTEGER_TYPE
 # The element sizes vectorize takes. A kernel takes 16 bytes of its widest arrays per vector (2 doubles, 4 floats or
-# ints, 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to the bytes it moves
-# (its narrower arrays move less: 4 int8s beside floats).
+# ints, 8 halves, or 16 int8s), as a struct of that many elements of each array's own type, aligned to the bytes it
+# moves (its narrower arrays move less: 4 int8s beside floats).
 ELEMENT_BYTES = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2, "float32": 4, "int32": 4,
                  "uint32": 4, "float64": 8, "int64": 8, "uint64": 8}
 VECTOR_BYTES = 16

@@ -22,8 +22,9 @@ row, a gather, neighbours under a condition), and each lane reads it as written,
 point is then computed once, by one lane, as by one thread, and touches the elements it touched.
 
 Rendered: each thread takes V consecutive points of its row, x0 = (blockIdx.x * block_size_x + threadIdx.x) * V,
-V the lanes of 16 bytes of the widest array taken as vectors (2 doubles, 4 floats, 8 halves, 16 bytes), the grid along x V
-times smaller; with elements_per_thread (register_blocking) a thread takes that many rows along the slowest axis,
+V the lanes of 16 bytes of the widest array taken as vectors (2 doubles, 4 floats, 8 halves, 16 bytes), the grid
+along x V times smaller; with elements_per_thread (register_blocking) a thread takes that many rows along the
+slowest axis,
 and in 1D that many vectors, a block width apart, so that a warp's vectors stay consecutive.
 Where the guard holds for the last of them (so for all, x0 + V - 1 < W and the rest of the condition not reading
 x) and every vector's first element is aligned to what the vector moves (a row pitch or a slice may leave it

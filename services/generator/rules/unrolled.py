@@ -7,11 +7,11 @@ runs its body once for each value of k in turn, so it does what
 
     s += in[i + (-2)] * w[(-2) + R]; s += in[i + (-1)] * w[(-1) + R]; ...
 
-does (each copy in a block of its own where the body declares something, so that its declarations stay its own). Read so, the reads around the point
-are neighbours at fixed offsets, which vectorize takes into registers as a stencil's (point_vectors.py); the shapes
-read this spelling only where it lets them render more of their rules (shapes.reading), so a 2D window keeps its
-loops for register_window. The rewrite then holds the unrolled body, which the compiler would have made of the
-loop anyway.
+does (each copy in a block of its own where the body declares something, so that its declarations stay its own).
+Read so, the reads around the point are neighbours at fixed offsets, which vectorize takes into registers as a
+stencil's (point_vectors.py); the shapes read this spelling only where it lets them render more of their rules
+(shapes.reading), so a 2D window keeps its loops for register_window. The rewrite then holds the unrolled body,
+which the compiler would have made of the loop anyway.
 
 Unrolled only where the loop counts up by one from a number to a number (`<` or `<=`), 1 to 16 times, its
 variable an integer of at least int's width declared in its head, which the body neither changes nor takes the
@@ -26,7 +26,8 @@ from shared.domain.spec import KernelSpec
 LARGEST = 16  # the most copies a loop is unrolled into
 _HEADER = re.compile(r"\s*(?:const\s+)?(?:int|long|long\s+long|unsigned|unsigned\s+int|size_t)\s+(?P<name>[A-Za-z_]\w*)"
                      r"\s*=\s*(?P<first>\(?\s*-?\s*\d+\s*\)?)\s*;\s*(?P=name)\s*(?P<test><=?)\s*"
-                     r"(?P<bound>\(?\s*-?\s*\d+\s*\)?)\s*;\s*(?:(?P=name)\s*\+\+|\+\+\s*(?P=name)|(?P=name)\s*\+=\s*1)\s*")
+                     r"(?P<bound>\(?\s*-?\s*\d+\s*\)?)\s*;\s*"
+                     r"(?:(?P=name)\s*\+\+|\+\+\s*(?P=name)|(?P=name)\s*\+=\s*1)\s*")
 _DECLARES = re.compile(r"(?:^|[;{}(])\s*(?!(?:else|return|case|goto|do|throw|delete|new|sizeof)\b)(?:const\s+)?"
                        r"[A-Za-z_][\w:<>]*[\s*&]+[A-Za-z_]\w*\s*(?:=(?!=)|;|,|\[)")
 _JUMPS = re.compile(r"\b(?:break|continue|return|goto)\b|^\s*[A-Za-z_]\w*\s*:(?!:)", re.M)
