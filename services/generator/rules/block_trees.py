@@ -42,7 +42,7 @@ import re
 from services.generator.rules.cuda_text import find_kernel, mask, pointee, unparenthesised
 from services.generator.rules.points import INDENT, parameters_of
 from services.generator.rules.statements import Statement, Unparsed, statements
-from services.generator.rules.tree import is_thread_x, shared_arrays, tree_loops
+from services.generator.rules.tree import tree_loops
 from shared.domain.spec import KernelSpec
 
 _ZERO = r"\(?\s*(?:0[uUlL]*|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
@@ -71,32 +71,32 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
     if place is None or place < 2 or len(body) != place + 2 or body[place].kind != "for" or \
             re.sub(r"\s", "", masked[body[place - 1].start:body[place - 1].end]) != "__syncthreads();":
         return None
-    array, thread = tree.array, tree.thread
+    array, thread, element = tree.array, tree.thread, " ".join(tree.type.split())
     shared = [s for s in body[:place - 1] if _SHARED.fullmatch(_text(masked, s))]
     kept = [s for s in body[:place - 1] if s not in shared and _LOCAL.fullmatch(_text(masked, s)) and
             _GEOMETRY.search(_text(masked, s))]
     load = [s for s in body[:place - 1] if s not in shared and s not in kept]
-    if len(shared) != 1 or _SHARED.fullmatch(_text(masked, shared[0]))["name"] != array or not load or \
+    declared = _SHARED.fullmatch(_text(masked, shared[0])) if len(shared) == 1 else None
+    if declared is None or declared["name"] != array or not load or \
             load != body[place - 1 - len(load):place - 1] or \
             any(re.search(rf"(?<![\w.]){array}\b", _text(masked, s)) for s in kept):
         return None
     uncommented = mask(spec.source, literals=False)
     loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread)
     handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
-    added = _added(masked, _text(masked, body[place + 1]), array, thread, parameters_of(spec.source, kernel))
-    element = shared_arrays(masked)[array]
+    parameters = parameters_of(spec.source, kernel)
+    added = _added(_text(masked, body[place + 1]), array, thread, parameters)
     if loaded is None and handed is None or added is None or \
-            not _powers_of_two_within(spec, int(_SHARED.fullmatch(_text(masked, shared[0]))["size"])) or \
-            _target_type(added, parameters_of(spec.source, kernel)) != " ".join(element.split()):
+            not _powers_of_two_within(spec, int(declared["size"])) or _target_type(added, parameters) != element:
         return None  # a tree in another type than the total's wraps or rounds there (review, helper-97)
     if loaded is not None:
         condition, value = loaded
         lines = [f"if ({unparenthesised(condition)}) atomicAdd({added}, ({element})({value}));"]
     else:
         prologue, value = handed
-        declared = re.search(rf"(?:^|;|\{{)\s*(?:const\s+)?{re.escape(element)}\s+{re.escape(value)}\s*[=;]",
-                             " ".join(prologue))
-        lines = [*prologue, f"atomicAdd({added}, {value if declared else f'({element})({value})'});"]
+        of_its_type = re.search(rf"(?:^|;|\{{)\s*(?:const\s+)?{re.escape(element)}\s+{re.escape(value)}\s*[=;]",
+                                " ".join(prologue))
+        lines = [*prologue, f"atomicAdd({added}, {value if of_its_type else f'({element})({value})'});"]
     # the locals of the launch geometry the rest reads, the last first (the tree's own thread index goes)
     for statement in reversed(kept):
         text = " ".join(uncommented[statement.start:statement.end].split())
@@ -154,12 +154,13 @@ def _target_type(address: str, parameters: dict[str, str]) -> str | None:
     return " ".join(found[1].replace("const", " ").split()) if found else None
 
 
-def _added(masked: str, text: str, array: str, thread: str, parameters: list[str]) -> str | None:
-    """The address of `if (t == 0) atomicAdd(ADDRESS, ARRAY[0]);`, of parameters and numbers alone; else None."""
+def _added(text: str, array: str, thread: str, parameters: dict[str, str]) -> str | None:
+    """The address of `if (t == 0) atomicAdd(ADDRESS, ARRAY[0]);`, of parameters and numbers alone; else None (t the
+    tree's thread index, which tree.py has read as threadIdx.x)."""
     at = re.escape(thread)
     found = re.fullmatch(rf"\s*if\s*\(\s*(?:{at}\s*==\s*0|0\s*==\s*{at})\s*\)\s*\{{?\s*atomicAdd\s*\("
                          rf"(?P<a>[^,;]+),\s*{array}\s*\[\s*0\s*\]\s*\)\s*;\s*\}}?\s*", text)
-    if found is None or not is_thread_x(masked, thread) and thread != "threadIdx.x":
+    if found is None:
         return None
     address = found["a"].strip()
     if not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", address)) <= set(parameters):

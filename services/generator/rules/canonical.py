@@ -723,11 +723,11 @@ def _bounds_less_their_offset(source: str, kernel_name: str, pinned: frozenset[s
                 (found["op"] == "<" or kind[0] % 2 == 0):  # unsigned types (their ranks odd) but for `<`
             name, op, bound = found["name"], found["op"], found["bound"].strip()
             offset = str(int(found["offset"]) + int(found["more"] or 0))
-            less = str(int(bound) - int(offset)) if re.fullmatch(r"0|[1-9]\d*", bound) else \
-                f"{bound if _NAME.fullmatch(bound) else f'({bound})'} - {offset}"
+            operand = bound if _NAME.fullmatch(bound) else f"({bound})"
+            less = str(int(bound) - int(offset)) if re.fullmatch(r"0|[1-9]\d*", bound) else f"{operand} - {offset}"
             respelled = f"{name} {op} {less}"
             if kind[0] % 2:
-                respelled = f"{bound if _NAME.fullmatch(bound) else f'({bound})'} >= {offset} && {respelled}"
+                respelled = f"{operand} >= {offset} && {respelled}"
             start = guard.head[0] + at + len(part) - len(part.lstrip())
             return source[:start] + respelled + source[guard.head[0] + at + len(part.rstrip()):]
         at += len(part)

@@ -120,8 +120,9 @@ def apply(rule_id: str, spec: KernelSpec, current: CandidateSpec, replacing: boo
         source = edit(without_header(current.source), spec)
         # A carried rule whose code the edit replaced (unroll's pragma on the tree shuffle_reduction rewrites;
         # review, helper-98) leaves as a rebuild's would.
+        masked = mask(source)
         rules = tuple(r for r in rules if r == rule_id or (name := RULES[r].parameter_name(spec)) is None or
-                      re.search(rf"\b{re.escape(name)}\b", mask(source)))
+                      re.search(rf"\b{re.escape(name)}\b", masked))
     # A carried rule the rebuild no longer took leaves with its tune parameter (which would tune nothing).
     gone = {RULES[r].parameter_name(spec) for r in applied(current.source) if r not in rules} - {None} \
         - set(spec.tune_params)

@@ -132,13 +132,10 @@ def recognise(spec: KernelSpec) -> PointKernel:
     if (helper := thread_bound_helper(kernel, masked, uncommented)) is not None:
         raise NotPointKernel(f"after its index definitions it {helper}, so its work depends on more than its "
                              f"indices")
-    for axis in by_axis:
-        if re.search(changing(axis.name), text) \
-                or address_taken(text, axis.name):
-            raise NotPointKernel(f"it changes (or takes the address of) its index {axis.name}")
-        # a point's index is a const parameter of the renderings' lambdas (review, helper-96: `int &j` of a helper)
-        if (why := parameter_changed(kernel, masked, body_start, [axis.name], "index")) is not None:
-            raise NotPointKernel(f"it {why}")
+    # a point's index is a const parameter of the renderings' lambdas: nothing may change it, take its address,
+    # or bind it to a reference (review, helper-96: `int &j` of a helper)
+    if (why := parameter_changed(kernel, masked, body_start, [a.name for a in by_axis], "index")) is not None:
+        raise NotPointKernel(f"it {why}")
     parameters = parameters_of(source, kernel)
     if {a.name for a in by_axis} & set(parameters):
         raise NotPointKernel("an index shadows a parameter")
