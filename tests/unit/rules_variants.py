@@ -3881,3 +3881,166 @@ VARIANTS.update({"weighted_sum_block_tree": ("hierarchical_reduction", WEIGHTED_
                  "dot_by_example": ("hierarchical_reduction", DOT_BY_EXAMPLE)})
 # The horizontal pass of a separable box blur, its window loop read unrolled: a stencil along rows, which vectors take.
 VARIANTS["box_rows_unrolled_vectors"] = ("vectorize", BOX_ROWS_BY_DEFINE)
+
+# Zero-padded windows ("same" convolutions): the window loops skip, or add nothing for, the offsets outside the
+# image, as users write them; and windows clamped to the image's edges. register_window's registers serve a patch
+# whose whole window lies inside.
+CONV_SAME = spec(r"""
+// A "same" 2D convolution, zero padded: out has the image's size, and taps outside the image add nothing.
+extern "C" __global__ void conv_same(const float *in, const float *filt, float *out, int H, int W, int K)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H) return;
+    int R = K / 2;
+    float sum = 0.0f;
+    for (int i = 0; i < K; i++) {
+        for (int j = 0; j < K; j++) {
+            int iy = y + i - R;
+            int ix = x + j - R;
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                sum += in[iy * W + ix] * filt[i * K + j];
+        }
+    }
+    out[y * W + x] = sum;
+}
+""", "conv_same", [array("in", ["H", "W"]), array("filt", ["K", "K"]), array("out", ["H", "W"], role="out"),
+                   scalar("H", "H"), scalar("W", "W"), scalar("K", "K")], {"H": 300, "W": 400, "K": 5}, ["W", "H"],
+                 BLOCK_2D, TUNE_2D)
+BLUR_SKIPPING_EDGES = spec(r"""
+// A 5x5 box blur over the image's own pixels: rows and columns outside the image are skipped.
+#define RADIUS 2
+extern "C" __global__ void blur_skipping_edges(const float *src, float *dst, int h, int w)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (col < w && row < h) {
+        float acc = 0.0f;
+        for (int dy = -RADIUS; dy <= RADIUS; ++dy) {
+            const int yy = row + dy;
+            if (yy < 0 || yy >= h) continue;
+            #pragma unroll
+            for (int dx = -RADIUS; dx <= RADIUS; ++dx) {
+                const int xx = col + dx;
+                if (xx < 0 || xx >= w) continue;
+                acc += src[yy * w + xx];
+            }
+        }
+        dst[row * w + col] = acc * (1.0f / ((2 * RADIUS + 1) * (2 * RADIUS + 1)));
+    }
+}
+""", "blur_skipping_edges", [array("src", ["h", "w"]), array("dst", ["h", "w"], role="out"), scalar("h", "h"),
+                             scalar("w", "w")], {"h": 250, "w": 400}, ["w", "h"], BLOCK_2D, TUNE_2D)
+GAUSS_TERNARY = spec(r"""
+// A 5x5 Gaussian from constant memory; a tap outside the image reads as zero through a ternary.
+#define KSIZE 5
+#define HALF (KSIZE / 2)
+__constant__ float c_gauss[KSIZE * KSIZE];
+
+extern "C" __global__ void gauss_ternary(float *out, const float *img, int width, int height)
+{
+    const int px = blockIdx.x * blockDim.x + threadIdx.x;
+    const int py = blockIdx.y * blockDim.y + threadIdx.y;
+    if (px < width && py < height) {
+        float value = 0.0f;
+        for (int ky = 0; ky < KSIZE; ++ky)
+            for (int kx = 0; kx < KSIZE; ++kx)
+                value += (py + ky - HALF >= 0 && py + ky - HALF < height && px + kx - HALF >= 0 &&
+                          px + kx - HALF < width) ? img[(py + ky - HALF) * width + px + kx - HALF] *
+                                                    c_gauss[ky * KSIZE + kx] : 0.0f;
+        out[py * width + px] = value;
+    }
+}
+""", "gauss_ternary", [array("out", ["height", "width"], role="out"), array("img", ["height", "width"]),
+                       scalar("width", "width"), scalar("height", "height"), array("c_gauss", [25], role="constant")],
+                     {"width": 400, "height": 250}, ["width", "height"], BLOCK_2D, TUNE_2D)
+SHARPEN_DOUBLE = spec(r"""
+// A 3x3 filter in double precision on a pitched image: each tap loads through __ldg into a local, zero outside.
+extern "C" __global__ void sharpen_double(double *out, const double *__restrict__ in, const double *__restrict__ taps,
+                                          int rows, int cols, int pitch)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r >= rows || c >= cols) return;
+    double acc = 0.0;
+    for (int a = -1; a <= 1; a++) {
+        for (int b = -1; b <= 1; b++) {
+            const int rr = r + a, cc = c + b;
+            const double v = (rr >= 0 && rr < rows && cc >= 0 && cc < cols) ? __ldg(&in[rr * pitch + cc]) : 0.0;
+            acc += v * taps[(a + 1) * 3 + b + 1];
+        }
+    }
+    out[r * pitch + c] = acc;
+}
+""", "sharpen_double", [array("out", ["rows", "pitch"], "float64", "out"), array("in", ["rows", "pitch"], "float64"),
+                        array("taps", [9], "float64"), scalar("rows", "rows"), scalar("cols", "cols"),
+                        scalar("pitch", "pitch")], {"rows": 200, "cols": 300, "pitch": 304}, ["cols", "rows"],
+                      BLOCK_2D, TUNE_2D)
+EMBOSS_ROW_GUARD = spec(r"""
+// A 3x5 emboss: a row outside the image is skipped by a guard around the inner loop; a column reads as zero.
+extern "C" __global__ void emboss_row_guard(float *dst, const float *src, const float *k, int w, int h)
+{
+    int x = threadIdx.x + blockIdx.x * blockDim.x;
+    int y = threadIdx.y + blockIdx.y * blockDim.y;
+    if (x < w && y < h) {
+        float s = 0.0f;
+        for (int i = -1; i <= 1; i++) {
+            int yy = y + i;
+            if (yy >= 0 && yy <= h - 1) {
+                for (int j = -2; j <= 2; j++) {
+                    int xx = x + j;
+                    s += (xx >= 0 && xx < w ? src[yy * w + xx] : 0.0f) * k[(i + 1) * 5 + j + 2];
+                }
+            }
+        }
+        dst[y * w + x] = 128.0f + s;
+    }
+}
+""", "emboss_row_guard", [array("dst", ["h", "w"], role="out"), array("src", ["h", "w"]), array("k", [15]),
+                          scalar("w", "w"), scalar("h", "h")], {"w": 400, "h": 250}, ["w", "h"], BLOCK_2D, TUNE_2D)
+SMOOTH_CLAMPED = spec(r"""
+// A 3x3 smoothing with replicated borders: a neighbour past an edge reads the edge's pixel.
+extern "C" __global__ void smooth_clamped(const float *in, float *out, int width, int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < width && y < height) {
+        float s = 0.0f;
+        for (int dy = -1; dy <= 1; dy++) {
+            int sy = min(max(y + dy, 0), height - 1);
+            for (int dx = -1; dx <= 1; dx++) {
+                int sx = x + dx < 0 ? 0 : (x + dx > width - 1 ? width - 1 : x + dx);
+                s += in[sy * width + sx];
+            }
+        }
+        out[y * width + x] = s / 9.0f;
+    }
+}
+""", "smooth_clamped", [array("in", ["height", "width"]), array("out", ["height", "width"], role="out"),
+                        scalar("width", "width"), scalar("height", "height")], {"width": 400, "height": 250},
+                      ["width", "height"], BLOCK_2D, TUNE_2D)
+CONV_RADIUS = spec(r"""
+// A zero-padded convolution whose loops run from -r to r, r a local of the filter's size k.
+extern "C" __global__ void conv_radius(float *out, const float *in, const float *filt, int w, int h, int k)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= w || y >= h) return;
+    const int r = k / 2;
+    float acc = 0.0f;
+    for (int dy = -r; dy <= r; dy++) {
+        for (int dx = -r; dx <= r; dx++) {
+            int yy = y + dy, xx = x + dx;
+            if (yy >= 0 && yy < h && xx >= 0 && xx < w)
+                acc += in[yy * w + xx] * filt[(dy + r) * k + (dx + r)];
+        }
+    }
+    out[y * w + x] = acc;
+}
+""", "conv_radius", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("filt", ["k", "k"]),
+                     scalar("w", "w"), scalar("h", "h"), scalar("k", "k")], {"w": 400, "h": 250, "k": 5}, ["w", "h"],
+                   BLOCK_2D, TUNE_2D)
+PADDED_WINDOWS = {"conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
+                  "sharpen_double": SHARPEN_DOUBLE, "emboss_row_guard": EMBOSS_ROW_GUARD,
+                  "smooth_clamped": SMOOTH_CLAMPED}
+VARIANTS.update({name: ("register_window", padded) for name, padded in PADDED_WINDOWS.items()})

@@ -21,7 +21,7 @@ from services.generator import rules
 from services.generator.rules.cuda_text import IDENTIFIER, mask, normalised
 from shared.domain.spec import KernelSpec, kernel_base_name
 from tests.corpus_kernels import corpus
-from tests.unit.rules_variants import VARIANTS, edited, sample
+from tests.unit.rules_variants import PADDED_WINDOWS, VARIANTS, edited, sample
 from tests.unit.test_rules_shapes import assert_compiles_and_keeps_signature, plan_applied
 from tests.unit.test_rules_vectorize16 import _in_child, launched_parameters, needs_gxx
 from tests.unit.test_rules_vectorize_aligned import ptx
@@ -30,8 +30,13 @@ CONV2D = next(kernel for kernel in corpus() if kernel.name == "conv2d").spec()
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 # box_blur walks its window in absolute coordinates, `for (int r = row - RADIUS; r <= row + RADIUS; r++)`.
 BOX_BLUR = load_spec(STYLES / "box_blur.cu", STYLES / "box_blur.yaml")
+# gaussian3x3 weighs its window by a const local array, which the registers' sums declare again.
+GAUSSIAN3X3 = load_spec(STYLES / "gaussian3x3.cu", STYLES / "gaussian3x3.yaml")
+# With the zero-padded windows (taps outside the image skipped by guards or `continue`, or read as zero by a
+# ternary) and a window clamped to the image's edges.
 KERNELS = {"conv2d": CONV2D, "correlate": VARIANTS["correlate"][1], "box3_int": VARIANTS["box3_int"][1],
-           "blur": VARIANTS["blur"][1], "box_blur": BOX_BLUR}
+           "blur": VARIANTS["blur"][1], "box_blur": BOX_BLUR, "gaussian3x3": GAUSSIAN3X3, **PADDED_WINDOWS}
+CONV_SAME, CONV_RADIUS = KERNELS["conv_same"], KERNELS["conv_radius"]
 
 
 def window(spec_: KernelSpec):
@@ -86,9 +91,10 @@ def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_fo
 REFUSED = {
     "a window by twos": (edited(CONV2D, "for (int i = 0; i < k; i++)", "for (int i = 0; i < k; i += 2)"),
                          "does not count up by one to a bound"),
-    "a bound held in a local": (edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        int kk = k;"),
-                                       "for (int j = 0; j < k; j++)", "for (int j = 0; j < kk; j++)"),
-                                "its window loop's kk is not made of literals and integer scalar parameters"),
+    "a bound held in a local the point changes": (
+        edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        int kk = k;\n        if (x > 4) kk--;"),
+               "for (int j = 0; j < k; j++)", "for (int j = 0; j < kk; j++)"),
+        "its window loop's kk is not made of literals, integer scalar parameters and locals of those alone"),
     "a window too wide": (CONV2D.with_sizes({"k": 17}), "takes 17 values at the spec's sizes; a window held in "
                                                         "registers is 1 to 16 wide"),
     "the accumulator changed before": (
@@ -105,7 +111,8 @@ REFUSED = {
     "two statements in the window": (
         edited(CONV2D, "sum += image[(y + i) * width + x + j] * filt[i * k + j];",
                "sum += image[(y + i) * width + x + j] * filt[i * k + j];\n                sum *= 0.5f;"),
-        "its inner window loop holds more than one statement"),
+        "its inner window loop holds `sum += image[(y + i) * width + x + j] * filt[i * k + j];` before its last "
+        "statement"),
     "a local in the update": (
         edited(edited(CONV2D, "float sum = 0.0f;", "float sum = 0.0f;\n        float g = 2.0f;"),
                "* filt[i * k + j];", "* filt[i * k + j] * g;"),
@@ -156,6 +163,36 @@ REFUSED = {
     "a window under no guard": (edited(edited(CONV2D, "if (x < out_w && y < out_h) {", "{"),
                                        "int out_w = width - k + 1, out_h = height - k + 1;",
                                        "int out_w = width - k + 1;"), "is under no guard bounding x from above"),
+    # Guards whose truth at a box's corners would not tell it inside: not a chain of linear comparisons of signed
+    # integers.
+    "a guard leaving out one column": (edited(CONV_SAME, "ix < W)", "ix != W)"),
+                                       "`((int)(x + j - R)) != W` is not one comparison"),
+    "a guard on the data": (edited(CONV_SAME, "ix < W)", "ix < W && filt[i * K + j] != 0.0f)"),
+                            "`filt[i * K + j] != 0.0f` is not one comparison"),
+    "a guard of either of two": (edited(CONV_SAME, "if (iy >= 0 && iy < H && ix >= 0 && ix < W)",
+                                        "if ((iy >= 0 && iy < H) || ix == 0)"), "is not one comparison"),
+    "a skip of both of two": (edited(CONV_SAME, "if (iy >= 0 && iy < H && ix >= 0 && ix < W)",
+                                     "if (iy < 0 && ix < 0) continue;\n            if (iy < H && ix < W)"),
+                              "`((int)(y + i - R)) < 0 && ((int)(x + j - R)) < 0` is not one comparison"),
+    "a guard inside a disc": (edited(CONV_SAME, "ix < W)", "ix < W && (ix - x) * (ix - x) < 4)"),
+                              "is not linear in i, j, x, y"),
+    "a guard of an unsigned index": (edited(CONV_SAME, "int x = blockIdx", "unsigned x = blockIdx"),
+                                     "its window loops test guards of indices of type unsigned"),
+    "a guard of an unsigned parameter": (edited(CONV_SAME, "int H, int W, int K)", "int H, unsigned W, int K)"),
+                                         "reads W, which is not a signed integer"),
+    "a guard of an unsigned number": (edited(CONV_SAME, "ix < W)", "ix < W && ix < 4096u)"),
+                                      "compares unsigned or floating numbers"),
+    "a guard of a radius changed after": (edited(CONV_SAME, "float sum = 0.0f;", "R += (W > 100);\n    float sum = 0.0f;"),
+                                          "reads R, which is not a signed local of the parameters alone"),
+    "a local changing a variable": (edited(CONV_SAME, "int ix = x + j - R;", "int ix = x + j - R--;"),
+                                    "its window loops' local ix changes a variable as it is declared"),
+    "a radius of an unsigned type": (edited(CONV_RADIUS, "const int r = k / 2;", "const unsigned r = k / 2;"),
+                                     "is not made of literals, integer scalar parameters and locals of those alone"),
+    "a radius changed after": (edited(edited(CONV_RADIUS, "const int r", "int r"), "float acc = 0.0f;",
+                                      "float acc = 0.0f;\n    if (w < 64) r = 1;"),
+                               "is not made of literals, integer scalar parameters and locals of those alone"),
+    "a count beside the sum": (VARIANTS["box_blur"][1],
+                               "holds `total += img[yy * width + xx];` before its last statement"),
 }
 
 
@@ -163,6 +200,34 @@ REFUSED = {
 def test_what_it_refuses_and_why(case):
     spec_, reason = REFUSED[case]
     assert reason in (rules.check("register_window", spec_, spec_.as_candidate()) or "applies")
+
+
+def test_a_zero_padded_window_adds_from_registers_where_its_guards_hold_at_the_boxs_corners():
+    code = normalised(window(CONV_SAME).source)
+    # The guard, its locals spelled out, tested after the point body's start (R = K / 2 is a local of it).
+    assert """auto holds = [&](const int x, const int y, const int i, const int j) {
+            if (x < W && y < H) {
+                int R = K / 2;
+                float sum = 0.0f;
+                return (((int)(y + i - R)) >= 0 && ((int)(y + i - R)) < H && ((int)(x + j - R)) >= 0 && ((int)(x + j - R)) < W);
+            }
+            return false;
+        };""" in code
+    assert """for (int corner = 0; corner < 16; corner++)
+            inside = inside && holds(x_first + (corner & 1) * 3, y_first + (corner >> 1 & 1) * (window_rows - 1), (corner & 4) ? 4 : 0, (corner & 8) ? 4 : 0);""" in code
+    assert "return &in[((int)(y + i - R)) * W + ((int)(x + j - R))];" in code
+    assert "window_sum[r][c] += v[c + j] * filt[i * K + j];" in code
+    # a skip is a guard negated; a ternary's value is taken where its condition holds
+    skips = normalised(window(KERNELS["blur_skipping_edges"]).source)
+    assert "return !(((int)(row + dy)) < 0 || ((int)(row + dy)) >= h) && !(((int)(col + dx)) < 0 || " \
+           "((int)(col + dx)) >= w);" in skips
+    radius = normalised(window(CONV_RADIUS).source)  # r = k / 2, a local of the parameters, at the specialised k
+    assert "if (k == 5) {\n        const int k = 5;\n        const int r = k / 2;\n" in radius
+    assert "for (int dx = -2; dx < 3; dx++) window_sum[r_][c] += v[c + dx - (-2)] * filt[(dy + r) * k + (dx + r)];" \
+        in radius
+    assert "const float w[3] = {0.25f, 0.5f, 0.25f};\n        auto reaches" in normalised(window(GAUSSIAN3X3).source)
+    ternary = normalised(window(KERNELS["sharpen_double"]).source)
+    assert "window_sum[r_][c_] += ((double)(v_[c_ + b - (-1)])) * taps[(a + 1) * 3 + b + 1];" in ternary
 
 
 CONSTANT_FILTER = edited(edited(CONV2D, 'extern "C"', '__constant__ float c_taps[25];\n\nextern "C"'),
@@ -322,11 +387,15 @@ struct kforge_dim3 { unsigned int x, y, z; };
 static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
 #define __device__
+#define __constant__
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 template <typename T> static T __ldg(const T *p) { return *p; }
+// CUDA's integer min and max overloads: the operands' common type, as the usual conversions make it
+template <typename A, typename B> static auto min(A a, B b) { return b < a ? b : a; }
+template <typename A, typename B> static auto max(A a, B b) { return a < b ? b : a; }
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -422,11 +491,14 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0,
     one) faults (EmulatedFault) even where the vector reaching there would stay within the GPU's allocation."""
     (gx, gy, gz), (bx, by, bz) = spec_.launch_geometry(params)
     rng = np.random.default_rng(3)
-    held, arguments, types, around = {}, [], [ctypes.c_uint] * 6, []
+    held, arguments, types, around, constants = {}, [], [ctypes.c_uint] * 6, [], {}
     for arg in spec_.args:
         if arg.is_array:
             count, dtype = int(np.prod(spec_.shape_of(arg))), np.dtype(arg.dtype)
             data = (rng.integers(0, 256, count) if dtype.kind in "iu" else rng.normal(0, 1, count)).astype(dtype)
+            if not arg.is_parameter:  # a __constant__ array: the library's global of its name
+                constants[arg.name] = data
+                continue
             raw = np.zeros(data.nbytes + 64, np.uint8)
             start = (-raw.ctypes.data) % 16 + (dtype.itemsize * shift if arg.effective_role != "out" else 0)
             held[arg.name] = raw[start:start + data.nbytes]
@@ -446,6 +518,8 @@ def run(library: ctypes.CDLL, spec_: KernelSpec, params: dict, shift: int = 0,
         for base, start, size, total in around:
             library.kforge_poison(base, start)
             library.kforge_poison(base + start + size, total - start - size)
+        for name, data in constants.items():
+            ctypes.memmove(ctypes.addressof(ctypes.c_char.in_dll(library, name)), data.ctypes.data, data.nbytes)
         library.kforge_launch(gx, gy, gz, bx, by, bz, *arguments)
         return {name: placed.tobytes() for name, placed in held.items()}
     return _in_child(launch)
@@ -459,6 +533,15 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "box3_int": [{"w": 43, "h": 29}, {"w": 40, "h": 9}],
              "blur": [{"w": 45, "h": 37, "r": 2}, {"w": 64, "h": 23, "r": 2}, {"w": 30, "h": 21, "r": 1}],
              "box_blur": [{"w": 45, "h": 37}, {"w": 64, "h": 23}, {"w": 7, "h": 6}],
+             # a window of another size (K = 3) runs the kernel as written; 6 x 7 holds no patch inside
+             "conv_same": [{"H": 37, "W": 45, "K": 5}, {"H": 9, "W": 70, "K": 3}, {"H": 6, "W": 7, "K": 5}],
+             "blur_skipping_edges": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
+             "gauss_ternary": [{"height": 37, "width": 45}, {"height": 23, "width": 64}],
+             "sharpen_double": [{"rows": 19, "cols": 50, "pitch": 52}, {"rows": 17, "cols": 41, "pitch": 41}],
+             "emboss_row_guard": [{"h": 37, "w": 45}, {"h": 10, "w": 9}],
+             "smooth_clamped": [{"height": 37, "width": 45}, {"height": 6, "width": 7}],
+             "conv_radius": [{"h": 37, "w": 45, "k": 5}, {"h": 21, "w": 70, "k": 3}],
+             "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
              # rows of 256 columns rotated by one: the last point of a thread wraps to the row's start
              "a subscript wrapping through a cast": [{"height": 8, "width": 260, "k": 5}],
              "a subscript wrapping through a local": [{"height": 8, "width": 260, "k": 5}]}

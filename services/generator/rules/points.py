@@ -143,7 +143,8 @@ def recognise(spec: KernelSpec) -> PointKernel:
     kernel_point = PointKernel(source, kernel, tuple(by_axis), body_start, tuple(rest), local_polys,
                                frozenset(loop_variables), (), parameters, _array_types(parameters),
                                template_types(kernel, spec.kernel_name))
-    return PointKernel(**{**kernel_point.__dict__, "accesses": tuple(_accesses(kernel_point, masked, uncommented))})
+    accesses = accesses_in(kernel_point, masked, uncommented, body_start, kernel.body_close)
+    return PointKernel(**{**kernel_point.__dict__, "accesses": tuple(accesses)})
 
 
 def reached_functions(kernel: Kernel, masked: str) -> list[tuple[str, str, tuple[int, int]]]:
@@ -300,11 +301,12 @@ def _locals(masked: str, uncommented: str, body: list[Statement], start: int,
     return polys, loop_variables
 
 
-def _accesses(kernel: PointKernel, masked: str, uncommented: str) -> list[Access]:
+def accesses_in(kernel: PointKernel, masked: str, uncommented: str, begin: int, end: int) -> list[Access]:
+    """The array accesses of masked[begin:end], their offsets those of the text given."""
     found = []
-    for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", masked[kernel.body_start:kernel.body_end]):
-        start = kernel.body_start + match.start()
-        opening = kernel.body_start + match.end() - 1
+    for match in re.finditer(r"(?<![\w.>])([A-Za-z_]\w*)\s*\[", masked[begin:end]):
+        start = begin + match.start()
+        opening = begin + match.end() - 1
         close = closing(masked, opening)
         subscript = " ".join(uncommented[opening + 1:close].split())
         after = masked[close + 1:close + 40]

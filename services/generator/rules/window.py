@@ -31,18 +31,19 @@ changes is the L2's work: a row's four 4-byte stores interleaved with its points
 separate partial writes of the same sectors (on the H100, 3.5 million sectors written for box_blur's 33 MB, 61%
 of the copy), where stores issued together wrote 1.3 million (the rule now reaches 85-86%).
 """
-import dataclasses
+import ast
 import math
+import operator
 import re
 from dataclasses import dataclass
 
-from services.generator.rules import affine, loops, points
+from services.generator.rules import affine, loops, points, window_nest
 from services.generator.rules.cuda_text import fresh_name, identifiers, mask
 from services.generator.rules.points import INTEGER_TYPE, Access, Axis, PointKernel
 from services.generator.rules.reduction import TYPE_WORDS
 from services.generator.rules.rows import ACCUMULATOR_TYPES
 from services.generator.rules.shape import Layout, NotRecognised, one_thread_per_point
-from services.generator.rules.statements import Statement, walk
+from services.generator.rules.statements import Statement
 from shared.domain.spec import KernelSpec
 
 COLUMNS = 4  # the points along x a thread owns: one 128-bit vector of 4-byte elements
@@ -54,7 +55,6 @@ _HEADER = re.compile(rf"\s*(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # not a literal's suffix (0.0f) nor a member
 _WORDS = TYPE_WORDS | {"signed", "bool", "true", "false"}
 _UNSIGNED = re.compile(r"\bunsigned\b|\bsize_t\b|\buint\w*_t\b|\bbool\b")
-_UNROLL = re.compile(r"#\s*pragma\s+unroll[^\n]*\n\s*$")
 
 
 @dataclass(frozen=True)
@@ -75,12 +75,14 @@ class Window:
     accumulator: str
     accumulator_type: str
     initial: str  # the accumulator's initialiser
-    expression: tuple[int, int]  # the span of EXPR in the source
-    read: Access  # IN[...] inside EXPR
-    read_span: tuple[int, int]  # what the registers replace in EXPR: IN[...], or __ldg(&IN[...])
+    read: Access  # IN[...] inside EXPR (window_nest.Nest.expression: the nest's locals spelled out)
+    term: tuple[str, str]  # EXPR before and after what the registers replace: IN[...], or __ldg(&IN[...])
+    address: str  # IN[...] as the point body reads it at the window loops' start
+    guards: tuple[str, ...]  # what holds wherever a point adds a term into its window (window_nest.Nest.guards)
     element: str  # IN's element type
     specialised: tuple[tuple[str, str, int], ...]  # (parameter, its declared type, value) for each one the loops
     # name
+    constants: tuple[str, ...]  # declarations of the locals of parameters alone EXPR reads (`const int r = k / 2;`)
 
 
 def recognise(spec: KernelSpec) -> Window:
@@ -99,20 +101,21 @@ def recognise(spec: KernelSpec) -> Window:
     if (why := points.changed_parameter(kernel)) is not None:
         raise NotRecognised(why)
     masked = mask(spec.source)
-    nest, inner, update = _nest(kernel, masked)
-    rows, columns = (_loop(kernel, masked, loop, spec) for loop in (nest, inner))
-    accumulator = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\+=(.*);\s*", masked[update.start:update.end], re.DOTALL)
-    if accumulator is None:
-        raise NotRecognised("its window loops do not add into an accumulator (`sum += ...;`)")
-    name = accumulator.group(1)
-    expression = (update.start + accumulator.start(2), update.start + accumulator.end(2))
+    outer, inner = window_nest.loops(kernel, masked)
+    rows, columns = (_loop(kernel, masked, loop, spec) for loop in (outer, inner))
+    found = window_nest.read(kernel, masked, outer, inner, {*kernel.index_names, rows.variable, columns.variable})
+    if found.guards and (unsigned := [t for t in (*(a.type for a in kernel.axes), rows.type, columns.type)
+                                      if _UNSIGNED.search(t)]):
+        raise NotRecognised(f"its window loops test guards of indices of type {unsigned[0]}; an unsigned index "
+                            f"wraps where a guard would tell a point outside the image")
+    name, nest = found.accumulator, found.outer
     declared_type, initial = _declaration(kernel, masked, name, nest)
-    read, read_span = _window_read(kernel, masked, expression, rows, columns)
+    read, term, address, constants = _window_read(kernel, masked, found, rows, columns)
     element = kernel.array_types.get(read.array)
     if element is None:
         raise NotRecognised(f"it reads its window from {read.array}, which is not a pointer parameter")
     prefix = masked[kernel.body_start:nest.start]
-    if any(a.write for a in kernel.accesses if a.start < nest.start) or \
+    if any(a.write and not _declared_const(masked, a) for a in kernel.accesses if a.start < nest.start) or \
             re.search(r"\batomic\w*\s*\(|\bprintf\s*\(|(?:^|[;{}])\s*\*", prefix):
         raise NotRecognised("it writes memory before its window loops, so a point cannot be probed without its "
                             "effects")
@@ -120,38 +123,8 @@ def recognise(spec: KernelSpec) -> Window:
         raise NotRecognised(f"it uses the names {rows.variable} or {columns.variable} before its window loops")
     named = dict.fromkeys((*rows.named, *columns.named))
     specialised = tuple((p, _scalar_type(kernel.parameters[p], p), _parameter_value(p, spec)) for p in named)
-    return Window(kernel, nest, rows, columns, name, declared_type, initial, expression, read, read_span, element,
-                  specialised)
-
-
-def _nest(kernel: PointKernel, masked: str) -> tuple[Statement, Statement, Statement]:
-    """(outer loop, inner loop, the one statement inside) of the only loop nest of the point body."""
-    nested = [(s, depth) for s, depth in walk(masked, list(kernel.statements)) if s.kind in ("for", "while", "do")]
-    if not nested:
-        raise NotRecognised("its point body has no loop over a window")
-    outer, depth = nested[0]
-    if depth or len(nested) != 2:
-        raise NotRecognised("its point body does not have exactly one pair of nested window loops")
-    inner = _only(outer.body, masked)
-    if inner is None or inner.kind != "for" or inner.start != nested[1][0].start:
-        raise NotRecognised("its outer window loop holds more than the inner loop")
-    update = _only(inner.body, masked)
-    if update is None or update.kind != "simple":
-        raise NotRecognised("its inner window loop holds more than one statement")
-    if pragma := _UNROLL.search(masked, 0, outer.start):  # it goes with the loops
-        outer = dataclasses.replace(outer, start=pragma.start())
-    return outer, inner, update
-
-
-def _only(statement: Statement, masked: str) -> Statement | None:
-    """The statement itself, or the one statement of a block (an unroll pragma aside)."""
-    while statement.kind == "block":
-        inside = [s for s in statement.children(masked) if s.kind != "empty"
-                  and not (s.kind == "directive" and re.match(r"#\s*pragma\s+unroll\b", masked[s.start:s.end]))]
-        if len(inside) != 1:
-            return None
-        statement = inside[0]
-    return statement
+    return Window(kernel, nest, rows, columns, name, declared_type, initial, read, term, address, found.guards,
+                  element, specialised, constants)
 
 
 def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -> Loop:
@@ -168,7 +141,8 @@ def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -
     # A loop around the point, `(y + i) <= y + r` (canonical.py's respelling of `r <= y + r`), tests i <= r
     # where the comparison is signed, so that y + i does not wrap: the loop's type, y's and the bound's parameters'.
     bound = f"({match['bound']}) - ({around})" if around else match["bound"]
-    (first, start_names), (end, end_names) = (_evaluated(kernel, text, spec) for text in (match["start"], bound))
+    (first, start_names), (end, end_names) = (_evaluated(kernel, masked, text, spec)
+                                              for text in (match["start"], bound))
     axis_type = next((axis.type for axis in kernel.axes if axis.name == around), "")
     named = (kernel.parameters[name] for name in (*start_names, *end_names))
     unsigned = [t for t in (match["type"], axis_type, *named) if _UNSIGNED.search(t)]
@@ -182,19 +156,48 @@ def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -
     return Loop(variable, " ".join(match["type"].split()), first, count, (*start_names, *end_names))
 
 
-def _evaluated(kernel: PointKernel, text: str, spec: KernelSpec) -> tuple[int, tuple[str, ...]]:
-    """The value of a window loop's start or bound at the spec's sizes, and the parameters it names."""
+def _evaluated(kernel: PointKernel, masked: str, text: str, spec: KernelSpec) -> tuple[int, tuple[str, ...]]:
+    """The value of a window loop's start or bound at the spec's sizes, and the parameters it names: made of
+    literals, integer scalar parameters and locals of those alone (window_nest.constant_local: `int r = k / 2;`)."""
+    spelled = re.sub(r"(?<![\w.])[A-Za-z_]\w*", lambda m: f"({local[1]})" if m.group() not in kernel.parameters and
+                     (local := window_nest.constant_local(kernel, masked, m.group())) else m.group(), text)
     try:
-        poly = affine.parse(text)
+        poly = affine.parse(spelled)
     except affine.NotAffine:
         poly = None
     values = {name: _parameter_value(name, spec) if name in kernel.parameters else None
               for name in (affine.names(poly) if poly is not None else ())}
-    if poly is None or any(atom.startswith("?") for term in poly for atom in term) or None in values.values():
-        raise NotRecognised(f"its window loop's {' '.join(text.split())} is not made of literals and integer scalar "
-                            f"parameters")
-    value = sum(coefficient * math.prod(values[name] for name in term) for term, coefficient in poly.items())
+    atoms = {atom: values.get(atom) if not atom.startswith("?") else _integer(atom[1:], values)
+             for term in (poly or {}) for atom in term}
+    if poly is None or None in values.values() or None in atoms.values():
+        raise NotRecognised(f"its window loop's {' '.join(text.split())} is not made of literals, integer scalar "
+                            f"parameters and locals of those alone")
+    value = sum(coefficient * math.prod(atoms[atom] for atom in term) for term, coefficient in poly.items())
     return value, tuple(sorted(values))
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1),  # C's: toward zero
+               ast.Mod: lambda a, b: a - b * (abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)),
+               ast.LShift: lambda a, b: a << b if 0 <= b < 64 else a // 0, ast.RShift: operator.rshift}
+
+
+def _integer(text: str, values: dict[str, int]) -> int | None:
+    """The value of C integer arithmetic of literals and `values` (+ - * / % << >>, unary -), else None."""
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            return values[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            return _ARITHMETIC[type(node.op)](value(node.left), value(node.right))
+        raise ValueError(ast.dump(node))
+    try:
+        return value(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
 
 
 def _parameter_value(name: str, spec: KernelSpec) -> int | None:
@@ -225,12 +228,14 @@ def _declaration(kernel: PointKernel, masked: str, name: str, nest: Statement) -
     return " ".join(kernel.source[start + declared[0].start(1):start + declared[0].end(1)].split()), initial
 
 
-def _window_read(kernel: PointKernel, masked: str, expression: tuple[int, int], rows: Loop,
-                 columns: Loop) -> tuple[Access, tuple[int, int]]:
-    """The one read of EXPR that moves with the point, IN[(y + i) * P + x + j + OFFSET], and the span the
-    registers replace."""
+def _window_read(kernel: PointKernel, masked: str, nest: window_nest.Nest, rows: Loop,
+                 columns: Loop) -> tuple[Access, tuple[str, str], str, tuple[str, ...]]:
+    """The one read of EXPR that moves with the point, IN[(y + i) * P + x + j + OFFSET]; EXPR before and after
+    what the registers replace; the read's text; and the declarations of the locals of parameters EXPR reads."""
     x, y, i, j = kernel.axes[0].name, kernel.axes[1].name, rows.variable, columns.variable
-    inside = [a for a in kernel.accesses if expression[0] <= a.start < expression[1]]
+    text = nest.expression
+    spelled = mask(text)
+    inside = points.accesses_in(kernel, spelled, text, 0, len(text))
     moving = [a for a in inside if a.poly is None or affine.names(a.poly) & {x, y}]
     if len(moving) != 1:
         raise NotRecognised(f"its window update reads {len(moving)} arrays at the point; a window sum reads one")
@@ -247,25 +252,46 @@ def _window_read(kernel: PointKernel, masked: str, expression: tuple[int, int], 
     if any(a.array == read.array for a in kernel.accesses if a.write):
         raise NotRecognised(f"it writes {read.array}, the array its window reads")
     span = (read.start, read.end)
-    if through := re.search(r"__ldg\s*\(\s*&\s*$", masked[:read.start]):
-        after = re.match(r"\s*\)", masked[read.end:])
+    if through := re.search(r"__ldg\s*\(\s*&\s*$", spelled[:read.start]):
+        after = re.match(r"\s*\)", spelled[read.end:])
         span = (through.start(), read.end + after.end()) if after else span
-    elif re.search(r"&\s*$", masked[:read.start]):
+    elif re.search(r"&\s*$", spelled[:read.start]):
         raise NotRecognised(f"it takes the address of {read.array}[{read.subscript}]")
-    text = masked[expression[0]:span[0]] + masked[span[1]:expression[1]]
-    if re.search(r"\+\+|--|(?<![=!<>])=(?!=)", text):
-        raise NotRecognised("its window update changes a variable besides the accumulator")
-    elsewhere = masked[kernel.kernel.body_open:expression[0]] + masked[expression[1]:kernel.body_end]
+    rest = spelled[:span[0]] + spelled[span[1]:]
+    elsewhere = masked[kernel.kernel.body_open:nest.update.start] + masked[nest.update.end:kernel.body_end]
     declared_here = identifiers(elsewhere) - set(kernel.parameters)
-    free = {n for n in _NAME.findall(text) if not re.search(rf"\b{n}\s*\(", text)} - _WORDS - {i, j}
-    if locals_used := sorted(free & declared_here):
+    free = {n for n in _NAME.findall(rest) if not re.search(rf"\b{n}\s*\(", rest)} - _WORDS - {i, j}
+    constants = {name: declared for name in sorted(free & declared_here)
+                 if (declared := _constant_declaration(kernel, masked, name)) is not None}
+    if locals_used := sorted(free & declared_here - set(constants)):
         raise NotRecognised(f"its window update uses {', '.join(locals_used)}, which the kernel's body uses "
-                            f"elsewhere too: it may use parameters, the window loop variables, and names the body "
-                            f"uses nowhere else (a __constant__ filter)")
-    written = {a.array for a in kernel.accesses if a.write}
+                            f"elsewhere too: it may use parameters, the window loop variables, locals of parameters "
+                            f"alone, and names the body uses nowhere else (a __constant__ filter)")
+    written = {a.array for a in kernel.accesses if a.write and not _declared_const(masked, a)}
     if other := next((a for a in inside if a is not read and a.array in written), None):
         raise NotRecognised(f"its window update reads {other.array}, which the kernel writes")
-    return read, span
+    return read, (text[:span[0]], text[span[1]:]), text[read.start:read.end], tuple(constants.values())
+
+
+def _declared_const(masked: str, access: Access) -> bool:
+    """Whether the access declares a const local array (`const float w[3] = {...}`): no write of memory."""
+    return bool(re.search(r"(?:^|[;{}])\s*(?:static\s+)?const\s+(?:float|double|int)\s+$", masked[:access.start]))
+
+
+def _constant_declaration(kernel: PointKernel, masked: str, name: str) -> str | None:
+    """A declaration of `name` the registers' sums may repeat, where it holds the same at every point: a
+    window_nest.constant_local, or a const array of numbers the point body declares once (`const float w[3] =
+    {0.25f, 0.5f, 0.25f};`); else None."""
+    if local := window_nest.constant_local(kernel, masked, name):
+        return f"const {local[0]} {name} = {local[1]};"
+    body = masked[kernel.body_start:kernel.body_end]
+    declared = list(re.finditer(rf"(?:^|[;{{}}])\s*((?:static\s+)?const\s+(?:float|double|int)\s+{re.escape(name)}"
+                                rf"\s*\[\s*\d*\s*\]\s*=\s*\{{[-+.\w\s,]*\}}\s*;)", body))
+    if len(declared) != 1 or len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", body)) != \
+            1 + len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\[", body[declared[0].end():])):
+        return None
+    start = kernel.body_start + declared[0].start(1)
+    return " ".join(mask(kernel.source, literals=False)[start:start + len(declared[0][1])].split())
 
 
 def _scalar_type(declaration: str, name: str) -> str:
@@ -308,7 +334,8 @@ class _Names:
                            ("at", "at"), ("finish", "finish"), ("value", "window_value"), ("inside", "inside"),
                            ("done", "done"), ("total", "window_sum"), ("row", "row"), ("last", "last"), ("r", "r"),
                            ("c", "c"), ("v", "v"), ("chunk", "chunk"), ("quad", "quad"), ("p", "p"),
-                           ("stored_at", "stored_at"), ("stored", "stored"), ("slot", "slot")):
+                           ("stored_at", "stored_at"), ("stored", "stored"), ("slot", "slot"),
+                           ("holds", "holds"), ("corner", "corner")):
             setattr(self, name, fresh_name(base, taken))
 
 
@@ -323,12 +350,11 @@ def _each_point(names: _Names, statement: str) -> list[str]:
 
 def _fast_path(model: Window, names: _Names) -> list[str]:
     """Fixing the window's size, probing the thread's points, and where all reach the window, the registers."""
-    kernel, source, n = model.kernel, model.kernel.source, names
+    kernel, n = model.kernel, names
     index = list(kernel.axes)
     i, j = model.rows.variable, model.columns.variable
-    read = source[model.read.start:model.read.end]
     probe = points.point_body(kernel, _returning(model, "false") + _cut(model, "true", "false"))
-    address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{read}", "nullptr"))
+    address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{model.address}", "nullptr"))
     finished = (model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};")
     window = [Axis(0, i, model.rows.type, "", ""), Axis(0, j, model.columns.type, "", "")]
     store = _store_after(model)
@@ -347,11 +373,14 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
                 "}"]
     return [
         *(f"const {t} {name} = {number};" for name, t, number in model.specialised),
+        *model.constants,
         *points.lambda_of(n.reaches, index, probe),
         *points.lambda_of(n.at, [*index, *window], address, returns=f"const {model.element} *"),
+        *_guarded(model, n, window),
         *_finishing(model, n, finished, store),
         f"bool {n.inside} = true;",
         *_each_point(n, f"{n.inside} = {n.inside} && {n.reaches}({n.x0} + {n.c}, {n.y0} + {n.r});"),
+        *_corners(model, n),
         f"if ({n.inside}) {{",
         f"    {model.accumulator_type} {n.total}[{ROWS}][{COLUMNS}];",
         *("    " + line for line in _each_point(n, f"{n.total}[{n.r}][{n.c}] = {model.initial};")),
@@ -362,13 +391,34 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
     ]
 
 
+def _guarded(model: Window, n: _Names, window: list[Axis]) -> list[str]:
+    """Where the window loops test guards: the lambda telling whether all hold at a point and window offsets."""
+    if not model.guards:
+        return []
+    holds = points.point_body(model.kernel, _returning(model, "false") + _cut(model, " && ".join(model.guards),
+                                                                               "false"))
+    return points.lambda_of(n.holds, [*model.kernel.axes, *window], holds)
+
+
+def _corners(model: Window, n: _Names) -> list[str]:
+    """The guards tested at the 16 corners of the box of the patch's points and the window's offsets: where they
+    hold at every corner, they hold throughout (window_nest.py), so every point adds its whole window."""
+    if not model.guards:
+        return []
+    rows, columns = model.rows, model.columns
+    return ["#pragma unroll",
+            f"for (int {n.corner} = 0; {n.corner} < 16; {n.corner}++)",
+            f"    {n.inside} = {n.inside} && {n.holds}({n.x0} + ({n.corner} & 1) * {COLUMNS - 1}, "
+            f"{n.y0} + ({n.corner} >> 1 & 1) * ({ROWS} - 1), ({n.corner} & 4) ? {rows.first + rows.count - 1} : "
+            f"{rows.first}, ({n.corner} & 8) ? {columns.first + columns.count - 1} : {columns.first});"]
+
+
 def _row_loop(model: Window, n: _Names, loads: list[str]) -> list[str]:
     """Each input row the patch needs, read by `loads` into v, added into the windows of the points it is in."""
-    source, rows, columns = model.kernel.source, model.rows, model.columns
+    rows, columns = model.rows, model.columns
     i, j = rows.variable, columns.variable
     shift = f" - ({columns.first})" if columns.first else ""
-    term = (source[model.expression[0]:model.read_span[0]] + f"{n.v}[{n.c} + {j}{shift}]" +
-            source[model.read_span[1]:model.expression[1]])
+    term = f"{model.term[0]}{n.v}[{n.c} + {j}{shift}]{model.term[1]}"
     return [
         "#pragma unroll",
         f"for (int {n.row} = 0; {n.row} < {ROWS} + {rows.count - 1}; {n.row}++) {{",
@@ -386,7 +436,7 @@ def _row_loop(model: Window, n: _Names, loads: list[str]) -> list[str]:
         f"            for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) {{",
         "                #pragma unroll",
         f"                for ({columns.type} {j} = {columns.first}; {j} < {columns.first + columns.count}; {j}++) "
-        f"{n.total}[{n.r}][{n.c}] +={term};",
+        f"{n.total}[{n.r}][{n.c}] += {term};",
         "            }",
         "        }",
         "    }",

@@ -1,0 +1,307 @@
+"""A window sum's loop nest read as the one update it makes and the conditions under which it makes it.
+
+Users guard a window at an image's borders (zero padding) and name its coordinates through locals:
+
+    for (int i = 0; i < K; i++)                        for (int dy = -R; dy <= R; ++dy) {
+        for (int j = 0; j < K; j++) {                      const int yy = y + dy;
+            int iy = y + i - R;                            if (yy < 0 || yy >= H) continue;
+            int ix = x + j - R;                            for (int dx = -R; dx <= R; ++dx) {
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W)        const int xx = x + dx;
+                sum += in[iy * W + ix] * f[i * K + j];         sum += (xx >= 0 && xx < W) ? src[yy * W + xx] : 0.f;
+        }                                                  }
+                                                       }
+
+Read here: each loop's body is a run of declarations of locals, skips (`if (C) continue;`) and guards around the
+rest (`if (C) { ... }`, without else); the outer loop's run ends in the inner loop, the inner loop's in the update
+`SUM += EXPR;`. Nothing there may change a variable but SUM, so each local is spelled into what reads it after as
+its initialiser converted to its type, exactly. A choice whose condition is a guard is the value it chooses
+wherever the guard holds: `C ? E : F` (all of a text or of a parenthesis) is E where C holds, or F where C fails
+if F alone moves with the point (`xx < 0 ? 0 : xx`); `min(E, B)` is E where E <= B, `max(E, B)` where E >= B, B
+a bound (a window clamped to the image's edges: `min(max(x + dx, 0), w - 1)`).
+
+The update then adds EXPR (so spelled) at a point (x, y) and window offsets (i, j) exactly where every guard
+holds. A guard is a chain of comparisons (<, <=, >, >=; joined by && in a guard or a ternary, by || in a skip) of
+integer expressions of signed types, linear in x, y, i and j, their coefficients of parameters and of locals
+the same at every point. Where such a chain holds (or, a skip's, fails throughout) is convex, so a guard holds
+over a whole box of points and offsets wherever it holds at the box's corners: register_window's fast path tests
+them.
+"""
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from services.generator.rules import affine
+from services.generator.rules.cuda_text import mask, split_top_level, unparenthesised
+from services.generator.rules.points import PointKernel, changing
+from services.generator.rules.shape import NotRecognised
+from services.generator.rules.statements import Statement, walk
+
+SIGNED = r"(?:signed\s+)?(?:long\s+long|long|int|signed)(?:\s+int)?|(?:std::)?(?:int64_t|int32_t|ptrdiff_t)"
+_UNROLL = re.compile(r"#\s*pragma\s+unroll[^\n]*\n\s*$")
+_LOCALS = re.compile(rf"\s*(?:const\s+)?(?P<type>{SIGNED}|float|double)\s+(?P<declarators>[^;]*);\s*")
+_DECLARATOR = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=(?!=)(?P<init>.*)", re.DOTALL)
+_CHANGES = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
+_OPERATORS = re.compile(r"<<=?|>>=?|->|<=|>=|==|!=|&&|\|\||[<>?,=&|^!]")
+_RELATIONS = {"<", "<=", ">", ">="}
+
+
+@dataclass(frozen=True)
+class Nest:
+    outer: Statement  # the outer window loop, with an unroll pragma before it
+    inner: Statement
+    update: Statement  # SUM += EXPR;
+    accumulator: str
+    expression: str  # EXPR as written (comments blanked), the nest's locals spelled out and guarded values taken
+    guards: tuple[str, ...]  # what holds wherever the update runs, spelled likewise, in the order the nest tests them
+
+
+def loops(kernel: PointKernel, masked: str) -> tuple[Statement, Statement]:
+    """(outer loop, inner loop) of the only loop nest of the point body."""
+    nested = [(s, depth) for s, depth in walk(masked, list(kernel.statements)) if s.kind in ("for", "while", "do")]
+    if not nested:
+        raise NotRecognised("its point body has no loop over a window")
+    outer, depth = nested[0]
+    if depth or len(nested) != 2 or nested[1][0].kind != "for":
+        raise NotRecognised("its point body does not have exactly one pair of nested window loops")
+    return outer, nested[1][0]
+
+
+def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, variables: set[str]) -> Nest:
+    """The nest's update, its expression and its guards; `variables` are x, y and the loop variables i and j."""
+    reading = _Reading(kernel, masked, variables)
+    if reading.run(outer.body, "outer").start != inner.start:
+        raise NotRecognised("its outer window loop holds more than the inner loop, locals and guards")
+    update = reading.run(inner.body, "inner")
+    accumulator = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\+=(.*);\s*", masked[update.start:update.end], re.DOTALL)
+    if update.kind != "simple" or accumulator is None:
+        raise NotRecognised("its window loops do not add into an accumulator (`sum += ...;`)")
+    expression = reading.spelled(update.start + accumulator.start(2), update.start + accumulator.end(2))
+    if _CHANGES.search(mask(expression)):
+        raise NotRecognised("its window update changes a variable besides the accumulator")
+    if pragma := _UNROLL.search(masked, 0, outer.start):  # it goes with the loops
+        outer = dataclasses.replace(outer, start=pragma.start())
+    return Nest(outer, inner, update, accumulator.group(1), expression, tuple(reading.guards))
+
+
+class _Reading:
+    """The locals a nest has declared so far, spelled, and the guards it has tested."""
+
+    def __init__(self, kernel: PointKernel, masked: str, variables: set[str]):
+        self.kernel, self.masked, self.variables = kernel, masked, variables
+        self.uncommented = mask(kernel.source, literals=False)
+        self.values: dict[str, str] = {}
+        self.guards: list[str] = []
+
+    def run(self, statement: Statement, which: str) -> Statement:
+        """The last statement of a loop's body, having read the declarations and guards before it."""
+        parts = _parts(statement, self.masked)
+        if not parts:
+            raise NotRecognised(f"its {which} window loop is empty")
+        for part in parts[:-1]:
+            if not (self._declaration(part) or self._skip(part)):
+                raise NotRecognised(f"its {which} window loop holds `{_shown(self.masked, part)}` before its last "
+                                    f"statement; before the inner loop or the update, a window's loops may only "
+                                    f"declare locals and test guards (`if (iy < 0 || iy >= h) continue;`)")
+        last = parts[-1]
+        if last.kind == "if" and last.orelse is None:
+            self._guard(*last.head, "&&")
+            return self.run(last.body, which)
+        return last
+
+    def spelled(self, start: int, end: int) -> str:
+        """The source between the offsets, its comments blanked, the nest's locals spelled out and the values of
+        ternaries guarded by a guard taken (the guard kept)."""
+        text = re.sub(r"(?<![\w.])[A-Za-z_]\w*(?!\s*\()",
+                      lambda m: self.values.get(m.group(), m.group()) if not _member(m) else m.group(),
+                      self.uncommented[start:end])
+        return self._guarded_values(" ".join(text.split()))
+
+    def _declaration(self, part: Statement) -> bool:
+        """Declarations of locals with values (`const int yy = y + dy, xx = x + dx;`), each then spelled."""
+        locals_ = _LOCALS.fullmatch(self.masked, part.start, part.end) if part.kind == "simple" else None
+        if locals_ is None:
+            return False
+        at = locals_.start("declarators")
+        declarators = []
+        for text in split_top_level(locals_["declarators"], ","):
+            if (declarator := _DECLARATOR.fullmatch(text)) is None:
+                return False
+            declarators.append((declarator["name"], at + declarator.start("init"), at + declarator.end("init")))
+            at += len(text) + 1
+        kind = " ".join(locals_["type"].split())
+        for name, start, end in declarators:
+            if _CHANGES.search(self.masked[start:end]):
+                raise NotRecognised(f"its window loops' local {name} changes a variable as it is declared")
+            self.values[name] = f"(({kind})({self.spelled(start, end)}))"
+        return True
+
+    def _skip(self, part: Statement) -> bool:
+        body = _parts(part.body, self.masked) if part.kind == "if" and part.orelse is None else []
+        if len(body) != 1 or not re.fullmatch(r"\s*continue\s*;\s*", self.masked[body[0].start:body[0].end]):
+            return False
+        self._guard(*part.head, "||")
+        return True
+
+    def _guard(self, start: int, end: int, joined_by: str) -> None:
+        condition = self.spelled(start, end)
+        if (why := self.not_a_guard(condition, joined_by)) is not None:
+            raise NotRecognised(f"its window loops test `{' '.join(self.uncommented[start:end].split())}`, and {why}")
+        self.guards.append(f"({condition})" if joined_by == "&&" else f"!({condition})")
+
+    def not_a_guard(self, condition: str, joined_by: str) -> str | None:
+        """None where `condition` is a chain of comparisons a box's corners decide (module docstring)."""
+        joins = [m.start() for m in re.finditer(re.escape(joined_by), _outside_brackets(mask(condition)))]
+        operands = [condition[start + 2 * bool(start):end] for start, end in zip([0, *joins], [*joins, None])]
+        for operand in operands:
+            text = unparenthesised(operand)
+            if len(operands) > 1 and (why := self.not_a_guard(text, joined_by)) is None:
+                continue  # a parenthesised chain of the same joins: `(a >= 0 && a < n) && (b >= 0 && b < m)`
+            if (why := self._not_a_comparison(text)) is not None:
+                return why
+        return None
+
+    def _not_a_comparison(self, text: str) -> str | None:
+        top = _outside_brackets(mask(text))
+        operators = list(_OPERATORS.finditer(top))
+        if len(operators) != 1 or operators[0].group() not in _RELATIONS:
+            return f"`{text}` is not one comparison (<, <=, > or >=) of integers"
+        if re.search(r"\d[lL]*[uU]|[.eE]", re.sub(r"(?<![\w.])[A-Za-z_]\w*", "", text)):
+            return f"`{text}` compares unsigned or floating numbers"
+        try:
+            poly = affine.minus(affine.parse(text[:operators[0].start()]), affine.parse(text[operators[0].end():]))
+        except affine.NotAffine:
+            return f"`{text}` is not a comparison of integer sums and products"
+        for term in poly:
+            moving = [atom for atom in term if atom in self.variables or
+                      atom.startswith("?") and affine.names({(atom,): 1}) & self.variables]
+            if len(moving) > 1 or any(atom.startswith("?") for atom in moving):
+                return f"`{text}` is not linear in {', '.join(sorted(self.variables))}"
+        for name in sorted(affine.names(poly) - self.variables):
+            if (why := self._not_a_signed_constant(name)) is not None:
+                return f"`{text}` reads {name}, {why}"
+        return None
+
+    def _not_a_signed_constant(self, name: str) -> str | None:
+        """None where `name` is a signed integer parameter or a constant_local, so the same at every point."""
+        if name in self.kernel.parameters:
+            declared = self.kernel.parameters[name]
+            words = declared[:declared.rindex(name)].replace("const", " ")
+            return None if re.fullmatch(rf"\s*(?:{SIGNED})\s*", words) else "which is not a signed integer"
+        if constant_local(self.kernel, self.masked, name) is None:
+            return "which is not a signed local of the parameters alone, declared once"
+        return None
+
+    def _guarded_values(self, text: str) -> str:
+        """`text` with each choice whose condition is a guard as the value it chooses where the guard holds (the
+        guard kept): `C ? E : F` (all of the text or of a parenthesis) as E, or as F where only F moves with the
+        point and C is a chain of ||; and `min(E, B)` or `max(E, B)` (std:: or ::), B a bound, as E."""
+        position = len(text)
+        while (at := max(mask(text).rfind("?", 0, position), _last_call(mask(text), position))) >= 0:
+            position = at
+            taken = self._chosen(text, at) if text[at] == "?" else self._bounded(text, at)
+            if taken is not None:
+                start, end, value, guard = taken
+                self.guards.append(guard)
+                text, position = f"{text[:start]}{value}{text[end:]}", start
+        return text
+
+    def _chosen(self, text: str, question: int) -> tuple[int, int, str, str] | None:
+        start, end = _group(mask(text), question)
+        top = _outside_brackets(mask(text)[start:end])
+        colon = [m.start() for m in re.finditer(r"(?<!:):(?!:)", top)]
+        if top.count("?") != 1 or len(colon) != 1 or "," in top or re.search(r"(?<![=!<>])=(?!=)", top):
+            return None
+        condition = unparenthesised(text[start:question])
+        chosen, other = text[question + 1:start + colon[0]].strip(), text[start + colon[0] + 1:end].strip()
+        if self._moves(other) and not self._moves(chosen) and self.not_a_guard(condition, "||") is None:
+            return start, end, other, f"!({condition})"
+        if self.not_a_guard(condition, "&&") is None:
+            return start, end, chosen, f"({condition})"
+        return None
+
+    def _bounded(self, text: str, call: int) -> tuple[int, int, str, str] | None:
+        masked = mask(text)
+        name = re.match(r"(?:std\s*::\s*|::\s*)?(min|max)\s*\(", masked[call:])
+        opening = call + name.end() - 1
+        close = _group(masked, opening + 1)[1]
+        arguments = split_top_level(masked[opening + 1:close], ",")
+        if len(arguments) != 2:
+            return None
+        first = text[opening + 1:opening + 1 + len(arguments[0])].strip()
+        second = text[close - len(arguments[1]):close].strip()
+        if self._moves(first) == self._moves(second):
+            return None
+        value, bound = (first, second) if self._moves(first) else (second, first)
+        guard = f"({value}) {'<=' if name.group(1) == 'min' else '>='} ({bound})"
+        if self.not_a_guard(guard, "&&") is not None:
+            return None
+        return call, close + 1, f"({value})", f"({guard})"
+
+    def _moves(self, text: str) -> bool:
+        return bool(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", mask(text))) & self.variables)
+
+
+def _last_call(masked: str, before: int) -> int:
+    """Where the last call of min or max (std:: or ::) before offset `before` starts, or -1."""
+    calls = [m.start() for m in re.finditer(r"(?<![\w.:])(?:std\s*::\s*|::\s*)?(?:min|max)\s*\(", masked[:before])]
+    return calls[-1] if calls else -1
+
+
+def constant_local(kernel: PointKernel, masked: str, name: str) -> tuple[str, str] | None:
+    """(type, initialiser) of the local `name` where the point body declares it once, of a signed integer type,
+    from scalar parameters alone (`int R = K / 2;`), and changes it nowhere: the same at every point."""
+    body = masked[kernel.body_start:kernel.body_end]
+    declared = list(re.finditer(rf"(?:^|[;{{}}])\s*(?:const\s+)?({SIGNED})\s+{re.escape(name)}\s*=(?!=)([^;,]*);",
+                                body))
+    scalars = set(kernel.parameters) - set(kernel.array_types)
+    if len(declared) != 1 or re.search(changing(name), body[:declared[0].start()] + body[declared[0].end():]) \
+            or not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", declared[0][2])) <= scalars:
+        return None
+    return " ".join(declared[0][1].split()), declared[0][2].strip()
+
+
+def _parts(statement: Statement, masked: str) -> list[Statement]:
+    """A block's statements (empty ones and unroll pragmas aside), else the statement alone."""
+    if statement.kind != "block":
+        return [statement]
+    return [s for s in statement.children(masked) if s.kind != "empty"
+            and not (s.kind == "directive" and re.match(r"#\s*pragma\s+unroll\b", masked[s.start:s.end]))]
+
+
+def _group(masked: str, at: int) -> tuple[int, int]:
+    """The span inside the innermost brackets around offset `at`, or the whole text."""
+    opened = []
+    for i, char in enumerate(masked):
+        if i == at:
+            break
+        if char in "([{":
+            opened.append(i)
+        elif char in ")]}":
+            opened.pop()
+    if not opened:
+        return 0, len(masked)
+    depth = 0
+    for i in range(opened[-1], len(masked)):
+        depth += masked[i] in "([{"
+        depth -= masked[i] in ")]}"
+        if depth == 0:
+            return opened[-1] + 1, i
+    return opened[-1] + 1, len(masked)
+
+
+def _outside_brackets(masked: str) -> str:
+    """The text with what its brackets enclose blanked to spaces, offsets kept."""
+    out, depth = [], 0
+    for char in masked:
+        depth -= char in ")]}"
+        out.append(char if depth == 0 else " ")
+        depth += char in "([{"
+    return "".join(out)
+
+
+def _member(match: re.Match) -> bool:
+    return bool(re.search(r"(?:\.|->)\s*$", match.string[:match.start()]))
+
+
+def _shown(masked: str, statement: Statement) -> str:
+    return " ".join(masked[statement.start:statement.end].split())
