@@ -320,10 +320,18 @@ def _render(model: Window) -> str:
         "}",
         f"if (!{names.done}) {{",
         *(points.INDENT + line for line in _each_point(names, f"{names.point}({names.x0} + {names.c}, {names.y0} + "
-                                                              f"{names.r});")),
+                                                              f"{names.r});", _rolled(kernel))),
         "}",
     ]
     return points.with_body(kernel, lines)
+
+
+def _rolled(kernel: PointKernel) -> bool:
+    """Whether the edge threads' points run one after another, not unrolled: where an index is unsigned. NVRTC
+    (CUDA 13) unrolling them shared one point's `y * w + x - 1`, zero-extended, with a point whose guard did not
+    keep it from wrapping below 0 (gaussian3x3's point (x0 + 2, y0 + 1) read 16 GB past its input at x0 = y0 = 0:
+    an illegal address on the H200, whatever ptxas's level). Edge threads are few; their speed does not count."""
+    return any(_UNSIGNED.search(axis.type) for axis in kernel.axes)
 
 
 class _Names:
@@ -339,11 +347,12 @@ class _Names:
             setattr(self, name, fresh_name(base, taken))
 
 
-def _each_point(names: _Names, statement: str) -> list[str]:
+def _each_point(names: _Names, statement: str, rolled: bool = False) -> list[str]:
     """`statement` for each of the thread's points, r and c naming the point's row and column in the patch."""
-    return ["#pragma unroll",
+    pragma = "#pragma unroll 1" if rolled else "#pragma unroll"
+    return [pragma,
             f"for (int {names.r} = 0; {names.r} < {ROWS}; {names.r}++) {{",
-            "    #pragma unroll",
+            f"    {pragma}",
             f"    for (int {names.c} = 0; {names.c} < {COLUMNS}; {names.c}++) {statement}",
             "}"]
 
