@@ -3811,6 +3811,26 @@ extern "C" __global__ void count_odd(const int *v, unsigned int *count, unsigned
 """, "count_odd", [array("v", ["n"], "int32"), array("count", [1], "uint32", role="out"), scalar("n", "n", "uint32")],
     {"n": 1 << 20}, ["n"], {"block_size_x": 128}, {"block_size_x": [32, 64, 128]})
 VARIANTS["block_tree_count"] = ("hierarchical_reduction", BLOCK_TREE_COUNT)
+# The classic reduction with sequential addressing in dynamic shared memory (its size given at launch), the block's
+# sum handed to one atomic.
+BLOCK_TREE_DYNAMIC = spec(r"""
+extern "C" __global__ void reduce_atomic(const float *g_idata, float *g_odata, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = (i < n) ? g_idata[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) atomicAdd(g_odata, sdata[0]);
+}
+""", "reduce_atomic", [array("g_idata", ["n"]), array("g_odata", [1], role="out"), scalar("n", "n", "uint32")],
+    {"n": 1 << 20}, ["n"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]},
+    smem_args={"size": "block_size_x * 4"})
+VARIANTS["block_tree_dynamic"] = ("hierarchical_reduction", BLOCK_TREE_DYNAMIC)
 # A sum of squares, each thread's value put in the array through a local (size_t indices).
 BLOCK_TREE_SQUARES = spec(r"""
 __global__ void sum_squares_tree(const float *__restrict__ x, float *__restrict__ result, size_t n)

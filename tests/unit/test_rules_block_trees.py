@@ -11,7 +11,7 @@ from services.generator import rules
 from services.generator.rules.block_trees import atomic_form
 from services.generator.rules.canonical import canonical
 from services.generator.rules.shapes import recognise
-from tests.unit.rules_variants import BLOCK_TREE_COUNT, DOT_BY_EXAMPLE, edited
+from tests.unit.rules_variants import BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, DOT_BY_EXAMPLE, edited
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 BLOCK_SUM = load_spec(STYLES / "block_sum.cu", STYLES / "block_sum.yaml")
@@ -47,6 +47,17 @@ def test_a_threads_value_is_read_however_the_kernel_puts_it_in_the_array(load):
     value = "(int)(v[i] & 1)" if load == "through_a_local" else "v[i] & 1"
     assert f"if (i < n) atomicAdd(count, (unsigned int)({value}));" in atomic_form(canonical(spec)).source
     assert rules.check("hierarchical_reduction", spec, spec.as_candidate()) is None
+
+
+def test_a_tree_in_dynamic_shared_memory_is_read_where_every_launch_gives_it_a_block_of_entries():
+    read = atomic_form(canonical(BLOCK_TREE_DYNAMIC))
+    assert "if (i < n) atomicAdd(g_odata, (float)(g_idata[i]));" in read.source
+    assert rules.check("hierarchical_reduction", BLOCK_TREE_DYNAMIC, BLOCK_TREE_DYNAMIC.as_candidate()) is None
+    for size in ("block_size_x * 2", "256 * 4"):  # half a block of floats; a fixed 256, which 512 threads pass
+        short = BLOCK_TREE_DYNAMIC.model_validate({**BLOCK_TREE_DYNAMIC.model_dump(), "smem_args": {"size": size}})
+        assert atomic_form(canonical(short)) is None
+    bare = BLOCK_TREE_DYNAMIC.model_validate({**BLOCK_TREE_DYNAMIC.model_dump(), "smem_args": None})
+    assert atomic_form(canonical(bare)) is None  # no dynamic shared memory at all
 
 
 def test_a_value_each_thread_computes_and_hands_to_the_tree_is_handed_to_the_atomic():

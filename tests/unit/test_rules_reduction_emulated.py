@@ -8,6 +8,7 @@ rewrite, at several configurations, gives what the submitted kernel gives: integ
 within their reassociation. The GPU verifies them as well (tests/gpu/test_rules_shapes_verified.py)."""
 import ctypes
 import math
+import re
 import signal
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, no
 from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS_GRADIENT, BIAS_GRADIENT_OVER_A_BATCH,
-                                       BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, CHANNEL_SQUARES_GRID_STRIDE,
-                                       CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
+                                       BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_SQUARES,
+                                       CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
                                        MASKED_STATS_2D, POSITIVES_PER_BATCH, ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS,
                                        ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM, TOTAL_ON_A_FIXED_GRID, DOT_BY_EXAMPLE,
                                        WEIGHTED_SUM)
@@ -121,6 +122,7 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "count_odd": {"n": 3001},
     "sum_squares_tree": {"n": 3001},
     "dot": {"N": 3001},
+    "reduce_atomic": {"n": 3001},
     "weighted_sum": {"count": 3001, "blocks": 5},
     "style-block_sum": {"n": 3001},
 }
@@ -129,7 +131,8 @@ KERNELS = {
                                            ROW_PEAKS_BELOW, BIAS_GRADIENT, COLUMN_LOWS, STACK_SUM, IMAGE_SUM_2D,
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
                                            CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS, ROW_SUMS_BY_BLOCK_INDEX,
-                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, DOT_BY_EXAMPLE, WEIGHTED_SUM)},
+                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, BLOCK_TREE_DYNAMIC, DOT_BY_EXAMPLE,
+                                           WEIGHTED_SUM)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),
     "total_gs": TOTAL_ON_A_FIXED_GRID.model_copy(update={"problem_size": [3]}),
@@ -166,6 +169,9 @@ extern "C" void kforge_launch(const unsigned int *grid, const unsigned int *bloc
     }}
 }}
 """
+    # a dynamic shared array (`extern __shared__ float s[];`) as a static one of the most a block may take, 48 KB
+    source = re.sub(r"\bextern\s+__shared__\s+([A-Za-z_][\w ]*?)\s+([A-Za-z_]\w*)\s*\[\s*\]\s*;",
+                    r"__shared__ \1 \2[49152 / sizeof(\1)];", source)
     return threaded_library(PRELUDE + source + launcher, directory, kernel_name, defines)
 
 

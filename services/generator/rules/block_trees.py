@@ -41,13 +41,14 @@ import re
 
 from services.generator.rules.cuda_text import find_kernel, mask, pointee, unparenthesised
 from services.generator.rules.points import INDENT, parameters_of
+from services.generator.rules.row_passes import SIZES
 from services.generator.rules.statements import Statement, Unparsed, statements
 from services.generator.rules.tree import tree_loops
 from shared.domain.spec import KernelSpec
 
 _ZERO = r"\(?\s*(?:0[uUlL]*|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
-_SHARED = re.compile(r"\s*__shared__\s+(?:volatile\s+)?[A-Za-z_][\w ]*?\s+(?P<name>[A-Za-z_]\w*)\s*"
-                     r"\[\s*(?P<size>\d+)\s*\]\s*;\s*")
+_SHARED = re.compile(r"\s*(?P<extern>extern\s+)?__shared__\s+(?:volatile\s+)?[A-Za-z_][\w ]*?\s+"
+                     r"(?P<name>[A-Za-z_]\w*)\s*\[\s*(?P<size>\d*)\s*\]\s*;\s*")
 _LOCAL = re.compile(r"\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int|long\s+long|size_t)\s+(?P<name>[A-Za-z_]\w*)\s*"
                     r"=[^;]*;\s*")
 _ARITHMETIC = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
@@ -86,8 +87,8 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
     handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
     parameters = parameters_of(spec.source, kernel)
     added = _added(_text(masked, body[place + 1]), array, thread, parameters)
-    if loaded is None and handed is None or added is None or \
-            not _powers_of_two_within(spec, int(declared["size"])) or _target_type(added, parameters) != element:
+    if loaded is None and handed is None or added is None or bool(declared["extern"]) == bool(declared["size"]) or \
+            not _powers_of_two_within(spec, declared["size"], element) or _target_type(added, parameters) != element:
         return None  # a tree in another type than the total's wraps or rounds there (review, helper-97)
     if loaded is not None:
         condition, value = loaded
@@ -168,11 +169,20 @@ def _added(text: str, array: str, thread: str, parameters: dict[str, str]) -> st
     return address
 
 
-def _powers_of_two_within(spec: KernelSpec, size: int) -> bool:
-    """Whether every block size the spec may launch along x is a power of two of at most `size` threads: each value
-    it tunes and its own (restrictions aside, which other parameters may let through; review, helper-97)."""
+def _powers_of_two_within(spec: KernelSpec, size: str, element: str) -> bool:
+    """Whether every block size the spec may launch along x is a power of two of at most the array's elements:
+    `size` of them, or for an extern array ("") as many as the launch's dynamic shared memory holds. Each value it
+    tunes and its own (restrictions aside, which other parameters may let through; review, helper-97)."""
     name = spec.block_size_names[0]
     baseline = spec.baseline_params()
     values = [*spec.tune_params.get(name, []), baseline.get(name)]
-    return all(isinstance(v, int) and 0 < v <= size and v & (v - 1) == 0 for v in values) and \
+
+    def held(value: int) -> int:
+        if size:
+            return int(size)
+        try:
+            return spec.shared_memory_bytes({**baseline, name: value}) // SIZES.get(element, 1 << 30)
+        except ValueError:
+            return 0
+    return all(isinstance(v, int) and 0 < v <= held(v) and v & (v - 1) == 0 for v in values) and \
         all(len(spec.tune_params.get(n, [1])) == 1 and baseline.get(n, 1) == 1 for n in spec.block_size_names[1:])
