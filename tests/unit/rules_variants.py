@@ -3831,6 +3831,32 @@ extern "C" __global__ void reduce_atomic(const float *g_idata, float *g_odata, u
     {"n": 1 << 20}, ["n"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]},
     smem_args={"size": "block_size_x * 4"})
 VARIANTS["block_tree_dynamic"] = ("hierarchical_reduction", BLOCK_TREE_DYNAMIC)
+# A mean squared error: each thread's square computed in a block with a local of its own, the block's sum scaled
+# by 1/n as it is added.
+BLOCK_TREE_MSE = spec(r"""
+#define BLOCK 256
+extern "C" __global__ void mse(const float *a, const float *b, float *out, int n, float inv_n)
+{
+    __shared__ float cache[BLOCK];
+    int tid = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + tid;
+    float d = 0.0f;
+    if (i < n) {
+        float e = a[i] - b[i];
+        d = e * e;
+    }
+    cache[tid] = d;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (tid < s) cache[tid] += cache[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) atomicAdd(out, cache[0] * inv_n);
+}
+""", "mse", [array("a", ["n"]), array("b", ["n"]), array("out", [1], role="out"), scalar("n", "n"),
+             scalar("inv_n", 1.0 / (1 << 20), "float32")], {"n": 1 << 20}, ["n"], {"block_size_x": 256},
+    {"block_size_x": [64, 128, 256]})
+VARIANTS["block_tree_mse"] = ("hierarchical_reduction", BLOCK_TREE_MSE)
 # A sum of squares, each thread's value put in the array through a local (size_t indices).
 BLOCK_TREE_SQUARES = spec(r"""
 __global__ void sum_squares_tree(const float *__restrict__ x, float *__restrict__ result, size_t n)

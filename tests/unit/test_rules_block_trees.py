@@ -11,7 +11,7 @@ from services.generator import rules
 from services.generator.rules.block_trees import atomic_form
 from services.generator.rules.canonical import canonical
 from services.generator.rules.shapes import recognise
-from tests.unit.rules_variants import BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, DOT_BY_EXAMPLE, edited
+from tests.unit.rules_variants import BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE, DOT_BY_EXAMPLE, edited
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 BLOCK_SUM = load_spec(STYLES / "block_sum.cu", STYLES / "block_sum.yaml")
@@ -58,6 +58,21 @@ def test_a_tree_in_dynamic_shared_memory_is_read_where_every_launch_gives_it_a_b
         assert atomic_form(canonical(short)) is None
     bare = BLOCK_TREE_DYNAMIC.model_validate({**BLOCK_TREE_DYNAMIC.model_dump(), "smem_args": None})
     assert atomic_form(canonical(bare)) is None  # no dynamic shared memory at all
+
+
+def test_a_value_computed_in_a_block_and_a_scaled_sum_are_read():
+    """The square through a local of the if's own; the block's sum times 1/n, each value scaled so as it is added."""
+    read = atomic_form(canonical(BLOCK_TREE_MSE))
+    assert "if (i < n) { float e = a[i] - b[i]; atomicAdd(out, (float)((float)(e * e)) * (inv_n)); }" in read.source
+    for factor in ("2.0f * cache[0]", "cache[0] / (float)n", "cache[0] / n", "cache[0] * (1.0f / n)"):
+        scaled = edited(BLOCK_TREE_MSE, "cache[0] * inv_n", factor)
+        assert rules.check("hierarchical_reduction", scaled, scaled.as_candidate()) is None, factor
+    for other in ("cache[0] * inv_n + 1.0f", "cache[0] * a[0]", "cache[0] * cache[1]", "2.0f * cache[0] / n"):
+        assert atomic_form(canonical(edited(BLOCK_TREE_MSE, "cache[0] * inv_n", other))) is None, other
+    counted = edited(BLOCK_TREE_COUNT, "atomicAdd(count, partial[0]);", "atomicAdd(count, partial[0] / 2);")
+    assert atomic_form(canonical(counted)) is None  # an integer sum halved is not the sum of the halves
+    within = edited(BLOCK_TREE_MSE, "float e = a[i] - b[i];", "float e = a[i] - cache[0];")
+    assert atomic_form(canonical(within)) is None  # the block's computation reads the tree's array
 
 
 def test_a_value_each_thread_computes_and_hands_to_the_tree_is_handed_to_the_atomic():

@@ -21,7 +21,7 @@ from services.generator.rules.cuda_text import IDENTIFIER, find_kernel, mask, no
 from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS_GRADIENT, BIAS_GRADIENT_OVER_A_BATCH,
-                                       BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_SQUARES,
+                                       BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE, BLOCK_TREE_SQUARES,
                                        CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
                                        MASKED_STATS_2D, POSITIVES_PER_BATCH, ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS,
                                        ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM, TOTAL_ON_A_FIXED_GRID, DOT_BY_EXAMPLE,
@@ -123,6 +123,7 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "sum_squares_tree": {"n": 3001},
     "dot": {"N": 3001},
     "reduce_atomic": {"n": 3001},
+    "mse": {"n": 3001},
     "weighted_sum": {"count": 3001, "blocks": 5},
     "style-block_sum": {"n": 3001},
 }
@@ -131,7 +132,8 @@ KERNELS = {
                                            ROW_PEAKS_BELOW, BIAS_GRADIENT, COLUMN_LOWS, STACK_SUM, IMAGE_SUM_2D,
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
                                            CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS, ROW_SUMS_BY_BLOCK_INDEX,
-                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, BLOCK_TREE_DYNAMIC, DOT_BY_EXAMPLE,
+                                           BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE,
+                                           DOT_BY_EXAMPLE,
                                            WEIGHTED_SUM)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),

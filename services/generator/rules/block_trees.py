@@ -86,18 +86,23 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
     loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread)
     handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
     parameters = parameters_of(spec.source, kernel)
-    added = _added(_text(masked, body[place + 1]), array, thread, parameters)
-    if loaded is None and handed is None or added is None or bool(declared["extern"]) == bool(declared["size"]) or \
-            not _powers_of_two_within(spec, declared["size"], element) or _target_type(added, parameters) != element:
+    found = _added(uncommented, masked, body[place + 1], array, thread, parameters)
+    if loaded is None and handed is None or found is None or bool(declared["extern"]) == bool(declared["size"]) or \
+            not _powers_of_two_within(spec, declared["size"], element) or _target_type(found[0], parameters) != element:
         return None  # a tree in another type than the total's wraps or rounds there (review, helper-97)
+    added, scaled = found
+    if scaled and element not in ("float", "double"):
+        return None  # an integer sum divided, or wrapping, otherwise than its terms would
     if loaded is not None:
-        condition, value = loaded
-        lines = [f"if ({unparenthesised(condition)}) atomicAdd({added}, ({element})({value}));"]
+        condition, value, prelude = loaded
+        atomic = f"atomicAdd({added}, ({element})({value}){scaled});"
+        lines = [f"if ({unparenthesised(condition)}) {{ {prelude} {atomic} }}" if prelude else
+                 f"if ({unparenthesised(condition)}) {atomic}"]
     else:
         prologue, value = handed
         of_its_type = re.search(rf"(?:^|;|\{{)\s*(?:const\s+)?{re.escape(element)}\s+{re.escape(value)}\s*[=;]",
                                 " ".join(prologue))
-        lines = [*prologue, f"atomicAdd({added}, {value if of_its_type else f'({element})({value})'});"]
+        lines = [*prologue, f"atomicAdd({added}, {value if of_its_type else f'({element})({value})'}{scaled});"]
     # the locals of the launch geometry the rest reads, the last first (the tree's own thread index goes)
     for statement in reversed(kept):
         text = " ".join(uncommented[statement.start:statement.end].split())
@@ -112,25 +117,32 @@ def _text(masked: str, statement: Statement) -> str:
     return masked[statement.start:statement.end]
 
 
-def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: str) -> tuple[str, str] | None:
-    """(the condition, the value) of the statements that put a thread's value into the array, as written:
-    `ARRAY[t] = COND ? VALUE : 0;`, `if (COND) ARRAY[t] = VALUE; else ARRAY[t] = 0;`, `ARRAY[t] = 0; if (COND)
-    ARRAY[t] = VALUE;`, or `T v = 0; if (COND) v = VALUE; ARRAY[t] = v;` (VALUE then converted to T); None
-    otherwise, or where either reads the array."""
+def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: str) -> tuple[str, str, str] | None:
+    """(the condition, the value, the declarations computing it) of the statements that put a thread's value into
+    the array, as written: `ARRAY[t] = COND ? VALUE : 0;`, `if (COND) ARRAY[t] = VALUE; else ARRAY[t] = 0;`,
+    `ARRAY[t] = 0; if (COND) ARRAY[t] = VALUE;`, or `T v = 0; if (COND) v = VALUE; ARRAY[t] = v;` (VALUE then
+    converted to T), whose if may declare locals first (`{ float e = a[i] - b[i]; v = e * e; }`); None otherwise,
+    or where any of them reads the array."""
     at, text = re.escape(thread), masked[span[0]:span[1]]
     slot = rf"{array}\s*\[\s*{at}\s*\]"
+    declarations = rf"(?P<d>(?:\s*(?:const\s+)?{_ARITHMETIC}\s+[A-Za-z_]\w*\s*=[^;]+;)+)"
     found = re.fullmatch(rf"\s*{slot}\s*=(?P<c>[^?;]+)\?(?P<v>[^:;]+):\s*{_ZERO}\s*;\s*", text) or \
         re.fullmatch(rf"\s*if\s*\((?P<c>.+)\)\s*\{{?\s*{slot}\s*=(?P<v>[^;]+);\s*\}}?"
                      rf"\s*else\s*\{{?\s*{slot}\s*=\s*{_ZERO}\s*;\s*\}}?\s*", text, re.DOTALL) or \
         re.fullmatch(rf"\s*{slot}\s*=\s*{_ZERO}\s*;\s*if\s*\((?P<c>.+)\)\s*\{{?\s*{slot}\s*=(?P<v>[^;]+);"
                      rf"\s*\}}?\s*", text, re.DOTALL) or \
         re.fullmatch(rf"\s*(?P<t>{_ARITHMETIC})\s+(?P<n>[A-Za-z_]\w*)\s*=\s*{_ZERO}\s*;\s*if\s*\((?P<c>.+)\)"
-                     rf"\s*\{{?\s*(?P=n)\s*=(?P<v>[^;]+);\s*\}}?\s*{slot}\s*=\s*(?P=n)\s*;\s*", text, re.DOTALL)
+                     rf"\s*(?:\{{{declarations}|\{{?)\s*(?P=n)\s*=(?P<v>[^;]+);\s*\}}?\s*{slot}\s*=\s*(?P=n)\s*;\s*",
+                     text, re.DOTALL)
+    prelude = found and found.groupdict().get("d") or ""
     if found is None or any(re.search(rf"(?<![\w.]){array}\b", found[g]) for g in ("c", "v")) or \
-            found.groupdict().get("n") and re.search(rf"(?<![\w.]){found['n']}\b", found["v"] + found["c"]):
+            re.search(rf"(?<![\w.]){array}\b|\+\+|--|\b(?:__syncthreads|__shfl\w*|atomic\w*)\b", prelude) or \
+            found.groupdict().get("n") and re.search(rf"(?<![\w.]){found['n']}\b", found["v"] + found["c"] + prelude):
         return None
     condition, value = (source[span[0] + found.start(g):span[0] + found.end(g)].strip() for g in ("c", "v"))
-    return condition, f"({' '.join(found['t'].split())})({value})" if found.groupdict().get("t") else value
+    if prelude:
+        prelude = " ".join(source[span[0] + found.start("d"):span[0] + found.end("d")].split())
+    return condition, f"({' '.join(found['t'].split())})({value})" if found.groupdict().get("t") else value, prelude
 
 
 def _handed(uncommented: str, masked: str, load: list[Statement], array: str,
@@ -155,18 +167,29 @@ def _target_type(address: str, parameters: dict[str, str]) -> str | None:
     return " ".join(found[1].replace("const", " ").split()) if found else None
 
 
-def _added(text: str, array: str, thread: str, parameters: dict[str, str]) -> str | None:
-    """The address of `if (t == 0) atomicAdd(ADDRESS, ARRAY[0]);`, of parameters and numbers alone; else None (t the
-    tree's thread index, which tree.py has read as threadIdx.x)."""
-    at = re.escape(thread)
+def _added(uncommented: str, masked: str, statement: Statement, array: str, thread: str,
+           parameters: dict[str, str]) -> tuple[str, str] | None:
+    """The address of `if (t == 0) atomicAdd(ADDRESS, ARRAY[0]);`, of parameters and numbers alone, and what
+    scales the sum (` * (F)` or ` / (F)` of `ARRAY[0] * F`, `F * ARRAY[0]` or `ARRAY[0] / F`, F a scalar parameter
+    or a number, cast to float or double or not, or a parenthesis of those; else ""); else None (t the tree's
+    thread index, which tree.py has read as threadIdx.x)."""
+    at, factor = re.escape(thread), r"(?:\(\s*(?:float|double)\s*\)\s*)?(?:[A-Za-z_]\w*|\d[\w.]*)|\([^;()]*\)"
     found = re.fullmatch(rf"\s*if\s*\(\s*(?:{at}\s*==\s*0|0\s*==\s*{at})\s*\)\s*\{{?\s*atomicAdd\s*\("
-                         rf"(?P<a>[^,;]+),\s*{array}\s*\[\s*0\s*\]\s*\)\s*;\s*\}}?\s*", text)
-    if found is None:
+                         rf"(?P<a>[^,;]+),\s*(?:(?P<f>{factor})\s*\*\s*)?{array}\s*\[\s*0\s*\]"
+                         rf"\s*(?:(?P<op>[*/])\s*(?P<g>{factor})\s*)?\)\s*;\s*\}}?\s*", _text(masked, statement))
+    if found is None or found["f"] and found["op"]:
         return None
     address = found["a"].strip()
-    if not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", address)) <= set(parameters):
+    scale = found["f"] or found["g"]
+    scalars = {name for name, declared in parameters.items() if pointee(declared) is None}
+    if not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", address)) <= set(parameters) or \
+            scale and not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", scale)) <= scalars | {"float", "double"}:
         return None
-    return address
+    if not scale:
+        return address, ""
+    group = "f" if found["f"] else "g"
+    written = uncommented[statement.start + found.start(group):statement.start + found.end(group)]
+    return address, f" {found['op'] or '*'} ({' '.join(written.split())})"
 
 
 def _powers_of_two_within(spec: KernelSpec, size: str, element: str) -> bool:
