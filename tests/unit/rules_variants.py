@@ -3894,6 +3894,12 @@ __global__ void add_bias_rows(float *out, const float *in, const float *bias, in
                        scalar("rows", "rows"), scalar("cols", "cols")], {"rows": 45, "cols": 1001}, ["cols", 7],
     tune_params={"block_size_x": [64, 128, 256]}, grid_div_y=[])
 VARIANTS["rows_strided_along_y_under_a_column_guard"] = ("vectorize", ROWS_STRIDED_ALONG_Y)
+# The same, the column's bias loaded once before its rows (each point loads it again).
+ROWS_STRIDED_WITH_A_VALUE_BEFORE = edited(
+    ROWS_STRIDED_ALONG_Y, "    for (int r = blockIdx.y; r < rows; r += gridDim.y)\n        out[r * cols + c] = "
+    "in[r * cols + c] + bias[c];", "    const float b = bias[c];\n    for (int r = blockIdx.y; r < rows; r += gridDim.y)\n"
+    "        out[r * cols + c] = in[r * cols + c] + b;")
+VARIANTS["rows_strided_with_a_value_loaded_before"] = ("vectorize", ROWS_STRIDED_WITH_A_VALUE_BEFORE)
 # A grid-stride sum handed to a block's shared-memory tree (block_trees.py reads each thread's value handed to the
 # atomic): the tree spelled as a for loop, and as CUDA by Example's dot product spells it, a while loop on `i != 0`,
 # on a fixed grid of 32 blocks.

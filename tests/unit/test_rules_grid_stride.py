@@ -11,8 +11,8 @@ from services.generator.rules.cuda_text import normalised
 from services.generator.rules.grid_stride import point_form
 from services.generator.rules.shapes import reading, recognise
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, CAUSAL_MASK, ROW_SUMS_GRID_STRIDE, ROWS_STRIDED_ALONG_Y,
-                                     SCALE_3D_GRID_STRIDE, SCALE_ON_A_FIXED_GRID, TOTAL_ON_A_FIXED_GRID,
-                                     TRANSPOSE_GRID_STRIDE, array, edited, scalar)
+                                     ROWS_STRIDED_WITH_A_VALUE_BEFORE, SCALE_3D_GRID_STRIDE, SCALE_ON_A_FIXED_GRID,
+                                     TOTAL_ON_A_FIXED_GRID, TRANSPOSE_GRID_STRIDE, array, edited, scalar)
 from tests.unit.test_rules_vectorize16 import needs_gxx
 from tests.unit.test_rules_window import build, run
 
@@ -132,6 +132,20 @@ def test_rows_strided_along_y_under_a_guard_of_the_column_are_the_points_of_the_
     assert rules.check("vectorize", ROWS_STRIDED_ALONG_Y, ROWS_STRIDED_ALONG_Y.as_candidate()) is None
 
 
+def test_a_value_the_column_loads_before_its_rows_is_loaded_by_each_point():
+    read = point_form(canonical(ROWS_STRIDED_WITH_A_VALUE_BEFORE))
+    assert "if (c < cols && r < rows) {\n        const float b = bias[c];\n        out[r * cols + c] = in[r * cols + c] + b;" \
+        in read.source
+    loop = "out[r * cols + c] = in[r * cols + c] + b;"
+    for changed in (edited(edited(ROWS_STRIDED_WITH_A_VALUE_BEFORE, "const float b", "float b"), loop,
+                           "out[r * cols + c] = in[r * cols + c] + b++;"),  # a running value along the rows
+                    edited(ROWS_STRIDED_WITH_A_VALUE_BEFORE, "bias[c];", "out[c];"),  # read before rows write it
+                    edited(ROWS_STRIDED_WITH_A_VALUE_BEFORE, "const float b = bias[c];", "float b = bias[c]++;"),
+                    edited(ROWS_STRIDED_WITH_A_VALUE_BEFORE, "const float b = bias[c];",
+                           "const float b = bias[c];\n    out[c] = b;")):  # a store before the rows
+        assert point_form(canonical(changed)) is None
+
+
 @pytest.mark.parametrize("guard", [
     "if (bias[c] == 0.0f) return;",  # a guard reading an array
     "if (c >= cols || rows > (int)blockDim.x) return;",  # a guard reading the launch geometry
@@ -235,10 +249,10 @@ def test_a_fixed_grid_is_not_read_where_the_launch_over_its_bounds_could_fail(ca
 @needs_gxx
 @pytest.mark.parametrize("order", [("vectorize",), ("elements_per_thread",), ("elements_per_thread", "vectorize")],
                          ids="+".join)
-def test_rows_strided_along_y_are_rewritten_to_what_the_submitted_kernel_computes(tmp_path, order):
+@pytest.mark.parametrize("spec_", [ROWS_STRIDED_ALONG_Y, ROWS_STRIDED_WITH_A_VALUE_BEFORE], ids=["bias", "hoisted"])
+def test_rows_strided_along_y_are_rewritten_to_what_the_submitted_kernel_computes(tmp_path, order, spec_):
     """On the CPU (g++, AddressSanitizer), at more rows than the fixed grid's 7 and fewer, sizes no vector or block
     divides, aligned and not: every array as the submitted kernel leaves it."""
-    spec_ = ROWS_STRIDED_ALONG_Y
     candidate = spec_.as_candidate()
     for rule in order:
         candidate = rules.apply(rule, spec_, candidate)

@@ -22,7 +22,8 @@ The respelling is exact or not made. It is made only where:
   blockDim.x * gridDim.x;`, or declared after the index in a loop's head), which only the loops' starts and steps
   read, or the thread's index along an axis no loop strides (a batch's row `b = blockIdx.y`, a column's x index);
   the nest may stand under a guard of those indices and parameters alone (`if (c >= cols) return;` before rows
-  strided along y), which the point's guard then tests first; each loop starts at the thread's index along its
+  strided along y), which the point's guard then tests first, and after locals the guard declares (`const float b
+  = bias[c];`), which each point declares again; each loop starts at the thread's index along its
   own axis (the loops and those indices together the axes x, then y, then z, in any order of nesting), steps by
   the grid's width along it, and runs while the index is below a bound;
 - each bound is arithmetic of scalar arguments of given values, which the nest does not change: the new grid must
@@ -56,6 +57,8 @@ _INIT = re.compile(rf"\s*(?P<type>(?:const\s+)?{INTEGER_TYPE})\s+(?P<index>[A-Za
 _LOCALS = re.compile(rf"\s*(?:const\s+)?{INTEGER_TYPE}\s+(?P<declarators>[^;]*);\s*")
 _ONE_LOCAL = re.compile(rf"\s*(?:const\s+)?(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=(?P<init>[^;,]*);\s*")
 _LAUNCH = {f"{v}.{a}" for v in ("threadIdx", "blockIdx", "blockDim", "gridDim") for a in "xyz"}
+_HOISTED = re.compile(rf"\s*(?:const\s+)?(?:{INTEGER_TYPE}|float|double)\s+(?P<name>[A-Za-z_]\w*)\s*=(?!=)"
+                      rf"(?P<init>[^;,]*);\s*")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
         masked = mask(spec.source)
         *setup, outer = statements(masked, kernel.body_open + 1, kernel.body_close)
         known = _launch_locals(setup, masked)
-        nest, tested = _under_its_guard(masked, outer)
+        nest, tested, hoisted = _under_its_guard(masked, outer)
         if nest.kind != "for" or known is None or _unread_text(masked, kernel.body_open, kernel.body_close):
             return None
         loops, inner = _nest(spec, masked, nest, known)
@@ -86,20 +89,25 @@ def point_form(spec: KernelSpec) -> KernelSpec | None:
     rows = _row_indices(spec, setup, masked, {loop.axis for loop in loops})
     axes = sorted([loop.axis for loop in loops] + [axis for axis, _ in rows.values()])
     if not loops or axes[:len(set(axes))] != list(range(len(set(axes)))) or len(set(axes)) != len(axes) or \
-            any(re.search(rf"\b{name}\b", masked[inner.start:inner.end] + " ".join(loop.bound for loop in loops))
+            any(re.search(rf"\b{name}\b", masked[inner.start:inner.end] + " ".join(loop.bound for loop in loops) +
+                          " ".join(masked[start:end] for _, (start, end) in hoisted))
                 for name in set(known) - set(rows)) or \
             tested is not None and not set(re.findall(r"[A-Za-z_]\w*", tested)) <= set(rows) | set(
                 points.parameters_of(spec.source, kernel)) or \
-            (jumps := _continues(masked, inner)) is None or (launched := _launched(spec, loops, text)) is None:
+            (jumps := _continues(masked, inner)) is None or (launched := _launched(spec, loops, text)) is None or \
+            any(re.search(points.changing(name), masked[inner.start:inner.end]) or
+                points.address_taken(masked[inner.start:inner.end], name) for name, _ in hoisted):
         return None
     guard = " && ".join([*([_conjunct(tested)] if tested else []),
                          *(f"{loop.index} < {_operand(loop.bound)}" for loop in loops)])
     span = inner.inner if inner.kind == "block" else (inner.start, inner.end)
     body = points.replace_spans(spec.source[:span[1]], [(at, at + len("continue"), "return") for at in jumps])
-    body = body[span[0]:]
+    body = textwrap.dedent(body[span[0]:].strip("\n").rstrip())
+    uncommented = mask(spec.source, literals=False)
+    values = [" ".join(uncommented[start:end].split()) for _, (start, end) in hoisted]
     lines = [*(f"{loop.type} {loop.index} = {loop.start};" for loop in loops), *(d for _, d in rows.values()),
-             f"if ({guard}) {{",
-             textwrap.indent(textwrap.dedent(body.strip("\n").rstrip()), points.INDENT), "}"]
+             f"if ({guard}) {{", *(points.INDENT + value for value in values),
+             textwrap.indent(body, points.INDENT), "}"]
     first = setup[0].start if setup else outer.start
     source = spec.source[:first] + textwrap.indent("\n".join(lines), points.INDENT).lstrip() + \
         spec.source[outer.end:]
@@ -124,15 +132,25 @@ def _row_indices(spec: KernelSpec, setup: list[Statement], masked: str,
     return found
 
 
-def _under_its_guard(masked: str, statement: Statement) -> tuple[Statement, str | None]:
-    """The nest, and the condition of a guard around it (`if (c < cols) for (...) ...`, an early return on the
-    thread's index read as the guard it means), or None without one."""
+def _under_its_guard(masked: str, statement: Statement) -> tuple[Statement, str | None,
+                                                                  list[tuple[str, tuple[int, int]]]]:
+    """The nest; the condition of a guard around it (`if (c < cols) for (...) ...`, an early return on the
+    thread's index read as the guard it means), or None without one; and the locals the guard declares before the
+    nest, each one of arithmetic type with a value (`float b = bias[c];`), by name with its statement's span. Each
+    point computes those again: the same value where nothing changes what they read, which the points'
+    independence (each array the body writes read only where written) and their unchanged names make sure of."""
     if statement.kind != "if" or statement.orelse is not None:
-        return statement, None
-    inside = statement.body
-    if inside.kind == "block" and len(children := inside.children(masked)) == 1:
-        inside = children[0]
-    return inside, masked[statement.head[0]:statement.head[1]]
+        return statement, None, []
+    inside, hoisted = statement.body, []
+    if inside.kind == "block":
+        *before, last = inside.children(masked) or [inside]
+        for local in before:
+            declared = _HOISTED.fullmatch(masked, local.start, local.end) if local.kind == "simple" else None
+            if declared is None or re.search(r"\+\+|--|(?<![=!<>])=(?!=)", declared["init"]):
+                return statement, None, []
+            hoisted.append((declared["name"], (local.start, local.end)))
+        inside = last
+    return inside, masked[statement.head[0]:statement.head[1]], hoisted
 
 
 def _independent(spec: KernelSpec, indices: set[str]) -> bool:
