@@ -755,7 +755,7 @@ extern "C" __global__ void row_max(float *out, const float *in, int cols)
 """, "row_max", [array("out", ["rows"], role="out"), array("in", ["rows", "cols"]), scalar("cols", "cols")],
                 {"rows": 300, "cols": 1000}, ["rows"], tune_params={"block_size_x": [64, 128, 256]}, grid_div_x=[1])
 
-# NVIDIA's first reduction: interleaved addressing (tid % (2 * s)), not a halving tree.
+# NVIDIA's first reduction: interleaved addressing (tid % (2 * s)), a tree doubling its stride.
 REDUCE_INTERLEAVED = spec(r"""
 extern "C" __global__ void reduce0(int *g_odata, const int *g_idata, unsigned int n)
 {
@@ -1508,8 +1508,6 @@ NOT_OF_SHAPE = {
     "a_grid_stride_body_reading_its_stride": ("elements_per_thread", edited(
         GRID_STRIDE_ADD, "y[i] = x[i] + y[i];", "y[i] = x[i] + stride;"),
         "the loop reads stride, a local defined before it"),
-    "interleaved_addressing_is_not_a_halving_tree": ("shuffle_reduction", REDUCE_INTERLEAVED,
-                                                     "no shared-memory tree reduction"),
     "a_tree_that_stops_at_the_last_warp": ("shuffle_reduction", REDUCE_LAST_WARP, "no shared-memory tree reduction"),
     # An integer sum through fmaf truncates the float result at each step, which the lanes' partial sums would not.
     "an_fmaf_into_an_integer_sum": ("warp_per_row", edited(
@@ -3857,6 +3855,28 @@ extern "C" __global__ void mse(const float *a, const float *b, float *out, int n
              scalar("inv_n", 1.0 / (1 << 20), "float32")], {"n": 1 << 20}, ["n"], {"block_size_x": 256},
     {"block_size_x": [64, 128, 256]})
 VARIANTS["block_tree_mse"] = ("hierarchical_reduction", BLOCK_TREE_MSE)
+# Harris's first two reductions: trees doubling their stride, by interleaved addressing (REDUCE_INTERLEAVED, one
+# partial sum per block); and by a strided index (`index = 2 * s * tid`), the block's sum handed to one atomic.
+HARRIS_STRIDED_ATOMIC = spec(r"""
+extern "C" __global__ void reduce1(const float *g_idata, float *g_odata, unsigned int n)
+{
+    extern __shared__ float sdata[];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    sdata[tid] = (i < n) ? g_idata[i] : 0.0f;
+    __syncthreads();
+    for (unsigned int s = 1; s < blockDim.x; s <<= 1) {
+        int index = 2 * s * tid;
+        if (index < blockDim.x) sdata[index] += sdata[index + s];
+        __syncthreads();
+    }
+    if (tid == 0) atomicAdd(g_odata, sdata[0]);
+}
+""", "reduce1", [array("g_idata", ["n"]), array("g_odata", [1], role="out"), scalar("n", "n", "uint32")],
+    {"n": 1 << 20}, ["n"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]},
+    smem_args={"size": "block_size_x * 4"})
+VARIANTS.update({"harris_interleaved": ("shuffle_reduction", REDUCE_INTERLEAVED),
+                 "harris_strided_atomic": ("hierarchical_reduction", HARRIS_STRIDED_ATOMIC)})
 # A sum of squares, each thread's value put in the array through a local (size_t indices).
 BLOCK_TREE_SQUARES = spec(r"""
 __global__ void sum_squares_tree(const float *__restrict__ x, float *__restrict__ result, size_t n)

@@ -11,7 +11,8 @@ from services.generator import rules
 from services.generator.rules.block_trees import atomic_form
 from services.generator.rules.canonical import canonical
 from services.generator.rules.shapes import recognise
-from tests.unit.rules_variants import BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE, DOT_BY_EXAMPLE, edited
+from tests.unit.rules_variants import (BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE, DOT_BY_EXAMPLE,
+                                       HARRIS_STRIDED_ATOMIC, REDUCE_INTERLEAVED, edited)
 
 STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 BLOCK_SUM = load_spec(STYLES / "block_sum.cu", STYLES / "block_sum.yaml")
@@ -73,6 +74,22 @@ def test_a_value_computed_in_a_block_and_a_scaled_sum_are_read():
     assert atomic_form(canonical(counted)) is None  # an integer sum halved is not the sum of the halves
     within = edited(BLOCK_TREE_MSE, "float e = a[i] - b[i];", "float e = a[i] - cache[0];")
     assert atomic_form(canonical(within)) is None  # the block's computation reads the tree's array
+
+
+def test_trees_doubling_their_stride_are_read_as_the_halving_ones():
+    """Harris's interleaved (`tid % (2 * s) == 0`) and strided (`index = 2 * s * tid`) addressing: each adds a
+    block of a power of two threads into entry 0."""
+    strided = atomic_form(canonical(HARRIS_STRIDED_ATOMIC))
+    assert "if (i < n) atomicAdd(g_odata, (float)(g_idata[i]));" in strided.source
+    interleaved = edited(REDUCE_INTERLEAVED, "g_odata[blockIdx.x] = sdata[0];", "atomicAdd(g_odata, sdata[0]);")
+    assert "if (i < n) atomicAdd(g_odata, (int)(g_idata[i]));" in atomic_form(canonical(interleaved)).source
+    for other in ("if (index <= blockDim.x)", "if (index < blockDim.x - 1)"):  # a step past the block, or short
+        assert atomic_form(canonical(edited(HARRIS_STRIDED_ATOMIC, "if (index < blockDim.x)", other))) is None
+    for other in ("int index = 2 * tid;", "int index = s * tid;", "int index = 2 * s * i;"):
+        assert atomic_form(canonical(edited(HARRIS_STRIDED_ATOMIC, "int index = 2 * s * tid;", other))) is None
+    for other in ("tid % s == 0", "tid % (2 * s) == 1", "tid % (4 * s) == 0"):
+        assert atomic_form(canonical(edited(interleaved, "tid % (2 * s) == 0", other))) is None
+    assert atomic_form(canonical(edited(interleaved, "s *= 2", "s *= 3"))) is None
 
 
 def test_a_value_each_thread_computes_and_hands_to_the_tree_is_handed_to_the_atomic():

@@ -22,7 +22,8 @@ from shared.adapters.inputs import distribution_of, draw, stream_key
 from shared.domain.spec import KernelSpec
 from tests.unit.rules_variants import (BATCH_NORMS_GRID_STRIDE, BATCH_SUMS, BIAS_GRADIENT, BIAS_GRADIENT_OVER_A_BATCH,
                                        BLOCK_TREE_COUNT, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE, BLOCK_TREE_SQUARES,
-                                       CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
+                                       CHANNEL_SQUARES_GRID_STRIDE, CHANNEL_STATS, COLUMN_LOWS, REDUCE_INTERLEAVED,
+                                       HARRIS_STRIDED_ATOMIC, ENERGY_3D, IMAGE_CHANNEL_MEANS, IMAGE_SUM_2D,
                                        MASKED_STATS_2D, POSITIVES_PER_BATCH, ROW_PEAKS_BELOW, ROW_SUMS_2D_BLOCKS,
                                        ROW_SUMS_BY_BLOCK_INDEX, STACK_SUM, TOTAL_ON_A_FIXED_GRID, DOT_BY_EXAMPLE,
                                        WEIGHTED_SUM)
@@ -124,6 +125,7 @@ SMALL = {  # sizes not a multiple of any block, rows past the grid's last whole 
     "dot": {"N": 3001},
     "reduce_atomic": {"n": 3001},
     "mse": {"n": 3001},
+    "reduce1": {"n": 3001},
     "weighted_sum": {"count": 3001, "blocks": 5},
     "style-block_sum": {"n": 3001},
 }
@@ -133,7 +135,7 @@ KERNELS = {
                                            MASKED_STATS_2D, ENERGY_3D, BIAS_GRADIENT_OVER_A_BATCH,
                                            CHANNEL_SQUARES_GRID_STRIDE, IMAGE_CHANNEL_MEANS, ROW_SUMS_BY_BLOCK_INDEX,
                                            BLOCK_TREE_COUNT, BLOCK_TREE_SQUARES, BLOCK_TREE_DYNAMIC, BLOCK_TREE_MSE,
-                                           DOT_BY_EXAMPLE,
+                                           HARRIS_STRIDED_ATOMIC, DOT_BY_EXAMPLE,
                                            WEIGHTED_SUM)},
     # grid-stride loops on the grids their specs fix, a few blocks here so that the host runs them quickly
     "batch_norms": BATCH_NORMS_GRID_STRIDE.model_copy(update={"problem_size": [2, "batch"]}),
@@ -244,6 +246,17 @@ def test_the_reduction_gives_what_the_submitted_kernel_gives(tmp_path, name):
     for config in configurations:
         library = build(normalised(candidate.source), spec.kernel_name, tmp_path, config)
         _compared(at_size, launch(library, launched, config, 3), expected, f"at {config}")
+
+
+@needs_gxx
+def test_warp_shuffles_give_each_block_the_sum_harriss_interleaved_tree_gives(tmp_path):
+    """One partial sum per block, the block size kept: the shuffles' order adds integers exactly as the tree."""
+    spec = REDUCE_INTERLEAVED.with_sizes({"n": 3001})
+    candidate = rules.apply("shuffle_reduction", spec, spec.as_candidate())
+    baseline = {**spec.baseline_params(), **candidate.params}
+    expected = launch(build(normalised(spec.source), spec.kernel_name, tmp_path, {}), spec, baseline, 3)
+    library = build(normalised(candidate.source), spec.kernel_name, tmp_path, {})
+    _compared(spec, launch(library, spec.for_candidate(candidate), baseline, 3), expected, "with shuffles")
 
 
 @needs_gxx

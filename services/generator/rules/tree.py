@@ -8,7 +8,9 @@ Recognised anywhere in the source (a kernel or a __device__ helper), whatever th
     }
 
 with `red` a __shared__ array (static or extern) or a pointer a helper receives, `tid` threadIdx.x or a local
-equal to it, and the combination +, or fmaxf/fminf/max/min/fmax/fmin. Before the loop each thread has put its
+equal to it, and the combination +, or fmaxf/fminf/max/min/fmax/fmin; or a tree doubling its stride, as Harris's
+first reductions do: `for (s = 1; s < blockDim.x; s *= 2)` combining into red[tid] where `tid % (2 * s) == 0`, or
+into red[index] where `index = 2 * s * tid` is below the block size. Before the loop each thread has put its
 value in red[tid] and passed a barrier; after it red[0] holds the block's result, seen by every thread. The
 replacement keeps that contract: each thread takes red[tid], every warp combines its 32 values with
 __shfl_down_sync, the warps' results go to red[0..warps-1], warp 0 combines those, and red[0] is written before a
@@ -152,12 +154,18 @@ def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[st
     if len(parts) != 3 or loop.body.kind != "block":
         return None
     init, condition, step = (compact(p) for p in parts)
-    declared = re.fullmatch(r"(?:const)?(?:unsignedint|unsigned|int)([A-Za-z_]\w*)=(.+?)(?:/2|>>1)", init)
-    if declared is None or declared.group(2) not in widths:
-        return None
-    s, width = declared.group(1), declared.group(2)
-    if condition not in (f"{s}>0", f"0<{s}", f"{s}>=1", f"{s}!=0", f"0!={s}") \
-            or step not in (f"{s}/=2", f"{s}>>=1", f"{s}={s}/2", f"{s}={s}>>1"):
+    halving = re.fullmatch(r"(?:const)?(?:unsignedint|unsigned|int)([A-Za-z_]\w*)=(.+?)(?:/2|>>1)", init)
+    doubling = re.fullmatch(r"(?:unsignedint|unsigned|int)([A-Za-z_]\w*)=1", init)
+    if halving and halving.group(2) in widths:
+        s, width = halving.group(1), halving.group(2)
+        if condition not in (f"{s}>0", f"0<{s}", f"{s}>=1", f"{s}!=0", f"0!={s}") \
+                or step not in (f"{s}/=2", f"{s}>>=1", f"{s}={s}/2", f"{s}={s}>>1"):
+            return None
+    elif doubling and (width := condition.removeprefix(f"{doubling.group(1)}<")) in widths:
+        s = doubling.group(1)
+        if step not in (f"{s}*=2", f"{s}<<=1", f"{s}={s}*2", f"{s}=2*{s}", f"{s}={s}<<1"):
+            return None
+    else:
         return None
     try:
         inside = statements(masked, *loop.body.inner)
@@ -165,28 +173,51 @@ def _tree(masked: str, loop: Statement, shared: dict[str, str], widths: tuple[st
         return None
     # The barrier after each step, or before it (the replacement then starts with one, as the loop did).
     barriers = [compact(masked[st.start:st.end]) == "__syncthreads();" for st in inside]
-    if barriers not in ([False, True], [True, False]):
+    if barriers not in ([False, True], [True, False]) and not (doubling and barriers == [False, False, True]):
         return None
-    guard = inside[barriers.index(False)]
+    guard = inside[barriers.index(True) - 1] if not barriers[0] else inside[1]
     if guard.kind != "if" or guard.orelse is not None:
         return None
-    tested = re.fullmatch(rf"([A-Za-z_][\w.]*)<{s}", compact(masked[guard.head[0]:guard.head[1]]))
-    if tested is None:
-        return None
-    t = tested.group(1)
-    if not is_thread_x(masked, t):
+    t, at = _stepped(masked, inside[0] if len(inside) == 3 else None, guard, s, width if doubling else None)
+    if t is None or not is_thread_x(masked, t):
         return None
     action = compact(masked[guard.body.start:guard.body.end])
     if action.startswith("{") and action.endswith("}"):
         action = action[1:-1]
     for name, element in shared.items():
-        mine, other = f"{name}[{t}]", f"{name}[{t}+{s}]"
+        mine, other = f"{name}[{at}]", f"{name}[{at}+{s}]"
         if action in (f"{mine}+={other};", f"{mine}={mine}+{other};", f"{mine}={other}+{mine};"):
             return Tree(loop, name, element, t, width, "+", barriers[0])
         for function in FUNCTIONS:
             if action in (f"{mine}={function}({mine},{other});", f"{mine}={function}({other},{mine});"):
                 return Tree(loop, name, element, t, width, function, barriers[0])
     return None
+
+
+def _stepped(masked: str, declared: Statement | None, guard: Statement, s: str,
+             width: str | None) -> tuple[str | None, str]:
+    """(the thread index, the entry a step combines into): a halving tree's `if (t < s)` combines into t; a
+    doubling tree's (`width` its bound) `if (t % (2 * s) == 0)` into t, Harris's interleaved addressing, or
+    `int index = 2 * s * t; if (index < width)` into index, his strided one. Each combines every entry of a
+    block of a power of two threads into entry 0; (None, "") for any other step."""
+    tested = compact(masked[guard.head[0]:guard.head[1]])
+    if width is None:
+        found = declared is None and re.fullmatch(rf"([A-Za-z_][\w.]*)<{s}", tested)
+        return (found.group(1), found.group(1)) if found else (None, "")
+    if declared is None:
+        twice = rf"(?:2\*{s}|{s}\*2)"
+        found = re.fullmatch(rf"\(?([A-Za-z_][\w.]*)%\({twice}\)\)?==0|0==\(?([A-Za-z_][\w.]*)%\({twice}\)\)?",
+                             tested)
+        thread = found and (found.group(1) or found.group(2))
+        return (thread, thread) if thread else (None, "")
+    index = re.fullmatch(r"(?:const)?(?:unsignedint|unsigned|int)([A-Za-z_]\w*)=([^;]+);",
+                         compact(masked[declared.start:declared.end]))
+    factors = index.group(2).split("*") if index else []
+    thread = [f for f in factors if f not in (s, "2")]
+    if index is None or tested != f"{index.group(1)}<{width}" or sorted(factors) != sorted([s, "2", *thread]) or \
+            len(thread) != 1 or not re.fullmatch(r"[A-Za-z_][\w.]*", thread[0]):
+        return None, ""
+    return thread[0], index.group(1)
 
 
 def _replacement(tree: Tree, taken: set[str]) -> list[str]:
