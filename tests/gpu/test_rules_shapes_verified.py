@@ -23,7 +23,7 @@ from shared.domain.events import CandidateVerified, VerificationRequested
 from shared.domain.spec import CandidateSpec, KernelSpec
 from tests.corpus_kernels import corpus
 from tests.unit.rules_variants import (ATOMIC_SUM, BLOCK_MAX, INTERIOR_OFFSET, NOT_OF_SHAPE, ONE_D, PADDED_WINDOWS,
-                                      SPLIT_COLUMNS, VARIANTS, sample)
+                                      SPLIT_COLUMNS, UNSIGNED_STENCILS, VARIANTS, sample)
 from tests.unit.test_rules_vectorize16 import NARROW_VARIANTS
 
 pytestmark = pytest.mark.gpu
@@ -142,6 +142,7 @@ def cases() -> dict:
                   for case, spec in INTERIOR_OFFSET.items()})
     # Zero-padded windows: registers where a patch's window lies inside the image, the point body elsewhere.
     found.update({f"variant-{case}-plan": (lambda s=spec: s, None) for case, spec in PADDED_WINDOWS.items()})
+    found.update({f"variant-{case}-plan": (lambda s=spec: s, None) for case, spec in UNSIGNED_STENCILS.items()})
     # A row of two warps with no barrier between its passes, which row_in_shared refuses: registers need none.
     found["variant-several_warps-row_in_registers"] = (
         lambda: NOT_OF_SHAPE["rows_of_several_warps_without_a_barrier"][1], "row_in_registers")

@@ -4116,3 +4116,32 @@ PADDED_WINDOWS = {"conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "blur_skip
                   "sharpen_double": SHARPEN_DOUBLE, "emboss_row_guard": EMBOSS_ROW_GUARD,
                   "smooth_clamped": SMOOTH_CLAMPED}
 VARIANTS.update({name: ("register_window", padded) for name, padded in PADDED_WINDOWS.items()})
+
+# Stencils of unsigned indices: a neighbour at `i - 1` is an address that wraps below zero where no guard holds. NVRTC
+# (CUDA 13) unrolling several points' bodies shared such arithmetic between a point whose guard held and one whose
+# did not (register_window's edge threads on gaussian3x3): the renderings that unroll points run on the GPU here.
+UNSIGNED_STENCILS = {
+    "smooth_unsigned_1d": spec(r"""
+extern "C" __global__ void smooth_unsigned(float *out, const float *in, unsigned int n)
+{
+    const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 1 && i < n - 1)
+        out[i] = 0.25f * in[i - 1] + 0.5f * in[i] + 0.25f * in[i + 1];
+}
+""", "smooth_unsigned", [array("out", ["n"], role="inout"), array("in", ["n"]), scalar("n", "n", "uint32")],
+        {"n": 1 << 20}, ["n"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]}),
+    "gradient_unsigned_2d": spec(r"""
+extern "C" __global__ void grad2d_unsigned(float *out, const float *in, unsigned int w, unsigned int h)
+{
+    const unsigned int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= 1 && y >= 1 && x < w - 1 && y < h - 1)
+        out[y * w + x] = in[y * w + x + 1] - in[y * w + x - 1] + in[(y + 1) * w + x] - in[(y - 1) * w + x];
+}
+""", "grad2d_unsigned", [array("out", ["h", "w"], role="inout"), array("in", ["h", "w"]), scalar("w", "w", "uint32"),
+                         scalar("h", "h", "uint32")], {"w": 1024, "h": 512}, ["w", "h"], BLOCK_2D, TUNE_2D),
+}
+VARIANTS.update({"smooth_unsigned_1d_marched": ("elements_per_thread", UNSIGNED_STENCILS["smooth_unsigned_1d"]),
+                 "smooth_unsigned_1d_vectors": ("vectorize", UNSIGNED_STENCILS["smooth_unsigned_1d"]),
+                 "gradient_unsigned_2d_blocked": ("register_blocking", UNSIGNED_STENCILS["gradient_unsigned_2d"]),
+                 "gradient_unsigned_2d_vectors": ("vectorize", UNSIGNED_STENCILS["gradient_unsigned_2d"])})
