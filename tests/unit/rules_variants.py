@@ -4112,7 +4112,30 @@ extern "C" __global__ void conv_radius(float *out, const float *in, const float 
 """, "conv_radius", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("filt", ["k", "k"]),
                      scalar("w", "w"), scalar("h", "h"), scalar("k", "k")], {"w": 400, "h": 250, "k": 5}, ["w", "h"],
                    BLOCK_2D, TUNE_2D)
-PADDED_WINDOWS = {"conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
+CLAMPED_BY_ASSIGNMENT = spec(r"""
+// A 5x5 filter with replicated borders, each coordinate clamped by assignments; a tap loaded under a guard.
+extern "C" __global__ void clamp_assigned(float *out, const float *in, const float *filt, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= w || y >= h) return;
+    float sum = 0.0f;
+    for (int dy = -2; dy <= 2; dy++) {
+        for (int dx = -2; dx <= 2; dx++) {
+            int r = y + dy, c = x + dx;
+            if (r < 0) r = 0;
+            if (r >= h) r = h - 1;
+            c = max(0, min(c, w - 1));
+            float v = 0.0f;
+            if (c >= 0) v = in[r * w + c];
+            sum += v * filt[(dy + 2) * 5 + dx + 2];
+        }
+    }
+    out[y * w + x] = sum;
+}
+""", "clamp_assigned", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("filt", [25]),
+                        scalar("w", "w"), scalar("h", "h")], {"w": 400, "h": 250}, ["w", "h"], BLOCK_2D, TUNE_2D)
+PADDED_WINDOWS = {"conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "clamp_assigned": CLAMPED_BY_ASSIGNMENT, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
                   "sharpen_double": SHARPEN_DOUBLE, "emboss_row_guard": EMBOSS_ROW_GUARD,
                   "smooth_clamped": SMOOTH_CLAMPED}
 VARIANTS.update({name: ("register_window", padded) for name, padded in PADDED_WINDOWS.items()})

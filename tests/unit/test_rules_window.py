@@ -43,6 +43,12 @@ def window(spec_: KernelSpec):
     return rules.apply("register_window", spec_, spec_.as_candidate())
 
 
+def with_k_unsigned(spec_: KernelSpec) -> KernelSpec:
+    return spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace("int h, int k)", "int h, unsigned k)"),
+                                 "args": [{**a.model_dump(), "dtype": "uint32"} if a.name == "k" else a.model_dump()
+                                          for a in spec_.args]})
+
+
 def with_out_shape(spec_: KernelSpec, shape: list[str]) -> KernelSpec:
     return spec_.model_validate({**spec_.model_dump(), "args": [
         {**a.model_dump(), "shape": shape} if a.name == "out" else a.model_dump() for a in spec_.args]})
@@ -191,6 +197,18 @@ REFUSED = {
     "a radius changed after": (edited(edited(CONV_RADIUS, "const int r", "int r"), "float acc = 0.0f;",
                                       "float acc = 0.0f;\n    if (w < 64) r = 1;"),
                                "is not made of literals, integer scalar parameters and locals of those alone"),
+    # review, helper-99: a start below 0 against an unsigned bound runs no step; a band of unsigned differences
+    "a window from -K / 2 of an unsigned K": (with_k_unsigned(edited(edited(
+        CONV_RADIUS, "for (int dy = -r; dy <= r; dy++)", "for (int dy = -k / 2; dy <= k / 2; dy++)"),
+        "for (int dx = -r; dx <= r; dx++)", "for (int dx = -k / 2; dx <= k / 2; dx++)")),
+        "counts in an unsigned type, where a start below 0"),
+    "a skip of a band of unsigned differences": (edited(
+        KERNELS["blur_skipping_edges"], "if (xx < 0 || xx >= w) continue;",
+        "if (xx < 0 || xx >= w || (unsigned)(xx - 23) < 2u) continue;"), "compares in an unsigned type"),
+    "a guard changing a local": (edited(CONV_SAME, "ix < W)", "++ix < W)"), "it changes a variable"),
+    "a local of the outer loop assigned in the inner": (edited(
+        KERNELS["blur_skipping_edges"], "const int xx = col + dx;", "const int xx = col + dx;\n                yy = 0;"),
+        "holds `yy = 0;` before its last statement"),
     "a count beside the sum": (VARIANTS["box_blur"][1],
                                "holds `total += img[yy * width + xx];` before its last statement"),
 }
@@ -231,6 +249,10 @@ def test_a_zero_padded_window_adds_from_registers_where_its_guards_hold_at_the_b
     assert "if (!done) {\n        #pragma unroll 1\n        for (int r = 0; r < window_rows; r++) {\n" \
            "            #pragma unroll 1\n" in gaussian
     assert "#pragma unroll 1" not in normalised(window(CONV_RADIUS).source)
+    # A whole term chosen by a ternary was rounded before its add: the registers' add fuses nothing either.
+    assert "window_sum[r][c] = __fadd_rn(window_sum[r][c], v[c + kx] * c_gauss[ky * 5 + kx]);" in \
+        normalised(window(KERNELS["gauss_ternary"]).source)
+    assert "__fadd_rn" not in code and "__dadd_rn" not in normalised(window(KERNELS["sharpen_double"]).source)
     ternary = normalised(window(KERNELS["sharpen_double"]).source)
     assert "window_sum[r_][c_] += ((double)(v_[c_ + b - (-1)])) * taps[(a + 1) * 3 + b + 1];" in ternary
 
@@ -277,6 +299,17 @@ TAKEN = {
     # A local of the parameters alone is the same at every point, whatever its conversions: a pitch.
     "a pitch converted from the parameters": edited(CONV2D, "int out_w = width - k + 1,",
                                                     "int out_w = (unsigned short)(width - k + 1u),"),
+    # Sobel-like weights chosen by the offsets alone stay in the sum, whose registers know the offsets.
+    "weights by the offsets' sign": edited(KERNELS["clamp_assigned"], "sum += v * filt[(dy + 2) * 5 + dx + 2];",
+                                           "sum += v * (dx < 0 ? -1.0f : 1.0f) * (dy == 0 ? 2.0f : 1.0f);"),
+    "a flag of the guard": edited(CONV_SAME, "if (iy >= 0 && iy < H && ix >= 0 && ix < W)",
+                                  "const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;\n            if (inside)"),
+    "the window's corner in locals of the point": edited(edited(edited(
+        CONV_SAME, "int R = K / 2;", "int R = K / 2;\n    const int y0 = y - R;\n    const int x0 = x - R;"),
+        "int iy = y + i - R;", "int iy = y0 + i;"), "int ix = x + j - R;", "int ix = x0 + j;"),
+    "a negated skip": edited(edited(KERNELS["blur_skipping_edges"], "if (yy < 0 || yy >= h) continue;",
+                                    "if ((yy < 0 || yy >= h)) continue;"),
+                             "if (xx < 0 || xx >= w) continue;", "if (!(xx >= 0 && xx < w)) continue;"),
 }
 
 
@@ -400,6 +433,8 @@ static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 template <typename T> static T __ldg(const T *p) { return *p; }
+static float __fadd_rn(float a, float b) { return a + b; }
+static double __dadd_rn(double a, double b) { return a + b; }
 // CUDA's integer min and max overloads: the operands' common type, as the usual conversions make it
 template <typename A, typename B> static auto min(A a, B b) { return b < a ? b : a; }
 template <typename A, typename B> static auto max(A a, B b) { return a < b ? b : a; }
@@ -548,6 +583,10 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "emboss_row_guard": [{"h": 37, "w": 45}, {"h": 10, "w": 9}],
              "smooth_clamped": [{"height": 37, "width": 45}, {"height": 6, "width": 7}],
              "conv_radius": [{"h": 37, "w": 45, "k": 5}, {"h": 21, "w": 70, "k": 3}],
+             "clamp_assigned": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
+             **dict.fromkeys(("weights by the offsets' sign", "a negated skip"), [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
+             **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
+                             [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
              "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
              # rows of 256 columns rotated by one: the last point of a thread wraps to the row's start
              "a subscript wrapping through a cast": [{"height": 8, "width": 260, "k": 5}],
@@ -562,7 +601,10 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a value that moves its subscript",
                                                      "a subscript wrapping through a cast",
                                                      "a subscript wrapping through a local",
-                                                     "a pitch converted from the parameters"))]
+                                                     "a pitch converted from the parameters",
+                                                     "weights by the offsets' sign", "a negated skip",
+                                                     "a flag of the guard",
+                                                     "the window's corner in locals of the point"))]
 
 
 @needs_gxx

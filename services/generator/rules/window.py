@@ -2,22 +2,31 @@
 from a window of its input held in registers.
 
 Recognised: a 2D kernel of one point per thread (services/generator/rules/points.py) whose point body declares an
-accumulator, `T SUM = INIT;`, and then adds a window into it with two loops of its own and nothing else in them:
+accumulator, `T SUM = INIT;`, and then adds a window into it with two loops of its own:
 
     for (int i = I0; i < I1; i++)        (or i <= I1, as for a window centred on the point, from -r to r)
         for (int j = J0; j < J1; j++)
             SUM += EXPR;
 
-where EXPR reads the input at `IN[(y + i) * P + x + j + OFFSET]` (any spelling the index arithmetic parses to:
-one along x and j, the same pitch P along y and i, P and OFFSET made of parameters), directly or through __ldg,
-and otherwise only the loop variables, parameters and names the kernel does not declare (a __constant__ filter).
-The starts and bounds are made of literals and integer scalar parameters; a parameter is specialised to its value
-at the spec's sizes, as a library specialises a convolution for its filter size.
+and nothing else in them but locals and guards (window_nest.py: a zero-padded or clamped window adds EXPR where
+its guards hold), where EXPR reads the input at `IN[(y + i) * P + x + j + OFFSET]` (any spelling the index
+arithmetic parses to: one along x and j, the same pitch P along y and i, P and OFFSET made of parameters),
+directly or through __ldg, and otherwise only the loop variables, parameters, locals of parameters alone and const
+local arrays (declared again in the registers' code), and names the kernel does not declare (a __constant__
+filter). The starts and bounds are made of literals, integer scalar parameters and locals of those alone; a
+parameter they name is specialised to its value at the spec's sizes, as a library specialises a convolution for
+its filter size. Where guards hold, the registers serve a thread whose patch's points and window offsets make a
+box at whose 16 corners every guard holds; its other threads run the point body as written.
 
 Rendered: each thread owns the points (x0 + c, y0 + r), c < 4, r < window_rows. Where the bounds have the spec's
 values and every one of its points reaches the window loops, the thread reads each input row it needs once, a
 128-bit vector at a time where aligned, into registers, and adds every point's window from there in the
-original order (i, then j): the same operations on the same values, so the same sums. Each point then runs the
+original order (i, then j): the same operations on the same values, so the same sums. Where a padded window
+chose its whole term by a ternary (`sum += inside ? a * b : 0.0f`), the kernel rounded the product before adding
+it, so the registers add it with __fadd_rn, which NVRTC fuses into nothing (review, helper-99: the product fused
+into an FMA differed in half the points on the H200). A choice inside the term (`w * (inside ? v : 0.0f) + c`)
+is not kept apart so: there NVRTC may fuse differently than in the kernel, a rounding per term, which the
+verifier's tolerance takes; the CPU emulation, which fuses nothing, cannot tell. Each point then runs the
 rest of its body with SUM set to its sum. Any other thread (an edge, another filter size) runs the point body
 as written for each of its points. Reading a row once for four outputs is what lifts a convolution from L1
 traffic to DRAM bandwidth (on the H100, 3.0x over the submitted conv2d, 1.8 TB/s, with k = 5).
@@ -79,6 +88,7 @@ class Window:
     term: tuple[str, str]  # EXPR before and after what the registers replace: IN[...], or __ldg(&IN[...])
     address: str  # IN[...] as the point body reads it at the window loops' start
     guards: tuple[str, ...]  # what holds wherever a point adds a term into its window (window_nest.Nest.guards)
+    chosen: bool  # the term is all a choice's value (window_nest.Nest.chosen)
     element: str  # IN's element type
     specialised: tuple[tuple[str, str, int], ...]  # (parameter, its declared type, value) for each one the loops
     # name
@@ -124,7 +134,7 @@ def recognise(spec: KernelSpec) -> Window:
     named = dict.fromkeys((*rows.named, *columns.named))
     specialised = tuple((p, _scalar_type(kernel.parameters[p], p), _parameter_value(p, spec)) for p in named)
     return Window(kernel, nest, rows, columns, name, declared_type, initial, read, term, address, found.guards,
-                  element, specialised, constants)
+                  found.chosen, element, specialised, constants)
 
 
 def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -> Loop:
@@ -146,7 +156,12 @@ def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -
     axis_type = next((axis.type for axis in kernel.axes if axis.name == around), "")
     named = (kernel.parameters[name] for name in (*start_names, *end_names))
     unsigned = [t for t in (match["type"], axis_type, *named) if _UNSIGNED.search(t)]
-    if around and unsigned or first < 0 and _UNSIGNED.search(match["type"]):
+    # A start below 0 tested against an unsigned bound, or itself unsigned (`-K / 2` of an unsigned K), converts
+    # to a number past every bound: the loop runs no step (review, helper-99). Locals of parameters are signed.
+    written = [kernel.parameters.get(name, name) for name in re.findall(r"(?<![\w.])[A-Za-z_]\w*", match["start"] +
+                                                                      match["bound"])]
+    if around and unsigned or first < 0 and (_UNSIGNED.search(" ".join([match["type"], *written])) or
+                                             re.search(r"\d[lL]*[uU]", match["start"] + match["bound"])):
         raise NotRecognised(f"its window loop `for ({' '.join(header.split())})` counts in an unsigned type, where "
                             f"a start below 0 or a test around the point wraps")
     count = end - first + (match["test"] == "<=")
@@ -428,6 +443,10 @@ def _row_loop(model: Window, n: _Names, loads: list[str]) -> list[str]:
     i, j = rows.variable, columns.variable
     shift = f" - ({columns.first})" if columns.first else ""
     term = f"{model.term[0]}{n.v}[{n.c} + {j}{shift}]{model.term[1]}"
+    total = f"{n.total}[{n.r}][{n.c}]"
+    rounded = {"float": "__fadd_rn", "double": "__dadd_rn"}.get(model.accumulator_type) if model.chosen else None
+    # A term the kernel chose by a ternary was rounded before its add; an add that fuses nothing keeps it so.
+    add = f"{total} = {rounded}({total}, {term});" if rounded else f"{total} += {term};"
     return [
         "#pragma unroll",
         f"for (int {n.row} = 0; {n.row} < {ROWS} + {rows.count - 1}; {n.row}++) {{",
@@ -445,7 +464,7 @@ def _row_loop(model: Window, n: _Names, loads: list[str]) -> list[str]:
         f"            for (int {n.c} = 0; {n.c} < {COLUMNS}; {n.c}++) {{",
         "                #pragma unroll",
         f"                for ({columns.type} {j} = {columns.first}; {j} < {columns.first + columns.count}; {j}++) "
-        f"{n.total}[{n.r}][{n.c}] += {term};",
+        f"{add}",
         "            }",
         "        }",
         "    }",

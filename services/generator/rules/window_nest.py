@@ -11,13 +11,16 @@ Users guard a window at an image's borders (zero padding) and name its coordinat
         }                                                  }
                                                        }
 
-Read here: each loop's body is a run of declarations of locals, skips (`if (C) continue;`) and guards around the
-rest (`if (C) { ... }`, without else); the outer loop's run ends in the inner loop, the inner loop's in the update
-`SUM += EXPR;`. Nothing there may change a variable but SUM, so each local is spelled into what reads it after as
-its initialiser converted to its type, exactly. A choice whose condition is a guard is the value it chooses
-wherever the guard holds: `C ? E : F` (all of a text or of a parenthesis) is E where C holds, or F where C fails
-if F alone moves with the point (`xx < 0 ? 0 : xx`); `min(E, B)` is E where E <= B, `max(E, B)` where E >= B, B
-a bound (a window clamped to the image's edges: `min(max(x + dx, 0), w - 1)`).
+Read here: each loop's body is a run of declarations of locals, assignments to them, skips (`if (C) continue;`)
+and guards around the rest (`if (C) { ... }`, without else); the outer loop's run ends in the inner loop, the
+inner loop's in the update `SUM += EXPR;`. Nothing there may change a variable but SUM and the locals a loop's
+body declares (each step of that loop starts from their declarations), so each local is spelled into what reads
+it after as its latest value converted to its type, exactly. A choice whose condition is a guard and moves with
+the point is the value it chooses wherever the guard holds: `C ? E : F` (all of a text or of a parenthesis) is E
+where C holds, or F where C fails if F alone moves with the point (`xx < 0 ? 0 : xx`); `min(E, B)` is E where
+E <= B, `max(E, B)` where E >= B, B a bound (a window clamped to the image's edges: `min(max(x + dx, 0), w - 1)`);
+`if (C) v = V;` is V where C holds if V alone moves (a tap loaded under a guard), v's value where C fails if that
+alone does (`if (ix < 0) ix = 0;`). A choice by the window's offsets alone (`dx < 0 ? -1.0f : 1.0f`) stays.
 
 The update then adds EXPR (so spelled) at a point (x, y) and window offsets (i, j) exactly where every guard
 holds. A guard is a chain of comparisons (<, <=, >, >=; joined by && in a guard or a ternary, by || in a skip) of
@@ -38,8 +41,9 @@ from services.generator.rules.statements import Statement, walk
 
 SIGNED = r"(?:signed\s+)?(?:long\s+long|long|int|signed)(?:\s+int)?|(?:std::)?(?:int64_t|int32_t|ptrdiff_t)"
 _UNROLL = re.compile(r"#\s*pragma\s+unroll[^\n]*\n\s*$")
-_LOCALS = re.compile(rf"\s*(?:const\s+)?(?P<type>{SIGNED}|float|double)\s+(?P<declarators>[^;]*);\s*")
+_LOCALS = re.compile(rf"\s*(?:const\s+)?(?P<type>{SIGNED}|float|double|bool)\s+(?P<declarators>[^;]*);\s*")
 _DECLARATOR = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=(?!=)(?P<init>.*)", re.DOTALL)
+_ASSIGNED = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=(?!=)(?P<value>[^;]*);\s*")
 _CHANGES = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
 _OPERATORS = re.compile(r"<<=?|>>=?|->|<=|>=|==|!=|&&|\|\||[<>?,=&|^!]")
 _RELATIONS = {"<", "<=", ">", ">="}
@@ -53,6 +57,8 @@ class Nest:
     accumulator: str
     expression: str  # EXPR as written (comments blanked), the nest's locals spelled out and guarded values taken
     guards: tuple[str, ...]  # what holds wherever the update runs, spelled likewise, in the order the nest tests them
+    chosen: bool  # EXPR is all a choice's value (`inside ? a * b : 0.0f`, or a local so chosen): the submitted
+    # kernel rounds it before adding it, where a product written in its place may fuse into the add
 
 
 def loops(kernel: PointKernel, masked: str) -> tuple[Statement, Statement]:
@@ -75,12 +81,14 @@ def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, v
     accumulator = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\+=(.*);\s*", masked[update.start:update.end], re.DOTALL)
     if update.kind != "simple" or accumulator is None:
         raise NotRecognised("its window loops do not add into an accumulator (`sum += ...;`)")
+    added = masked[update.start + accumulator.start(2):update.start + accumulator.end(2)].strip()
     expression = reading.spelled(update.start + accumulator.start(2), update.start + accumulator.end(2))
     if _CHANGES.search(mask(expression)):
         raise NotRecognised("its window update changes a variable besides the accumulator")
     if pragma := _UNROLL.search(masked, 0, outer.start):  # it goes with the loops
         outer = dataclasses.replace(outer, start=pragma.start())
-    return Nest(outer, inner, update, accumulator.group(1), expression, tuple(reading.guards))
+    chosen = reading.whole_choice or added in reading.chosen
+    return Nest(outer, inner, update, accumulator.group(1), expression, tuple(reading.guards), chosen)
 
 
 class _Reading:
@@ -89,8 +97,12 @@ class _Reading:
     def __init__(self, kernel: PointKernel, masked: str, variables: set[str]):
         self.kernel, self.masked, self.variables = kernel, masked, variables
         self.uncommented = mask(kernel.source, literals=False)
-        self.values: dict[str, str] = {}
+        self.values: dict[str, str] = {}  # each local, spelled
+        self.types: dict[str, str] = {}
+        self.loops: dict[str, str] = {}  # the loop ("outer" or "inner") whose body declares each local
         self.guards: list[str] = []
+        self.chosen: set[str] = set()  # the locals whose value is all a choice's
+        self.whole_choice = False  # whether the text spelled last was all a choice's value
 
     def run(self, statement: Statement, which: str) -> Statement:
         """The last statement of a loop's body, having read the declarations and guards before it."""
@@ -98,25 +110,27 @@ class _Reading:
         if not parts:
             raise NotRecognised(f"its {which} window loop is empty")
         for part in parts[:-1]:
-            if not (self._declaration(part) or self._skip(part)):
+            if not (self._declaration(part, which) or self._assignment(part, which) or self._skip(part) or
+                    self._conditional(part, which)):
                 raise NotRecognised(f"its {which} window loop holds `{_shown(self.masked, part)}` before its last "
                                     f"statement; before the inner loop or the update, a window's loops may only "
-                                    f"declare locals and test guards (`if (iy < 0 || iy >= h) continue;`)")
+                                    f"declare and assign locals and test guards (`if (iy < 0 || iy >= h) continue;`, "
+                                    f"`if (ix < 0) ix = 0;`)")
         last = parts[-1]
         if last.kind == "if" and last.orelse is None:
-            self._guard(*last.head, "&&")
+            self._guard(*last.head, True)
             return self.run(last.body, which)
         return last
 
     def spelled(self, start: int, end: int) -> str:
         """The source between the offsets, its comments blanked, the nest's locals spelled out and the values of
         ternaries guarded by a guard taken (the guard kept)."""
-        text = re.sub(r"(?<![\w.])[A-Za-z_]\w*(?!\s*\()",
+        text = re.sub(r"(?<![\w.])[A-Za-z_]\w*\b(?!\s*\()",
                       lambda m: self.values.get(m.group(), m.group()) if not _member(m) else m.group(),
                       self.uncommented[start:end])
         return self._guarded_values(" ".join(text.split()))
 
-    def _declaration(self, part: Statement) -> bool:
+    def _declaration(self, part: Statement, which: str) -> bool:
         """Declarations of locals with values (`const int yy = y + dy, xx = x + dx;`), each then spelled."""
         locals_ = _LOCALS.fullmatch(self.masked, part.start, part.end) if part.kind == "simple" else None
         if locals_ is None:
@@ -132,24 +146,71 @@ class _Reading:
         for name, start, end in declarators:
             if _CHANGES.search(self.masked[start:end]):
                 raise NotRecognised(f"its window loops' local {name} changes a variable as it is declared")
-            self.values[name] = f"(({kind})({self.spelled(start, end)}))"
+            value = self.spelled(start, end)
+            # a flag of comparisons (`bool inside = xx >= 0 && xx < w;`) is its condition, a guard where tested
+            flag = kind == "bool" and (self.not_a_guard(value, "&&") is None or self.not_a_guard(value, "||") is None)
+            self.values[name], self.types[name] = f"({value})" if flag else f"(({kind})({value}))", kind
+            self.loops[name] = which
+            self.chosen.discard(name)
+            if self.whole_choice:
+                self.chosen.add(name)
+        return True
+
+    def _assignment(self, part: Statement, which: str) -> bool:
+        """A local of the nest given a new value (`ix = max(0, min(ix, w - 1));`), spelled from its old one: in the
+        loop whose body declares it, so that each step of that loop starts from its declaration."""
+        assigned = _ASSIGNED.fullmatch(self.masked, part.start, part.end) if part.kind == "simple" else None
+        if assigned is None or self.loops.get(assigned["name"]) != which or _CHANGES.search(assigned["value"]):
+            return False
+        value = self.spelled(assigned.start("value"), assigned.end("value"))
+        self.values[assigned["name"]] = f"(({self.types[assigned['name']]})({value}))"
+        self.chosen.discard(assigned["name"])
+        if self.whole_choice:
+            self.chosen.add(assigned["name"])
         return True
 
     def _skip(self, part: Statement) -> bool:
         body = _parts(part.body, self.masked) if part.kind == "if" and part.orelse is None else []
         if len(body) != 1 or not re.fullmatch(r"\s*continue\s*;\s*", self.masked[body[0].start:body[0].end]):
             return False
-        self._guard(*part.head, "||")
+        self._guard(*part.head, False)
         return True
 
-    def _guard(self, start: int, end: int, joined_by: str) -> None:
+    def _conditional(self, part: Statement, which: str) -> bool:
+        """`if (C) v = V;` of a local of the nest, as a choice: where only V moves with the point (a tap loaded
+        under a guard, `if (inside) v = in[...];`), V where C holds; where only v's value does (a clamp, `if (ix <
+        0) ix = 0;`), v's value where C fails."""
+        body = _parts(part.body, self.masked) if part.kind == "if" and part.orelse is None else []
+        assigned = _ASSIGNED.fullmatch(self.masked, body[0].start, body[0].end) if len(body) == 1 else None
+        if assigned is None or self.loops.get(assigned["name"]) != which or _CHANGES.search(assigned["value"]):
+            return False
+        name = assigned["name"]
+        value = f"(({self.types[name]})({self.spelled(assigned.start('value'), assigned.end('value'))}))"
+        if self._moves(value) and not self._moves(self.values[name]):
+            self._guard(*part.head, True)
+            self.values[name] = value
+            self.chosen.add(name)
+            return True
+        if self._moves(self.values[name]) and not self._moves(value):
+            self._guard(*part.head, False)
+            return True
+        return False
+
+    def _guard(self, start: int, end: int, holds: bool) -> None:
+        """The condition between the offsets a guard: that it holds, or with `holds` False that it fails."""
         condition = self.spelled(start, end)
-        if (why := self.not_a_guard(condition, joined_by)) is not None:
+        negated = re.fullmatch(r"!\s*(\(.*\))", unparenthesised(condition), re.DOTALL)
+        if negated and unparenthesised(negated.group(1)) != negated.group(1):  # `!(xx >= 0 && xx < w)`
+            condition, holds = unparenthesised(negated.group(1)), not holds
+        why = "it changes a variable" if _CHANGES.search(mask(condition)) else \
+            self.not_a_guard(condition, "&&" if holds else "||")
+        if why is not None:
             raise NotRecognised(f"its window loops test `{' '.join(self.uncommented[start:end].split())}`, and {why}")
-        self.guards.append(f"({condition})" if joined_by == "&&" else f"!({condition})")
+        self.guards.append(f"({condition})" if holds else f"!({condition})")
 
     def not_a_guard(self, condition: str, joined_by: str) -> str | None:
         """None where `condition` is a chain of comparisons a box's corners decide (module docstring)."""
+        condition = unparenthesised(condition)
         joins = [m.start() for m in re.finditer(re.escape(joined_by), _outside_brackets(mask(condition)))]
         operands = [condition[start + 2 * bool(start):end] for start, end in zip([0, *joins], [*joins, None])]
         for operand in operands:
@@ -165,10 +226,16 @@ class _Reading:
         operators = list(_OPERATORS.finditer(top))
         if len(operators) != 1 or operators[0].group() not in _RELATIONS:
             return f"`{text}` is not one comparison (<, <=, > or >=) of integers"
+        if re.search(r"\b(?:unsigned|size_t|uint\w*|static_cast|sizeof)\b", text):
+            return f"`{text}` compares in an unsigned type, where a band (`(unsigned)(x - a) < n`) is no half-plane"
         if re.search(r"\d[lL]*[uU]|[.eE]", re.sub(r"(?<![\w.])[A-Za-z_]\w*", "", text)):
             return f"`{text}` compares unsigned or floating numbers"
+        # a signed local of the point body's own, `int x0 = x - R;`, as what it holds
+        known = {name: poly for name, poly in self.kernel.locals.items()
+                 if signed_local(self.kernel, self.masked, name) is not None}
         try:
-            poly = affine.minus(affine.parse(text[:operators[0].start()]), affine.parse(text[operators[0].end():]))
+            poly = affine.minus(affine.parse(text[:operators[0].start()], known),
+                                affine.parse(text[operators[0].end():], known))
         except affine.NotAffine:
             return f"`{text}` is not a comparison of integer sums and products"
         for term in poly:
@@ -195,13 +262,14 @@ class _Reading:
         """`text` with each choice whose condition is a guard as the value it chooses where the guard holds (the
         guard kept): `C ? E : F` (all of the text or of a parenthesis) as E, or as F where only F moves with the
         point and C is a chain of ||; and `min(E, B)` or `max(E, B)` (std:: or ::), B a bound, as E."""
-        position = len(text)
+        position, self.whole_choice = len(text), False
         while (at := max(mask(text).rfind("?", 0, position), _last_call(mask(text), position))) >= 0:
             position = at
             taken = self._chosen(text, at) if text[at] == "?" else self._bounded(text, at)
             if taken is not None:
                 start, end, value, guard = taken
                 self.guards.append(guard)
+                self.whole_choice = text[at] == "?" and start == 0 and end == len(text)
                 text, position = f"{text[:start]}{value}{text[end:]}", start
         return text
 
@@ -213,6 +281,8 @@ class _Reading:
             return None
         condition = unparenthesised(text[start:question])
         chosen, other = text[question + 1:start + colon[0]].strip(), text[start + colon[0] + 1:end].strip()
+        if not self._moves(condition):
+            return None  # a choice by the window's offsets alone stays in the sum (`dx < 0 ? -1.0f : 1.0f`)
         if self._moves(other) and not self._moves(chosen) and self.not_a_guard(condition, "||") is None:
             return start, end, other, f"!({condition})"
         if self.not_a_guard(condition, "&&") is None:
@@ -238,7 +308,8 @@ class _Reading:
         return call, close + 1, f"({value})", f"({guard})"
 
     def _moves(self, text: str) -> bool:
-        return bool(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", mask(text))) & self.variables)
+        """Whether the text reads the point's indices (its locals spelled out)."""
+        return bool(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", mask(text))) & self.kernel.index_names)
 
 
 def _last_call(masked: str, before: int) -> int:
@@ -247,17 +318,22 @@ def _last_call(masked: str, before: int) -> int:
     return calls[-1] if calls else -1
 
 
-def constant_local(kernel: PointKernel, masked: str, name: str) -> tuple[str, str] | None:
-    """(type, initialiser) of the local `name` where the point body declares it once, of a signed integer type,
-    from scalar parameters alone (`int R = K / 2;`), and changes it nowhere: the same at every point."""
+def signed_local(kernel: PointKernel, masked: str, name: str) -> tuple[str, str] | None:
+    """(type, initialiser) of the local `name` where the point body declares it once, alone, of a signed integer
+    type, and changes it nowhere."""
     body = masked[kernel.body_start:kernel.body_end]
     declared = list(re.finditer(rf"(?:^|[;{{}}])\s*(?:const\s+)?({SIGNED})\s+{re.escape(name)}\s*=(?!=)([^;,]*);",
                                 body))
-    scalars = set(kernel.parameters) - set(kernel.array_types)
-    if len(declared) != 1 or re.search(changing(name), body[:declared[0].start()] + body[declared[0].end():]) \
-            or not set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", declared[0][2])) <= scalars:
+    if len(declared) != 1 or re.search(changing(name), body[:declared[0].start()] + body[declared[0].end():]):
         return None
     return " ".join(declared[0][1].split()), declared[0][2].strip()
+
+
+def constant_local(kernel: PointKernel, masked: str, name: str) -> tuple[str, str] | None:
+    """A signed_local of scalar parameters alone (`int R = K / 2;`): the same at every point."""
+    local = signed_local(kernel, masked, name)
+    scalars = set(kernel.parameters) - set(kernel.array_types)
+    return local if local and set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", local[1])) <= scalars else None
 
 
 def _parts(statement: Statement, masked: str) -> list[Statement]:
