@@ -92,6 +92,40 @@ def test_trees_doubling_their_stride_are_read_as_the_halving_ones():
     assert atomic_form(canonical(edited(interleaved, "s *= 2", "s *= 3"))) is None
 
 
+def test_the_thread_index_may_be_spelled_both_ways_and_the_array_sized_by_the_block_size():
+    """`tid` for the tree and threadIdx.x for the load or the atomic (review, helper-100); Kernel Tuner's
+    `__shared__ float red[block_size_x];`, a block's entries whatever it tunes."""
+    mixed = edited(edited(BLOCK_TREE_MSE, "if (tid == 0) atomicAdd", "if (threadIdx.x == 0) atomicAdd"),
+                   "cache[tid] = d;", "cache[threadIdx.x] = d;")
+    assert "atomicAdd(out, (float)((float)(e * e)) * (inv_n));" in atomic_form(canonical(mixed)).source
+    sized = edited(edited(BLOCK_TREE_MSE, "__shared__ float cache[BLOCK];", "__shared__ float cache[block_size_x];"),
+                   "#define BLOCK 256\n", "")
+    sized = sized.model_validate({**sized.model_dump(), "tune_params": {"block_size_x": [64, 128, 512, 1024]}})
+    assert rules.check("hierarchical_reduction", sized, sized.as_candidate()) is None
+
+
+def test_a_load_reading_its_own_local_or_hiding_a_parameter_is_each_threads_value_handed_on():
+    """Review, helper-100: `d = e * e + d` reads the local d, and a local of the load's block may hide the scale's
+    parameter: neither is a value read into the atomic inside the block (which no longer declared d, or saw the
+    local), so each thread hands its value on after the block, as it computed it."""
+    for load in ("float e = a[i] - b[i]; d = e * e + d;", "float e = a[i] - b[i]; d = e * d;",
+                 "float inv_n = 2.0f; float e = a[i] - b[i]; d = e * e;"):
+        read = atomic_form(canonical(edited(BLOCK_TREE_MSE, "float e = a[i] - b[i];\n        d = e * e;", load)))
+        assert squeezed(f"float d = 0.0f; if (i < n) {{ {load} }} atomicAdd(out, d * (inv_n)); }}") in \
+            squeezed(read.source), load
+
+
+def test_a_maximum_per_block_added_up_keeps_the_block_size_under_shuffles():
+    """The blocks' maxima summed: another block size takes other maxima (review, helper-100), so the shuffles keep
+    the submitted one, as for a result per block."""
+    spec = edited(edited(REDUCE_INTERLEAVED, "sdata[tid] += sdata[tid + s];",
+                         "sdata[tid] = max(sdata[tid], sdata[tid + s]);"),
+                  "g_odata[blockIdx.x] = sdata[0];", "atomicAdd(g_odata, sdata[0]);")
+    assert rules.apply("shuffle_reduction", spec, spec.as_candidate()).tune_params["block_size_x"] == [256]
+    summed = edited(REDUCE_INTERLEAVED, "g_odata[blockIdx.x] = sdata[0];", "atomicAdd(g_odata, sdata[0]);")
+    assert rules.apply("shuffle_reduction", summed, summed.as_candidate()).tune_params["block_size_x"] == [64, 128, 256]
+
+
 def test_a_value_each_thread_computes_and_hands_to_the_tree_is_handed_to_the_atomic():
     """CUDA by Example's dot product: a grid-stride sum into a local, the tree a while loop on `i != 0`."""
     read = atomic_form(canonical(DOT_BY_EXAMPLE))

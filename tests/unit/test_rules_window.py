@@ -44,7 +44,8 @@ def window(spec_: KernelSpec):
 
 
 def with_k_unsigned(spec_: KernelSpec) -> KernelSpec:
-    return spec_.model_validate({**spec_.model_dump(), "source": spec_.source.replace("int h, int k)", "int h, unsigned k)"),
+    source = spec_.source.replace("int h, int k)", "int h, unsigned k)")
+    return spec_.model_validate({**spec_.model_dump(), "source": source,
                                  "args": [{**a.model_dump(), "dtype": "uint32"} if a.name == "k" else a.model_dump()
                                           for a in spec_.args]})
 
@@ -188,7 +189,8 @@ REFUSED = {
                                          "reads W, which is not a signed integer"),
     "a guard of an unsigned number": (edited(CONV_SAME, "ix < W)", "ix < W && ix < 4096u)"),
                                       "compares unsigned or floating numbers"),
-    "a guard of a radius changed after": (edited(CONV_SAME, "float sum = 0.0f;", "R += (W > 100);\n    float sum = 0.0f;"),
+    "a guard of a radius changed after": (edited(CONV_SAME, "float sum = 0.0f;",
+                                                 "R += (W > 100);\n    float sum = 0.0f;"),
                                           "reads R, which is not a signed local of the parameters alone"),
     "a local changing a variable": (edited(CONV_SAME, "int ix = x + j - R;", "int ix = x + j - R--;"),
                                     "its window loops' local ix changes a variable as it is declared"),
@@ -207,7 +209,8 @@ REFUSED = {
         "if (xx < 0 || xx >= w || (unsigned)(xx - 23) < 2u) continue;"), "compares in an unsigned type"),
     "a guard changing a local": (edited(CONV_SAME, "ix < W)", "++ix < W)"), "it changes a variable"),
     "a local of the outer loop assigned in the inner": (edited(
-        KERNELS["blur_skipping_edges"], "const int xx = col + dx;", "const int xx = col + dx;\n                yy = 0;"),
+        KERNELS["blur_skipping_edges"], "const int xx = col + dx;",
+        "const int xx = col + dx;\n                yy = 0;"),
         "holds `yy = 0;` before its last statement"),
     "a count beside the sum": (VARIANTS["box_blur"][1],
                                "holds `total += img[yy * width + xx];` before its last statement"),
@@ -303,7 +306,8 @@ TAKEN = {
     "weights by the offsets' sign": edited(KERNELS["clamp_assigned"], "sum += v * filt[(dy + 2) * 5 + dx + 2];",
                                            "sum += v * (dx < 0 ? -1.0f : 1.0f) * (dy == 0 ? 2.0f : 1.0f);"),
     "a flag of the guard": edited(CONV_SAME, "if (iy >= 0 && iy < H && ix >= 0 && ix < W)",
-                                  "const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;\n            if (inside)"),
+                                  "const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;\n"
+                                  "            if (inside)"),
     "the window's corner in locals of the point": edited(edited(edited(
         CONV_SAME, "int R = K / 2;", "int R = K / 2;\n    const int y0 = y - R;\n    const int x0 = x - R;"),
         "int iy = y + i - R;", "int iy = y0 + i;"), "int ix = x + j - R;", "int ix = x0 + j;"),
@@ -391,7 +395,7 @@ def test_each_rewrite_compiles_across_its_space_without_local_memory(name):
         for params in sample(candidate, spec_, 8):
             defines = {**spec_.baseline_params(), **candidate.params, **params}
             if name == "gaussian3x3" and params.get("loop_unroll_factor") == 1:
-                continue  # its own weights, indexed by loops unroll keeps rolled at factor 1: unroll puts them in local memory
+                continue  # its own weights, indexed by loops unroll keeps rolled at factor 1: local memory
             assert "__local_depot" not in ptx(normalised(candidate.source), spec_.kernel_name, defines,
                                               spec_.compiler_options), params
 
@@ -584,7 +588,8 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "smooth_clamped": [{"height": 37, "width": 45}, {"height": 6, "width": 7}],
              "conv_radius": [{"h": 37, "w": 45, "k": 5}, {"h": 21, "w": 70, "k": 3}],
              "clamp_assigned": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
-             **dict.fromkeys(("weights by the offsets' sign", "a negated skip"), [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
+             **dict.fromkeys(("weights by the offsets' sign", "a negated skip"),
+                             [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
              "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],

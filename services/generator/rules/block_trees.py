@@ -43,12 +43,12 @@ from services.generator.rules.cuda_text import find_kernel, mask, pointee, unpar
 from services.generator.rules.points import INDENT, parameters_of
 from services.generator.rules.row_passes import SIZES
 from services.generator.rules.statements import Statement, Unparsed, statements
-from services.generator.rules.tree import tree_loops
+from services.generator.rules.tree import is_thread_x, tree_loops
 from shared.domain.spec import KernelSpec
 
 _ZERO = r"\(?\s*(?:0[uUlL]*|0\.0*|\.0+|0\.?0*[fF])\s*\)?"
 _SHARED = re.compile(r"\s*(?P<extern>extern\s+)?__shared__\s+(?:volatile\s+)?[A-Za-z_][\w ]*?\s+"
-                     r"(?P<name>[A-Za-z_]\w*)\s*\[\s*(?P<size>\d*)\s*\]\s*;\s*")
+                     r"(?P<name>[A-Za-z_]\w*)\s*\[\s*(?P<size>\w*)\s*\]\s*;\s*")
 _LOCAL = re.compile(r"\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int|long\s+long|size_t)\s+(?P<name>[A-Za-z_]\w*)\s*"
                     r"=[^;]*;\s*")
 _ARITHMETIC = r"(?:float|double|int|unsigned\s+int|unsigned|long\s+long|unsigned\s+long\s+long)"
@@ -72,7 +72,12 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
     if place is None or place < 2 or len(body) != place + 2 or body[place].kind != "for" or \
             re.sub(r"\s", "", masked[body[place - 1].start:body[place - 1].end]) != "__syncthreads();":
         return None
-    array, thread, element = tree.array, tree.thread, " ".join(tree.type.split())
+    array, element = tree.array, " ".join(tree.type.split())
+    # the tree's thread index however the kernel spells it: threadIdx.x, or a local holding it (`tid`)
+    holding = re.findall(r"(?<![\w.])([A-Za-z_]\w*)\s*=\s*threadIdx\s*\.\s*x\s*;",
+                         masked[kernel.body_open:kernel.body_close])
+    names = sorted({name for name in (tree.thread, *holding) if is_thread_x(masked, name)} - {"threadIdx.x"})
+    thread = "(?:" + "|".join([r"threadIdx\s*\.\s*x\b", *(rf"{re.escape(name)}\b" for name in names)]) + ")"
     shared = [s for s in body[:place - 1] if _SHARED.fullmatch(_text(masked, s))]
     kept = [s for s in body[:place - 1] if s not in shared and _LOCAL.fullmatch(_text(masked, s)) and
             _GEOMETRY.search(_text(masked, s))]
@@ -83,9 +88,9 @@ def atomic_form(spec: KernelSpec) -> KernelSpec | None:
             any(re.search(rf"(?<![\w.]){array}\b", _text(masked, s)) for s in kept):
         return None
     uncommented = mask(spec.source, literals=False)
-    loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread)
-    handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
     parameters = parameters_of(spec.source, kernel)
+    loaded = _load(spec.source, masked, (load[0].start, load[-1].end), array, thread, parameters)
+    handed = None if loaded is not None else _handed(uncommented, masked, load, array, thread)
     found = _added(uncommented, masked, body[place + 1], array, thread, parameters)
     if loaded is None and handed is None or found is None or bool(declared["extern"]) == bool(declared["size"]) or \
             not _powers_of_two_within(spec, declared["size"], element) or _target_type(found[0], parameters) != element:
@@ -117,13 +122,14 @@ def _text(masked: str, statement: Statement) -> str:
     return masked[statement.start:statement.end]
 
 
-def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: str) -> tuple[str, str, str] | None:
+def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: str,
+          parameters: dict[str, str]) -> tuple[str, str, str] | None:
     """(the condition, the value, the declarations computing it) of the statements that put a thread's value into
     the array, as written: `ARRAY[t] = COND ? VALUE : 0;`, `if (COND) ARRAY[t] = VALUE; else ARRAY[t] = 0;`,
     `ARRAY[t] = 0; if (COND) ARRAY[t] = VALUE;`, or `T v = 0; if (COND) v = VALUE; ARRAY[t] = v;` (VALUE then
     converted to T), whose if may declare locals first (`{ float e = a[i] - b[i]; v = e * e; }`); None otherwise,
     or where any of them reads the array."""
-    at, text = re.escape(thread), masked[span[0]:span[1]]
+    at, text = thread, masked[span[0]:span[1]]
     slot = rf"{array}\s*\[\s*{at}\s*\]"
     declarations = rf"(?P<d>(?:\s*(?:const\s+)?{_ARITHMETIC}\s+[A-Za-z_]\w*\s*=[^;]+;)+)"
     found = re.fullmatch(rf"\s*{slot}\s*=(?P<c>[^?;]+)\?(?P<v>[^:;]+):\s*{_ZERO}\s*;\s*", text) or \
@@ -137,8 +143,10 @@ def _load(source: str, masked: str, span: tuple[int, int], array: str, thread: s
     prelude = found and found.groupdict().get("d") or ""
     if found is None or any(re.search(rf"(?<![\w.]){array}\b", found[g]) for g in ("c", "v")) or \
             re.search(rf"(?<![\w.]){array}\b|\+\+|--|\b(?:__syncthreads|__shfl\w*|atomic\w*)\b", prelude) or \
-            found.groupdict().get("n") and re.search(rf"(?<![\w.]){found['n']}\b", found["v"] + found["c"] + prelude):
-        return None
+            found.groupdict().get("n") and re.search(rf"(?<![\w.]){found['n']}\b",
+                                                     " ".join((found["v"], found["c"], prelude))) or \
+            set(re.findall(rf"{_ARITHMETIC}\s+([A-Za-z_]\w*)\s*=", prelude)) & set(parameters):
+        return None  # a value reading its own local (review, helper-100), or a local hiding a parameter
     condition, value = (source[span[0] + found.start(g):span[0] + found.end(g)].strip() for g in ("c", "v"))
     if prelude:
         prelude = " ".join(source[span[0] + found.start("d"):span[0] + found.end("d")].split())
@@ -151,7 +159,7 @@ def _handed(uncommented: str, masked: str, load: list[Statement], array: str,
     thread's own (a grid-stride loop summing into a local, as the dot product of CUDA by Example does): every
     thread hands its value, its statements run as written; None where any of them names the array, waits at a
     barrier, returns or exchanges values between threads."""
-    store = re.fullmatch(rf"\s*{array}\s*\[\s*{re.escape(thread)}\s*\]\s*=(?P<v>[^;]+);\s*", _text(masked, load[-1]))
+    store = re.fullmatch(rf"\s*{array}\s*\[\s*{thread}\s*\]\s*=(?P<v>[^;]+);\s*", _text(masked, load[-1]))
     before = masked[load[0].start:load[-1].start] if len(load) > 1 else ""
     if store is None or re.search(rf"(?<![\w.]){array}\b", store["v"] + before) or \
             re.search(r"\b(?:__syncthreads|__syncwarp|return|goto|__shfl\w*|atomic\w*|__shared__)\b", before):
@@ -173,7 +181,7 @@ def _added(uncommented: str, masked: str, statement: Statement, array: str, thre
     scales the sum (` * (F)` or ` / (F)` of `ARRAY[0] * F`, `F * ARRAY[0]` or `ARRAY[0] / F`, F a scalar parameter
     or a number, cast to float or double or not, or a parenthesis of those; else ""); else None (t the tree's
     thread index, which tree.py has read as threadIdx.x)."""
-    at, factor = re.escape(thread), r"(?:\(\s*(?:float|double)\s*\)\s*)?(?:[A-Za-z_]\w*|\d[\w.]*)|\([^;()]*\)"
+    at, factor = thread, r"(?:\(\s*(?:float|double)\s*\)\s*)?(?:[A-Za-z_]\w*|\d[\w.]*)|\([^;()]*\)"
     found = re.fullmatch(rf"\s*if\s*\(\s*(?:{at}\s*==\s*0|0\s*==\s*{at})\s*\)\s*\{{?\s*atomicAdd\s*\("
                          rf"(?P<a>[^,;]+),\s*(?:(?P<f>{factor})\s*\*\s*)?{array}\s*\[\s*0\s*\]"
                          rf"\s*(?:(?P<op>[*/])\s*(?P<g>{factor})\s*)?\)\s*;\s*\}}?\s*", _text(masked, statement))
@@ -194,14 +202,17 @@ def _added(uncommented: str, masked: str, statement: Statement, array: str, thre
 
 def _powers_of_two_within(spec: KernelSpec, size: str, element: str) -> bool:
     """Whether every block size the spec may launch along x is a power of two of at most the array's elements:
-    `size` of them, or for an extern array ("") as many as the launch's dynamic shared memory holds. Each value it
-    tunes and its own (restrictions aside, which other parameters may let through; review, helper-97)."""
+    `size` of them (a number, or the block size's own name), or for an extern array ("") as many as the launch's
+    dynamic shared memory holds. Each value it tunes and its own (restrictions aside, which other parameters may
+    let through; review, helper-97)."""
     name = spec.block_size_names[0]
     baseline = spec.baseline_params()
     values = [*spec.tune_params.get(name, []), baseline.get(name)]
 
     def held(value: int) -> int:
-        if size:
+        if size == name:  # `__shared__ float red[block_size_x];`, Kernel Tuner's way: a block's entries
+            return value
+        if size.isdigit():
             return int(size)
         try:
             return spec.shared_memory_bytes({**baseline, name: value}) // SIZES.get(element, 1 << 30)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import IDENTIFIER, closing, defined_functions, find_kernel, mask
+from services.generator.rules.cuda_text import (IDENTIFIER, closing, defined_functions, find_kernel, mask,
+                                                split_top_level)
 from services.generator.rules.points import ASSIGNMENT, one_thread_along
 from services.generator.rules.statements import expression_end
 from shared.domain.spec import KernelSpec
@@ -149,6 +150,7 @@ def _partition(source: str, spec: KernelSpec) -> Partition:
         by_thread = _any(names, "threadIdx.") or names & threads
         if names & reading.parameters and _any(names, "blockIdx.") and not by_thread and text not in outputs:
             outputs.append(text)
+    outputs += [text for text in _blocks_combined_otherwise(reading) if text not in outputs]
     if not outputs:
         return Partition()
     masked, start, end, assigned, reach = reading.masked, reading.start, reading.end, reading.assigned, reading.reach
@@ -161,6 +163,37 @@ def _partition(source: str, spec: KernelSpec) -> Partition:
         if any(_multiplies(expression, reach, grid, width) for expression in expressions):
             widths.append(name)
     return Partition(tuple(outputs), tuple(widths))
+
+
+_ATOMIC_COMBINES = {"atomicAdd": "+", "atomicMax": "max", "atomicMin": "min"}
+
+
+def _blocks_combined_otherwise(reading: _Reading) -> list[str]:
+    """Each atomic of a block's tree result (`atomicAdd(out, red[0])`) that combines the blocks' results
+    otherwise than the tree combined the block's values (a maximum per block added up, a sum per block taken the
+    largest of): a result per block, whose elements the partition decides (review, helper-100), as
+    `out[blockIdx.x]` is."""
+    masked, found = reading.masked, []
+    for match in re.finditer(r"\b(atomic(?:Add|Max|Min))\s*\(", masked[reading.start:reading.end]):
+        opening = reading.start + match.end() - 1
+        arguments = split_top_level(masked[opening + 1:closing(masked, opening)], ",")
+        trees = re.findall(r"([A-Za-z_]\w*)\s*\[\s*0\s*\]", arguments[-1]) if len(arguments) == 2 else []
+        if any((combine := _tree_combine(masked, tree)) and combine != _ATOMIC_COMBINES[match[1]] for tree in trees):
+            found.append(" ".join(reading.uncommented[reading.start + match.start():closing(masked, opening) + 1]
+                                  .split()))
+    return found
+
+
+def _tree_combine(masked: str, array: str) -> str | None:
+    """How the kernel combines entries of `array` into one another: "+" (`red[t] += red[t + s]`), "max" or "min"
+    (`red[t] = fmaxf(red[t], red[t + s])`); None where it does not."""
+    entry = rf"{array}\s*\[[^\]]*\]"
+    if re.search(rf"{entry}\s*(?:\+=\s*{entry}|=\s*{entry}\s*\+\s*{entry})", masked):
+        return "+"
+    for combine, names in (("max", "fmaxf|fmax|max"), ("min", "fminf|fmin|min")):
+        if re.search(rf"{entry}\s*=\s*(?:{names})\s*\(\s*{entry}\s*,\s*{entry}\s*\)", masked):
+            return combine
+    return None
 
 
 def _names(text: str) -> set[str]:
