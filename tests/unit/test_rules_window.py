@@ -311,6 +311,11 @@ TAKEN = {
     "the window's corner in locals of the point": edited(edited(edited(
         CONV_SAME, "int R = K / 2;", "int R = K / 2;\n    const int y0 = y - R;\n    const int x0 = x - R;"),
         "int iy = y + i - R;", "int iy = y0 + i;"), "int ix = x + j - R;", "int ix = x0 + j;"),
+    # Weights in a 2D const array, which the registers' sums declare again.
+    "weights in a 2D array": edited(edited(KERNELS["clamp_assigned"], "float sum = 0.0f;",
+                                           "const float g[5][5] = {{1, 2, 3, 2, 1}, {2, 4, 6, 4, 2}, {3, 6, 9, 6, 3}, "
+                                           "{2, 4, 6, 4, 2}, {1, 2, 3, 2, 1}};\n    float sum = 0.0f;"),
+                                    "v * filt[(dy + 2) * 5 + dx + 2];", "v * g[dy + 2][dx + 2];"),
     "a negated skip": edited(edited(KERNELS["blur_skipping_edges"], "if (yy < 0 || yy >= h) continue;",
                                     "if ((yy < 0 || yy >= h)) continue;"),
                              "if (xx < 0 || xx >= w) continue;", "if (!(xx >= 0 && xx < w)) continue;"),
@@ -588,7 +593,7 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "smooth_clamped": [{"height": 37, "width": 45}, {"height": 6, "width": 7}],
              "conv_radius": [{"h": 37, "w": 45, "k": 5}, {"h": 21, "w": 70, "k": 3}],
              "clamp_assigned": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
-             **dict.fromkeys(("weights by the offsets' sign", "a negated skip"),
+             **dict.fromkeys(("weights by the offsets' sign", "a negated skip", "weights in a 2D array"),
                              [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
@@ -608,6 +613,7 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a subscript wrapping through a local",
                                                      "a pitch converted from the parameters",
                                                      "weights by the offsets' sign", "a negated skip",
+                                                     "weights in a 2D array",
                                                      "a flag of the guard",
                                                      "the window's corner in locals of the point"))]
 

@@ -296,12 +296,12 @@ def _declared_const(masked: str, access: Access) -> bool:
 def _constant_declaration(kernel: PointKernel, masked: str, name: str) -> str | None:
     """A declaration of `name` the registers' sums may repeat, where it holds the same at every point: a
     window_nest.constant_local, or a const array of numbers the point body declares once (`const float w[3] =
-    {0.25f, 0.5f, 0.25f};`); else None."""
+    {0.25f, 0.5f, 0.25f};`, `const float g[3][3] = {{...}, ...};`); else None."""
     if local := window_nest.constant_local(kernel, masked, name):
         return f"const {local[0]} {name} = {local[1]};"
     body = masked[kernel.body_start:kernel.body_end]
     declared = list(re.finditer(rf"(?:^|[;{{}}])\s*((?:static\s+)?const\s+(?:float|double|int)\s+{re.escape(name)}"
-                                rf"\s*\[\s*\d*\s*\]\s*=\s*\{{[-+.\w\s,]*\}}\s*;)", body))
+                                rf"\s*(?:\[\s*\d*\s*\]\s*)+=\s*\{{[-+.\w\s,{{}}]*\}}\s*;)", body))
     if len(declared) != 1 or len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", body)) != \
             1 + len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\[", body[declared[0].end():])):
         return None
