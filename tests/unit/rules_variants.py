@@ -3857,24 +3857,12 @@ extern "C" __global__ void mse(const float *a, const float *b, float *out, int n
 VARIANTS["block_tree_mse"] = ("hierarchical_reduction", BLOCK_TREE_MSE)
 # Harris's first two reductions: trees doubling their stride, by interleaved addressing (REDUCE_INTERLEAVED, one
 # partial sum per block); and by a strided index (`index = 2 * s * tid`), the block's sum handed to one atomic.
-HARRIS_STRIDED_ATOMIC = spec(r"""
-extern "C" __global__ void reduce1(const float *g_idata, float *g_odata, unsigned int n)
-{
-    extern __shared__ float sdata[];
-    unsigned int tid = threadIdx.x;
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    sdata[tid] = (i < n) ? g_idata[i] : 0.0f;
-    __syncthreads();
-    for (unsigned int s = 1; s < blockDim.x; s <<= 1) {
-        int index = 2 * s * tid;
-        if (index < blockDim.x) sdata[index] += sdata[index + s];
-        __syncthreads();
-    }
-    if (tid == 0) atomicAdd(g_odata, sdata[0]);
-}
-""", "reduce1", [array("g_idata", ["n"]), array("g_odata", [1], role="out"), scalar("n", "n", "uint32")],
-    {"n": 1 << 20}, ["n"], {"block_size_x": 256}, {"block_size_x": [128, 256, 512]},
-    smem_args={"size": "block_size_x * 4"})
+HARRIS_STRIDED_ATOMIC = BLOCK_TREE_DYNAMIC.model_validate({
+    **BLOCK_TREE_DYNAMIC.model_dump(), "kernel_name": "reduce1", "source": BLOCK_TREE_DYNAMIC.source.replace(
+        "void reduce_atomic(", "void reduce1(").replace(
+        "for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {\n        if (tid < s) sdata[tid] += sdata[tid + s];",
+        "for (unsigned int s = 1; s < blockDim.x; s <<= 1) {\n        int index = 2 * s * tid;\n"
+        "        if (index < blockDim.x) sdata[index] += sdata[index + s];")})
 VARIANTS.update({"harris_interleaved": ("shuffle_reduction", REDUCE_INTERLEAVED),
                  "harris_strided_atomic": ("hierarchical_reduction", HARRIS_STRIDED_ATOMIC)})
 # A sum of squares, each thread's value put in the array through a local (size_t indices).
