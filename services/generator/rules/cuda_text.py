@@ -248,6 +248,21 @@ def unparenthesised(text: str) -> str:
     return text
 
 
+def blanked_inside(text: str, brackets: str = "([{") -> str:
+    """The text with what its `brackets` enclose blanked to spaces, its length and offsets kept."""
+    closers = brackets.translate(str.maketrans("([{", ")]}"))
+    out, depth = [], 0
+    for char in text:
+        depth -= char in closers
+        out.append(char if depth == 0 else " ")
+        depth += char in brackets
+    return "".join(out)
+
+
+# The functions a tree or an atomic takes the larger or the smaller of two values with.
+EXTREMA = {"max": ("fmaxf", "fmax", "max"), "min": ("fminf", "fmin", "min")}
+
+
 def outside_brackets(text: str) -> str:
     """The text with what its brackets enclose blanked, innermost first: what stands at its top level."""
     while text != (text := re.sub(r"\([^()\[\]]*\)|\[[^()\[\]]*\]", " ", text)):

@@ -50,8 +50,8 @@ import re
 from dataclasses import dataclass, field
 
 from services.generator.rules import affine, points
-from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, fresh_name, identifiers, mask,
-                                                split_top_level, unparenthesised)
+from services.generator.rules.cuda_text import (INTEGER_TYPE, WIDE_INTEGER_TYPE, blanked_inside, fresh_name,
+                                                identifiers, mask, split_top_level, unparenthesised)
 from services.generator.rules.coverage import CAST, GRID_LIMIT, sizes_around
 from services.generator.rules.shape import one_thread_per_point
 from services.generator.rules.statements import Statement, statements
@@ -183,7 +183,7 @@ def _forms(kernel: points.PointKernel, masked: str, candidates: list[Statement],
             divisor = divided["all"] or divided["one"]
             value = _parameter_poly(kernel, _unwrapped(divisor), scalars)
             quotient = bases.pop(divided[1])
-            single = divided["all"] or not re.search(r"[-+*/%<>=&|^?:,]", _top_level(_unwrapped(divisor)))
+            single = divided["all"] or not re.search(r"[-+*/%<>=&|^?:,]", blanked_inside(_unwrapped(divisor), "("))
             if value is not None and single and not _touches(divided[1], divisor):
                 bases[divided[1]] = _Form(affine.product(quotient.divisor, value), None)
             continue
@@ -219,7 +219,7 @@ def _form(kernel: points.PointKernel, text: str, bases: dict[str, _Form],
           scalars: dict[str, affine.Poly]) -> _Form | None:
     """The expression as (base / D) % R of a base's form, divisions and a modulus chained at its top level."""
     text = _unwrapped(text)
-    pieces = re.split(r"([/%])", _top_level(text))
+    pieces = re.split(r"([/%])", blanked_inside(text, "("))
     if len(pieces) == 1:
         return bases.get(text.strip()) if re.fullmatch(r"\s*[A-Za-z_]\w*\s*", text) else None
     if re.search(r"[-+*<>=&|^?:,!~]", "".join(pieces[::2])):
@@ -246,18 +246,6 @@ def _form(kernel: points.PointKernel, text: str, bases: dict[str, _Form],
 def _unwrapped(text: str) -> str:
     """The text without integer casts and parentheses around all of it."""
     return unparenthesised(CAST.sub(" ", text))
-
-
-def _top_level(text: str) -> str:
-    """The text with what parentheses enclose blanked (same length)."""
-    out, depth = [], 0
-    for char in text:
-        if char == ")":
-            depth -= 1
-        out.append(char if depth == 0 else " ")
-        if char == "(":
-            depth += 1
-    return "".join(out)
 
 
 def _digits(found: dict[str, tuple[_Form, tuple[int, int]]], scalars: dict[str, affine.Poly],

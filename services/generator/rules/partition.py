@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import (IDENTIFIER, closing, defined_functions, find_kernel, mask,
-                                                split_top_level)
+from services.generator.rules.cuda_text import (EXTREMA, IDENTIFIER, closing, defined_functions, find_kernel,
+                                                mask, split_top_level)
 from services.generator.rules.points import ASSIGNMENT, one_thread_along
 from services.generator.rules.statements import expression_end
 from shared.domain.spec import KernelSpec
@@ -190,8 +190,8 @@ def _tree_combine(masked: str, array: str) -> str | None:
     entry = rf"{array}\s*\[[^\]]*\]"
     if re.search(rf"{entry}\s*(?:\+=\s*{entry}|=\s*{entry}\s*\+\s*{entry})", masked):
         return "+"
-    for combine, names in (("max", "fmaxf|fmax|max"), ("min", "fminf|fmin|min")):
-        if re.search(rf"{entry}\s*=\s*(?:{names})\s*\(\s*{entry}\s*,\s*{entry}\s*\)", masked):
+    for combine, names in EXTREMA.items():
+        if re.search(rf"{entry}\s*=\s*(?:{'|'.join(names)})\s*\(\s*{entry}\s*,\s*{entry}\s*\)", masked):
             return combine
     return None
 

@@ -23,7 +23,7 @@ keeps the block size at the submitted kernel's (services/generator/rules/partiti
 import re
 from dataclasses import dataclass
 
-from services.generator.rules.cuda_text import (closing, declared_parameters, fresh_name, identifiers, mask,
+from services.generator.rules.cuda_text import (EXTREMA, closing, declared_parameters, fresh_name, identifiers, mask,
                                                 split_top_level)
 from services.generator.rules.partition import partition
 from services.generator.rules.points import INDENT
@@ -31,7 +31,7 @@ from services.generator.rules.statements import Statement, Unparsed, for_loops, 
 from shared.domain.spec import KernelSpec
 
 UNROLL = re.compile(r"\s*#\s*pragma\s+unroll\b")
-FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
+FUNCTIONS = (*EXTREMA["max"], *EXTREMA["min"])
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ _HEADER = re.compile(rf"\s*(?P<type>{INTEGER_TYPE})\s+(?P<name>[A-Za-z_]\w*)\s*=
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # not a literal's suffix (0.0f) nor a member
 _WORDS = TYPE_WORDS | {"signed", "bool", "true", "false"}
 _UNSIGNED = re.compile(r"\bunsigned\b|\bsize_t\b|\buint\w*_t\b|\bbool\b")
+_CONST_ARRAY = r"(?:static\s+)?const\s+(?:float|double|int)\s+"  # a const local array's declaration, to its name
 
 
 @dataclass(frozen=True)
@@ -290,7 +291,7 @@ def _window_read(kernel: PointKernel, masked: str, nest: window_nest.Nest, rows:
 
 def _declared_const(masked: str, access: Access) -> bool:
     """Whether the access declares a const local array (`const float w[3] = {...}`): no write of memory."""
-    return bool(re.search(r"(?:^|[;{}])\s*(?:static\s+)?const\s+(?:float|double|int)\s+$", masked[:access.start]))
+    return bool(re.search(rf"(?:^|[;{{}}])\s*{_CONST_ARRAY}$", masked[:access.start]))
 
 
 def _constant_declaration(kernel: PointKernel, masked: str, name: str) -> str | None:
@@ -300,7 +301,7 @@ def _constant_declaration(kernel: PointKernel, masked: str, name: str) -> str | 
     if local := window_nest.constant_local(kernel, masked, name):
         return f"const {local[0]} {name} = {local[1]};"
     body = masked[kernel.body_start:kernel.body_end]
-    declared = list(re.finditer(rf"(?:^|[;{{}}])\s*((?:static\s+)?const\s+(?:float|double|int)\s+{re.escape(name)}"
+    declared = list(re.finditer(rf"(?:^|[;{{}}])\s*({_CONST_ARRAY}{re.escape(name)}"
                                 rf"\s*(?:\[\s*\d*\s*\]\s*)+=\s*\{{[-+.\w\s,{{}}]*\}}\s*;)", body))
     if len(declared) != 1 or len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", body)) != \
             1 + len(re.findall(rf"(?<![\w.]){re.escape(name)}\s*\[", body[declared[0].end():])):

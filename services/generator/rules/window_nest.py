@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from services.generator.rules import affine
-from services.generator.rules.cuda_text import mask, split_top_level, unparenthesised
+from services.generator.rules.cuda_text import blanked_inside, closing, mask, split_top_level, unparenthesised
 from services.generator.rules.points import PointKernel, changing
 from services.generator.rules.shape import NotRecognised
 from services.generator.rules.statements import Statement, walk
@@ -211,7 +211,7 @@ class _Reading:
     def not_a_guard(self, condition: str, joined_by: str) -> str | None:
         """None where `condition` is a chain of comparisons a box's corners decide (module docstring)."""
         condition = unparenthesised(condition)
-        joins = [m.start() for m in re.finditer(re.escape(joined_by), _outside_brackets(mask(condition)))]
+        joins = [m.start() for m in re.finditer(re.escape(joined_by), blanked_inside(mask(condition)))]
         operands = [condition[start + 2 * bool(start):end] for start, end in zip([0, *joins], [*joins, None])]
         for operand in operands:
             text = unparenthesised(operand)
@@ -222,7 +222,7 @@ class _Reading:
         return None
 
     def _not_a_comparison(self, text: str) -> str | None:
-        top = _outside_brackets(mask(text))
+        top = blanked_inside(mask(text))
         operators = list(_OPERATORS.finditer(top))
         if len(operators) != 1 or operators[0].group() not in _RELATIONS:
             return f"`{text}` is not one comparison (<, <=, > or >=) of integers"
@@ -263,9 +263,9 @@ class _Reading:
         guard kept): `C ? E : F` (all of the text or of a parenthesis) as E, or as F where only F moves with the
         point and C is a chain of ||; and `min(E, B)` or `max(E, B)` (std:: or ::), B a bound, as E."""
         position, self.whole_choice = len(text), False
-        while (at := max(mask(text).rfind("?", 0, position), _last_call(mask(text), position))) >= 0:
+        while (at := max((masked := mask(text)).rfind("?", 0, position), _last_call(masked, position))) >= 0:
             position = at
-            taken = self._chosen(text, at) if text[at] == "?" else self._bounded(text, at)
+            taken = self._chosen(text, masked, at) if text[at] == "?" else self._bounded(text, masked, at)
             if taken is not None:
                 start, end, value, guard = taken
                 self.guards.append(guard)
@@ -273,9 +273,9 @@ class _Reading:
                 text, position = f"{text[:start]}{value}{text[end:]}", start
         return text
 
-    def _chosen(self, text: str, question: int) -> tuple[int, int, str, str] | None:
-        start, end = _group(mask(text), question)
-        top = _outside_brackets(mask(text)[start:end])
+    def _chosen(self, text: str, masked: str, question: int) -> tuple[int, int, str, str] | None:
+        start, end = _group(masked, question)
+        top = blanked_inside(masked[start:end])
         colon = [m.start() for m in re.finditer(r"(?<!:):(?!:)", top)]
         if top.count("?") != 1 or len(colon) != 1 or "," in top or re.search(r"(?<![=!<>])=(?!=)", top):
             return None
@@ -289,8 +289,7 @@ class _Reading:
             return start, end, chosen, f"({condition})"
         return None
 
-    def _bounded(self, text: str, call: int) -> tuple[int, int, str, str] | None:
-        masked = mask(text)
+    def _bounded(self, text: str, masked: str, call: int) -> tuple[int, int, str, str] | None:
         name = re.match(r"(?:std\s*::\s*|::\s*)?(min|max)\s*\(", masked[call:])
         opening = call + name.end() - 1
         close = _group(masked, opening + 1)[1]
@@ -347,32 +346,12 @@ def _parts(statement: Statement, masked: str) -> list[Statement]:
 def _group(masked: str, at: int) -> tuple[int, int]:
     """The span inside the innermost brackets around offset `at`, or the whole text."""
     opened = []
-    for i, char in enumerate(masked):
-        if i == at:
-            break
+    for i, char in enumerate(masked[:at]):
         if char in "([{":
             opened.append(i)
         elif char in ")]}":
             opened.pop()
-    if not opened:
-        return 0, len(masked)
-    depth = 0
-    for i in range(opened[-1], len(masked)):
-        depth += masked[i] in "([{"
-        depth -= masked[i] in ")]}"
-        if depth == 0:
-            return opened[-1] + 1, i
-    return opened[-1] + 1, len(masked)
-
-
-def _outside_brackets(masked: str) -> str:
-    """The text with what its brackets enclose blanked to spaces, offsets kept."""
-    out, depth = [], 0
-    for char in masked:
-        depth -= char in ")]}"
-        out.append(char if depth == 0 else " ")
-        depth += char in "([{"
-    return "".join(out)
+    return (opened[-1] + 1, closing(masked, opened[-1])) if opened else (0, len(masked))
 
 
 def _member(match: re.Match) -> bool:
