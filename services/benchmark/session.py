@@ -323,13 +323,14 @@ class BenchmarkSession(GpuSession):
         """A timed launch that faces what a real call faces: every output of its input set as it was before
         any launch (pristine for `out`, the original values for `inout`), so no launch finds the last one's
         results to reuse; and with L2 flushed when `flush` says so (default: when the spec asks for it), so
-        each sample reads from DRAM. Both happen outside the timed region."""
+        each sample reads from DRAM and finds L2 clean, owing it no write-back (OwnKernels.evict_l2). Both happen
+        outside the timed region."""
         flushing = (self._setup.spec.benchmark.l2_flush if flush is None else flush) and self._flush is not None
 
         def before() -> None:
             self._before(kernel, inputs)
             if flushing:
-                self.fill(self._flush)
+                self._own.evict_l2(self._flush)
 
         return self.timed_launch(kernel, order.grid, order.block, self._args(inputs, order.params),
                                  shared_bytes=order.shared_bytes, before=before)

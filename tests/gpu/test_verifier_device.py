@@ -140,3 +140,16 @@ def test_trials_beyond_the_budget_are_evicted_oldest_first_and_made_again_alike(
     session.reference(trials[0])  # evicted: made again, pushing out the oldest
     assert session.cache.keys() == [trials[2].reference_key, trials[0].reference_key]
     assert session.candidate(TrialRun(spec, 1, candidate, params)).passed
+
+
+def test_the_l2_eviction_reads_its_buffer_and_writes_nothing(session, own):
+    """evict_l2 flushes by reading (a memset would leave L2 dirty, and the timed launch would write it back): the
+    buffer, and the stats buffer its kernel is handed but never writes, come out as they went in."""
+    data = np.random.default_rng(2).integers(0, 256, 3 * (1 << 20) + 48, dtype=np.uint8)
+    buffer = session.upload(data, keep=False)
+    stats_before = session.download(np.empty(8, np.uint64), own._stats)
+    own.evict_l2(buffer)
+    session.stream.sync()
+    assert np.array_equal(read(session, buffer, np.uint8, data.size), data)
+    assert np.array_equal(session.download(np.empty(8, np.uint64), own._stats), stats_before)
+    buffer.close(session.stream)

@@ -115,6 +115,18 @@ extern "C" __global__ void kforge_compare(const VALUE *out, const VALUE *ref, u6
     if (max_rel > 0.0) atomicMax(&stats[7], (u64)__double_as_longlong(max_rel));
 }
 
+// Reads `words` 16-byte words at `p`, writing nothing (`never` is 0): reading twice the L2's bytes evicts what a
+// timed launch would otherwise find there and leaves L2 clean. A flush that writes (a memset) leaves it full of
+// dirty lines instead, and the launch then pays for writing them back to DRAM, bytes that are not its own.
+extern "C" __global__ void kforge_evict(const ulonglong2 *p, u64 words, unsigned int never, u64 *sink) {
+    u64 seen = 0;
+    for (u64 i = FIRST_THREAD; i < words; i += ALL_THREADS) {
+        const ulonglong2 w = __ldcg(&p[i]);
+        seen ^= w.x ^ w.y;
+    }
+    if (never) sink[0] = seen;
+}
+
 // Bytes that differ from `expected` (or from `value` where expected is null): count and first offset.
 extern "C" __global__ void kforge_changed_bytes(const unsigned char *p, u64 n, const unsigned char *expected,
                                                 unsigned int value, u64 *stats) {
@@ -141,7 +153,7 @@ _STORAGE = {"float16": "unsigned short", BFLOAT16: "unsigned short", "float32": 
             "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long"}
 _UNSIGNED = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 THREADS, MAX_BLOCKS = 256, 4096
-KERNELS = ("kforge_generate", "kforge_compare", "kforge_changed_bytes", "kforge_max_abs")
+KERNELS = ("kforge_generate", "kforge_compare", "kforge_changed_bytes", "kforge_max_abs", "kforge_evict")
 COMPILERS = 4  # modules compiled at once when a GPU process starts
 NONE = ~np.uint64(0)  # "no first index": what atomicMin starts from
 
@@ -226,6 +238,13 @@ class OwnKernels:
         stats = self._run(np.array([0, NONE], np.uint64), "uint8", "kforge_changed_bytes", count, np.uint64(pointer),
                           np.uint64(count), np.uint64(expected or 0), np.uint32(value))
         return _found(stats[0], stats[1])
+
+    def evict_l2(self, buffer) -> None:
+        """Read `buffer` (twice the L2's bytes, 16-byte aligned as every allocation is) on the session's stream,
+        leaving L2 holding its lines, all clean (kforge_evict says why not a memset)."""
+        words = buffer.size // 16
+        self._launch("uint8", "kforge_evict", words, np.uint64(int(buffer.handle)), np.uint64(words), np.uint32(0),
+                     np.uint64(int(self._stats.handle)))
 
     def max_abs(self, pointer: int, count: int, dtype: str) -> float:
         """The largest finite magnitude among `count` elements at `pointer` (0 when none is finite)."""
