@@ -1180,7 +1180,7 @@ VARIANTS = {
     "transpose_scaled": ("shared_tile", TRANSPOSE_SCALED),
     "transpose_double": ("shared_tile", TRANSPOSE_DOUBLE),
     "smooth": ("register_blocking", SMOOTH),
-    "box_blur": ("register_blocking", BOX_BLUR),
+    "box_blur": ("register_window", BOX_BLUR),
     "correlate": ("register_window", CORRELATE),
     "box3_int": ("register_window", BOX3_INT),
     "blur": ("register_window", BLUR),
@@ -4123,7 +4123,55 @@ extern "C" __global__ void clamp_assigned(float *out, const float *in, const flo
 }
 """, "clamp_assigned", [array("out", ["h", "w"], role="out"), array("in", ["h", "w"]), array("filt", [25]),
                         scalar("w", "w"), scalar("h", "h")], {"w": 400, "h": 250}, ["w", "h"], BLOCK_2D, TUNE_2D)
-PADDED_WINDOWS = {"conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "clamp_assigned": CLAMPED_BY_ASSIGNMENT, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
+# Means over the taps inside the image: a count of them kept beside the sum, the border's points divided by fewer.
+MEAN_OF_VALID = spec(r"""
+// A 5x5 mean filter that averages only the pixels inside the image.
+extern "C" __global__ void mean_valid(const float *in, float *out, int width, int height, int radius)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= width || y >= height) return;
+    float sum = 0.0f;
+    int count = 0;
+    for (int dy = -radius; dy <= radius; dy++) {
+        for (int dx = -radius; dx <= radius; dx++) {
+            int nx = x + dx, ny = y + dy;
+            if (nx >= 0 && nx < width && ny >= 0 && ny < height) {
+                sum += in[ny * width + nx];
+                count++;
+            }
+        }
+    }
+    out[y * width + x] = sum / count;
+}
+""", "mean_valid", [array("in", ["height", "width"]), array("out", ["height", "width"], role="out"),
+                    scalar("width", "width"), scalar("height", "height"), scalar("radius", "radius")],
+                     {"width": 333, "height": 130, "radius": 2}, ["width", "height"], BLOCK_2D, TUNE_2D)
+WEIGHTS_OF_VALID = spec(r"""
+// A normalised 3x3 weighted blur: taps outside the image are skipped, and the weights of those inside renormalise.
+extern "C" __global__ void weights_valid(const float *src, const float *w, float *dst, int W, int H)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (col < W && row < H) {
+        float acc = 0.0f;
+        float taps = 0.0f;
+        for (int i = 0; i < 3; ++i) {
+            const int r = row + i - 1;
+            if (r < 0 || r >= H) continue;
+            for (int j = 0; j < 3; ++j) {
+                const int c = col + j - 1;
+                if (c < 0 || c >= W) continue;
+                taps += 1.0f;
+                acc += w[i * 3 + j] * src[r * W + c];
+            }
+        }
+        dst[row * W + col] = acc / taps;
+    }
+}
+""", "weights_valid", [array("src", ["H", "W"]), array("w", [3, 3]), array("dst", ["H", "W"], role="out"),
+                       scalar("W", "W"), scalar("H", "H")], {"W": 257, "H": 90}, ["W", "H"], BLOCK_2D, TUNE_2D)
+PADDED_WINDOWS = {"mean_of_valid": MEAN_OF_VALID, "weights_of_valid": WEIGHTS_OF_VALID, "conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "clamp_assigned": CLAMPED_BY_ASSIGNMENT, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
                   "sharpen_double": SHARPEN_DOUBLE, "emboss_row_guard": EMBOSS_ROW_GUARD,
                   "smooth_clamped": SMOOTH_CLAMPED}
 VARIANTS.update({name: ("register_window", padded) for name, padded in PADDED_WINDOWS.items()})

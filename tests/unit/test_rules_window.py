@@ -212,8 +212,19 @@ REFUSED = {
         KERNELS["blur_skipping_edges"], "const int xx = col + dx;",
         "const int xx = col + dx;\n                yy = 0;"),
         "holds `yy = 0;` before its last statement"),
-    "a count beside the sum": (VARIANTS["box_blur"][1],
-                               "holds `total += img[yy * width + xx];` before its last statement"),
+    # A count of taps is read beside the sum only where both run under the same guards, from a whole number.
+    "a count outside the guard": (edited(edited(VARIANTS["box_blur"][1], "                count++;\n", ""),
+                                         "int yy = y + dy, xx = x + dx;", "int yy = y + dy, xx = x + dx;\n"
+                                                                          "            count++;"),
+                                  "holds `count++;` before its last statement"),
+    "a count from a parameter": (edited(edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = eps;"),
+                                        "int W, int H)", "int W, int H, float eps)"),
+                                 "its count of taps taps starts from eps, not a whole number"),
+    "a count the update reads": (edited(VARIANTS["box_blur"][1], "total += img[yy * width + xx];",
+                                        "total += img[yy * width + xx] * count;"),
+                                 "count taps in count, which they also use otherwise"),
+    "a count by a fraction": (edited(KERNELS["weights_of_valid"], "taps += 1.0f;", "taps += 0.5f;"),
+                              "holds `taps += 0.5f;` before its last statement"),
 }
 
 
@@ -586,6 +597,9 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "box_blur": [{"w": 45, "h": 37}, {"w": 64, "h": 23}, {"w": 7, "h": 6}],
              # a window of another size (K = 3) runs the kernel as written; 6 x 7 holds no patch inside
              "conv_same": [{"H": 37, "W": 45, "K": 5}, {"H": 9, "W": 70, "K": 3}, {"H": 6, "W": 7, "K": 5}],
+             "mean_of_valid": [{"width": 45, "height": 37, "radius": 2}, {"width": 30, "height": 21, "radius": 1},
+                               {"width": 7, "height": 6, "radius": 2}],
+             "weights_of_valid": [{"W": 45, "H": 37}, {"W": 7, "H": 6}],
              "blur_skipping_edges": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
              "gauss_ternary": [{"height": 37, "width": 45}, {"height": 23, "width": 64}],
              "sharpen_double": [{"rows": 19, "cols": 50, "pitch": 52}, {"rows": 17, "cols": 41, "pitch": 41}],

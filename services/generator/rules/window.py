@@ -94,6 +94,7 @@ class Window:
     specialised: tuple[tuple[str, str, int], ...]  # (parameter, its declared type, value) for each one the loops
     # name
     constants: tuple[str, ...]  # declarations of the locals of parameters alone EXPR reads (`const int r = k / 2;`)
+    counter: tuple[str, str] | None = None  # (name, step) of a count of the taps added (window_nest.Nest.counter)
 
 
 def recognise(spec: KernelSpec) -> Window:
@@ -134,8 +135,13 @@ def recognise(spec: KernelSpec) -> Window:
         raise NotRecognised(f"it uses the names {rows.variable} or {columns.variable} before its window loops")
     named = dict.fromkeys((*rows.named, *columns.named))
     specialised = tuple((p, _scalar_type(kernel.parameters[p], p), _parameter_value(p, spec)) for p in named)
+    if found.counter is not None:
+        _, start = _declaration(kernel, masked, found.counter[0], nest)
+        if not re.fullmatch(r"\d+(?:\.0*)?[fFuUlL]*", start):
+            raise NotRecognised(f"its count of taps {found.counter[0]} starts from {start}, not a whole number, so "
+                                f"the count's sum could round")
     return Window(kernel, nest, rows, columns, name, declared_type, initial, read, term, address, found.guards,
-                  found.chosen, element, specialised, constants)
+                  found.chosen, element, specialised, constants, found.counter)
 
 
 def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -> Loop:
@@ -380,7 +386,10 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
     i, j = model.rows.variable, model.columns.variable
     probe = points.point_body(kernel, _returning(model, "false") + _cut(model, "true", "false"))
     address = points.point_body(kernel, _returning(model, "nullptr") + _cut(model, f"&{model.address}", "nullptr"))
-    finished = (model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};")
+    # Where every point adds its whole window, a count of its taps adds one step for each
+    counted = f" {model.counter[0]} += {model.rows.count * model.columns.count} * ({model.counter[1]});" \
+        if model.counter else ""
+    finished = (model.nest.start, model.nest.end, f"{model.accumulator} = {n.value};{counted}")
     window = [Axis(0, i, model.rows.type, "", ""), Axis(0, j, model.columns.type, "", "")]
     store = _store_after(model)
     vector = loops.VECTORS.get(model.element)

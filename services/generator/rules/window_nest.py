@@ -47,6 +47,10 @@ _ASSIGNED = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)\s*=(?!=)(?P<value>[^;]*);\s*"
 _CHANGES = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
 _OPERATORS = re.compile(r"<<=?|>>=?|->|<=|>=|==|!=|&&|\|\||[<>?,=&|^!]")
 _RELATIONS = {"<", "<=", ">", ">="}
+# A count of the taps added, next to the update in its block (a mean over the taps inside the image): by a whole
+# number, so that any count of steps from a whole start is exact in every arithmetic type.
+_COUNTER = re.compile(r"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
+                      r"(?P<c>[A-Za-z_]\w*)\s*\+=\s*(?P<step>\d+(?:\.0*)?[fF]?))\s*;\s*")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Nest:
     guards: tuple[str, ...]  # what holds wherever the update runs, spelled likewise, in the order the nest tests them
     chosen: bool  # EXPR is all a choice's value (`inside ? a * b : 0.0f`, or a local so chosen): the submitted
     # kernel rounds it before adding it, where a product written in its place may fuse into the add
+    counter: tuple[str, str] | None = None  # (name, step) of a count the update keeps beside it (`n++;`, `n += 1;`)
 
 
 def loops(kernel: PointKernel, masked: str) -> tuple[Statement, Statement]:
@@ -78,6 +83,10 @@ def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, v
     if reading.run(outer.body, "outer").start != inner.start:
         raise NotRecognised("its outer window loop holds more than the inner loop, locals and guards")
     update = reading.run(inner.body, "inner")
+    if reading.counter is not None and (reading.counter[0] in reading.values or reading.counter[0] in variables or
+                                        len(re.findall(rf"(?<![\w.]){reading.counter[0]}\b",
+                                                       masked[outer.start:outer.end])) != 1):
+        raise NotRecognised(f"its window loops count taps in {reading.counter[0]}, which they also use otherwise")
     accumulator = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\+=(.*);\s*", masked[update.start:update.end], re.DOTALL)
     if update.kind != "simple" or accumulator is None:
         raise NotRecognised("its window loops do not add into an accumulator (`sum += ...;`)")
@@ -88,7 +97,10 @@ def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, v
     if pragma := _UNROLL.search(masked, 0, outer.start):  # it goes with the loops
         outer = dataclasses.replace(outer, start=pragma.start())
     chosen = reading.whole_choice or added in reading.chosen
-    return Nest(outer, inner, update, accumulator.group(1), expression, tuple(reading.guards), chosen)
+    if reading.counter is not None and reading.counter[0] == accumulator.group(1):
+        raise NotRecognised(f"its window loops add into {reading.counter[0]} twice")
+    return Nest(outer, inner, update, accumulator.group(1), expression, tuple(reading.guards), chosen,
+                reading.counter)
 
 
 class _Reading:
@@ -103,10 +115,13 @@ class _Reading:
         self.guards: list[str] = []
         self.chosen: set[str] = set()  # the locals whose value is all a choice's
         self.whole_choice = False  # whether the text spelled last was all a choice's value
+        self.counter: tuple[str, str] | None = None
 
     def run(self, statement: Statement, which: str) -> Statement:
         """The last statement of a loop's body, having read the declarations and guards before it."""
         parts = _parts(statement, self.masked)
+        if which == "inner":
+            parts = self._counted(parts)
         if not parts:
             raise NotRecognised(f"its {which} window loop is empty")
         for part in parts[:-1]:
@@ -121,6 +136,20 @@ class _Reading:
             self._guard(*last.head, True)
             return self.run(last.body, which)
         return last
+
+    def _counted(self, parts: list[Statement]) -> list[Statement]:
+        """The inner loop's last statements less a count beside the update, just before or after it, which is
+        then the counter: so both run under the same guards."""
+        if len(parts) < 2 or self.counter is not None:
+            return parts
+        for at, other in ((-1, -2), (-2, -1)):
+            counter = _COUNTER.fullmatch(self.masked, parts[at].start, parts[at].end) \
+                if parts[at].kind == "simple" else None
+            if counter and parts[other].kind == "simple" and \
+                    re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[parts[other].start:parts[other].end]):
+                self.counter = (counter["a"] or counter["b"] or counter["c"], counter["step"] or "1")
+                return [part for part in parts if part is not parts[at]]
+        return parts
 
     def spelled(self, start: int, end: int) -> str:
         """The source between the offsets, its comments blanked, the nest's locals spelled out and the values of
