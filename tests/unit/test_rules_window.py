@@ -32,10 +32,13 @@ STYLES = Path(__file__).resolve().parent.parent / "corpus" / "styles"
 BOX_BLUR = load_spec(STYLES / "box_blur.cu", STYLES / "box_blur.yaml")
 # gaussian3x3 weighs its window by a const local array, which the registers' sums declare again.
 GAUSSIAN3X3 = load_spec(STYLES / "gaussian3x3.cu", STYLES / "gaussian3x3.yaml")
+# mean_filter_valid divides by the count of its taps inside the image, `++n` beside the sum.
+MEAN_FILTER_VALID = load_spec(STYLES / "mean_filter_valid.cu", STYLES / "mean_filter_valid.yaml")
 # With the zero-padded windows (taps outside the image skipped by guards or `continue`, or read as zero by a
 # ternary) and a window clamped to the image's edges.
 KERNELS = {"conv2d": CONV2D, "correlate": VARIANTS["correlate"][1], "box3_int": VARIANTS["box3_int"][1],
-           "blur": VARIANTS["blur"][1], "box_blur": BOX_BLUR, "gaussian3x3": GAUSSIAN3X3, **PADDED_WINDOWS}
+           "blur": VARIANTS["blur"][1], "box_blur": BOX_BLUR, "gaussian3x3": GAUSSIAN3X3,
+           "mean_filter_valid": MEAN_FILTER_VALID, **PADDED_WINDOWS}
 CONV_SAME, CONV_RADIUS = KERNELS["conv_same"], KERNELS["conv_radius"]
 
 
@@ -600,6 +603,7 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "mean_of_valid": [{"width": 45, "height": 37, "radius": 2}, {"width": 30, "height": 21, "radius": 1},
                                {"width": 7, "height": 6, "radius": 2}],
              "weights_of_valid": [{"W": 45, "H": 37}, {"W": 7, "H": 6}],
+             "mean_filter_valid": [{"width": 45, "height": 37}, {"width": 64, "height": 23}, {"width": 7, "height": 6}],
              "blur_skipping_edges": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
              "gauss_ternary": [{"height": 37, "width": 45}, {"height": 23, "width": 64}],
              "sharpen_double": [{"rows": 19, "cols": 50, "pitch": 52}, {"rows": 17, "cols": 41, "pitch": 41}],
