@@ -4171,7 +4171,30 @@ extern "C" __global__ void weights_valid(const float *src, const float *w, float
 }
 """, "weights_valid", [array("src", ["H", "W"]), array("w", [3, 3]), array("dst", ["H", "W"], role="out"),
                        scalar("W", "W"), scalar("H", "H")], {"W": 257, "H": 90}, ["W", "H"], BLOCK_2D, TUNE_2D)
-PADDED_WINDOWS = {"mean_of_valid": MEAN_OF_VALID, "weights_of_valid": WEIGHTS_OF_VALID, "conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "clamp_assigned": CLAMPED_BY_ASSIGNMENT, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
+# Reflect padding (OpenCV's BORDER_REFLECT_101): an index past a border is mirrored back into the image.
+BLUR_REFLECT = spec(r"""
+extern "C" __global__ void blur_reflect(const float *in, float *out, int w, int h)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= w || y >= h) return;
+    float acc = 0.0f;
+    for (int dy = -2; dy <= 2; dy++) {
+        int sy = y + dy;
+        if (sy < 0) sy = -sy;
+        if (sy >= h) sy = 2 * h - sy - 2;
+        for (int dx = -2; dx <= 2; dx++) {
+            int sx = x + dx;
+            if (sx < 0) sx = -sx;
+            if (sx >= w) sx = 2 * w - sx - 2;
+            acc += in[sy * w + sx] * 0.04f;
+        }
+    }
+    out[y * w + x] = acc;
+}
+""", "blur_reflect", [array("in", ["h", "w"]), array("out", ["h", "w"], role="out"), scalar("w", "w"),
+                      scalar("h", "h")], {"w": 400, "h": 250}, ["w", "h"], BLOCK_2D, TUNE_2D)
+PADDED_WINDOWS = {"blur_reflect": BLUR_REFLECT, "mean_of_valid": MEAN_OF_VALID, "weights_of_valid": WEIGHTS_OF_VALID, "conv_same": CONV_SAME, "conv_radius": CONV_RADIUS, "clamp_assigned": CLAMPED_BY_ASSIGNMENT, "blur_skipping_edges": BLUR_SKIPPING_EDGES, "gauss_ternary": GAUSS_TERNARY,
                   "sharpen_double": SHARPEN_DOUBLE, "emboss_row_guard": EMBOSS_ROW_GUARD,
                   "smooth_clamped": SMOOTH_CLAMPED}
 VARIANTS.update({name: ("register_window", padded) for name, padded in PADDED_WINDOWS.items()})

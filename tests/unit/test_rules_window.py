@@ -603,6 +603,7 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "mean_of_valid": [{"width": 45, "height": 37, "radius": 2}, {"width": 30, "height": 21, "radius": 1},
                                {"width": 7, "height": 6, "radius": 2}],
              "weights_of_valid": [{"W": 45, "H": 37}, {"W": 7, "H": 6}],
+             "blur_reflect": [{"w": 45, "h": 37}, {"w": 7, "h": 6}],
              "mean_filter_valid": [{"width": 45, "height": 37}, {"width": 64, "height": 23}, {"width": 7, "height": 6}],
              "blur_skipping_edges": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
              "gauss_ternary": [{"height": 37, "width": 45}, {"height": 23, "width": 64}],

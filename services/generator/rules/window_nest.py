@@ -20,7 +20,8 @@ the point is the value it chooses wherever the guard holds: `C ? E : F` (all of 
 where C holds, or F where C fails if F alone moves with the point (`xx < 0 ? 0 : xx`); `min(E, B)` is E where
 E <= B, `max(E, B)` where E >= B, B a bound (a window clamped to the image's edges: `min(max(x + dx, 0), w - 1)`);
 `if (C) v = V;` is V where C holds if V alone moves (a tap loaded under a guard), v's value where C fails if that
-alone does (`if (ix < 0) ix = 0;`). A choice by the window's offsets alone (`dx < 0 ? -1.0f : 1.0f`) stays.
+alone does (`if (ix < 0) ix = 0;`) or if both do and v is an index (reflect padding, `if (ix < 0) ix = -ix;`). A
+choice by the window's offsets alone (`dx < 0 ? -1.0f : 1.0f`) stays.
 
 The update then adds EXPR (so spelled) at a point (x, y) and window offsets (i, j) exactly where every guard
 holds. A guard is a chain of comparisons (<, <=, >, >=; joined by && in a guard or a ternary, by || in a skip) of
@@ -220,7 +221,10 @@ class _Reading:
             self.values[name] = value
             self.chosen.add(name)
             return True
-        if self._moves(self.values[name]) and not self._moves(value):
+        # Where both move, an index is remapped at a border (reflect padding, `if (ix < 0) ix = -ix;`): its old
+        # value wherever C fails is as exact as the other reading, and it is the interior's.
+        index = re.fullmatch(SIGNED, self.types[name]) is not None
+        if self._moves(self.values[name]) and (not self._moves(value) or index):
             self._guard(*part.head, False)
             return True
         return False
