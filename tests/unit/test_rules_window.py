@@ -228,6 +228,11 @@ REFUSED = {
                                  "count taps in count, which they also use otherwise"),
     "a count by a fraction": (edited(KERNELS["weights_of_valid"], "taps += 1.0f;", "taps += 0.5f;"),
                               "holds `taps += 0.5f;` before its last statement"),
+    # review, helper-101: from 2^24 a float count stays where it is, one step at a time
+    "a count from 2^24": (edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = 16777216.0f;"),
+                          "not a whole number below 2^24 less its taps"),
+    "a count in octal": (edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = 010;"),
+                         "its count of taps taps starts from 010"),
 }
 
 
@@ -333,6 +338,10 @@ TAKEN = {
     "a negated skip": edited(edited(KERNELS["blur_skipping_edges"], "if (yy < 0 || yy >= h) continue;",
                                     "if ((yy < 0 || yy >= h)) continue;"),
                              "if (xx < 0 || xx >= w) continue;", "if (!(xx >= 0 && xx < w)) continue;"),
+    # A count of taps written out, unsigned, stepping by two from one.
+    "a count written out": edited(edited(edited(KERNELS["mean_of_valid"], "int count = 0;", "unsigned count = 1u;"),
+                                         "count++;", "count = count + 2u;"),
+                                  "sum / count", "sum / (count / 2u)"),
 }
 
 
@@ -614,6 +623,7 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "clamp_assigned": [{"h": 37, "w": 45}, {"h": 6, "w": 7}],
              **dict.fromkeys(("weights by the offsets' sign", "a negated skip", "weights in a 2D array"),
                              [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
+             "a count written out": [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}],
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
              "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
@@ -633,7 +643,7 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a pitch converted from the parameters",
                                                      "weights by the offsets' sign", "a negated skip",
                                                      "weights in a 2D array",
-                                                     "a flag of the guard",
+                                                     "a flag of the guard", "a count written out",
                                                      "the window's corner in locals of the point"))]
 
 

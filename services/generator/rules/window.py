@@ -136,10 +136,13 @@ def recognise(spec: KernelSpec) -> Window:
     named = dict.fromkeys((*rows.named, *columns.named))
     specialised = tuple((p, _scalar_type(kernel.parameters[p], p), _parameter_value(p, spec)) for p in named)
     if found.counter is not None:
-        _, start = _declaration(kernel, masked, found.counter[0], nest)
-        if not re.fullmatch(r"\d+(?:\.0*)?[fFuUlL]*", start):
-            raise NotRecognised(f"its count of taps {found.counter[0]} starts from {start}, not a whole number, so "
-                                f"the count's sum could round")
+        _, start = _declaration(kernel, masked, found.counter[0], nest, "count of taps")
+        # Whole numbers to 2^24 are exact in every arithmetic type, so the count's steps may be added at once
+        # (review, helper-101: a float count from 2^24 stayed there one step at a time).
+        if not re.fullmatch(window_nest.WHOLE, start) or \
+                _whole(start) + rows.count * columns.count * _whole(found.counter[1]) > 2 ** 24:
+            raise NotRecognised(f"its count of taps {found.counter[0]} starts from {start}, not a whole number below "
+                                f"2^24 less its taps, so the count's sum could round")
     return Window(kernel, nest, rows, columns, name, declared_type, initial, read, term, address, found.guards,
                   found.chosen, element, specialised, constants, found.counter)
 
@@ -176,6 +179,11 @@ def _loop(kernel: PointKernel, masked: str, loop: Statement, spec: KernelSpec) -
         raise NotRecognised(f"its window loop over {variable} takes {count} values at the spec's sizes; a window "
                             f"held in registers is 1 to {LARGEST_WINDOW} wide")
     return Loop(variable, " ".join(match["type"].split()), first, count, (*start_names, *end_names))
+
+
+def _whole(literal: str) -> float:
+    """The value of a window_nest.WHOLE literal."""
+    return float(literal.rstrip("fFuUlL"))
 
 
 def _evaluated(kernel: PointKernel, masked: str, text: str, spec: KernelSpec) -> tuple[int, tuple[str, ...]]:
@@ -230,14 +238,15 @@ def _parameter_value(name: str, spec: KernelSpec) -> int | None:
     return int(spec.scalar_of(arg, spec.baseline_params()))
 
 
-def _declaration(kernel: PointKernel, masked: str, name: str, nest: Statement) -> tuple[str, str]:
-    """The accumulator's type and initialiser: declared once in the point body before the window loops, and
-    changed nowhere between, so every point's window sum starts from the initialiser."""
+def _declaration(kernel: PointKernel, masked: str, name: str, nest: Statement,
+                 what: str = "accumulator") -> tuple[str, str]:
+    """The accumulator's (or the count's, `what`) type and initialiser: declared once in the point body before the
+    window loops, and changed nowhere between, so every point's window sum starts from the initialiser."""
     body = masked[kernel.body_start:nest.start]
     declared = list(re.finditer(rf"(?:^|[;{{}}])\s*((?:const\s+)?{ACCUMULATOR_TYPES})\s+{name}\s*=(?!=)([^;,]*);",
                                 body))
     if len(declared) != 1:
-        raise NotRecognised(f"its accumulator {name} is not declared once, as a number with a value, before the "
+        raise NotRecognised(f"its {what} {name} is not declared once, as a number with a value, before the "
                             f"window loops")
     after = body[declared[0].end():]
     if re.search(points.changing(name), after):
@@ -246,7 +255,7 @@ def _declaration(kernel: PointKernel, masked: str, name: str, nest: Statement) -
     initial = kernel.source[start + declared[0].start(2):start + declared[0].end(2)].strip()
     free = set(_NAME.findall(declared[0].group(2))) - _WORDS
     if free - set(kernel.parameters) or "[" in initial:
-        raise NotRecognised(f"its accumulator starts from {initial}, which depends on more than the parameters")
+        raise NotRecognised(f"its {what} starts from {initial}, which depends on more than the parameters")
     return " ".join(kernel.source[start + declared[0].start(1):start + declared[0].end(1)].split()), initial
 
 

@@ -50,8 +50,9 @@ _OPERATORS = re.compile(r"<<=?|>>=?|->|<=|>=|==|!=|&&|\|\||[<>?,=&|^!]")
 _RELATIONS = {"<", "<=", ">", ">="}
 # A count of the taps added, next to the update in its block (a mean over the taps inside the image): by a whole
 # number, so that any count of steps from a whole start is exact in every arithmetic type.
-_COUNTER = re.compile(r"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
-                      r"(?P<c>[A-Za-z_]\w*)\s*\+=\s*(?P<step>\d+(?:\.0*)?[fF]?))\s*;\s*")
+WHOLE = r"(?:0|[1-9]\d*)(?:\.0*)?[fFuUlL]*"  # a whole number in decimal (010 is octal in C)
+_COUNTER = re.compile(rf"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
+                      rf"(?P<c>[A-Za-z_]\w*)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*(?P<step>{WHOLE}))\s*;\s*")
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,12 @@ def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, v
     if reading.run(outer.body, "outer").start != inner.start:
         raise NotRecognised("its outer window loop holds more than the inner loop, locals and guards")
     update = reading.run(inner.body, "inner")
-    if reading.counter is not None and (reading.counter[0] in reading.values or reading.counter[0] in variables or
-                                        len(re.findall(rf"(?<![\w.]){reading.counter[0]}\b",
-                                                       masked[outer.start:outer.end])) != 1):
-        raise NotRecognised(f"its window loops count taps in {reading.counter[0]}, which they also use otherwise")
+    if reading.counter is not None:
+        counter = reading.counter[0]
+        named = re.compile(rf"(?<![\w.]){counter}\b")
+        if counter in reading.values or counter in variables or \
+                len(named.findall(masked, outer.start, outer.end)) != len(named.findall(reading.counting)):
+            raise NotRecognised(f"its window loops count taps in {counter}, which they also use otherwise")
     accumulator = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\+=(.*);\s*", masked[update.start:update.end], re.DOTALL)
     if update.kind != "simple" or accumulator is None:
         raise NotRecognised("its window loops do not add into an accumulator (`sum += ...;`)")
@@ -117,6 +120,7 @@ class _Reading:
         self.chosen: set[str] = set()  # the locals whose value is all a choice's
         self.whole_choice = False  # whether the text spelled last was all a choice's value
         self.counter: tuple[str, str] | None = None
+        self.counting = ""  # the counter's statement
 
     def run(self, statement: Statement, which: str) -> Statement:
         """The last statement of a loop's body, having read the declarations and guards before it."""
@@ -149,6 +153,7 @@ class _Reading:
             if counter and parts[other].kind == "simple" and \
                     re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[parts[other].start:parts[other].end]):
                 self.counter = (counter["a"] or counter["b"] or counter["c"], counter["step"] or "1")
+                self.counting = self.masked[parts[at].start:parts[at].end]
                 return [part for part in parts if part is not parts[at]]
         return parts
 
