@@ -298,6 +298,7 @@ def _driver_reader(ok, device):
                                            device))
     minor = ok(driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
                                            device))
+
     def compiled(result):
         status, *values = result
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:

@@ -16,7 +16,9 @@ local arrays (declared again in the registers' code), and names the kernel does 
 filter). The starts and bounds are made of literals, integer scalar parameters and locals of those alone; a
 parameter they name is specialised to its value at the spec's sizes, as a library specialises a convolution for
 its filter size. Where guards hold, the registers serve a thread whose patch's points and window offsets make a
-box at whose 16 corners every guard holds; its other threads run the point body as written.
+box at whose 16 corners every guard holds; its other threads run the point body as written. A count of the taps
+kept beside the update (`count++;`: a mean over the taps inside the image) ends, where every point adds its whole
+window, at its start plus a step per tap; whole numbers below 2^24, so as exact added at once as one by one.
 
 Rendered: each thread owns the points (x0 + c, y0 + r), c < 4, r < window_rows. Where the bounds have the spec's
 values and every one of its points reaches the window loops, the thread reads each input row it needs once, a
