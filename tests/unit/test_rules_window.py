@@ -365,21 +365,16 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "a guarded store of its own output":
         assert "if (sum > 0.0f) { stored[slot] = 0.5f * out[y * out_w + x] + sum; stored_at[slot] = " \
                "&out[y * out_w + x]; }" in code
-        # a point may store nothing: its slot is tested
-        assert "stored_at[c] = nullptr;\n" in code and "if (stored_at[0] != nullptr && stored_at[1] != nullptr && " \
-               "stored_at[2] != nullptr && stored_at[3] != nullptr && (reinterpret_cast" in code and \
-               "if (stored_at[c] != nullptr) *stored_at[c] = stored[c];" in code
     if case == "a reference written after the store":  # the store is not the point's last deed
         assert "stored_at" not in code
     if case == "a value that moves its subscript":
         assert "{ stored[slot] = (o++, sum); stored_at[slot] = &out[o]; }" in code
     if case in ("a mirrored store", "a subscript wrapping through a cast", "a subscript wrapping through a local"):
-        # every point that reaches its window stores, so no slot is empty: only the addresses are compared
-        assert "if (stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && " \
+        assert "if (stored_at[0] != nullptr && stored_at[1] == stored_at[0] + 1 && stored_at[2] == stored_at[0] + 2 && " \
                "stored_at[3] == stored_at[0] + 3 && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" \
-               in code and "nullptr" not in code
+               in code
     if case == "a pitch converted from the parameters":
-        assert "if ((reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" in code
+        assert "if (stored_at[0] != nullptr && stored_at[1] != nullptr && " in code
     if case in ("two stores after the window", "an accumulating store"):
         assert "stored_at" not in code and "finish(x_first + c, y_first + r, window_sum[r][c]);" in code
 
@@ -395,20 +390,21 @@ def test_the_one_store_after_the_window_is_recorded_and_each_row_issues_its_stor
            "&out[y * out_w + x]; }" in code
     # out[y * out_w + x] names the point's indices and out_w, a local of the parameters alone: four points that
     # store, store side by side.
-    # Every point that reaches its window stores (the store follows the window loops in their block), so every
-    # slot is filled: none is tested.
     assert """                for (int c = 0; c < 4; c++) {
+                    stored_at[c] = nullptr;
                     finish(x_first + c, y_first + r, window_sum[r][c], c);
                 }
                 // the row's stores together, which the L2 takes as whole writes: one vector where they lie side by side
-                if ((reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
+                if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {
                     *reinterpret_cast<float4 *>(stored_at[0]) = {stored[0], stored[1], stored[2], stored[3]};
                 } else {
                     #pragma unroll
-                    for (int c = 0; c < 4; c++) *stored_at[c] = stored[c];
+                    for (int c = 0; c < 4; c++) if (stored_at[c] != nullptr) *stored_at[c] = stored[c];
                 }""" in code
     # box_blur's out[row * w + col], of the point's indices and parameters alone, likewise.
-    assert "if ((reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" in normalised(window(BOX_BLUR).source)
+    assert "if (stored_at[0] != nullptr && stored_at[1] != nullptr && stored_at[2] != nullptr && " \
+           "stored_at[3] != nullptr && (reinterpret_cast<unsigned long long>(stored_at[0]) & 15) == 0) {" in \
+           normalised(window(BOX_BLUR).source)
     # The points' own runs (edges, other window sizes) store as written.
     assert "auto point = [&](const int x, const int y) {" in code and "out[y * out_w + x] = sum;\n" in code
 
@@ -416,7 +412,7 @@ def test_the_one_store_after_the_window_is_recorded_and_each_row_issues_its_stor
 def test_the_registers_tell_nvrtc_that_every_patch_point_reaches_its_window():
     """`at` and `finish` run only for the patch's points, which `reaches` has found reaching the window, so the paths
     that do not reach it are marked unreachable: NVRTC then drops the guard they would test again per input row and
-    per point (conv2d on the H200: 14.3 to 13.6 us). The emulation stops a run that takes one."""
+    per point (conv2d on the H200: 14.3 to 14.0 us). The emulation stops a run that takes one."""
     code = normalised(window(CONV2D).source)
     assert """                return &image[(y + i) * width + x + j];
             }
