@@ -98,6 +98,15 @@ def test_the_accumulator_starts_from_its_initialiser_and_the_rest_of_the_body_fo
            "{ stored[slot] = sum; stored_at[slot] = &out[y * ow + x]; }" in box
 
 
+# A branchless mean over the taps inside the image: the tap chosen by a flag, and the count stepped by it.
+COUNT_OF_A_FLAG = edited(KERNELS["mean_of_valid"], """            if (nx >= 0 && nx < width && ny >= 0 && ny < height) {
+                sum += in[ny * width + nx];
+                count++;
+            }""", """            bool inside = nx >= 0 && nx < width && ny >= 0 && ny < height;
+            sum += inside ? in[ny * width + nx] : 0.0f;
+            count += inside;""")
+
+
 REFUSED = {
     "a window by twos": (edited(CONV2D, "for (int i = 0; i < k; i++)", "for (int i = 0; i < k; i += 2)"),
                          "does not count up by one to a bound"),
@@ -233,6 +242,12 @@ REFUSED = {
                           "not a whole number below 2^24 less its taps"),
     "a count in octal": (edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = 010;"),
                          "its count of taps taps starts from 010"),
+    # a flag steps a count by 1 only where it is the guard the window's ternary tests
+    "a count by a flag the window does not test": (
+        edited(edited(COUNT_OF_A_FLAG, "count += inside;", "count += centre;"),
+               "bool inside = ", "bool centre = dx == 0;\n            bool inside = "),
+        "its count of taps count steps by centre, which is neither a whole number nor a flag of a guard its window "
+        "tests"),
 }
 
 
@@ -339,6 +354,7 @@ TAKEN = {
                                     "if ((yy < 0 || yy >= h)) continue;"),
                              "if (xx < 0 || xx >= w) continue;", "if (!(xx >= 0 && xx < w)) continue;"),
     # A count of taps written out, unsigned, stepping by two from one.
+    "a count of the ternary's flag": COUNT_OF_A_FLAG,
     "a count written out": edited(edited(edited(KERNELS["mean_of_valid"], "int count = 0;", "unsigned count = 1u;"),
                                          "count++;", "count = count + 2u;"),
                                   "sum / count", "sum / (count / 2u)"),
@@ -362,6 +378,8 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "unroll pragmas":
         assert "{ sum = window_value; reached = true; }\n                { stored[slot] = sum; stored_at[slot] = " \
                "&out[y * out_w + x]; }" in code
+    if case == "a count of the ternary's flag":  # every tap inside: the flag is 1 at each
+        assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
     if case == "a guarded store of its own output":
         assert "if (sum > 0.0f) { stored[slot] = 0.5f * out[y * out_w + x] + sum; stored_at[slot] = " \
                "&out[y * out_w + x]; }" in code
@@ -649,6 +667,8 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              **dict.fromkeys(("weights by the offsets' sign", "a negated skip", "weights in a 2D array"),
                              [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
              "a count written out": [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}],
+             "a count of the ternary's flag": [{"width": 45, "height": 37, "radius": 2},
+                                               {"width": 7, "height": 6, "radius": 2}],
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
              "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
@@ -668,7 +688,7 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a pitch converted from the parameters",
                                                      "weights by the offsets' sign", "a negated skip",
                                                      "weights in a 2D array",
-                                                     "a flag of the guard", "a count written out",
+                                                     "a flag of the guard", "a count written out", "a count of the ternary's flag",
                                                      "the window's corner in locals of the point"))]
 
 

@@ -49,10 +49,11 @@ _CHANGES = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
 _OPERATORS = re.compile(r"<<=?|>>=?|->|<=|>=|==|!=|&&|\|\||[<>?,=&|^!]")
 _RELATIONS = {"<", "<=", ">", ">="}
 # A count of the taps added, next to the update in its block (a mean over the taps inside the image): by a whole
-# number, so that any count of steps from a whole start is exact in every arithmetic type.
+# number, so that any count of steps from a whole start is exact in every arithmetic type; or by a flag of the
+# guard a ternary window tests (`count += inside;` beside `sum += inside ? v : 0.0f;`), 1 wherever the guard holds.
 WHOLE = r"(?:0|[1-9]\d*)(?:\.0*)?[fFuUlL]*"  # a whole number in decimal (010 is octal in C)
 _COUNTER = re.compile(rf"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
-                      rf"(?P<c>[A-Za-z_]\w*)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*(?P<step>{WHOLE}))\s*;\s*")
+                      rf"(?P<c>[A-Za-z_]\w*)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*(?P<step>{WHOLE}|[A-Za-z_]\w*))\s*;\s*")
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,20 @@ def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, v
     if reading.counter is not None and reading.counter[0] == accumulator.group(1):
         raise NotRecognised(f"its window loops add into {reading.counter[0]} twice")
     return Nest(outer, inner, update, accumulator.group(1), expression, tuple(reading.guards), chosen,
-                reading.counter)
+                reading.counter and (reading.counter[0], _step(reading, *reading.counter)))
+
+
+def _step(reading: "_Reading", counter: str, step: str) -> str:
+    """A count's step as a whole number: a flag (`count += inside;`) steps by 1 where it is a guard the nest tests,
+    which the registers hold for every tap."""
+    if re.fullmatch(WHOLE, step):
+        return step
+    guards = {" ".join(unparenthesised(guard).split()) for guard in reading.guards}
+    if reading.types.get(step) != "bool" or " ".join(unparenthesised(reading.values[step]).split()) not in guards:
+        raise NotRecognised(f"its count of taps {counter} steps by {step}, which is neither a whole number nor a "
+                            f"flag of a guard its window tests (`bool inside = ...; sum += inside ? v : 0.0f; "
+                            f"{counter} += inside;`)")
+    return "1"
 
 
 class _Reading:
