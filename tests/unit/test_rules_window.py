@@ -242,6 +242,23 @@ REFUSED = {
                           "not a whole number below 2^24 less its taps"),
     "a count in octal": (edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = 010;"),
                          "its count of taps taps starts from 010"),
+    # review, helper-102: the rewrite runs the part before the window again for every probe, row and point, so it
+    # may neither write (through a reference, a helper or an indexed expression) nor read what the kernel writes
+    "a write through a reference before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "float &o = out[y * out_w + x];\n        if (o > 1000.0f) return;\n"
+                                            "        o = 2000.0f;\n        float sum = 0.0f;"),
+        "before its window loops, declares a pointer, a reference or a static, so a point cannot be probed"),
+    "a helper writing before the window": (
+        edited(edited(CONV2D, "float sum = 0.0f;", "mark(out, y * out_w + x);\n        float sum = 0.0f;"),
+               'extern "C"', '__device__ void mark(float *o, int i) { o[i] = 0.0f; }\n\nextern "C"'),
+        "before its window loops, calls mark, a function of the source"),
+    "a write through an indexed expression before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "(out + y * out_w + x)[0] = 1.0f;\n        float sum = 0.0f;"),
+        "it indexes an expression before its window loops, through which it may write"),
+    "a neighbour's output read before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "if (y > 0 && out[(y - 1) * out_w + x] > 1000.0f) return;\n"
+                                            "        float sum = 0.0f;"),
+        "it reads out before its window loops, and writes it"),
     # a flag steps a count by 1 only where it is the guard the window's ternary tests
     "a count by a flag the window does not test": (
         edited(edited(COUNT_OF_A_FLAG, "count += inside;", "count += centre;"),
@@ -320,10 +337,11 @@ TAKEN = {
     "a mirrored store": edited(CONV2D, "out[y * out_w + x] = sum;", "out[y * out_w + out_w - 1 - x] = sum;"),
     # What the review found a recorded store got wrong: a write through a reference after it, a value that moves
     # its own subscript (C++17 evaluates the value first), a subscript wrapping through a cast.
-    "a reference written after the store": edited(edited(edited(
+    # (The reference is bound after the window: bound before it, the part the rewrite runs again reads out.)
+    "a reference written after the store": edited(edited(
         CONV2D, 'extern "C"', 'typedef float &fref;\n\nextern "C"'),
-        "float sum = 0.0f;", "float sum = 0.0f;\n        fref o = out[y * out_w + x];"),
-        "out[y * out_w + x] = sum;", "out[y * out_w + x] = sum;\n        o = o * 2.0f;"),
+        "out[y * out_w + x] = sum;", "fref o = out[y * out_w + x];\n        out[y * out_w + x] = sum;\n"
+                                     "        o = o * 2.0f;"),
     "a value that moves its subscript": with_out_shape(
         edited(CONV2D, "out[y * out_w + x] = sum;", "int o = y * (out_w + 1) + x;\n        out[o] = (o++, sum);"),
         ["height - k + 2", "width - k + 2"]),

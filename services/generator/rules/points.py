@@ -360,14 +360,14 @@ _DECLARED = re.compile(r"(?<![\w.])(?!(?:else|return|case|goto|do|throw|delete|n
                        r"[\s*&]+([A-Za-z_]\w*)\s*(?:=(?!=)|;|,|\[|\))")
 
 
-def hidden_effects(kernel: PointKernel) -> str | None:
-    """Why the point body may change more than the array elements it indexes and its own locals, which a rewrite
-    running it elsewhere, twice or in another order would change too; else None. Such changes: through a pointer,
-    a dereference or a member; into a pointer or reference it declares (an alias); in a function of the source
-    it calls; by an atomic whose result it reads or that does not add up (atomicExch, atomicCAS); in a static;
-    or to a name it does not declare (a parameter, parenthesised too)."""
+def hidden_effects(kernel: PointKernel, end: int | None = None) -> str | None:
+    """Why the point body (up to the offset `end`, where given) may change more than the array elements it indexes
+    and its own locals, which a rewrite running it elsewhere, twice or in another order would change too; else
+    None. Such changes: through a pointer, a dereference or a member; into a pointer or reference it declares (an
+    alias); in a function of the source it calls; by an atomic whose result it reads or that does not add up
+    (atomicExch, atomicCAS); in a static; or to a name it does not declare (a parameter, parenthesised too)."""
     masked = mask(kernel.source)
-    body = masked[kernel.body_start:kernel.body_end]
+    body = masked[kernel.body_start:kernel.body_end if end is None else end]
     outside = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]
     if _DEREFERENCE.search(body) or _MEMBER_WRITE.search(body):
         return "its point body reads or writes through a pointer or a member"

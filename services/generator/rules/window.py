@@ -130,10 +130,23 @@ def recognise(spec: KernelSpec) -> Window:
     if element is None:
         raise NotRecognised(f"it reads its window from {read.array}, which is not a pointer parameter")
     prefix = masked[kernel.body_start:nest.start]
+    # The rewrite runs this part again for every probe, row address and point's rest: it must write nothing, and
+    # read nothing the kernel writes, so that every run takes the path the probe took (review, helper-102: writes
+    # through a reference or a helper were run by the probe, and a later row's rest saw an earlier row's stores).
     if any(a.write and not _declared_const(masked, a) for a in kernel.accesses if a.start < nest.start) or \
             re.search(r"\batomic\w*\s*\(|\bprintf\s*\(|(?:^|[;{}])\s*\*", prefix):
         raise NotRecognised("it writes memory before its window loops, so a point cannot be probed without its "
                             "effects")
+    if (why := points.hidden_effects(kernel, nest.start)) is not None:
+        raise NotRecognised(f"before its window loops, {why.removeprefix('its point body ')}, so a point cannot be "
+                            f"probed without its effects")
+    if re.search(r"\)\s*\[", prefix):  # `(out + i)[0] = v;`, which no access records
+        raise NotRecognised("it indexes an expression before its window loops, through which it may write, so a "
+                            "point cannot be probed without its effects")
+    written = {a.array for a in kernel.accesses if a.write and not _declared_const(masked, a)}
+    if read_back := next((a.array for a in kernel.accesses if a.start < nest.start and a.array in written), None):
+        raise NotRecognised(f"it reads {read_back} before its window loops, and writes it: the rewrite runs that part "
+                            f"again after other points' stores")
     if re.search(rf"\b(?:{rows.variable}|{columns.variable})\b", prefix):
         raise NotRecognised(f"it uses the names {rows.variable} or {columns.variable} before its window loops")
     named = dict.fromkeys((*rows.named, *columns.named))
