@@ -45,6 +45,21 @@ def test_what_a_later_declarator_or_a_comma_expression_hides_is_still_seen(old, 
     assert reason in (points.hidden_effects(points.recognise(spec)) or "none")
 
 
+@pytest.mark.parametrize("new", ["(out + y * out_w + x)[1] = sum;", "((float *)out)[y * out_w + x + 1] += 1.0f;",
+                                 "++(out + 1)[y * out_w + x];"])
+def test_a_write_through_an_indexed_expression_is_seen(new):
+    """No access records `(out + i)[0] = v;` (review, helper-102), so grid_stride and shared_tile, which run the
+    body elsewhere or in another order, would not know of the write."""
+    spec = edited(CONV2D, "out[y * out_w + x] = sum;", f"out[y * out_w + x] = sum;\n        {new}")
+    assert "writes through an indexed expression" in (points.hidden_effects(points.recognise(spec)) or "none")
+
+
+def test_a_read_through_an_indexed_cast_is_no_effect():
+    spec = edited(CONV2D, "float sum = 0.0f;",
+                  "float sum = ((const float4 *)image)[0].x * 0.0f;")
+    assert points.hidden_effects(points.recognise(spec)) is None
+
+
 @pytest.mark.parametrize("body, once", [
     ("int w = a - b + 1, h = c; out[y * w + x] = s;", True),
     ("int w = a; { int w = x; out[w] = s; }", False),  # shadowed in a block

@@ -254,7 +254,10 @@ REFUSED = {
         "before its window loops, calls mark, a function of the source"),
     "a write through an indexed expression before the window": (
         edited(CONV2D, "float sum = 0.0f;", "(out + y * out_w + x)[0] = 1.0f;\n        float sum = 0.0f;"),
-        "it indexes an expression before its window loops, through which it may write"),
+        "before its window loops, writes through an indexed expression"),
+    "a read through an indexed expression before the window": (
+        edited(CONV2D, "float sum = 0.0f;", "if ((out + y * out_w)[x] > 1.0f) return;\n        float sum = 0.0f;"),
+        "it indexes an expression before its window loops, which may read what the kernel writes"),
     "a neighbour's output read before the window": (
         edited(CONV2D, "float sum = 0.0f;", "if (y > 0 && out[(y - 1) * out_w + x] > 1000.0f) return;\n"
                                             "        float sum = 0.0f;"),

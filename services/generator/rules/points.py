@@ -371,6 +371,8 @@ def hidden_effects(kernel: PointKernel, end: int | None = None) -> str | None:
     outside = masked[:kernel.kernel.name_at] + masked[kernel.body_end:]
     if _DEREFERENCE.search(body) or _MEMBER_WRITE.search(body):
         return "its point body reads or writes through a pointer or a member"
+    if re.search(rf"\)\s*\[[^\]]*\]\s*(?:{ASSIGNMENT}|\+\+|--)|(?:\+\+|--)\s*\([^;]*\)\s*\[", body):
+        return "its point body writes through an indexed expression (`(out + i)[0] = v;`)"
     more = _more_declarators(body)
     if ALIAS.search(body) or any(indirect for _, indirect in more) or re.search(r"\bstatic\b", body):
         return "its point body declares a pointer, a reference or a static"

@@ -140,9 +140,9 @@ def recognise(spec: KernelSpec) -> Window:
     if (why := points.hidden_effects(kernel, nest.start)) is not None:
         raise NotRecognised(f"before its window loops, {why.removeprefix('its point body ')}, so a point cannot be "
                             f"probed without its effects")
-    if re.search(r"\)\s*\[", prefix):  # `(out + i)[0] = v;`, which no access records
-        raise NotRecognised("it indexes an expression before its window loops, through which it may write, so a "
-                            "point cannot be probed without its effects")
+    if re.search(r"\)\s*\[", prefix):  # `(out + y * w)[x]`, which no access records
+        raise NotRecognised("it indexes an expression before its window loops, which may read what the kernel "
+                            "writes: the rewrite runs that part again after other points' stores")
     written = {a.array for a in kernel.accesses if a.write and not _declared_const(masked, a)}
     if read_back := next((a.array for a in kernel.accesses if a.start < nest.start and a.array in written), None):
         raise NotRecognised(f"it reads {read_back} before its window loops, and writes it: the rewrite runs that part "
