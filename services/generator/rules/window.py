@@ -143,7 +143,7 @@ def recognise(spec: KernelSpec) -> Window:
     if re.search(r"\)\s*\[", prefix):  # `(out + y * w)[x]`, which no access records
         raise NotRecognised("it indexes an expression before its window loops, which may read what the kernel "
                             "writes: the rewrite runs that part again after other points' stores")
-    written = {a.array for a in kernel.accesses if a.write and not _declared_const(masked, a)}
+    written = _written(kernel, masked)
     if read_back := next((a.array for a in kernel.accesses if a.start < nest.start and a.array in written), None):
         raise NotRecognised(f"it reads {read_back} before its window loops, and writes it: the rewrite runs that part "
                             f"again after other points' stores")
@@ -314,10 +314,15 @@ def _window_read(kernel: PointKernel, masked: str, nest: window_nest.Nest, rows:
         raise NotRecognised(f"its window update uses {', '.join(locals_used)}, which the kernel's body uses "
                             f"elsewhere too: it may use parameters, the window loop variables, locals of parameters "
                             f"alone, and names the body uses nowhere else (a __constant__ filter)")
-    written = {a.array for a in kernel.accesses if a.write and not _declared_const(masked, a)}
+    written = _written(kernel, masked)
     if other := next((a for a in inside if a is not read and a.array in written), None):
         raise NotRecognised(f"its window update reads {other.array}, which the kernel writes")
     return read, (text[:span[0]], text[span[1]:]), text[read.start:read.end], tuple(constants.values())
+
+
+def _written(kernel: PointKernel, masked: str) -> set[str]:
+    """The arrays the kernel writes (a const local array's declaration is no write)."""
+    return {a.array for a in kernel.accesses if a.write and not _declared_const(masked, a)}
 
 
 def _declared_const(masked: str, access: Access) -> bool:
@@ -521,16 +526,17 @@ def _finishing(model: Window, n: _Names, finished: tuple[int, int, str],
     parameters = [*kernel.axes, Axis(0, n.value, model.accumulator_type, "", "")]
     start, end, text = finished
     spans = [*_returning(model, _UNREACHABLE), (start, end, f"{{ {text} {n.reached} = true; }}")]
+    recording = []
     if store is not None:
         statement, target = store
         value = source[mask(source).index("=", target.end) + 1:statement.end - 1]
         spans.append((statement.start, statement.end, f"{{ {n.stored}[{n.slot}] ={value}; "
                                                       f"{n.stored_at}[{n.slot}] = &{source[target.start:target.end]}; }}"))
         parameters.append(Axis(0, n.slot, "int", "", ""))
+        recording = [f"decltype(&{target.array}[0]) {n.stored_at}[{COLUMNS}];",
+                     f"{kernel.array_types[target.array]} {n.stored}[{COLUMNS}];"]
     body = "\n".join([f"bool {n.reached} = false;", points.point_body(kernel, spans),
                       f"if (!{n.reached}) {_UNREACHABLE}"])
-    recording = [] if store is None else [f"decltype(&{store[1].array}[0]) {n.stored_at}[{COLUMNS}];",
-                                          f"{kernel.array_types[store[1].array]} {n.stored}[{COLUMNS}];"]
     return [*recording, *points.lambda_of(n.finish, parameters, body)]
 
 
