@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# pytest-xdist workers for `make test`: CI has two cores.
+JOBS   ?= 2
 
 .PHONY: install test test-unit test-integration test-gpu bench bench-corpus bench-memory-bound bench-kernel-tuner-examples bench-reports serve clean
 
@@ -14,9 +16,10 @@ $(BIN)/kforge: pyproject.toml
 	@touch $@
 
 # The whole suite: unit, SQLite and PostgreSQL store contracts, the bus over Redis with real workers.
-# GPU tests are skipped here without a device; run `make test-gpu` on a GPU machine.
+# GPU tests are skipped here without a device; run `make test-gpu` on a GPU machine. The tests that share
+# PostgreSQL and Redis run on one of the JOBS workers, in turn (tests/conftest.py).
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(JOBS) --dist loadgroup
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit

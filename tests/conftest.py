@@ -27,11 +27,19 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+# The tests that start servers, workers and brokers, or use PostgreSQL and Redis, run one after another on one
+# pytest-xdist worker (`--dist loadgroup`): they share Redis's test database and its queues, which each flushes.
+SERVICES = {Path(__file__).parent / "integration", Path(__file__).parent / "attacks"}
+SERVICE_FIXTURES = {"postgres_url", "store_url", "redis_url"}
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device: run on the GPU machine")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
+        if SERVICES & set(item.path.parents) or SERVICE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.xdist_group("services"))
 
 
 @pytest.fixture
@@ -108,32 +116,49 @@ def store(sqlite_url):
 
 
 # --- the fault and attack tables: each such test records what it tried and what held, printed after the run ---
-FAULTS: list[tuple[str, str, str]] = []
-ATTACKS: list[tuple[str, str, str]] = []
-CHEATS: list[tuple[str, str, str]] = []
+# Under pytest-xdist a test runs in a worker process, so a row travels to the terminal in its test's report: it
+# waits in _PENDING until the report is made, rides in the report's user_properties, and is tabled where the report
+# is logged, which is the one process that prints.
+TABLES = {"fault": "faults tried on real Redis, PostgreSQL and worker processes",
+          "attack": "attacks tried on this machine's gateway, workers and compiler",
+          "cheat": "cheating rewrites served as the model's answer to one_prompt jobs"}
+_PENDING: list[tuple[str, tuple[str, str, str]]] = []
+_ROWS: dict[str, list[tuple[str, str, str]]] = {kind: [] for kind in TABLES}
 
 
 def record_fault(fault: str, tried: str, held: str) -> None:
-    FAULTS.append((fault, tried, held))
+    _PENDING.append(("fault", (fault, tried, held)))
 
 
 def record_attack(attack: str, tried: str, held: str) -> None:
     """One row of the attack table (tests/attacks): the attack, what was sent, and what held."""
-    ATTACKS.append((attack, tried, held))
+    _PENDING.append(("attack", (attack, tried, held)))
 
 
 def record_cheat(cheat: str, tried: str, held: str) -> None:
     """One row of the cheat table (tests/gpu/test_cheat_catalogue.py): the answer, its family and expected
     catch, and how its job ended."""
-    CHEATS.append((cheat, tried, held))
+    _PENDING.append(("cheat", (cheat, tried, held)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.user_properties.extend(("kforge_table_row", [kind, *row]) for kind, row in _PENDING)
+    _PENDING.clear()
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "kforge_table_row":
+            _ROWS[value[0]].append(tuple(value[1:]))
 
 
 def pytest_terminal_summary(terminalreporter):
-    for rows, title, first in ((FAULTS, "faults tried on real Redis, PostgreSQL and worker processes", "fault"),
-                               (ATTACKS, "attacks tried on this machine's gateway, workers and compiler", "attack"),
-                               (CHEATS, "cheating rewrites served as the model's answer to one_prompt jobs", "cheat")):
-        if rows:
-            terminalreporter.write(_table(rows, title, first))
+    for kind, title in TABLES.items():
+        if _ROWS[kind]:
+            terminalreporter.write(_table(_ROWS[kind], title, kind))
 
 
 def _table(rows: list[tuple[str, str, str]], title: str, first: str) -> str:
