@@ -156,7 +156,9 @@ def assert_compiles_and_keeps_signature(spec: KernelSpec, candidate: CandidateSp
 
 
 def applications() -> dict[str, tuple[KernelSpec, str]]:
-    cases = {f"{name}-{rule_id}": (CORPUS[name].spec(), rule_id) for name, fires in FIRES.items() for rule_id in fires
+    # sorted: pytest-xdist's workers each collect the cases, and must list them in the same order
+    cases = {f"{name}-{rule_id}": (CORPUS[name].spec(), rule_id)
+             for name, fires in FIRES.items() for rule_id in sorted(fires)
              if rule_id in NEW_RULES or name in ("bias_gelu", "rgba_to_gray", "gather", "silu_clamp")}
     cases["atomic_sum-hierarchical_reduction"] = (ATOMIC_SUM, "hierarchical_reduction")
     cases.update({f"variant-{case}": (spec, rule_id) for case, (rule_id, spec) in VARIANTS.items()})
