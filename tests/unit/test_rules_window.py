@@ -537,6 +537,55 @@ template <typename A, typename B> static auto max(A a, B b) { return a < b ? b :
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(16) float4 { float x, y, z, w; };
+static unsigned kforge_lane() { return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32; }
+static int __popc(unsigned kforge_bits) { return __builtin_popcount(kforge_bits); }
+static int __ffs(unsigned kforge_bits) { return __builtin_ffs(kforge_bits); }
+"""
+# One thread at a time: each lane is alone in the group it finds at a warp's collective.
+ALONE = r"""
+static unsigned __activemask() { return 1u << kforge_lane(); }
+static unsigned __ballot_sync(unsigned kforge_group, bool kforge_p) { return kforge_p ? kforge_group : 0u; }
+template <typename T> static T __shfl_sync(unsigned, T kforge_value, int kforge_from) {
+    if (kforge_from != (int)kforge_lane()) std::abort();  // alone, a lane has only its own value to take
+    return kforge_value;
+}
+"""
+# A block's threads at once (THREADED): the lanes of a warp meet at each collective, all of them, as on the GPU
+# where no thread has left the kernel before it and the warp runs converged.
+WARPS = r"""
+#include <algorithm>
+#include <memory>
+struct kforge_warp {
+    explicit kforge_warp(unsigned lanes) : lanes(lanes), meet(lanes) {}
+    unsigned lanes;
+    std::barrier<> meet;
+    unsigned long long slots[32];
+};
+static std::vector<std::unique_ptr<kforge_warp>> kforge_warps;
+static kforge_warp &kforge_my_warp() {
+    return *kforge_warps[(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) / 32];
+}
+static unsigned long long kforge_exchange(unsigned long long kforge_value, unsigned kforge_from) {
+    kforge_warp &kforge_w = kforge_my_warp();
+    kforge_w.slots[kforge_lane()] = kforge_value;
+    kforge_w.meet.arrive_and_wait();
+    const unsigned long long kforge_taken = kforge_w.slots[kforge_from];
+    kforge_w.meet.arrive_and_wait();
+    return kforge_taken;
+}
+static unsigned __activemask() { return kforge_my_warp().lanes == 32 ? ~0u : (1u << kforge_my_warp().lanes) - 1; }
+static unsigned __ballot_sync(unsigned kforge_group, bool kforge_p) {
+    kforge_warp &kforge_w = kforge_my_warp();
+    kforge_w.slots[kforge_lane()] = kforge_p;
+    kforge_w.meet.arrive_and_wait();
+    unsigned kforge_bits = 0;
+    for (unsigned kforge_l = 0; kforge_l < kforge_w.lanes; ++kforge_l) kforge_bits |= (kforge_w.slots[kforge_l] ? 1u : 0u) << kforge_l;
+    kforge_w.meet.arrive_and_wait();
+    return kforge_bits & kforge_group;
+}
+template <typename T> static T __shfl_sync(unsigned, T kforge_value, int kforge_from) {
+    return (T)kforge_exchange((unsigned long long)kforge_value, kforge_from);
+}
 """
 GXX = shutil.which("g++")
 SCALARS = {"int32": ctypes.c_int, "uint32": ctypes.c_uint, "float32": ctypes.c_float, "float64": ctypes.c_double,
@@ -594,6 +643,9 @@ def _compiled(source: str, kernel_name: str, directory, defines: dict, threads: 
         each_thread = f"""
         std::barrier<> kforge_barrier(kforge_bx * kforge_by * kforge_bz);
         kforge_block = &kforge_barrier;
+        kforge_warps.clear();
+        for (unsigned kforge_w = 0; kforge_w * 32 < kforge_bx * kforge_by * kforge_bz; ++kforge_w)
+            kforge_warps.push_back(std::make_unique<kforge_warp>(std::min(32u, kforge_bx * kforge_by * kforge_bz - kforge_w * 32)));
         std::vector<std::thread> kforge_running;
         for (unsigned kforge_t = 0; kforge_t < kforge_bx * kforge_by * kforge_bz; ++kforge_t)
             kforge_running.emplace_back([&, kforge_t] {{
@@ -609,8 +661,8 @@ extern "C" void kforge_launch(unsigned kforge_gx, unsigned kforge_gy, unsigned k
     }}
 }}
 """
-    prelude = PRELUDE.replace("static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;\n", THREADED) if threads \
-        else PRELUDE
+    prelude = PRELUDE.replace("static kforge_dim3 threadIdx, blockIdx, blockDim, gridDim;\n", THREADED) + WARPS \
+        if threads else PRELUDE + ALONE
     path = directory / f"{kernel_base_name(kernel_name)}{len(list(directory.iterdir()))}"
     path.with_suffix(".cpp").write_text(prelude + source + launcher)
     flags = [f"-D{name}={value}" for name, value in defines.items()]
@@ -729,6 +781,50 @@ def test_every_point_is_computed_as_the_submitted_kernel_computes_it(tmp_path, n
             defines = {k: v for k, v in params.items() if k not in ("block_size_x", "block_size_y", "block_size_z")}
             library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, defines)
             assert run(library, at_size.for_candidate(candidate), params, shift) == expected, (sizes, shift, params)
+
+
+DEALT = ["mean_filter_valid", "box_blur", "conv2d", "gaussian3x3", "a count of the ternary's flag"]
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", DEALT)
+def test_the_points_dealt_among_a_warps_lanes_are_computed_as_the_submitted_kernel_computes_them(tmp_path, name):
+    """A block's threads at once, a warp's lanes meeting at each collective as on the GPU: the points of the threads
+    that do not take the registers (at the edges, and all of them for another window size) are dealt out among
+    their warp's lanes, in whole warps and in a block's last, partial one (12 x 5 threads)."""
+    spec_ = {**KERNELS, **TAKEN}[name]
+    candidate = window(spec_)
+    for sizes in ODD_SIZES.get(name, ODD_SIZES["conv2d"]):
+        at_size = spec_.with_sizes(sizes)
+        base = at_size.baseline_params()
+        expected = run(build(spec_.source, spec_.kernel_name, tmp_path, {}), at_size, base)
+        for rows, (bx, by) in itertools.product([1, 2, 8], [(32, 4), (12, 5)]):
+            params = {**base, **candidate.params, "block_size_x": bx, "block_size_y": by, "window_rows": rows}
+            library = build(normalised(candidate.source), spec_.kernel_name, tmp_path, {"window_rows": rows},
+                            threads=True)
+            assert run(library, at_size.for_candidate(candidate), params) == expected, (sizes, params)
+
+
+@needs_gxx
+def test_the_emulation_tells_a_point_dealt_to_the_wrong_owner(tmp_path):
+    """Taking every point's owner to be the warp's first lane with points left is right where a warp has one such
+    lane, as a lone lane always has, and wrong where it has several: only the emulation of whole warps tells."""
+    candidate = window(MEAN_FILTER_VALID)
+    source = normalised(candidate.source)
+    broken = source.replace("__ffs(owners)", "__ffs(pending)")
+    assert broken != source
+    at_size = MEAN_FILTER_VALID.with_sizes({"width": 45, "height": 37})
+    params = {**at_size.baseline_params(), **candidate.params, "block_size_x": 32, "block_size_y": 4,
+              "window_rows": 2}
+    expected = run(build(MEAN_FILTER_VALID.source, "mean_filter_valid", tmp_path, {}), at_size,
+                   at_size.baseline_params())
+    for threads in (False, True):
+        assert run(build(source, "mean_filter_valid", tmp_path, {"window_rows": 2}, threads=threads),
+                   at_size.for_candidate(candidate), params) == expected
+    assert run(build(broken, "mean_filter_valid", tmp_path, {"window_rows": 2}),
+               at_size.for_candidate(candidate), params) == expected
+    assert run(build(broken, "mean_filter_valid", tmp_path, {"window_rows": 2}, threads=True),
+               at_size.for_candidate(candidate), params) != expected
 
 
 @needs_gxx

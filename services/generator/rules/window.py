@@ -370,20 +370,40 @@ def _render(model: Window) -> str:
         f"if ({condition}) {{" if condition else "{",
         *(points.INDENT + line for line in _fast_path(model, names)),
         "}",
-        f"if (!{names.done}) {{",
-        *(points.INDENT + line for line in _each_point(names, f"{names.point}({names.x0} + {names.c}, {names.y0} + "
-                                                              f"{names.r});", _rolled(kernel))),
-        "}",
+        *_shared_points(kernel, names),
     ]
     return points.with_body(kernel, lines)
 
 
-def _rolled(kernel: PointKernel) -> bool:
-    """Whether the edge threads' points run one after another, not unrolled: where an index is unsigned. NVRTC
-    (CUDA 13) unrolling them shared one point's `y * w + x - 1`, zero-extended, with a point whose guard did not
-    keep it from wrapping below 0 (gaussian3x3's point (x0 + 2, y0 + 1) read 16 GB past its input at x0 = y0 = 0:
-    an illegal address on the H200, whatever ptxas's level). Edge threads are few; their speed does not count."""
-    return any(_UNSIGNED.search(axis.type) for axis in kernel.axes)
+def _shared_points(kernel: PointKernel, n: "_Names") -> list[str]:
+    """The points of the threads that did not take the registers, dealt out among the lanes that run here together
+    (point bodies read no thread's identity, so any lane may run any point). A thread at the image's edge has its
+    whole patch to run; alone, it held its warp for that many points, and the edge's warps cost mean_filter_valid
+    13 of its 35 us on the H200. The loop is not unrolled: NVRTC (CUDA 13) unrolling points with unsigned indices
+    shared one point's `y * w + x - 1`, zero-extended, with a point whose guard did not keep it from wrapping below
+    0 (gaussian3x3 read 16 GB past its input)."""
+    ax, ay = kernel.axes
+    each = f"{ROWS} * {COLUMNS}"
+    return [
+        "{",
+        f"    const unsigned {n.group} = __activemask();",
+        f"    const unsigned {n.pending} = __ballot_sync({n.group}, !{n.done});",
+        f"    const unsigned {n.lane} = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32;",
+        f"    const int {n.lanes} = __popc({n.group}), {n.rank} = __popc({n.group} & ((1u << {n.lane}) - 1));",
+        f"    const int {n.count} = __popc({n.pending}) * {each};",
+        "    #pragma unroll 1",
+        f"    for (int {n.base} = 0; {n.base} < {n.count}; {n.base} += {n.lanes}) {{",
+        f"        const int {n.k} = {n.base} + {n.rank} < {n.count} ? {n.base} + {n.rank} : {n.count} - 1;",
+        f"        unsigned {n.owners} = {n.pending};  // the k / {each}-th lane of pending: drop as many lowest bits",
+        f"        for (int {n.dropped} = 0; {n.dropped} < {n.k} / ({each}); {n.dropped}++) {n.owners} &= {n.owners} - 1;",
+        f"        const int {n.owner} = __ffs({n.owners}) - 1;",
+        f"        const {ax.type} {n.px} = ({ax.type})__shfl_sync({n.group}, (long long){n.x0}, {n.owner});",
+        f"        const {ay.type} {n.py} = ({ay.type})__shfl_sync({n.group}, (long long){n.y0}, {n.owner});",
+        f"        if ({n.base} + {n.rank} < {n.count}) {n.point}({n.px} + {n.k} % {COLUMNS}, "
+        f"{n.py} + {n.k} / {COLUMNS} % {ROWS});",
+        "    }",
+        "}",
+    ]
 
 
 class _Names:
@@ -395,7 +415,11 @@ class _Names:
                            ("done", "done"), ("total", "window_sum"), ("row", "row"), ("last", "last"), ("r", "r"),
                            ("c", "c"), ("v", "v"), ("chunk", "chunk"), ("quad", "quad"), ("p", "p"),
                            ("stored_at", "stored_at"), ("stored", "stored"), ("slot", "slot"),
-                           ("holds", "holds"), ("corner", "corner"), ("reached", "reached")):
+                           ("holds", "holds"), ("corner", "corner"), ("reached", "reached"), ("group", "group"),
+                           ("pending", "pending"), ("lane", "lane"), ("lanes", "lanes"), ("rank", "rank"),
+                           ("count", "shared_points"), ("base", "base"), ("k", "k"), ("owner", "owner"),
+                           ("owners", "owners"), ("dropped", "dropped"),
+                           ("px", "point_x"), ("py", "point_y")):
             setattr(self, name, fresh_name(base, taken))
 
 
