@@ -76,7 +76,8 @@ CATALOG = (
                             "reading each input row its windows need once, 128 bits at a time where aligned, into "
                             "registers, and storing each row's four results together, one 128-bit vector where they "
                             "lie side by side, with the window's size fixed at the spec's value; edge threads and "
-                            "other window sizes run the kernel as written.", "window_rows", (1, 2, 4, 8), 4,
+                            "other window sizes run the kernel as written, their points dealt out among the lanes "
+                            "of their warp.", "window_rows", (1, 2, 4, 8), 4,
          rendered=True),
     Rule("warp_per_row", "Give each row a warp instead of a thread, or for short rows a part of one (block_size_x "
                          "lanes of 4 to 32): the lanes split the row's loop, so their loads are coalesced, and add "

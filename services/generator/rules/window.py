@@ -29,9 +29,11 @@ it, so the registers add it with __fadd_rn, which NVRTC fuses into nothing (revi
 into an FMA differed in half the points on the H200). A choice inside the term (`w * (inside ? v : 0.0f) + c`)
 is not kept apart so: there NVRTC may fuse differently than in the kernel, a rounding per term, which the
 verifier's tolerance takes; the CPU emulation, which fuses nothing, cannot tell. Each point then runs the
-rest of its body with SUM set to its sum. Any other thread (an edge, another filter size) runs the point body
-as written for each of its points. Reading a row once for four outputs is what lifts a convolution from L1
-traffic to DRAM bandwidth (on the H100, 3.0x over the submitted conv2d, 1.8 TB/s, with k = 5).
+rest of its body with SUM set to its sum. Any other thread (an edge, another filter size) has its points run by
+the point body as written, dealt out among the lanes of its warp with the other such threads' points, so that one
+edge thread does not hold 31 idle lanes for its whole patch; and the rows of blocks start from both ends of the
+grid, so the bottom edge's slower blocks do not end the launch. Reading a row once for four outputs is what lifts a
+convolution from L1 traffic to DRAM bandwidth (on the H100, 3.0x over the submitted conv2d, 1.8 TB/s, with k = 5).
 
 Where the rest of the body writes memory only by one plain store, `OUT[I] = E;`, as its last deed, each point's
 rest records its store instead (the value, E converted as the store converts it, then the address), and the
