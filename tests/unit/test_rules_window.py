@@ -106,6 +106,20 @@ COUNT_OF_A_FLAG = edited(KERNELS["mean_of_valid"], """            if (nx >= 0 &&
             sum += inside ? in[ny * width + nx] : 0.0f;
             count += inside;""")
 
+OUTSIDE = "bool outside = nx < 0 || nx >= width || ny < 0 || ny >= height;"
+# ... the flag negated, both in the choice and in the count
+INSIDE = "bool inside = nx >= 0 && nx < width && ny >= 0 && ny < height;"
+COUNT_OF_A_NEGATED_FLAG = edited(edited(COUNT_OF_A_FLAG, INSIDE, OUTSIDE),
+                                 "sum += inside ? in[ny * width + nx] : 0.0f;\n            count += inside;",
+                                 "sum += outside ? 0.0f : in[ny * width + nx];\n            count += !outside;")
+# ... a count of the taps outside, each weighing the sum down: 0 at every tap of the registers
+COUNT_OF_THE_TAPS_OUTSIDE = edited(edited(COUNT_OF_A_NEGATED_FLAG, "count += !outside;", "count += outside;"),
+                                   "sum / count", "sum / (25 + count)")
+# ... the flag built in two steps, the count cast
+COUNT_OF_A_FLAG_IN_TWO_STEPS = edited(edited(COUNT_OF_A_FLAG, INSIDE, "bool inside = nx >= 0 && nx < width;\n"
+                                             "            inside = inside && ny >= 0 && ny < height;"),
+                                      "count += inside;", "count += (int)inside;")
+
 
 REFUSED = {
     "a window by twos": (edited(CONV2D, "for (int i = 0; i < k; i++)", "for (int i = 0; i < k; i += 2)"),
@@ -268,6 +282,12 @@ REFUSED = {
                "bool inside = ", "bool centre = dx == 0;\n            bool inside = "),
         "its count of taps count steps by centre, which is neither a whole number nor a flag of a guard its window "
         "tests"),
+    "a count under a test the window does not make": (
+        edited(COUNT_OF_A_FLAG, "count += inside;", "if (dx == 0) count++;"),
+        "its count of taps count runs under `dx == 0`, which is not a guard its window tests nor one's negation"),
+    "a count under a test of itself": (
+        edited(COUNT_OF_A_FLAG, "count += inside;", "if (count < 5) count++;"),
+        "its count of taps count runs under `count < 5`, which is not a guard its window tests nor one's negation"),
 }
 
 
@@ -374,6 +394,14 @@ TAKEN = {
                              "if (xx < 0 || xx >= w) continue;", "if (!(xx >= 0 && xx < w)) continue;"),
     # A count of taps written out, unsigned, stepping by two from one.
     "a count of the ternary's flag": COUNT_OF_A_FLAG,
+    "a count of a negated flag": COUNT_OF_A_NEGATED_FLAG,
+    "a count of the taps outside": COUNT_OF_THE_TAPS_OUTSIDE,
+    "a count of a flag built in two steps": COUNT_OF_A_FLAG_IN_TWO_STEPS,
+    "a count choosing by the flag": edited(COUNT_OF_A_FLAG, "count += inside;", "count += inside ? 1 : 0;"),
+    "a count under the flag": edited(COUNT_OF_A_FLAG, "sum += inside ? in[ny * width + nx] : 0.0f;\n"
+                                                      "            count += inside;",
+                                     "if (inside) { count++; }\n"
+                                     "            sum += inside ? in[ny * width + nx] : 0.0f;"),
     "a count written out": edited(edited(edited(KERNELS["mean_of_valid"], "int count = 0;", "unsigned count = 1u;"),
                                          "count++;", "count = count + 2u;"),
                                   "sum / count", "sum / (count / 2u)"),
@@ -397,8 +425,11 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case == "unroll pragmas":
         assert "{ sum = window_value; reached = true; }\n                { stored[slot] = sum; stored_at[slot] = " \
                "&out[y * out_w + x]; }" in code
-    if case == "a count of the ternary's flag":  # every tap inside: the flag is 1 at each
+    if case in ("a count of the ternary's flag", "a count of a negated flag", "a count of a flag built in two steps",
+                "a count choosing by the flag", "a count under the flag"):  # every tap inside: the flag is 1 at each
         assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
+    if case == "a count of the taps outside":
+        assert "{ sum = window_value; count += 25 * (0); reached = true; }" in code
     if case == "a guarded store of its own output":
         assert "if (sum > 0.0f) { stored[slot] = 0.5f * out[y * out_w + x] + sum; stored_at[slot] = " \
                "&out[y * out_w + x]; }" in code
@@ -738,8 +769,10 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              **dict.fromkeys(("weights by the offsets' sign", "a negated skip", "weights in a 2D array"),
                              [{"h": 37, "w": 45}, {"h": 6, "w": 7}]),
              "a count written out": [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}],
-             "a count of the ternary's flag": [{"width": 45, "height": 37, "radius": 2},
-                                               {"width": 7, "height": 6, "radius": 2}],
+             **dict.fromkeys(("a count of the ternary's flag", "a count of a negated flag",
+                              "a count of the taps outside", "a count of a flag built in two steps",
+                              "a count choosing by the flag", "a count under the flag"),
+                             [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}]),
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
              "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
@@ -760,6 +793,9 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "weights by the offsets' sign", "a negated skip",
                                                      "weights in a 2D array",
                                                      "a flag of the guard", "a count written out", "a count of the ternary's flag",
+                                                     "a count of a negated flag", "a count of the taps outside",
+                                                     "a count of a flag built in two steps",
+                                                     "a count choosing by the flag", "a count under the flag",
                                                      "the window's corner in locals of the point"))]
 
 

@@ -50,10 +50,16 @@ _OPERATORS = re.compile(r"<<=?|>>=?|->|<=|>=|==|!=|&&|\|\||[<>?,=&|^!]")
 _RELATIONS = {"<", "<=", ">", ">="}
 # A count of the taps added, next to the update in its block (a mean over the taps inside the image): by a whole
 # number, so that any count of steps from a whole start is exact in every arithmetic type; or by a flag of the
-# guard a ternary window tests (`count += inside;` beside `sum += inside ? v : 0.0f;`), 1 wherever the guard holds.
+# guard a ternary window tests (`count += inside;` beside `sum += inside ? v : 0.0f;`), 1 wherever the guard holds,
+# also cast (`(int)inside`), negated (`!outside` beside `outside ? 0.0f : v`) or choosing whole numbers (`inside ?
+# 1 : 0`); or a whole number under such a flag (`if (inside) count++;`).
 WHOLE = r"(?:0|[1-9]\d*)(?:\.0*)?[fFuUlL]*"  # a whole number in decimal (010 is octal in C)
+_FLAG = r"\(?\s*!?\s*[A-Za-z_]\w*\s*\)?"
+_FLAG_STEP = re.compile(rf"(?:\(\s*(?:const\s+)?[A-Za-z_][\w\s]*\)\s*)?(?P<flag>{_FLAG})"
+                        rf"(?:\s*\?\s*(?P<yes>{WHOLE})\s*:\s*(?P<no>{WHOLE}))?")
 _COUNTER = re.compile(rf"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
-                      rf"(?P<c>[A-Za-z_]\w*)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*(?P<step>{WHOLE}|[A-Za-z_]\w*))\s*;\s*")
+                      rf"(?P<c>[A-Za-z_]\w*)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*"
+                      rf"(?P<step>{WHOLE}|{_FLAG_STEP.pattern}))\s*;\s*")
 
 
 @dataclass(frozen=True)
@@ -108,17 +114,43 @@ def read(kernel: PointKernel, masked: str, outer: Statement, inner: Statement, v
                 reading.counter and (reading.counter[0], _step(reading, *reading.counter)))
 
 
-def _step(reading: "_Reading", counter: str, step: str) -> str:
-    """A count's step as a whole number: a flag (`count += inside;`) steps by 1 where it is a guard the nest tests,
-    which the registers hold for every tap."""
+def _step(reading: "_Reading", counter: str, step: str, condition: tuple[int, int] | None) -> str:
+    """A count's step as a whole number, at a tap of the registers, where every guard the nest tests holds: a flag
+    (`count += inside;`) steps by 1 where it is such a guard and by 0 where it is one's negation; the condition
+    between the offsets `condition` (`if (inside) count++;`) keeps the step where it holds and makes it 0 where it
+    fails."""
+    if condition is not None:
+        tested = list(reading.guards)
+        holds = _holds(reading, reading.spelled(*condition))
+        reading.guards[:] = tested  # spelling a condition may take a choice's guard: the count's test adds none
+        if holds is None:
+            raise NotRecognised(f"its count of taps {counter} runs under "
+                                f"`{' '.join(reading.uncommented[condition[0]:condition[1]].split())}`, which is not "
+                                f"a guard its window tests nor one's negation")
+        return step if holds else "0"
     if re.fullmatch(WHOLE, step):
         return step
-    guards = {" ".join(unparenthesised(guard).split()) for guard in reading.guards}
-    if reading.types.get(step) != "bool" or " ".join(unparenthesised(reading.values[step]).split()) not in guards:
+    taken = _FLAG_STEP.fullmatch(step)
+    flag = unparenthesised(taken["flag"]).strip() if taken else ""
+    name = flag.lstrip("!").strip()
+    holds = _holds(reading, reading.values[name]) if reading.types.get(name) == "bool" else None
+    if holds is None:
         raise NotRecognised(f"its count of taps {counter} steps by {step}, which is neither a whole number nor a "
                             f"flag of a guard its window tests (`bool inside = ...; sum += inside ? v : 0.0f; "
                             f"{counter} += inside;`)")
-    return "1"
+    if flag.startswith("!"):
+        holds = not holds
+    return (taken["yes"] if holds else taken["no"]) if taken["yes"] else str(int(holds))
+
+
+def _holds(reading: "_Reading", condition: str) -> bool | None:
+    """Whether `condition` (spelled) holds at every tap of the registers, where it is a guard the nest tests (True)
+    or that guard's negation (False); None where it is neither."""
+    guards = {" ".join(unparenthesised(guard).split()) for guard in reading.guards}
+    spelled = " ".join(unparenthesised(condition).split())
+    if spelled in guards:
+        return True
+    return False if " ".join(f"!({spelled})".split()) in guards else None
 
 
 class _Reading:
@@ -133,7 +165,7 @@ class _Reading:
         self.guards: list[str] = []
         self.chosen: set[str] = set()  # the locals whose value is all a choice's
         self.whole_choice = False  # whether the text spelled last was all a choice's value
-        self.counter: tuple[str, str] | None = None
+        self.counter: tuple[str, str, str | None] | None = None  # name, step and the condition it runs under
         self.counting = ""  # the counter's statement
 
     def run(self, statement: Statement, which: str) -> Statement:
@@ -162,11 +194,16 @@ class _Reading:
         if len(parts) < 2 or self.counter is not None:
             return parts
         for at, other in ((-1, -2), (-2, -1)):
-            counter = _COUNTER.fullmatch(self.masked, parts[at].start, parts[at].end) \
-                if parts[at].kind == "simple" else None
-            if counter and parts[other].kind == "simple" and \
+            counting, condition = parts[at], None
+            body = _parts(counting.body, self.masked) if counting.kind == "if" and counting.orelse is None else []
+            if len(body) == 1:
+                counting, condition = body[0], counting.head  # `if (inside) count++;`
+            counter = _COUNTER.fullmatch(self.masked, counting.start, counting.end) \
+                if counting.kind == "simple" else None
+            if counter and (condition is None or re.fullmatch(WHOLE, counter["step"] or "1")) and \
+                    parts[other].kind == "simple" and \
                     re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[parts[other].start:parts[other].end]):
-                self.counter = (counter["a"] or counter["b"] or counter["c"], counter["step"] or "1")
+                self.counter = (counter["a"] or counter["b"] or counter["c"], counter["step"] or "1", condition)
                 self.counting = self.masked[parts[at].start:parts[at].end]
                 return [part for part in parts if part is not parts[at]]
         return parts
@@ -195,15 +232,20 @@ class _Reading:
         for name, start, end in declarators:
             if _CHANGES.search(self.masked[start:end]):
                 raise NotRecognised(f"its window loops' local {name} changes a variable as it is declared")
-            value = self.spelled(start, end)
-            # a flag of comparisons (`bool inside = xx >= 0 && xx < w;`) is its condition, a guard where tested
-            flag = kind == "bool" and (self.not_a_guard(value, "&&") is None or self.not_a_guard(value, "||") is None)
-            self.values[name], self.types[name] = f"({value})" if flag else f"(({kind})({value}))", kind
+            self.types[name] = kind
+            self.values[name] = self._value(name, self.spelled(start, end))
             self.loops[name] = which
             self.chosen.discard(name)
             if self.whole_choice:
                 self.chosen.add(name)
         return True
+
+    def _value(self, name: str, value: str) -> str:
+        """A local's value, spelled: converted to its type, but for a flag of comparisons (`bool inside = xx >= 0
+        && xx < w;`, or built in steps, `inside = inside && yy < h;`), which is its condition, a guard where tested."""
+        kind = self.types[name]
+        flag = kind == "bool" and (self.not_a_guard(value, "&&") is None or self.not_a_guard(value, "||") is None)
+        return f"({value})" if flag else f"(({kind})({value}))"
 
     def _assignment(self, part: Statement, which: str) -> bool:
         """A local of the nest given a new value (`ix = max(0, min(ix, w - 1));`), spelled from its old one: in the
@@ -211,8 +253,8 @@ class _Reading:
         assigned = _ASSIGNED.fullmatch(self.masked, part.start, part.end) if part.kind == "simple" else None
         if assigned is None or self.loops.get(assigned["name"]) != which or _CHANGES.search(assigned["value"]):
             return False
-        value = self.spelled(assigned.start("value"), assigned.end("value"))
-        self.values[assigned["name"]] = f"(({self.types[assigned['name']]})({value}))"
+        self.values[assigned["name"]] = self._value(assigned["name"],
+                                                    self.spelled(assigned.start("value"), assigned.end("value")))
         self.chosen.discard(assigned["name"])
         if self.whole_choice:
             self.chosen.add(assigned["name"])
