@@ -1,17 +1,19 @@
 """register_window's rewrites give every output bit for bit as the submitted kernel does on the GPU (the verifier
 judges them within a tolerance; the rule claims more: the same operations on the same values in the same order,
-NVRTC's fusing included). Each kernel of tests/unit/test_rules_window.py at its spec's sizes, at four window_rows
-and block shapes, the inputs drawn once for both. CuPy launches them (the device has it; skipped elsewhere)."""
+NVRTC's fusing included). Each kernel of tests/unit/test_rules_window.py, and its spellings of a count of the taps
+inside, at its spec's sizes, at four window_rows and block shapes, the inputs drawn once for both. CuPy launches them
+(the device has it; skipped elsewhere)."""
 import numpy as np
 import pytest
 
 from services.generator import rules
 from services.generator.rules.cuda_text import normalised
-from tests.unit.test_rules_window import KERNELS
+from tests.unit.test_rules_window import KERNELS, TAKEN
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 CONFIGURATIONS = ((1, 32, 4), (2, 32, 4), (4, 16, 8), (8, 32, 8))  # window_rows, block x, block y
+CASES = {**KERNELS, **{name: spec for name, spec in TAKEN.items() if name.startswith("a count")}}
 
 
 def _launched(source: str, spec, params: dict, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -31,9 +33,9 @@ def _launched(source: str, spec, params: dict, arrays: dict[str, np.ndarray]) ->
     return {name: cp.asnumpy(values) for name, values in held.items()}
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", list(CASES))
 def test_every_output_is_the_submitted_kernels_bit_for_bit(name):
-    spec = KERNELS[name]
+    spec = CASES[name]
     candidate = rules.apply("register_window", spec, spec.as_candidate())
     rng = np.random.default_rng(5)
     arrays = {a.name: (rng.standard_normal(int(np.prod(spec.shape_of(a)))) if np.dtype(a.dtype).kind == "f" else
