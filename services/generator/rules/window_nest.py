@@ -165,7 +165,7 @@ class _Reading:
         self.guards: list[str] = []
         self.chosen: set[str] = set()  # the locals whose value is all a choice's
         self.whole_choice = False  # whether the text spelled last was all a choice's value
-        self.counter: tuple[str, str, str | None] | None = None  # name, step and the condition it runs under
+        self.counter: tuple[str, str, tuple[int, int] | None] | None = None  # name, step, the span of its `if`
         self.counting = ""  # the counter's statement
 
     def run(self, statement: Statement, which: str) -> Statement:
