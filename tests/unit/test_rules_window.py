@@ -115,6 +115,11 @@ COUNT_OF_A_NEGATED_FLAG = edited(edited(COUNT_OF_A_FLAG, INSIDE, OUTSIDE),
 # ... a count of the taps outside, each weighing the sum down: 0 at every tap of the registers
 COUNT_OF_THE_TAPS_OUTSIDE = edited(edited(COUNT_OF_A_NEGATED_FLAG, "count += !outside;", "count += outside;"),
                                    "sum / count", "sum / (25 + count)")
+# ... the flag tested by a skip, and counted negated
+COUNT_OF_THE_FLAG_A_SKIP_TESTS = edited(edited(COUNT_OF_A_FLAG, INSIDE,
+                                               OUTSIDE + "\n            if (outside) continue;"),
+                                        "sum += inside ? in[ny * width + nx] : 0.0f;\n            count += inside;",
+                                        "sum += in[ny * width + nx];\n            count += !outside;")
 # ... the flag built in two steps, the count cast
 COUNT_OF_A_FLAG_IN_TWO_STEPS = edited(edited(COUNT_OF_A_FLAG, INSIDE, "bool inside = nx >= 0 && nx < width;\n"
                                              "            inside = inside && ny >= 0 && ny < height;"),
@@ -250,7 +255,7 @@ REFUSED = {
                                         "total += img[yy * width + xx] * count;"),
                                  "count taps in count, which they also use otherwise"),
     "a count by a fraction": (edited(KERNELS["weights_of_valid"], "taps += 1.0f;", "taps += 0.5f;"),
-                              "holds `taps += 0.5f;` before its last statement"),
+                              "its count of taps taps steps by 0.5f, which is neither a whole number"),
     # review, helper-101: from 2^24 a float count stays where it is, one step at a time
     "a count from 2^24": (edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = 16777216.0f;"),
                           "not a whole number below 2^24 less its taps"),
@@ -285,6 +290,10 @@ REFUSED = {
     "a count under a test the window does not make": (
         edited(COUNT_OF_A_FLAG, "count += inside;", "if (dx == 0) count++;"),
         "its count of taps count runs under `dx == 0`, which is not a guard its window tests nor one's negation"),
+    # the choice's value holds only where x < 20, which no corner of the box tests
+    "a count under a choice": (
+        edited(COUNT_OF_A_FLAG, "count += inside;", "if (x < 20 ? inside : false) count++;"),
+        "its count of taps count runs under `x < 20 ? inside : false`, which is not a guard its window tests"),
     "a count under a test of itself": (
         edited(COUNT_OF_A_FLAG, "count += inside;", "if (count < 5) count++;"),
         "its count of taps count runs under `count < 5`, which is not a guard its window tests nor one's negation"),
@@ -295,6 +304,12 @@ REFUSED = {
 def test_what_it_refuses_and_why(case):
     spec_, reason = REFUSED[case]
     assert reason in (rules.check("register_window", spec_, spec_.as_candidate()) or "applies")
+
+
+def test_a_count_set_to_a_choice_by_its_own_sum_is_not_read_as_a_step():
+    """`count = count + inside ? 1 : 0;` is `count = (count + inside) ? 1 : 0;` in C: no count of taps."""
+    spec_ = edited(COUNT_OF_A_FLAG, "count += inside;", "count = count + inside ? 1 : 0;")
+    assert rules.check("register_window", spec_, spec_.as_candidate()) is not None
 
 
 def test_a_zero_padded_window_adds_from_registers_where_its_guards_hold_at_the_boxs_corners():
@@ -398,6 +413,13 @@ TAKEN = {
     "a count of the taps outside": COUNT_OF_THE_TAPS_OUTSIDE,
     "a count of a flag built in two steps": COUNT_OF_A_FLAG_IN_TWO_STEPS,
     "a count choosing by the flag": edited(COUNT_OF_A_FLAG, "count += inside;", "count += inside ? 1 : 0;"),
+    "a count choosing in parentheses": edited(COUNT_OF_A_FLAG, "count += inside;", "count += (inside ? 1 : 0);"),
+    "a count by a static_cast": edited(COUNT_OF_A_FLAG, "count += inside;", "count += static_cast<int>(inside);"),
+    "a count added to itself": edited(COUNT_OF_A_FLAG, "count += inside;", "count = count + (int)inside;"),
+    "a count of the flag a skip tests": COUNT_OF_THE_FLAG_A_SKIP_TESTS,
+    "a count of the taps outside under a negation": edited(edited(COUNT_OF_A_FLAG, "count += inside;",
+                                                                  "if (!inside) count++;"),
+                                                           "sum / count", "sum / (25 - count)"),
     "a count under the flag": edited(COUNT_OF_A_FLAG, "sum += inside ? in[ny * width + nx] : 0.0f;\n"
                                                       "            count += inside;",
                                      "if (inside) { count++; }\n"
@@ -428,7 +450,10 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
     if case in ("a count of the ternary's flag", "a count of a negated flag", "a count of a flag built in two steps",
                 "a count choosing by the flag", "a count under the flag"):  # every tap inside: the flag is 1 at each
         assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
-    if case == "a count of the taps outside":
+    if case in ("a count choosing in parentheses", "a count by a static_cast", "a count added to itself",
+                "a count of the flag a skip tests"):
+        assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
+    if case in ("a count of the taps outside", "a count of the taps outside under a negation"):
         assert "{ sum = window_value; count += 25 * (0); reached = true; }" in code
     if case == "a guarded store of its own output":
         assert "if (sum > 0.0f) { stored[slot] = 0.5f * out[y * out_w + x] + sum; stored_at[slot] = " \
@@ -771,7 +796,9 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
              "a count written out": [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}],
              **dict.fromkeys(("a count of the ternary's flag", "a count of a negated flag",
                               "a count of the taps outside", "a count of a flag built in two steps",
-                              "a count choosing by the flag", "a count under the flag"),
+                              "a count choosing by the flag", "a count under the flag",
+                              "a count choosing in parentheses", "a count by a static_cast", "a count added to itself",
+                              "a count of the flag a skip tests", "a count of the taps outside under a negation"),
                              [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}]),
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
@@ -796,6 +823,9 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a count of a negated flag", "a count of the taps outside",
                                                      "a count of a flag built in two steps",
                                                      "a count choosing by the flag", "a count under the flag",
+                                                     "a count choosing in parentheses", "a count by a static_cast",
+                                                     "a count added to itself", "a count of the flag a skip tests",
+                                                     "a count of the taps outside under a negation",
                                                      "the window's corner in locals of the point"))]
 
 

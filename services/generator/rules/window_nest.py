@@ -51,17 +51,15 @@ _RELATIONS = {"<", "<=", ">", ">="}
 # A count of the taps added, next to the update in its block (a mean over the taps inside the image): by a whole
 # number, so that any count of steps from a whole start is exact in every arithmetic type; or by a flag of the
 # guard a ternary window tests (`count += inside;` beside `sum += inside ? v : 0.0f;`), 1 wherever the guard holds,
-# also cast (`(int)inside`), negated (`!outside` beside `outside ? 0.0f : v`) or choosing whole numbers (`inside ?
-# 1 : 0`); or a whole number under such a flag (`if (inside) count++;`).
+# also cast (`(int)inside`, `int(inside)`, `static_cast<int>(inside)`), negated (`!outside` beside `outside ? 0.0f :
+# v`) or choosing whole numbers (`inside ? 1 : 0`); or a whole number under such a flag (`if (inside) count++;`).
 WHOLE = r"(?:0|[1-9]\d*)(?:\.0*)?[fFuUlL]*"  # a whole number in decimal (010 is octal in C)
-_FLAG = r"\(?\s*!?\s*[A-Za-z_]\w*\s*\)?"
-_FLAG_STEP = re.compile(rf"(?:\(\s*(?:const\s+)?[A-Za-z_][\w\s]*\)\s*)?(?P<flag>{_FLAG})"
-                        rf"(?:\s*\?\s*(?P<yes>{WHOLE})\s*:\s*(?P<no>{WHOLE}))?")
-_COUNTER = re.compile(rf"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
-                      rf"(?P<c>[A-Za-z_]\w*)\s*(?:\+=|=\s*(?P=c)\s*\+)\s*"
-                      rf"(?P<step>{WHOLE}|{_FLAG_STEP.pattern}))\s*;\s*")
-
-
+_COUNTER = re.compile(r"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\w*)|"
+                      r"(?P<c>[A-Za-z_]\w*)\s*\+=\s*(?P<step>[\w\s()!?:.<>]+?)|"
+                      # `count = count + F` adds no choice: `count + F ? 1 : 0` chooses by the sum
+                      r"(?P<d>[A-Za-z_]\w*)\s*=\s*(?P=d)\s*\+\s*(?P<added>[\w\s()!.<>]+?))\s*;\s*")
+_CAST = re.compile(r"(?:\(\s*(?:const\s+)?[A-Za-z_][\w\s]*\)|static_cast\s*<\s*[\w\s]+>|"
+                   r"(?:bool|int|unsigned|float|double|long|short|char|size_t|u?int\d+_t)(?=\s*\())\s*")
 @dataclass(frozen=True)
 class Nest:
     outer: Statement  # the outer window loop, with an unroll pragma before it
@@ -121,36 +119,76 @@ def _step(reading: "_Reading", counter: str, step: str, condition: tuple[int, in
     fails."""
     if condition is not None:
         tested = list(reading.guards)
-        holds = _holds(reading, reading.spelled(*condition))
-        reading.guards[:] = tested  # spelling a condition may take a choice's guard: the count's test adds none
-        if holds is None:
+        spelled = reading.spelled(*condition)
+        holds = _holds(reading, spelled) if reading.guards == tested else None
+        reading.guards[:] = tested
+        if holds is None:  # a choice in the test holds its value only under a guard of its own, which no corner tests
             raise NotRecognised(f"its count of taps {counter} runs under "
                                 f"`{' '.join(reading.uncommented[condition[0]:condition[1]].split())}`, which is not "
                                 f"a guard its window tests nor one's negation")
         return step if holds else "0"
     if re.fullmatch(WHOLE, step):
         return step
-    taken = _FLAG_STEP.fullmatch(step)
-    flag = unparenthesised(taken["flag"]).strip() if taken else ""
-    name = flag.lstrip("!").strip()
-    holds = _holds(reading, reading.values[name]) if reading.types.get(name) == "bool" else None
-    if holds is None:
+    value = _flag_value(reading, step)
+    if value is None:
         raise NotRecognised(f"its count of taps {counter} steps by {step}, which is neither a whole number nor a "
                             f"flag of a guard its window tests (`bool inside = ...; sum += inside ? v : 0.0f; "
                             f"{counter} += inside;`)")
-    if flag.startswith("!"):
-        holds = not holds
-    return (taken["yes"] if holds else taken["no"]) if taken["yes"] else str(int(holds))
+    return value
+
+
+def _flag_value(reading: "_Reading", text: str) -> str | None:
+    """The whole number `text` comes to at every tap of the registers, where it is made of a flag of a guard the nest
+    tests (or of one's negation), !, casts, parentheses and a choice of whole numbers; else None."""
+    text = text.strip()
+    top = blanked_inside(text)
+    if "?" in top:
+        question = top.index("?")
+        colon = top.find(":", question)
+        chosen = [text[question + 1:colon].strip(), text[colon + 1:].strip()] if colon > 0 else []
+        if not chosen or not all(re.fullmatch(WHOLE, value) for value in chosen):
+            return None
+        holds = _flag_value(reading, text[:question])
+        return None if holds is None else chosen[holds == "0"]
+    if text.startswith("!"):
+        value = _flag_value(reading, text[1:])
+        return None if value is None else str(int(value == "0"))
+    if unparenthesised(text) != text:
+        return _flag_value(reading, unparenthesised(text))
+    if (cast := _CAST.match(text)) and cast.end() < len(text):
+        return _flag_value(reading, text[cast.end():])
+    if re.fullmatch(WHOLE, text):
+        return text
+    if reading.types.get(text) == "bool":
+        holds = _holds(reading, reading.values[text])
+        return None if holds is None else str(int(holds))
+    return None
 
 
 def _holds(reading: "_Reading", condition: str) -> bool | None:
     """Whether `condition` (spelled) holds at every tap of the registers, where it is a guard the nest tests (True)
     or that guard's negation (False); None where it is neither."""
-    guards = {" ".join(unparenthesised(guard).split()) for guard in reading.guards}
-    spelled = " ".join(unparenthesised(condition).split())
+    guards = {_normal(guard) for guard in reading.guards}
+    spelled = _normal(condition)
     if spelled in guards:
         return True
-    return False if " ".join(f"!({spelled})".split()) in guards else None
+    if f"!({spelled})" in guards:
+        return False
+    negated = re.fullmatch(r"!\s*(\(.*\))", spelled, re.DOTALL)
+    if negated and unparenthesised(negated.group(1)) != negated.group(1):  # `!(inside)`, spelled `!((a && b))`
+        holds = _holds(reading, negated.group(1))
+        return None if holds is None else not holds
+    return None
+
+
+def _normal(condition: str) -> str:
+    """A condition's spelling with its enclosing parentheses dropped, also inside a negation (`!((a || b))` is
+    `!(a || b)`), and its spaces as one."""
+    condition = " ".join(unparenthesised(condition).split())
+    negated = re.fullmatch(r"!\s*(\(.*\))", condition, re.DOTALL)
+    if negated and unparenthesised(negated.group(1)) != negated.group(1):
+        return f"!({_normal(negated.group(1))})"
+    return condition
 
 
 class _Reading:
@@ -200,10 +238,10 @@ class _Reading:
                 counting, condition = body[0], counting.head  # `if (inside) count++;`
             counter = _COUNTER.fullmatch(self.masked, counting.start, counting.end) \
                 if counting.kind == "simple" else None
-            if counter and (condition is None or re.fullmatch(WHOLE, counter["step"] or "1")) and \
-                    parts[other].kind == "simple" and \
+            step = (counter["step"] or counter["added"] or "1").strip() if counter else ""
+            if counter and (condition is None or re.fullmatch(WHOLE, step)) and parts[other].kind == "simple" and \
                     re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[parts[other].start:parts[other].end]):
-                self.counter = (counter["a"] or counter["b"] or counter["c"], counter["step"] or "1", condition)
+                self.counter = (counter["a"] or counter["b"] or counter["c"] or counter["d"], step, condition)
                 self.counting = self.masked[parts[at].start:parts[at].end]
                 return [part for part in parts if part is not parts[at]]
         return parts
