@@ -420,6 +420,13 @@ TAKEN = {
     "a count of the taps outside under a negation": edited(edited(COUNT_OF_A_FLAG, "count += inside;",
                                                                   "if (!inside) count++;"),
                                                            "sum / count", "sum / (25 - count)"),
+    "a count before the update": edited(COUNT_OF_A_FLAG, "sum += inside ? in[ny * width + nx] : 0.0f;\n"
+                                                         "            count += inside;",
+                                        "float v = inside ? in[ny * width + nx] : 0.0f;\n"
+                                        "            count += inside;\n            sum += v;"),
+    "a count of a flag set under a guard": edited(COUNT_OF_A_FLAG, INSIDE,
+                                                  "bool inside = false;\n            if (ny >= 0 && ny < height) "
+                                                  "inside = nx >= 0 && nx < width;"),
     "a count under the flag": edited(COUNT_OF_A_FLAG, "sum += inside ? in[ny * width + nx] : 0.0f;\n"
                                                       "            count += inside;",
                                      "if (inside) { count++; }\n"
@@ -451,7 +458,7 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
                 "a count choosing by the flag", "a count under the flag"):  # every tap inside: the flag is 1 at each
         assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
     if case in ("a count choosing in parentheses", "a count by a static_cast", "a count added to itself",
-                "a count of the flag a skip tests"):
+                "a count of the flag a skip tests", "a count before the update", "a count of a flag set under a guard"):
         assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
     if case in ("a count of the taps outside", "a count of the taps outside under a negation"):
         assert "{ sum = window_value; count += 25 * (0); reached = true; }" in code
@@ -798,7 +805,8 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
                               "a count of the taps outside", "a count of a flag built in two steps",
                               "a count choosing by the flag", "a count under the flag",
                               "a count choosing in parentheses", "a count by a static_cast", "a count added to itself",
-                              "a count of the flag a skip tests", "a count of the taps outside under a negation"),
+                              "a count of the flag a skip tests", "a count of the taps outside under a negation",
+                              "a count before the update", "a count of a flag set under a guard"),
                              [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}]),
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
@@ -826,6 +834,7 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a count choosing in parentheses", "a count by a static_cast",
                                                      "a count added to itself", "a count of the flag a skip tests",
                                                      "a count of the taps outside under a negation",
+                                                     "a count before the update", "a count of a flag set under a guard",
                                                      "the window's corner in locals of the point"))]
 
 

@@ -239,7 +239,11 @@ class _Reading:
             counter = _COUNTER.fullmatch(self.masked, counting.start, counting.end) \
                 if counting.kind == "simple" else None
             step = (counter["step"] or counter["added"] or "1").strip() if counter else ""
-            if counter and (condition is None or re.fullmatch(WHOLE, step)) and parts[other].kind == "simple" and \
+            # `sum += v;` after `count += inside;` adds a value the loop declared, not a count
+            valued = re.search(rf"\b(?!bool\b)\w+\s+{re.escape(step)}\s*=(?!=)",
+                               self.masked[parts[0].start:parts[-1].end]) if re.fullmatch(r"\w+", step) else None
+            if counter and valued is None and (condition is None or re.fullmatch(WHOLE, step)) and \
+                    parts[other].kind == "simple" and \
                     re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[parts[other].start:parts[other].end]):
                 self.counter = (counter["a"] or counter["b"] or counter["c"] or counter["d"], step, condition)
                 self.counting = self.masked[parts[at].start:parts[at].end]
@@ -314,7 +318,7 @@ class _Reading:
         if assigned is None or self.loops.get(assigned["name"]) != which or _CHANGES.search(assigned["value"]):
             return False
         name = assigned["name"]
-        value = f"(({self.types[name]})({self.spelled(assigned.start('value'), assigned.end('value'))}))"
+        value = self._value(name, self.spelled(assigned.start('value'), assigned.end('value')))
         if self._moves(value) and not self._moves(self.values[name]):
             self._guard(*part.head, True)
             self.values[name] = value
