@@ -1,8 +1,8 @@
 """register_window's rewrites give every output bit for bit as the submitted kernel does on the GPU (the verifier
 judges them within a tolerance; the rule claims more: the same operations on the same values in the same order,
 NVRTC's fusing included). Each kernel of tests/unit/test_rules_window.py, and its spellings of a count of the taps
-inside, at its spec's sizes, at four window_rows and block shapes, the inputs drawn once for both. CuPy launches them
-(the device has it; skipped elsewhere)."""
+inside, at its spec's sizes, in five configurations of window_rows and block shape, the inputs drawn once for both.
+CuPy launches them (the device has it; skipped elsewhere)."""
 import numpy as np
 import pytest
 
@@ -12,7 +12,8 @@ from tests.unit.test_rules_window import KERNELS, TAKEN
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
-CONFIGURATIONS = ((1, 32, 4), (2, 32, 4), (4, 16, 8), (8, 32, 8))  # window_rows, block x, block y
+# window_rows, block x, block y; 12 x 5 threads end each block with a partial warp, whose lanes deal the edge points
+CONFIGURATIONS = ((1, 32, 4), (2, 32, 4), (4, 16, 8), (8, 32, 8), (2, 12, 5))
 CASES = {**KERNELS, **{name: spec for name, spec in TAKEN.items() if name.startswith("a count")}}
 
 
