@@ -376,23 +376,19 @@ def _render(model: Window) -> str:
         f"bool {names.done} = false;",
         f"if ({condition}) {{" if condition else "{",
         *(points.INDENT + line for line in _fast_path(model, names)),
-        *(points.INDENT + line for line in _shared_points(kernel, names, f"if (!{names.alone}({names.px}, {names.py})) "
-                                                                          f"{names.point}({names.px}, {names.py});")),
-        *(["} else {", *(points.INDENT + line for line in _shared_points(kernel, names, f"{names.point}({names.px}, "
-                                                                                        f"{names.py});"))]
-          if condition else []),
         "}",
+        *_shared_points(kernel, names),
     ]
     return points.with_body(kernel, lines)
 
 
-def _shared_points(kernel: PointKernel, n: "_Names", run: str) -> list[str]:
+def _shared_points(kernel: PointKernel, n: "_Names") -> list[str]:
     """The points of the threads that did not take the registers, dealt out among the lanes that run here together
     (point bodies read no thread's identity, so any lane may run any point). A thread at the image's edge has its
     whole patch to run; alone, it held its warp for that many points, and the edge's warps cost mean_filter_valid
     13 of its 35 us on the H200. The loop is not unrolled: NVRTC (CUDA 13) unrolling points with unsigned indices
     shared one point's `y * w + x - 1`, zero-extended, with a point whose guard did not keep it from wrapping below
-    0 (gaussian3x3 read 16 GB past its input). `run` runs the point (px, py)."""
+    0 (gaussian3x3 read 16 GB past its input)."""
     ax, ay = kernel.axes
     each = f"{ROWS} * {COLUMNS}"
     return [
@@ -409,13 +405,10 @@ def _shared_points(kernel: PointKernel, n: "_Names", run: str) -> list[str]:
         f"        for (int {n.dropped} = 0; {n.dropped} < {n.k} / ({each}); {n.dropped}++)",
         f"            {n.owners} &= {n.owners} - 1;",
         f"        const int {n.owner} = __ffs({n.owners}) - 1;",
-        f"        const {ax.type} {n.owner_x} = ({ax.type})__shfl_sync({n.group}, (long long){n.x0}, {n.owner});",
-        f"        const {ay.type} {n.owner_y} = ({ay.type})__shfl_sync({n.group}, (long long){n.y0}, {n.owner});",
-        f"        if ({n.base} + {n.rank} < {n.count}) {{",
-        f"            const {ax.type} {n.px} = {n.owner_x} + {n.k} % {COLUMNS};",
-        f"            const {ay.type} {n.py} = {n.owner_y} + {n.k} / {COLUMNS} % {ROWS};",
-        f"            {run}",
-        "        }",
+        f"        const {ax.type} {n.px} = ({ax.type})__shfl_sync({n.group}, (long long){n.x0}, {n.owner});",
+        f"        const {ay.type} {n.py} = ({ay.type})__shfl_sync({n.group}, (long long){n.y0}, {n.owner});",
+        f"        if ({n.base} + {n.rank} < {n.count}) {n.point}({n.px} + {n.k} % {COLUMNS}, "
+        f"{n.py} + {n.k} / {COLUMNS} % {ROWS});",
         "    }",
         "}",
     ]
@@ -434,8 +427,7 @@ class _Names:
                            ("pending", "pending"), ("lane", "lane"), ("lanes", "lanes"), ("rank", "rank"),
                            ("count", "shared_points"), ("base", "base"), ("k", "k"), ("owner", "owner"),
                            ("owners", "owners"), ("dropped", "dropped"), ("block_row", "block_row"),
-                           ("px", "point_x"), ("py", "point_y"), ("owner_x", "owner_x"), ("owner_y", "owner_y"),
-                           ("alone", "alone"), ("sum", "point_sum")):
+                           ("px", "point_x"), ("py", "point_y")):
             setattr(self, name, fresh_name(base, taken))
 
 
@@ -486,7 +478,6 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
         *points.lambda_of(n.at, [*index, *window], address, returns=f"const {model.element} *"),
         *_guarded(model, n, window),
         *_finishing(model, n, finished, store),
-        *_alone(model, n, store),
         f"bool {n.inside} = true;",
         *_each_point(n, f"{n.inside} = {n.inside} && {n.reaches}({n.x0} + {n.c}, {n.y0} + {n.r});"),
         *_corners(model, n),
@@ -498,40 +489,6 @@ def _fast_path(model: Window, names: _Names) -> list[str]:
         f"    {n.done} = true;",
         "}",
     ]
-
-
-def _alone(model: Window, n: _Names, store: tuple[Statement, Access] | None) -> list[str]:
-    """A lambda adding one point's whole window from its loads, in the original order, and finishing the point, where
-    it reaches its window and every guard holds at its window's 4 corners (true it returns then; else false, having
-    done nothing). The dealt points of an edge thread that lie inside take it: the loads, tested by no guard, issue
-    together, where the point body as written waits for a row of them at a time."""
-    rows, columns = model.rows, model.columns
-    i, j = rows.variable, columns.variable
-    shift = f" - ({columns.first})" if columns.first else ""
-    term = f"{model.term[0]}{n.p}[{j}{shift}]{model.term[1]}"
-    rounded = {"float": "__fadd_rn", "double": "__dadd_rn"}.get(model.accumulator_type) if model.chosen else None
-    add = f"{n.sum} = {rounded}({n.sum}, {term});" if rounded else f"{n.sum} += {term};"
-    ax, ay = model.kernel.axes
-    corners = [f"for (int {n.corner} = 0; {n.corner} < 4; {n.corner}++)",
-               f"    if (!{n.holds}({ax.name}, {ay.name}, ({n.corner} & 1) ? {rows.first + rows.count - 1} : "
-               f"{rows.first}, ({n.corner} & 2) ? {columns.first + columns.count - 1} : {columns.first})) "
-               f"return false;"] if model.guards else []
-    finish = [f"{n.stored_at}[0] = nullptr;",
-              f"{n.finish}({ax.name}, {ay.name}, {n.sum}, 0);",
-              f"if ({n.stored_at}[0] != nullptr) *{n.stored_at}[0] = {n.stored}[0];"] if store is not None else \
-        [f"{n.finish}({ax.name}, {ay.name}, {n.sum});"]
-    body = [f"if (!{n.reaches}({ax.name}, {ay.name})) return false;",
-            *corners,
-            f"{model.accumulator_type} {n.sum} = {model.initial};",
-            "#pragma unroll",
-            f"for ({rows.type} {i} = {rows.first}; {i} < {rows.first + rows.count}; {i}++) {{",
-            f"    const {model.element} *{n.p} = {n.at}({ax.name}, {ay.name}, {i}, {columns.first});",
-            "    #pragma unroll",
-            f"    for ({columns.type} {j} = {columns.first}; {j} < {columns.first + columns.count}; {j}++) {add}",
-            "}",
-            *finish,
-            "return true;"]
-    return points.lambda_of(n.alone, list(model.kernel.axes), "\n".join(body))
 
 
 def _guarded(model: Window, n: _Names, window: list[Axis]) -> list[str]:
