@@ -244,10 +244,6 @@ REFUSED = {
         "const int xx = col + dx;\n                yy = 0;"),
         "holds `yy = 0;` before its last statement"),
     # A count of taps is read beside the sum only where both run under the same guards, from a whole number.
-    "a count outside the guard": (edited(edited(VARIANTS["box_blur"][1], "                count++;\n", ""),
-                                         "int yy = y + dy, xx = x + dx;", "int yy = y + dy, xx = x + dx;\n"
-                                                                          "            count++;"),
-                                  "holds `count++;` before its last statement"),
     "a count from a parameter": (edited(edited(KERNELS["weights_of_valid"], "float taps = 0.0f;", "float taps = eps;"),
                                         "int W, int H)", "int W, int H, float eps)"),
                                  "its count of taps taps starts from eps, not a whole number"),
@@ -427,6 +423,15 @@ TAKEN = {
     "a count of a flag set under a guard": edited(COUNT_OF_A_FLAG, INSIDE,
                                                   "bool inside = false;\n            if (ny >= 0 && ny < height) "
                                                   "inside = nx >= 0 && nx < width;"),
+    "a count of an int flag": edited(COUNT_OF_A_FLAG, INSIDE,
+                                     "int inside = nx >= 0 && nx < width && ny >= 0 && ny < height;"),
+    "a count beside an update under the flag": edited(COUNT_OF_A_FLAG, "sum += inside ? in[ny * width + nx] : 0.0f;",
+                                                      "if (inside) sum += in[ny * width + nx];"),
+    # every tap counted, the update under its guard: 9 taps at every point, in the registers as in the kernel
+    "a count of every tap beside a guarded update": edited(edited(VARIANTS["box_blur"][1], "                count++;\n",
+                                                                  ""),
+                                                           "int yy = y + dy, xx = x + dx;",
+                                                           "int yy = y + dy, xx = x + dx;\n            count++;"),
     "a count under the flag": edited(COUNT_OF_A_FLAG, "sum += inside ? in[ny * width + nx] : 0.0f;\n"
                                                       "            count += inside;",
                                      "if (inside) { count++; }\n"
@@ -458,8 +463,11 @@ def test_other_spellings_of_a_convolution_are_taken_and_compile(case):
                 "a count choosing by the flag", "a count under the flag"):  # every tap inside: the flag is 1 at each
         assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
     if case in ("a count choosing in parentheses", "a count by a static_cast", "a count added to itself",
-                "a count of the flag a skip tests", "a count before the update", "a count of a flag set under a guard"):
+                "a count of the flag a skip tests", "a count before the update", "a count of a flag set under a guard",
+                "a count of an int flag", "a count beside an update under the flag"):
         assert "{ sum = window_value; count += 25 * (1); reached = true; }" in code
+    if case == "a count of every tap beside a guarded update":
+        assert "{ total = window_value; count += 9 * (1); reached = true; }" in code
     if case in ("a count of the taps outside", "a count of the taps outside under a negation"):
         assert "{ sum = window_value; count += 25 * (0); reached = true; }" in code
     if case == "a guarded store of its own output":
@@ -806,8 +814,10 @@ ODD_SIZES = {"conv2d": [{"height": 37, "width": 45, "k": 5}, {"height": 23, "wid
                               "a count choosing by the flag", "a count under the flag",
                               "a count choosing in parentheses", "a count by a static_cast", "a count added to itself",
                               "a count of the flag a skip tests", "a count of the taps outside under a negation",
-                              "a count before the update", "a count of a flag set under a guard"),
+                              "a count before the update", "a count of a flag set under a guard",
+                              "a count of an int flag", "a count beside an update under the flag"),
                              [{"width": 45, "height": 37, "radius": 2}, {"width": 7, "height": 6, "radius": 2}]),
+             "a count of every tap beside a guarded update": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
              **dict.fromkeys(("a flag of the guard", "the window's corner in locals of the point"),
                              [{"H": 37, "W": 45, "K": 5}, {"H": 6, "W": 7, "K": 5}]),
              "gaussian3x3": [{"width": 45, "height": 37}, {"width": 7, "height": 6}],
@@ -835,6 +845,9 @@ EMULATED = [*((name, order) for name in KERNELS for order in ("register_window",
                                                      "a count added to itself", "a count of the flag a skip tests",
                                                      "a count of the taps outside under a negation",
                                                      "a count before the update", "a count of a flag set under a guard",
+                                                     "a count of an int flag",
+                                                     "a count beside an update under the flag",
+                                                     "a count of every tap beside a guarded update",
                                                      "the window's corner in locals of the point"))]
 
 

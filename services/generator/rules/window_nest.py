@@ -58,6 +58,7 @@ _COUNTER = re.compile(r"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\
                       r"(?P<c>[A-Za-z_]\w*)\s*\+=\s*(?P<step>[\w\s()!?:.<>]+?)|"
                       # `count = count + F` adds no choice: `count + F ? 1 : 0` chooses by the sum
                       r"(?P<d>[A-Za-z_]\w*)\s*=\s*(?P=d)\s*\+\s*(?P<added>[\w\s()!.<>]+?))\s*;\s*")
+_FLAG_TYPES = ("bool", "int")
 _CAST = re.compile(r"(?:\(\s*(?:const\s+)?[A-Za-z_][\w\s]*\)|static_cast\s*<\s*[\w\s]+>|"
                    r"(?:bool|int|unsigned|float|double|long|short|char|size_t|u?int\d+_t)(?=\s*\())\s*")
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _flag_value(reading: "_Reading", text: str) -> str | None:
         return _flag_value(reading, text[cast.end():])
     if re.fullmatch(WHOLE, text):
         return text
-    if reading.types.get(text) == "bool":
+    if reading.types.get(text) in _FLAG_TYPES:
         holds = _holds(reading, reading.values[text])
         return None if holds is None else str(int(holds))
     return None
@@ -239,12 +240,15 @@ class _Reading:
             counter = _COUNTER.fullmatch(self.masked, counting.start, counting.end) \
                 if counting.kind == "simple" else None
             step = (counter["step"] or counter["added"] or "1").strip() if counter else ""
-            # `sum += v;` after `count += inside;` adds a value the loop declared, not a count
-            valued = re.search(rf"\b(?!bool\b)\w+\s+{re.escape(step)}\s*=(?!=)",
+            # `sum += v;` after `count += inside;` adds a value the loop declared, not a flag, so not a count
+            valued = re.search(rf"\b(?!(?:{'|'.join(_FLAG_TYPES)})\b)\w+\s+{re.escape(step)}\s*=(?!=)",
                                self.masked[parts[0].start:parts[-1].end]) if re.fullmatch(r"\w+", step) else None
+            # the update beside it, or under a test of its own (`if (inside) sum += v;`)
+            update = _parts(parts[other].body, self.masked) if parts[other].kind == "if" and \
+                parts[other].orelse is None else [parts[other]]
             if counter and valued is None and (condition is None or re.fullmatch(WHOLE, step)) and \
-                    parts[other].kind == "simple" and \
-                    re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[parts[other].start:parts[other].end]):
+                    len(update) == 1 and update[0].kind == "simple" and \
+                    re.match(r"\s*[A-Za-z_]\w*\s*\+=", self.masked[update[0].start:update[0].end]):
                 self.counter = (counter["a"] or counter["b"] or counter["c"] or counter["d"], step, condition)
                 self.counting = self.masked[parts[at].start:parts[at].end]
                 return [part for part in parts if part is not parts[at]]
@@ -286,7 +290,9 @@ class _Reading:
         """A local's value, spelled: converted to its type, but for a flag of comparisons (`bool inside = xx >= 0
         && xx < w;`, or built in steps, `inside = inside && yy < h;`), which is its condition, a guard where tested."""
         kind = self.types[name]
-        flag = kind == "bool" and (self.not_a_guard(value, "&&") is None or self.not_a_guard(value, "||") is None)
+        # an int flag (`int inside = xx >= 0 && xx < w;`) too: a comparison's value is already an int, 0 or 1
+        flag = kind in _FLAG_TYPES and (self.not_a_guard(value, "&&") is None or
+                                        self.not_a_guard(value, "||") is None)
         return f"({value})" if flag else f"(({kind})({value}))"
 
     def _assignment(self, part: Statement, which: str) -> bool:
