@@ -61,6 +61,8 @@ _COUNTER = re.compile(r"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\
 _FLAG_TYPES = ("bool", "int")
 _CAST = re.compile(r"(?:\(\s*(?:const\s+)?[A-Za-z_][\w\s]*\)|static_cast\s*<\s*[\w\s]+>|"
                    r"(?:bool|int|unsigned|float|double|long|short|char|size_t|u?int\d+_t)(?=\s*\())\s*")
+
+
 @dataclass(frozen=True)
 class Nest:
     outer: Statement  # the outer window loop, with an unroll pragma before it
