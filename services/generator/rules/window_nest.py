@@ -58,7 +58,8 @@ _COUNTER = re.compile(r"\s*(?:(?P<a>[A-Za-z_]\w*)\s*\+\+|\+\+\s*(?P<b>[A-Za-z_]\
                       r"(?P<c>[A-Za-z_]\w*)\s*\+=\s*(?P<step>[\w\s()!?:.<>]+?)|"
                       # `count = count + F` adds no choice: `count + F ? 1 : 0` chooses by the sum
                       r"(?P<d>[A-Za-z_]\w*)\s*=\s*(?P=d)\s*\+\s*(?P<added>[\w\s()!.<>]+?))\s*;\s*")
-_FLAG_TYPES = ("bool", "int")
+_FLAG_TYPES = ("bool", "int")  # the types a flag of comparisons holds its 0 or 1 in unchanged
+# a cast before its operand: C's `(int)`, `static_cast<int>`, or a type called as a function, `int(`
 _CAST = re.compile(r"(?:\(\s*(?:const\s+)?[A-Za-z_][\w\s]*\)|static_cast\s*<\s*[\w\s]+>|"
                    r"(?:bool|int|unsigned|float|double|long|short|char|size_t|u?int\d+_t)(?=\s*\())\s*")
 
