@@ -16,10 +16,10 @@ $(BIN)/kforge: pyproject.toml
 	@touch $@
 
 # The whole suite: unit, SQLite and PostgreSQL store contracts, the bus over Redis with real workers.
-# GPU tests are skipped here without a device; run `make test-gpu` on a GPU machine. The tests that share
-# PostgreSQL and Redis run on one of the JOBS workers, in turn (tests/conftest.py).
+# GPU tests are skipped here without a device; run `make test-gpu` on a GPU machine. The tests of the services
+# (servers, workers, PostgreSQL, Redis) run after the others, one at a time (tests/conftest.py); both parts always run.
 test: install
-	$(BIN)/pytest -q -n $(JOBS) --dist loadgroup
+	$(BIN)/pytest -q -n $(JOBS) -m "not services"; others=$$?; $(BIN)/pytest -q -m services && exit $$others
 
 test-unit: install
 	$(BIN)/pytest -q tests/unit

@@ -27,19 +27,22 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
-# The tests that start servers, workers and brokers, or use PostgreSQL and Redis, run one after another on one
-# pytest-xdist worker (`--dist loadgroup`): they share Redis's test database and its queues, which each flushes.
+# The tests that start servers, workers and brokers, or use PostgreSQL and Redis, are marked `services`: `make test`
+# runs them one after another once the others are done, on pytest-xdist's workers, as they share Redis's test
+# database and its queues, which each flushes, and time workers that a busy machine would starve (a job followed
+# for 60 s did not end while NVRTC compiled beside it).
 SERVICES = {Path(__file__).parent / "integration", Path(__file__).parent / "attacks"}
 SERVICE_FIXTURES = {"postgres_url", "store_url", "redis_url"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks added here
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device: run on the GPU machine")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
         if SERVICES & set(item.path.parents) or SERVICE_FIXTURES & set(item.fixturenames):
-            item.add_marker(pytest.mark.xdist_group("services"))
+            item.add_marker(pytest.mark.services)
 
 
 @pytest.fixture
