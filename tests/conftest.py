@@ -28,7 +28,7 @@ HAS_GPU = _has_gpu()
 
 
 # The tests that start servers, workers and brokers, or use PostgreSQL and Redis, are marked `services`: `make test`
-# runs them one after another once the others are done, on pytest-xdist's workers, as they share Redis's test
+# runs them one after another once the others are done, not on pytest-xdist's workers, as they share Redis's test
 # database and its queues, which each flushes, and time workers that a busy machine would starve (a job followed
 # for 60 s did not end while NVRTC compiled beside it).
 SERVICES = {Path(__file__).parent / "integration", Path(__file__).parent / "attacks"}

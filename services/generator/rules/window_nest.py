@@ -178,9 +178,8 @@ def _holds(reading: "_Reading", condition: str) -> bool | None:
         return True
     if f"!({spelled})" in guards:
         return False
-    negated = re.fullmatch(r"!\s*(\(.*\))", spelled, re.DOTALL)
-    if negated and unparenthesised(negated.group(1)) != negated.group(1):  # `!(inside)`, spelled `!((a && b))`
-        holds = _holds(reading, negated.group(1))
+    if (negated := _negated(spelled)) is not None:  # `!(inside)`, spelled `!((a && b))`
+        holds = _holds(reading, negated)
         return None if holds is None else not holds
     return None
 
@@ -189,10 +188,16 @@ def _normal(condition: str) -> str:
     """A condition's spelling with its enclosing parentheses dropped, also inside a negation (`!((a || b))` is
     `!(a || b)`), and its spaces as one."""
     condition = " ".join(unparenthesised(condition).split())
-    negated = re.fullmatch(r"!\s*(\(.*\))", condition, re.DOTALL)
+    negated = _negated(condition)
+    return condition if negated is None else f"!({_normal(negated)})"
+
+
+def _negated(condition: str) -> str | None:
+    """What `condition` negates as a whole (`!(xx >= 0 && xx < w)`: `xx >= 0 && xx < w`), else None."""
+    negated = re.fullmatch(r"!\s*(\(.*\))", unparenthesised(condition), re.DOTALL)
     if negated and unparenthesised(negated.group(1)) != negated.group(1):
-        return f"!({_normal(negated.group(1))})"
-    return condition
+        return unparenthesised(negated.group(1))
+    return None
 
 
 class _Reading:
@@ -344,9 +349,8 @@ class _Reading:
     def _guard(self, start: int, end: int, holds: bool) -> None:
         """The condition between the offsets a guard: that it holds, or with `holds` False that it fails."""
         condition = self.spelled(start, end)
-        negated = re.fullmatch(r"!\s*(\(.*\))", unparenthesised(condition), re.DOTALL)
-        if negated and unparenthesised(negated.group(1)) != negated.group(1):  # `!(xx >= 0 && xx < w)`
-            condition, holds = unparenthesised(negated.group(1)), not holds
+        if (negated := _negated(condition)) is not None:
+            condition, holds = negated, not holds
         why = "it changes a variable" if _CHANGES.search(mask(condition)) else \
             self.not_a_guard(condition, "&&" if holds else "||")
         if why is not None:
